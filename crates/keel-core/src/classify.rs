@@ -1,0 +1,405 @@
+//! The one place that decides what kind of failure a provider error is.
+//!
+//! Adapters describe a failure as a [`Failure`] (HTTP status, body, Retry-After headers,
+//! transport message) and [`classify`] turns it into a [`ProviderError`]. The order of the
+//! checks matters: specific provider codes beat status codes, and status codes beat loose
+//! message text, because messages are the least reliable signal.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::error::{ErrorKind, ProviderError};
+
+/// Raw facts about a failed provider call or stream.
+#[derive(Debug, Clone, Default)]
+pub struct Failure<'a> {
+    pub status: Option<u16>,
+    /// The response body (usually JSON), or the `error` object of an in-stream error event.
+    pub body: Option<&'a str>,
+    /// Value of the `retry-after-ms` header.
+    pub retry_after_ms: Option<&'a str>,
+    /// Value of the `retry-after` header: seconds or an HTTP date.
+    pub retry_after: Option<&'a str>,
+    /// A transport-level message (connection reset, timed out, ...).
+    pub message: Option<&'a str>,
+    pub provider: &'a str,
+    pub model: &'a str,
+}
+
+/// Classifies a failure. `now` resolves HTTP-date Retry-After values.
+pub fn classify(failure: &Failure<'_>, now: SystemTime) -> ProviderError {
+    let details = failure.body.map(BodyDetails::parse).unwrap_or_default();
+    let message = details
+        .message
+        .clone()
+        .or_else(|| failure.message.map(str::to_owned))
+        .or_else(|| {
+            failure
+                .body
+                .filter(|b| !b.trim().is_empty())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| match failure.status {
+            Some(status) => format!("HTTP status {status}"),
+            None => "provider failure".to_owned(),
+        });
+    let text = format!(
+        "{} {} {}",
+        message,
+        failure.message.unwrap_or_default(),
+        failure.body.unwrap_or_default()
+    )
+    .to_lowercase();
+    let kind = kind_of(failure.status, &details, &text);
+    ProviderError {
+        kind,
+        message,
+        status: failure.status,
+        error_type: details.error_type,
+        error_code: details.error_code,
+        retry_after: retry_after(failure, now),
+        provider: failure.provider.to_owned(),
+        model: failure.model.to_owned(),
+    }
+}
+
+/// Classifies a bare message (e.g. a transport error) with no HTTP details.
+pub fn classify_message(message: &str, provider: &str, model: &str) -> ProviderError {
+    classify(
+        &Failure {
+            message: Some(message),
+            provider,
+            model,
+            ..Failure::default()
+        },
+        SystemTime::now(),
+    )
+}
+
+fn kind_of(status: Option<u16>, details: &BodyDetails, text: &str) -> ErrorKind {
+    let code = details.error_code.as_deref().unwrap_or_default();
+    let ty = details.error_type.as_deref().unwrap_or_default();
+    let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+
+    if code == "insufficient_quota" || ty == "insufficient_quota" || has(&["insufficient_quota"]) {
+        return ErrorKind::UsageLimit;
+    }
+    if code == "context_length_exceeded"
+        || has(&[
+            "context_length_exceeded",
+            "context length",
+            "maximum context",
+            "context window",
+            "prompt is too long",
+            "too many tokens",
+            "exceeds the context",
+            "exceed context",
+            "input is too long",
+        ])
+    {
+        return ErrorKind::ContextOverflow;
+    }
+    if code == "previous_response_not_found"
+        || (text.contains("previous response") && text.contains("not found"))
+    {
+        return ErrorKind::ChainBroken;
+    }
+    if matches!(code, "content_filter" | "content_policy_violation")
+        || has(&[
+            "content filter",
+            "content_filter",
+            "content management policy",
+        ])
+    {
+        return ErrorKind::ContentFilter;
+    }
+    match status {
+        Some(429) => return ErrorKind::RateLimit,
+        Some(529) => return ErrorKind::Overloaded,
+        Some(401 | 403) => return ErrorKind::Auth,
+        Some(408) => return ErrorKind::Timeout,
+        Some(503) if has(&["overloaded"]) => return ErrorKind::Overloaded,
+        Some(500 | 502 | 503 | 504) => return ErrorKind::Server,
+        Some(400 | 404 | 405 | 409 | 413 | 415 | 422) => return ErrorKind::InvalidRequest,
+        _ => {}
+    }
+    match ty {
+        "overloaded_error" => return ErrorKind::Overloaded,
+        "rate_limit_error" | "rate_limit_exceeded" | "requests" | "tokens" => {
+            return ErrorKind::RateLimit;
+        }
+        "authentication_error" | "permission_error" => return ErrorKind::Auth,
+        "invalid_request_error" | "not_found_error" | "request_too_large" => {
+            return ErrorKind::InvalidRequest;
+        }
+        "api_error" | "server_error" | "internal_server_error" => return ErrorKind::Server,
+        _ => {}
+    }
+    if matches!(code, "rate_limit_exceeded") {
+        return ErrorKind::RateLimit;
+    }
+    if has(&["overloaded"]) {
+        return ErrorKind::Overloaded;
+    }
+    if has(&["rate limit", "rate_limit", "too many requests"]) {
+        return ErrorKind::RateLimit;
+    }
+    if has(&[
+        "invalid api key",
+        "incorrect api key",
+        "unauthorized",
+        "authentication",
+    ]) {
+        return ErrorKind::Auth;
+    }
+    if has(&[
+        "no tool call found",
+        "orphan",
+        "tool_use ids were found without",
+    ]) {
+        return ErrorKind::InvalidRequest;
+    }
+    if has(&["idle stall", "stalled"]) {
+        return ErrorKind::IdleStall;
+    }
+    if has(&[
+        "goaway",
+        "connection reset",
+        "reset by peer",
+        "connection refused",
+        "connection closed",
+        "broken pipe",
+        "unexpected eof",
+        "end of file",
+        "stream closed",
+        "closed before",
+        "ended before",
+        "stream reset",
+        "rst_stream",
+        "error decoding response body",
+        "incomplete message",
+        "connection error",
+    ]) {
+        return ErrorKind::Connection;
+    }
+    if has(&["timed out", "timeout", "deadline exceeded"]) {
+        return ErrorKind::Timeout;
+    }
+    if has(&[
+        "internal server error",
+        "bad gateway",
+        "service unavailable",
+        "gateway timeout",
+        "server error",
+    ]) {
+        return ErrorKind::Server;
+    }
+    if has(&["cancelled", "canceled"]) {
+        return ErrorKind::Cancelled;
+    }
+    ErrorKind::Unknown
+}
+
+fn retry_after(failure: &Failure<'_>, now: SystemTime) -> Option<Duration> {
+    if let Some(ms) = failure
+        .retry_after_ms
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let raw = failure.retry_after?.trim();
+    if let Ok(secs) = raw.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let when = httpdate::parse_http_date(raw).ok()?;
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Type, code and message found in a provider error body. Both the nested
+/// `{"error": {...}}` shape and a flat top-level object are understood.
+#[derive(Debug, Default)]
+struct BodyDetails {
+    error_type: Option<String>,
+    error_code: Option<String>,
+    message: Option<String>,
+}
+
+impl BodyDetails {
+    fn parse(body: &str) -> Self {
+        let Ok(value) = serde_json::from_str::<Value>(body) else {
+            return Self::default();
+        };
+        let nested = value.get("error").filter(|e| e.is_object());
+        let field = |name: &str| -> Option<String> {
+            let pick = |v: &Value| match v.get(name) {
+                Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+                Some(Value::Number(n)) => Some(n.to_string()),
+                _ => None,
+            };
+            nested.and_then(pick).or_else(|| pick(&value))
+        };
+        let error_type = field("type").filter(|t| t != "error");
+        Self {
+            error_type,
+            error_code: field("code"),
+            message: field("message").or_else(|| match value.get("error") {
+                Some(Value::String(s)) => Some(s.clone()),
+                _ => None,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(status: Option<u16>, body: Option<&str>, message: Option<&str>) -> ErrorKind {
+        classify(
+            &Failure {
+                status,
+                body,
+                message,
+                ..Failure::default()
+            },
+            SystemTime::now(),
+        )
+        .kind
+    }
+
+    #[test]
+    fn status_codes() {
+        assert_eq!(kind(Some(429), None, None), ErrorKind::RateLimit);
+        assert_eq!(kind(Some(529), None, None), ErrorKind::Overloaded);
+        assert_eq!(kind(Some(401), None, None), ErrorKind::Auth);
+        assert_eq!(kind(Some(403), None, None), ErrorKind::Auth);
+        for s in [500, 502, 503, 504] {
+            assert_eq!(kind(Some(s), None, None), ErrorKind::Server);
+        }
+        assert_eq!(kind(Some(400), None, None), ErrorKind::InvalidRequest);
+    }
+
+    #[test]
+    fn insufficient_quota_is_a_usage_limit_not_a_rate_limit() {
+        let body = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+        let k = kind(Some(429), Some(body), None);
+        assert_eq!(k, ErrorKind::UsageLimit);
+        assert!(!k.is_retryable());
+    }
+
+    #[test]
+    fn anthropic_overloaded_body() {
+        let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let e = classify(
+            &Failure {
+                body: Some(body),
+                ..Failure::default()
+            },
+            SystemTime::now(),
+        );
+        assert_eq!(e.kind, ErrorKind::Overloaded);
+        assert_eq!(e.message, "Overloaded");
+        assert_eq!(e.error_type.as_deref(), Some("overloaded_error"));
+    }
+
+    #[test]
+    fn transport_messages() {
+        for m in [
+            "http2 error: connection error received: GOAWAY",
+            "connection reset by peer",
+            "Connection refused (os error 111)",
+            "broken pipe",
+            "unexpected EOF during chunk",
+            "stream closed before message_stop",
+            "stream error received: stream reset by peer (RST_STREAM)",
+        ] {
+            assert_eq!(kind(None, None, Some(m)), ErrorKind::Connection, "{m}");
+        }
+        assert_eq!(
+            kind(None, None, Some("operation timed out")),
+            ErrorKind::Timeout
+        );
+        assert_eq!(
+            kind(None, None, Some("503 Service Unavailable")),
+            ErrorKind::Server
+        );
+    }
+
+    #[test]
+    fn deterministic_request_errors_are_permanent() {
+        let overflow = r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#;
+        assert_eq!(
+            kind(Some(400), Some(overflow), None),
+            ErrorKind::ContextOverflow
+        );
+        let orphan = r#"{"error":{"message":"messages.3: tool_use ids were found without tool_result blocks"}}"#;
+        assert_eq!(
+            kind(Some(400), Some(orphan), None),
+            ErrorKind::InvalidRequest
+        );
+        assert!(!ErrorKind::InvalidRequest.is_retryable());
+        assert!(!ErrorKind::ContextOverflow.is_retryable());
+        assert!(!ErrorKind::Auth.is_retryable());
+        assert!(!ErrorKind::ContentFilter.is_retryable());
+    }
+
+    #[test]
+    fn chain_broken_is_retryable() {
+        let body = r#"{"error":{"message":"Previous response with id 'resp_abc' not found.","type":"invalid_request_error","param":"previous_response_id"}}"#;
+        let k = kind(Some(400), Some(body), None);
+        assert_eq!(k, ErrorKind::ChainBroken);
+        assert!(k.is_retryable());
+    }
+
+    #[test]
+    fn top_level_message_and_code() {
+        let e = classify(
+            &Failure {
+                body: Some(r#"{"message":"slow down","code":"rate_limit_exceeded"}"#),
+                ..Failure::default()
+            },
+            SystemTime::now(),
+        );
+        assert_eq!(e.kind, ErrorKind::RateLimit);
+        assert_eq!(e.message, "slow down");
+    }
+
+    #[test]
+    fn retry_after_prefers_milliseconds_and_reads_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let both = Failure {
+            status: Some(429),
+            retry_after_ms: Some("1500"),
+            retry_after: Some("9"),
+            ..Failure::default()
+        };
+        assert_eq!(
+            classify(&both, now).retry_after,
+            Some(Duration::from_millis(1500))
+        );
+        let secs = Failure {
+            retry_after: Some("7"),
+            ..Failure::default()
+        };
+        assert_eq!(
+            classify(&secs, now).retry_after,
+            Some(Duration::from_secs(7))
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        let dated = Failure {
+            retry_after: Some(&date),
+            ..Failure::default()
+        };
+        assert_eq!(
+            classify(&dated, now).retry_after,
+            Some(Duration::from_secs(30))
+        );
+        let garbage = Failure {
+            retry_after: Some("soon"),
+            ..Failure::default()
+        };
+        assert_eq!(classify(&garbage, now).retry_after, None);
+    }
+}

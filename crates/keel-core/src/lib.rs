@@ -1,0 +1,30 @@
+//! Keel's domain model, shared by every other crate.
+//!
+//! This crate owns the vocabulary of an agent conversation and nothing else: it performs no
+//! I/O. It defines
+//!
+//! * [`message`]: roles, messages and the parts they are made of, serialised exactly as the
+//!   public HTTP contract shows them;
+//! * [`usage`]: token usage and finish reasons;
+//! * [`stream`]: the provider-neutral [`StreamEvent`] every model adapter produces;
+//! * [`model`]: the [`LanguageModel`] trait a provider implements and the [`ModelCall`] it
+//!   receives;
+//! * [`cancel`]: cancellation that carries a *cause*, so a user interrupt can be told apart
+//!   from a server shutdown;
+//! * [`error`] and [`classify`]: provider failures and the one function that sorts them into
+//!   kinds with a retryable flag.
+
+pub mod cancel;
+pub mod classify;
+pub mod error;
+pub mod message;
+pub mod model;
+pub mod stream;
+pub mod usage;
+
+pub use cancel::{Cancel, CancelCause};
+pub use error::{ErrorKind, ProviderError};
+pub use message::{Message, Part, PartKind, Role};
+pub use model::{CallOptions, EventStream, LanguageModel, ModelCall, ToolChoice, ToolDefinition};
+pub use stream::StreamEvent;
+pub use usage::{FinishReason, Usage};

@@ -1,0 +1,85 @@
+//! The provider-neutral stream of events a model adapter produces.
+//!
+//! Every adapter (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, the mock)
+//! maps its wire protocol onto these events; the agent loop consumes nothing else.
+
+use serde_json::Value;
+
+use crate::error::ProviderError;
+use crate::usage::{FinishReason, Usage};
+
+/// One event of a model's streamed reply. `id`s tie start/delta/end events of one block
+/// together; they are the adapter's own and only need to be unique within a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    TextStart {
+        id: String,
+    },
+    TextDelta {
+        id: String,
+        delta: String,
+    },
+    TextEnd {
+        id: String,
+    },
+    ReasoningStart {
+        id: String,
+        metadata: Option<Value>,
+    },
+    ReasoningDelta {
+        id: String,
+        delta: String,
+        metadata: Option<Value>,
+    },
+    /// End of a reasoning block. Its metadata (e.g. a completed signature) wins over any seen
+    /// before.
+    ReasoningEnd {
+        id: String,
+        metadata: Option<Value>,
+    },
+    /// A tool call's arguments start streaming.
+    ToolInputStart {
+        id: String,
+        tool_name: String,
+        provider_executed: bool,
+    },
+    ToolInputDelta {
+        id: String,
+        delta: String,
+    },
+    ToolInputEnd {
+        id: String,
+    },
+    /// A complete tool call with its whole argument text.
+    ToolCall {
+        id: String,
+        tool_name: String,
+        args: String,
+        provider_executed: bool,
+    },
+    /// The result of a tool the provider ran itself (e.g. web search).
+    ToolResult {
+        id: String,
+        tool_name: String,
+        result: Value,
+        is_error: bool,
+    },
+    Source {
+        url: String,
+        title: Option<String>,
+    },
+    File {
+        media_type: String,
+        data: String,
+    },
+    Finish {
+        reason: FinishReason,
+        usage: Usage,
+        provider_metadata: Option<Value>,
+    },
+    /// Provider response identity (e.g. the OpenAI Responses id used for chaining).
+    ResponseId {
+        id: String,
+    },
+    Error(ProviderError),
+}
