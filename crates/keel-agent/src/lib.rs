@@ -1,0 +1,33 @@
+//! Keel's agent loop, as a library with no HTTP and no SQL in it.
+//!
+//! [`run`] drives a [`LanguageModel`](keel_core::LanguageModel): it streams one reply,
+//! publishes every delta to an [`EventSink`], runs the local [`Tool`]s the model asked for,
+//! makes the step durable through a [`StepPersister`], and goes round again while the model
+//! keeps calling tools. Cancellation carries a cause ([`keel_core::CancelCause`]): a user
+//! interrupt persists the partial step and returns [`RunOutcome::Interrupted`]; a shutdown
+//! returns [`RunError::Cancelled`].
+//!
+//! Module map:
+//! * [`run`](mod@run) — the loop and its options and outcomes;
+//! * [`accumulate`] — stream events into step content;
+//! * [`response`] — step content into assistant and tool messages;
+//! * [`execute`] — concurrent tool execution;
+//! * [`context_limit`] — context limit discovery from provider metadata;
+//! * [`tool`], [`persist`], [`sink`], [`clock`] — the interfaces the daemon implements.
+
+pub mod accumulate;
+pub mod clock;
+pub mod context_limit;
+pub mod execute;
+pub mod persist;
+pub mod response;
+pub mod run;
+pub mod sink;
+pub mod tool;
+
+pub use clock::{Clock, SystemClock};
+pub use persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
+pub use response::INTERRUPTED_RESULT;
+pub use run::{RunError, RunOptions, RunOutcome, run};
+pub use sink::{EventSink, LiveEvent, NullSink};
+pub use tool::{ProviderTool, Tool, ToolCallRequest, ToolError, ToolOutput};

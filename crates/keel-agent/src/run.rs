@@ -1,0 +1,421 @@
+//! The agent loop: one model step after another until the model is done.
+//!
+//! For each step: prepare a prompt *copy*, stream the model's reply into a
+//! [`StepAccumulator`] (publishing every delta), run the local tool calls concurrently,
+//! persist the step, and go round again only if the model asked for a local tool and finished
+//! with reason tool-calls.
+//!
+//! Interrupts are the heart of it. Whichever way a user interrupt surfaces — an error event,
+//! a stream that stops yielding, between the stream and the tools, while tools run, or right
+//! before persisting — [`run`] persists everything the step accumulated exactly once, through
+//! [`persist_interrupted`], with a cancel token that is not cancelled, and returns
+//! [`RunOutcome::Interrupted`]. A shutdown returns [`RunError::Cancelled`] instead, so the
+//! daemon can hand the chat to another worker.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use keel_core::{
+    CallOptions, Cancel, CancelCause, ErrorKind, FinishReason, LanguageModel, Message, ModelCall,
+    ProviderError, ToolDefinition,
+};
+use tokio::time::Instant;
+
+use crate::accumulate::StepAccumulator;
+use crate::clock::{Clock, SystemClock};
+use crate::context_limit;
+use crate::execute::{FinishedCall, run_batch};
+use crate::persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
+use crate::response::{assistant_message, for_prompt, tool_message};
+use crate::sink::{EventSink, NullSink};
+use crate::tool::{ProviderTool, Tool, ToolCallRequest, ToolOutput};
+
+/// A hook that rewrites the prompt copy before provider preparation.
+pub type PrepareMessages = Arc<dyn Fn(&mut Vec<Message>) + Send + Sync>;
+
+/// Called when the interrupt-safe persist fails; such errors must never vanish.
+pub type PersistErrorHook = Arc<dyn Fn(&PersistError) + Send + Sync>;
+
+/// Everything a run needs.
+pub struct RunOptions {
+    pub model: Arc<dyn LanguageModel>,
+    /// The history the first prompt is built from. The loop works on its own copy.
+    pub messages: Vec<Message>,
+    /// Local tools.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Tools the provider knows by type; always offered.
+    pub provider_tools: Vec<ProviderTool>,
+    /// Client-side tools: offered, never run; their calls end the run with
+    /// [`RunOutcome::PendingToolCalls`].
+    pub dynamic_tools: Vec<ToolDefinition>,
+    /// When set, only these function tools are offered (provider tools always are).
+    pub active_tools: Option<Vec<String>>,
+    /// Steps at most; values ≤ 0 mean 1.
+    pub max_steps: i64,
+    pub call_options: CallOptions,
+    /// The model's configured context limit, used when provider metadata names none.
+    pub context_limit_fallback: Option<u64>,
+    pub prepare_messages: Option<PrepareMessages>,
+    pub persister: Arc<dyn StepPersister>,
+    pub sink: Arc<dyn EventSink>,
+    pub clock: Arc<dyn Clock>,
+    pub on_persist_error: Option<PersistErrorHook>,
+}
+
+impl RunOptions {
+    pub fn new(
+        model: Arc<dyn LanguageModel>,
+        messages: Vec<Message>,
+        persister: Arc<dyn StepPersister>,
+    ) -> Self {
+        Self {
+            model,
+            messages,
+            tools: Vec::new(),
+            provider_tools: Vec::new(),
+            dynamic_tools: Vec::new(),
+            active_tools: None,
+            max_steps: 1,
+            call_options: CallOptions::default(),
+            context_limit_fallback: None,
+            prepare_messages: None,
+            persister,
+            sink: Arc::new(NullSink),
+            clock: Arc::new(SystemClock),
+            on_persist_error: None,
+        }
+    }
+}
+
+/// How a run ended without error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The model finished; `steps` were persisted.
+    Completed { steps: usize },
+    /// The model called client-side tools; the step is persisted and the calls await results.
+    PendingToolCalls(Vec<PendingToolCall>),
+    /// A user interrupt stopped the run; the partial step is persisted.
+    Interrupted,
+}
+
+/// How a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Cancelled without the interrupt cause: the server is shutting down or lost the chat.
+    /// Nothing of the step in progress was persisted.
+    #[error("run cancelled by shutdown")]
+    Cancelled,
+    #[error("provider failed: {0}")]
+    Provider(ProviderError),
+    #[error("persisting the step failed: {0}")]
+    Persist(#[source] PersistError),
+}
+
+impl RunError {
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, RunError::Cancelled)
+    }
+}
+
+/// Runs the loop to completion, interruption, a pending client-side call, or an error.
+pub async fn run(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, RunError> {
+    Runner::new(options, cancel).run().await
+}
+
+/// How consuming one stream ended.
+enum StreamEnd {
+    Finished,
+    Cancelled,
+    Failed(ProviderError),
+}
+
+struct Runner {
+    options: RunOptions,
+    cancel: Cancel,
+    local_tools: HashMap<String, Arc<dyn Tool>>,
+    dynamic_names: HashSet<String>,
+    offered: Vec<ToolDefinition>,
+}
+
+impl Runner {
+    fn new(options: RunOptions, cancel: Cancel) -> Self {
+        let is_active = |name: &str| {
+            options
+                .active_tools
+                .as_ref()
+                .is_none_or(|active| active.iter().any(|a| a == name))
+        };
+        let mut local_tools: HashMap<String, Arc<dyn Tool>> = HashMap::new();
+        let mut offered = Vec::new();
+        for tool in &options.tools {
+            let definition = tool.definition();
+            if is_active(&definition.name) {
+                local_tools.insert(definition.name.clone(), tool.clone());
+                offered.push(definition);
+            }
+        }
+        let mut dynamic_names = HashSet::new();
+        for definition in &options.dynamic_tools {
+            if is_active(&definition.name) {
+                dynamic_names.insert(definition.name.clone());
+                offered.push(definition.clone());
+            }
+        }
+        for provider_tool in &options.provider_tools {
+            offered.push(provider_tool.definition.clone());
+            if let Some(runner) = &provider_tool.runner {
+                local_tools.insert(provider_tool.definition.name.clone(), runner.clone());
+            }
+        }
+        Self {
+            options,
+            cancel,
+            local_tools,
+            dynamic_names,
+            offered,
+        }
+    }
+
+    async fn run(self) -> Result<RunOutcome, RunError> {
+        let max_steps = usize::try_from(self.options.max_steps)
+            .ok()
+            .filter(|n| *n > 0)
+            .unwrap_or(1);
+        let mut history = self.options.messages.clone();
+        for step_index in 0..max_steps {
+            let started = Instant::now();
+            let mut acc = StepAccumulator::new();
+            if self.cancel.is_cancelled() {
+                return self.stop(step_index, &acc, &[], started).await;
+            }
+            let call = self.model_call(&history);
+            match self.consume_stream(call, &mut acc).await {
+                StreamEnd::Finished => {}
+                StreamEnd::Cancelled => return self.stop(step_index, &acc, &[], started).await,
+                StreamEnd::Failed(error) => return Err(RunError::Provider(error)),
+            }
+            if self.cancel.is_cancelled() {
+                return self.stop(step_index, &acc, &[], started).await;
+            }
+
+            let plan = self.plan_calls(&acc);
+            let batch = run_batch(
+                plan.local.clone(),
+                &self.local_tools,
+                &self.cancel,
+                &self.options.clock,
+            )
+            .await;
+            let mut finished = plan.refused;
+            finished.extend(batch.finished);
+            if batch.cancelled || self.cancel.is_cancelled() {
+                return self.stop(step_index, &acc, &finished, started).await;
+            }
+
+            let step = self.build_step(step_index, &acc, &finished, &[], started, false);
+            let messages = step.messages.clone();
+            let mut step = step;
+            step.pending_tool_calls = plan.pending.clone();
+            match self
+                .options
+                .persister
+                .persist_step(step.clone(), self.cancel.clone())
+                .await
+            {
+                Ok(()) => {}
+                Err(PersistError::Interrupted) => {
+                    step.interrupted = true;
+                    self.persist_interrupted(step).await;
+                    return Ok(RunOutcome::Interrupted);
+                }
+                Err(error) => return Err(RunError::Persist(error)),
+            }
+            if !plan.pending.is_empty() {
+                return Ok(RunOutcome::PendingToolCalls(plan.pending));
+            }
+            history.extend(messages.iter().map(for_prompt));
+            let wants_tools = !plan.local.is_empty();
+            if !(wants_tools && acc.finish_reason == Some(FinishReason::ToolCalls)) {
+                return Ok(RunOutcome::Completed {
+                    steps: step_index + 1,
+                });
+            }
+        }
+        Ok(RunOutcome::Completed { steps: max_steps })
+    }
+
+    /// The request for one step, built on a copy of the history.
+    fn model_call(&self, history: &[Message]) -> ModelCall {
+        let mut prompt = history.to_vec();
+        if let Some(prepare) = &self.options.prepare_messages {
+            prepare(&mut prompt);
+        }
+        self.options.model.prepare_prompt(&mut prompt);
+        ModelCall {
+            messages: prompt,
+            tools: self.offered.clone(),
+            options: self.options.call_options.clone(),
+        }
+    }
+
+    /// Streams one reply into `acc`, stopping at once on cancellation.
+    async fn consume_stream(&self, call: ModelCall, acc: &mut StepAccumulator) -> StreamEnd {
+        let model = &self.options.model;
+        let opened = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return StreamEnd::Cancelled,
+            opened = model.stream(call, self.cancel.clone()) => opened,
+        };
+        let mut stream = match opened {
+            Ok(stream) => stream,
+            Err(_) if self.cancel.is_cancelled() => return StreamEnd::Cancelled,
+            Err(error) => return StreamEnd::Failed(error),
+        };
+        loop {
+            let event = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return StreamEnd::Cancelled,
+                event = stream.next() => event,
+            };
+            match event {
+                None => break,
+                Some(keel_core::StreamEvent::Error(_)) if self.cancel.is_cancelled() => {
+                    return StreamEnd::Cancelled;
+                }
+                Some(keel_core::StreamEvent::Error(error)) => return StreamEnd::Failed(error),
+                Some(event) => {
+                    acc.apply(event, self.options.sink.as_ref(), &self.options.clock);
+                }
+            }
+        }
+        // A provider that silently ends the body when cancelled yields no error event.
+        if self.cancel.is_cancelled() {
+            StreamEnd::Cancelled
+        } else {
+            StreamEnd::Finished
+        }
+    }
+
+    /// Sorts the step's calls into local runs, pending client-side calls and refusals.
+    fn plan_calls(&self, acc: &StepAccumulator) -> CallPlan {
+        let mut plan = CallPlan::default();
+        for call in acc.tool_calls() {
+            if call.provider_executed {
+                continue;
+            }
+            if !call.complete {
+                plan.refused.push(FinishedCall {
+                    request: request_of(call),
+                    output: ToolOutput::Error(
+                        "tool call arguments were cut off; the call was not run".to_owned(),
+                    ),
+                    finished_at: self.options.clock.now(),
+                });
+            } else if self.dynamic_names.contains(&call.tool_name) {
+                plan.pending.push(PendingToolCall {
+                    tool_call_id: call.tool_call_id.clone(),
+                    tool_name: call.tool_name.clone(),
+                    args: call.args.clone(),
+                });
+            } else {
+                plan.local.push(request_of(call));
+            }
+        }
+        plan
+    }
+
+    fn build_step(
+        &self,
+        step_index: usize,
+        acc: &StepAccumulator,
+        finished: &[FinishedCall],
+        interrupted_calls: &[(String, String)],
+        started: Instant,
+        interrupted: bool,
+    ) -> PersistedStep {
+        let now = self.options.clock.now();
+        let mut messages = Vec::with_capacity(2);
+        messages.extend(assistant_message(acc, true, now));
+        messages.extend(tool_message(finished, interrupted_calls, now));
+        PersistedStep {
+            step_index,
+            messages,
+            usage: acc.usage,
+            context_limit: context_limit::resolve(
+                acc.provider_metadata.as_ref(),
+                self.options.context_limit_fallback,
+            ),
+            runtime: started.elapsed(),
+            finish_reason: acc.finish_reason.unwrap_or_default(),
+            interrupted,
+            pending_tool_calls: Vec::new(),
+            provider_response_id: acc.response_id.clone(),
+        }
+    }
+
+    /// Ends the run after cancellation: persists the partial step on a user interrupt,
+    /// returns `Cancelled` on shutdown.
+    async fn stop(
+        &self,
+        step_index: usize,
+        acc: &StepAccumulator,
+        finished: &[FinishedCall],
+        started: Instant,
+    ) -> Result<RunOutcome, RunError> {
+        if self.cancel.cause() != Some(CancelCause::Interrupted) {
+            return Err(RunError::Cancelled);
+        }
+        let done: HashSet<&str> = finished
+            .iter()
+            .map(|f| f.request.tool_call_id.as_str())
+            .collect();
+        let unanswered: Vec<(String, String)> = acc
+            .tool_calls()
+            .filter(|c| !c.provider_executed || !acc.has_provider_result(&c.tool_call_id))
+            .filter(|c| !done.contains(c.tool_call_id.as_str()))
+            .map(|c| (c.tool_call_id.clone(), c.tool_name.clone()))
+            .collect();
+        let step = self.build_step(step_index, acc, finished, &unanswered, started, true);
+        if !step.messages.is_empty() {
+            self.persist_interrupted(step).await;
+        }
+        Ok(RunOutcome::Interrupted)
+    }
+
+    /// Persists an interrupted step with a token that is not cancelled. Failures go to the
+    /// error hook and the log; they never panic and never vanish.
+    async fn persist_interrupted(&self, step: PersistedStep) {
+        if let Err(error) = self
+            .options
+            .persister
+            .persist_step(step, Cancel::new())
+            .await
+        {
+            tracing::error!(%error, "persisting the interrupted step failed");
+            if let Some(hook) = &self.options.on_persist_error {
+                hook(&error);
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct CallPlan {
+    local: Vec<ToolCallRequest>,
+    pending: Vec<PendingToolCall>,
+    refused: Vec<FinishedCall>,
+}
+
+fn request_of(call: &crate::accumulate::StreamedCall) -> ToolCallRequest {
+    ToolCallRequest {
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: call.tool_name.clone(),
+        args: call.args.clone(),
+    }
+}
+
+/// Whether a provider error is a cancellation.
+pub fn is_cancellation(error: &ProviderError) -> bool {
+    error.kind == ErrorKind::Cancelled
+}
