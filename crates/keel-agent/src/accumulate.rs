@@ -58,6 +58,8 @@ pub struct StepAccumulator {
     open_text: HashMap<String, usize>,
     open_reasoning: HashMap<String, usize>,
     open_calls: HashMap<String, usize>,
+    /// The text block the next new text block continues (mid-stream recovery).
+    continuation_target: Option<usize>,
 }
 
 impl StepAccumulator {
@@ -224,6 +226,37 @@ impl StepAccumulator {
         })
     }
 
+    /// Makes the next text block of a later attempt continue the last text block, so a
+    /// continued reply is stored as one text, not as prefix and continuation side by side.
+    pub fn continue_text(&mut self) {
+        self.open_text.clear();
+        self.open_reasoning.clear();
+        self.continuation_target = self
+            .blocks
+            .iter()
+            .rposition(|b| matches!(b, Block::Text(_)));
+    }
+
+    /// Rebuilds step content from a snapshot (e.g. a checkpoint of a crashed process) without
+    /// publishing it again: the user already saw it.
+    pub fn restore(&mut self, snapshot: &crate::recovery::StreamSnapshot, clock: &Arc<dyn Clock>) {
+        *self = Self::default();
+        if !snapshot.partial_text.is_empty() {
+            self.blocks.push(Block::Text(snapshot.partial_text.clone()));
+        }
+        for call in &snapshot.completed_calls {
+            self.blocks.push(Block::ToolCall(StreamedCall {
+                tool_call_id: call.tool_call_id.clone(),
+                tool_name: call.tool_name.clone(),
+                args: call.args.clone(),
+                provider_executed: false,
+                complete: true,
+                emitted_at: clock.now(),
+            }));
+        }
+        self.reindex();
+    }
+
     /// Removes a tool call (e.g. a truncated one that will not run).
     pub fn remove_call(&mut self, tool_call_id: &str) {
         self.blocks
@@ -251,6 +284,10 @@ impl StepAccumulator {
 
     fn open_text_block(&mut self, id: String) -> usize {
         if let Some(&index) = self.open_text.get(&id) {
+            return index;
+        }
+        if let Some(index) = self.continuation_target.take() {
+            self.open_text.insert(id, index);
             return index;
         }
         self.blocks.push(Block::Text(String::new()));

@@ -13,21 +13,33 @@
 //! * [`response`] — step content into assistant and tool messages;
 //! * [`execute`] — concurrent tool execution;
 //! * [`context_limit`] — context limit discovery from provider metadata;
+//! * `attempt` — one step through failures: retries, watchdogs, recovery, chain healing;
+//! * [`recovery`], [`retry`], [`timeouts`], [`checkpoint`] — the pure decisions and the
+//!   checkpoint interface behind it;
 //! * [`tool`], [`persist`], [`sink`], [`clock`] — the interfaces the daemon implements.
 
 pub mod accumulate;
+mod attempt;
+pub mod checkpoint;
 pub mod clock;
 pub mod context_limit;
 pub mod execute;
 pub mod persist;
+pub mod recovery;
 pub mod response;
+pub mod retry;
 pub mod run;
 pub mod sink;
+pub mod timeouts;
 pub mod tool;
 
+pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StreamCheckpoint};
 pub use clock::{Clock, SystemClock};
 pub use persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
+pub use recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
 pub use response::INTERRUPTED_RESULT;
-pub use run::{RunError, RunOptions, RunOutcome, run};
+pub use retry::RetryPolicy;
+pub use run::{ChainHooks, Checkpointing, RetryNotice, RunError, RunOptions, RunOutcome, run};
 pub use sink::{EventSink, LiveEvent, NullSink};
+pub use timeouts::StreamTimeouts;
 pub use tool::{ProviderTool, Tool, ToolCallRequest, ToolError, ToolOutput};

@@ -15,20 +15,26 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
 use keel_core::{
     CallOptions, Cancel, CancelCause, ErrorKind, FinishReason, LanguageModel, Message, ModelCall,
-    ProviderError, ToolDefinition,
+    ProviderError, Role, ToolDefinition,
 };
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use tokio::time::Instant;
 
 use crate::accumulate::StepAccumulator;
+use crate::checkpoint::CheckpointStore;
 use crate::clock::{Clock, SystemClock};
 use crate::context_limit;
 use crate::execute::{FinishedCall, run_batch};
 use crate::persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
+use crate::recovery::StreamSnapshot;
 use crate::response::{assistant_message, for_prompt, tool_message};
+use crate::retry::RetryPolicy;
 use crate::sink::{EventSink, NullSink};
+use crate::timeouts::StreamTimeouts;
 use crate::tool::{ProviderTool, Tool, ToolCallRequest, ToolOutput};
 
 /// A hook that rewrites the prompt copy before provider preparation.
@@ -36,6 +42,42 @@ pub type PrepareMessages = Arc<dyn Fn(&mut Vec<Message>) + Send + Sync>;
 
 /// Called when the interrupt-safe persist fails; such errors must never vanish.
 pub type PersistErrorHook = Arc<dyn Fn(&PersistError) + Send + Sync>;
+
+/// Called before each retried provider attempt.
+pub type RetryHook = Arc<dyn Fn(&RetryNotice) + Send + Sync>;
+
+/// Reloads the chat's full stored history (chain-mode recovery).
+pub type ReloadHistory =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<Vec<Message>, String>> + Send + Sync>;
+
+/// A provider attempt failed and will be retried after `delay`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryNotice {
+    /// The attempt about to start (2 for the first retry).
+    pub attempt: u32,
+    pub error: ProviderError,
+    pub kind: ErrorKind,
+    pub delay: std::time::Duration,
+}
+
+/// Hooks of OpenAI Responses chain mode (`previous_response_id`).
+#[derive(Clone, Default)]
+pub struct ChainHooks {
+    /// Stop using chain mode for this chat (the stored response chain is broken).
+    pub disable_chain_mode: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Load the full history, replacing the chain-filtered one.
+    pub reload_history: Option<ReloadHistory>,
+}
+
+/// Where and how often the step in progress is checkpointed.
+#[derive(Clone)]
+pub struct Checkpointing {
+    pub store: Arc<dyn CheckpointStore>,
+    pub run_id: String,
+    pub chat_id: String,
+    /// Save every this many content deltas (and on every captured failure).
+    pub every: u64,
+}
 
 /// Everything a run needs.
 pub struct RunOptions {
@@ -61,6 +103,13 @@ pub struct RunOptions {
     pub sink: Arc<dyn EventSink>,
     pub clock: Arc<dyn Clock>,
     pub on_persist_error: Option<PersistErrorHook>,
+    pub retry: RetryPolicy,
+    pub timeouts: StreamTimeouts,
+    pub on_retry: Option<RetryHook>,
+    pub checkpointing: Option<Checkpointing>,
+    pub chain: ChainHooks,
+    /// Seeds the backoff jitter; `None` seeds from the OS.
+    pub jitter_seed: Option<u64>,
 }
 
 impl RunOptions {
@@ -84,6 +133,12 @@ impl RunOptions {
             sink: Arc::new(NullSink),
             clock: Arc::new(SystemClock),
             on_persist_error: None,
+            retry: RetryPolicy::default(),
+            timeouts: StreamTimeouts::default(),
+            on_retry: None,
+            checkpointing: None,
+            chain: ChainHooks::default(),
+            jitter_seed: None,
         }
     }
 }
@@ -108,6 +163,13 @@ pub enum RunError {
     Cancelled,
     #[error("provider failed: {0}")]
     Provider(ProviderError),
+    /// A stream kept failing mid-way and the recovery budget is spent.
+    #[error("stream interrupted after {attempts} attempts: {cause}")]
+    StreamInterrupted {
+        cause: ProviderError,
+        snapshot: StreamSnapshot,
+        attempts: u32,
+    },
     #[error("persisting the step failed: {0}")]
     Persist(#[source] PersistError),
 }
@@ -123,19 +185,20 @@ pub async fn run(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, RunE
     Runner::new(options, cancel).run().await
 }
 
-/// How consuming one stream ended.
-enum StreamEnd {
+/// How streaming one step (all its attempts) ended.
+pub(crate) enum StepEnd {
     Finished,
     Cancelled,
-    Failed(ProviderError),
+    Failed(Box<RunError>),
 }
 
-struct Runner {
-    options: RunOptions,
-    cancel: Cancel,
+pub(crate) struct Runner {
+    pub(crate) options: RunOptions,
+    pub(crate) cancel: Cancel,
     local_tools: HashMap<String, Arc<dyn Tool>>,
     dynamic_names: HashSet<String>,
     offered: Vec<ToolDefinition>,
+    pub(crate) rng: StdRng,
 }
 
 impl Runner {
@@ -168,16 +231,21 @@ impl Runner {
                 local_tools.insert(provider_tool.definition.name.clone(), runner.clone());
             }
         }
+        let rng = match options.jitter_seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_os_rng(),
+        };
         Self {
             options,
             cancel,
             local_tools,
             dynamic_names,
             offered,
+            rng,
         }
     }
 
-    async fn run(self) -> Result<RunOutcome, RunError> {
+    async fn run(mut self) -> Result<RunOutcome, RunError> {
         let max_steps = usize::try_from(self.options.max_steps)
             .ok()
             .filter(|n| *n > 0)
@@ -189,11 +257,13 @@ impl Runner {
             if self.cancel.is_cancelled() {
                 return self.stop(step_index, &acc, &[], started).await;
             }
-            let call = self.model_call(&history);
-            match self.consume_stream(call, &mut acc).await {
-                StreamEnd::Finished => {}
-                StreamEnd::Cancelled => return self.stop(step_index, &acc, &[], started).await,
-                StreamEnd::Failed(error) => return Err(RunError::Provider(error)),
+            match self.stream_step(step_index, &mut history, &mut acc).await {
+                StepEnd::Finished => {}
+                StepEnd::Cancelled => return self.stop(step_index, &acc, &[], started).await,
+                StepEnd::Failed(error) => {
+                    self.delete_checkpoint().await;
+                    return Err(*error);
+                }
             }
             if self.cancel.is_cancelled() {
                 return self.stop(step_index, &acc, &[], started).await;
@@ -223,7 +293,7 @@ impl Runner {
                 .persist_step(step.clone(), self.cancel.clone())
                 .await
             {
-                Ok(()) => {}
+                Ok(()) => self.delete_checkpoint().await,
                 Err(PersistError::Interrupted) => {
                     step.interrupted = true;
                     self.persist_interrupted(step).await;
@@ -241,13 +311,25 @@ impl Runner {
                     steps: step_index + 1,
                 });
             }
+            self.leave_chain_mode(&mut history).await;
         }
         Ok(RunOutcome::Completed { steps: max_steps })
     }
 
-    /// The request for one step, built on a copy of the history.
-    fn model_call(&self, history: &[Message]) -> ModelCall {
+    /// The request for one attempt, built on a copy of the history. With a continuation
+    /// prefix the prompt ends in that partial assistant reply: natively continued where the
+    /// provider supports prefill, else followed by an instruction to continue it.
+    pub(crate) fn model_call(&self, history: &[Message], continuation: Option<&str>) -> ModelCall {
         let mut prompt = history.to_vec();
+        if let Some(prefix) = continuation {
+            prompt.push(Message::assistant(prefix));
+            if !self.options.model.supports_prefill() {
+                prompt.push(Message::new(
+                    Role::User,
+                    vec![keel_core::Part::text(CONTINUE_INSTRUCTION)],
+                ));
+            }
+        }
         if let Some(prepare) = &self.options.prepare_messages {
             prepare(&mut prompt);
         }
@@ -256,44 +338,6 @@ impl Runner {
             messages: prompt,
             tools: self.offered.clone(),
             options: self.options.call_options.clone(),
-        }
-    }
-
-    /// Streams one reply into `acc`, stopping at once on cancellation.
-    async fn consume_stream(&self, call: ModelCall, acc: &mut StepAccumulator) -> StreamEnd {
-        let model = &self.options.model;
-        let opened = tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => return StreamEnd::Cancelled,
-            opened = model.stream(call, self.cancel.clone()) => opened,
-        };
-        let mut stream = match opened {
-            Ok(stream) => stream,
-            Err(_) if self.cancel.is_cancelled() => return StreamEnd::Cancelled,
-            Err(error) => return StreamEnd::Failed(error),
-        };
-        loop {
-            let event = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return StreamEnd::Cancelled,
-                event = stream.next() => event,
-            };
-            match event {
-                None => break,
-                Some(keel_core::StreamEvent::Error(_)) if self.cancel.is_cancelled() => {
-                    return StreamEnd::Cancelled;
-                }
-                Some(keel_core::StreamEvent::Error(error)) => return StreamEnd::Failed(error),
-                Some(event) => {
-                    acc.apply(event, self.options.sink.as_ref(), &self.options.clock);
-                }
-            }
-        }
-        // A provider that silently ends the body when cancelled yields no error event.
-        if self.cancel.is_cancelled() {
-            StreamEnd::Cancelled
-        } else {
-            StreamEnd::Finished
         }
     }
 
@@ -380,6 +424,7 @@ impl Runner {
         if !step.messages.is_empty() {
             self.persist_interrupted(step).await;
         }
+        self.delete_checkpoint().await;
         Ok(RunOutcome::Interrupted)
     }
 
@@ -415,7 +460,7 @@ fn request_of(call: &crate::accumulate::StreamedCall) -> ToolCallRequest {
     }
 }
 
-/// Whether a provider error is a cancellation.
-pub fn is_cancellation(error: &ProviderError) -> bool {
-    error.kind == ErrorKind::Cancelled
-}
+/// The instruction that follows a partial reply for providers without native prefill.
+pub const CONTINUE_INSTRUCTION: &str = "Your previous reply was cut off by a network error. \
+Continue it exactly where it stopped, without repeating any of it and without commenting on \
+the interruption.";

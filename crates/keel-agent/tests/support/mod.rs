@@ -31,6 +31,8 @@ pub enum Ending {
     Silent(Arc<Notify>),
     /// Signals `started` and never yields again, ignoring cancellation.
     Hang(Arc<Notify>),
+    /// Yields this error event (a stream cut mid-way).
+    Fail(ProviderError),
 }
 
 #[derive(Clone)]
@@ -106,6 +108,7 @@ impl LanguageModel for ScriptedModel {
         let head = stream::iter(events);
         let tail: EventStream = match ending {
             Ending::Done => Box::pin(stream::empty()),
+            Ending::Fail(error) => Box::pin(stream::iter([StreamEvent::Error(error)])),
             Ending::CancelledError(started) => Box::pin(stream::once(async move {
                 started.notify_one();
                 cancel.cancelled().await;
@@ -180,6 +183,24 @@ pub fn finish(reason: FinishReason) -> StreamEvent {
         },
         provider_metadata: None,
     }
+}
+
+pub fn provider_error(kind: ErrorKind, message: &str) -> ProviderError {
+    ProviderError::new(kind, message).with_source("scripted", "scripted-1")
+}
+
+pub fn partial_call(id: &str, name: &str, args: &str) -> Vec<StreamEvent> {
+    vec![
+        StreamEvent::ToolInputStart {
+            id: id.into(),
+            tool_name: name.into(),
+            provider_executed: false,
+        },
+        StreamEvent::ToolInputDelta {
+            id: id.into(),
+            delta: args.into(),
+        },
+    ]
 }
 
 pub fn user(text: &str) -> Message {

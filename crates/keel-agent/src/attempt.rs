@@ -1,0 +1,334 @@
+//! Streaming one step through failures: attempts, watchdogs, retries, mid-stream recovery,
+//! checkpoints and chain-mode healing.
+//!
+//! A step is streamed by one or more *attempts*. An attempt that fails before producing
+//! content is retried as is (up to `max_attempts` in all, with backoff). One that fails after
+//! producing content is recovered with the plan [`choose_plan`] picks (up to
+//! `max_recoveries` times). Permanent errors are never retried. Every retry is announced
+//! through the retry hook and a [`LiveEvent::Retry`] first.
+
+use futures::StreamExt;
+use keel_core::{
+    CancelCause, ErrorKind, FinishReason, Message, ModelCall, ProviderError, StreamEvent,
+};
+use tokio::time::Instant;
+
+use crate::accumulate::StepAccumulator;
+use crate::checkpoint::StreamCheckpoint;
+use crate::recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
+use crate::run::{RetryNotice, RunError, Runner, StepEnd};
+use crate::sink::LiveEvent;
+
+/// How one attempt ended.
+enum AttemptEnd {
+    Finished,
+    Cancelled,
+    Failed(ProviderError),
+}
+
+impl Runner {
+    /// Streams step `step_index` into `acc`, retrying and recovering as needed.
+    pub(crate) async fn stream_step(
+        &mut self,
+        step_index: usize,
+        history: &mut Vec<Message>,
+        acc: &mut StepAccumulator,
+    ) -> StepEnd {
+        let mut continuation: Option<String> = None;
+        if step_index == 0
+            && let Some(checkpoint) = self.load_checkpoint().await
+        {
+            let snapshot = checkpoint.snapshot();
+            acc.restore(&snapshot, &self.options.clock);
+            match choose_plan(&snapshot) {
+                RecoveryPlan::SynthesizeToolUse { .. } => {
+                    acc.finish_reason = Some(FinishReason::ToolCalls);
+                    return StepEnd::Finished;
+                }
+                RecoveryPlan::ContinueText { prefix }
+                | RecoveryPlan::TruncateBeforeTool { prefix, .. } => {
+                    acc.continue_text();
+                    continuation = Some(prefix);
+                }
+                RecoveryPlan::WholeRestart => *acc = StepAccumulator::new(),
+            }
+        }
+
+        let mut attempts = 0u32;
+        let mut retries = 0u32;
+        let mut recoveries = 0u32;
+        loop {
+            attempts += 1;
+            let call = self.model_call(history, continuation.as_deref());
+            let error = match self.attempt(call, acc).await {
+                AttemptEnd::Finished => return StepEnd::Finished,
+                AttemptEnd::Cancelled => return StepEnd::Cancelled,
+                AttemptEnd::Failed(error) => error,
+            };
+            self.save_checkpoint(acc).await;
+            if error.kind == ErrorKind::ChainBroken {
+                self.heal_chain(history).await;
+            }
+            if !error.retryable() {
+                return StepEnd::Failed(Box::new(RunError::Provider(error)));
+            }
+
+            let produced_content = !acc.is_empty() || acc.tool_calls().next().is_some();
+            if !produced_content {
+                retries += 1;
+                if retries >= self.options.retry.max_attempts {
+                    return StepEnd::Failed(Box::new(RunError::Provider(error)));
+                }
+                *acc = StepAccumulator::new();
+                continuation = None;
+                if !self.back_off(attempts + 1, retries, &error).await {
+                    return StepEnd::Cancelled;
+                }
+                continue;
+            }
+
+            let snapshot = StreamSnapshot::of(acc);
+            recoveries += 1;
+            if recoveries > self.options.retry.max_recoveries {
+                return StepEnd::Failed(Box::new(RunError::StreamInterrupted {
+                    cause: error,
+                    snapshot,
+                    attempts,
+                }));
+            }
+            match choose_plan(&snapshot) {
+                RecoveryPlan::SynthesizeToolUse { cancelled } => {
+                    if let Some(call) = cancelled {
+                        self.cancel_call(acc, &call.tool_call_id, &call.tool_name, &error);
+                    }
+                    acc.finish_reason = Some(FinishReason::ToolCalls);
+                    return StepEnd::Finished;
+                }
+                RecoveryPlan::ContinueText { prefix } => {
+                    acc.continue_text();
+                    continuation = Some(prefix);
+                }
+                RecoveryPlan::TruncateBeforeTool { prefix, dropped } => {
+                    self.cancel_call(acc, &dropped.tool_call_id, &dropped.tool_name, &error);
+                    acc.continue_text();
+                    continuation = Some(prefix);
+                }
+                RecoveryPlan::WholeRestart => {
+                    self.options.sink.publish(LiveEvent::StreamReset);
+                    *acc = StepAccumulator::new();
+                    continuation = None;
+                }
+            }
+            if !self.back_off(attempts + 1, recoveries, &error).await {
+                return StepEnd::Cancelled;
+            }
+        }
+    }
+
+    /// One provider attempt with its startup and idle watchdogs.
+    async fn attempt(&mut self, call: ModelCall, acc: &mut StepAccumulator) -> AttemptEnd {
+        let attempt_cancel = self.cancel.child();
+        let startup = self.options.timeouts.startup;
+        let idle = self
+            .options
+            .timeouts
+            .idle_for(self.options.model.model(), &call.options);
+        let started = Instant::now();
+        let model = self.options.model.clone();
+        let opened = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return AttemptEnd::Cancelled,
+            opened = model.stream(call, attempt_cancel.clone()) => opened,
+            _ = tokio::time::sleep(startup) => {
+                attempt_cancel.cancel(CancelCause::Shutdown);
+                return AttemptEnd::Failed(self.watchdog_error(ErrorKind::StartupTimeout, startup));
+            }
+        };
+        let mut stream = match opened {
+            Ok(stream) => stream,
+            Err(_) if self.cancel.is_cancelled() => return AttemptEnd::Cancelled,
+            Err(error) => return AttemptEnd::Failed(error),
+        };
+        let mut first_event = true;
+        let mut checkpointed_at = acc.content_events;
+        loop {
+            let (limit, kind) = if first_event {
+                (
+                    startup.saturating_sub(started.elapsed()),
+                    ErrorKind::StartupTimeout,
+                )
+            } else {
+                (idle, ErrorKind::IdleStall)
+            };
+            let event = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return AttemptEnd::Cancelled,
+                event = stream.next() => event,
+                _ = tokio::time::sleep(limit) => {
+                    attempt_cancel.cancel(CancelCause::Shutdown);
+                    let waited = if first_event { startup } else { idle };
+                    return AttemptEnd::Failed(self.watchdog_error(kind, waited));
+                }
+            };
+            first_event = false;
+            match event {
+                None => break,
+                Some(StreamEvent::Error(_)) if self.cancel.is_cancelled() => {
+                    return AttemptEnd::Cancelled;
+                }
+                Some(StreamEvent::Error(error)) => return AttemptEnd::Failed(error),
+                Some(event) => {
+                    acc.apply(event, self.options.sink.as_ref(), &self.options.clock);
+                    if let Some(every) = self.options.checkpointing.as_ref().map(|c| c.every)
+                        && acc.content_events >= checkpointed_at + every.max(1)
+                    {
+                        checkpointed_at = acc.content_events;
+                        self.save_checkpoint(acc).await;
+                    }
+                }
+            }
+        }
+        // A provider that silently ends the body when cancelled yields no error event.
+        if self.cancel.is_cancelled() {
+            AttemptEnd::Cancelled
+        } else {
+            AttemptEnd::Finished
+        }
+    }
+
+    fn watchdog_error(&self, kind: ErrorKind, waited: std::time::Duration) -> ProviderError {
+        let what = if kind == ErrorKind::StartupTimeout {
+            "no stream event arrived"
+        } else {
+            "the stream fell silent"
+        };
+        ProviderError::new(kind, format!("{what} for {} ms", waited.as_millis()))
+            .with_source(self.options.model.provider(), self.options.model.model())
+    }
+
+    /// Announces and waits out the delay before attempt number `attempt`. Returns false
+    /// when the run was cancelled during the wait.
+    async fn back_off(&mut self, attempt: u32, retry: u32, error: &ProviderError) -> bool {
+        let delay = self
+            .options
+            .retry
+            .delay(retry, error.retry_after, &mut self.rng);
+        let notice = RetryNotice {
+            attempt,
+            error: error.clone(),
+            kind: error.kind,
+            delay,
+        };
+        tracing::warn!(attempt, kind = %error.kind, delay_ms = delay.as_millis() as u64,
+            error = %error.message, "retrying provider stream");
+        if let Some(hook) = &self.options.on_retry {
+            hook(&notice);
+        }
+        self.options.sink.publish(LiveEvent::Retry {
+            attempt,
+            delay,
+            kind: error.kind,
+            message: error.message.clone(),
+        });
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
+
+    fn cancel_call(
+        &self,
+        acc: &mut StepAccumulator,
+        tool_call_id: &str,
+        tool_name: &str,
+        error: &ProviderError,
+    ) {
+        acc.remove_call(tool_call_id);
+        self.options.sink.publish(LiveEvent::ToolCallCancel {
+            tool_call_id: tool_call_id.to_owned(),
+            tool_name: tool_name.to_owned(),
+            reason: format!(
+                "the stream was cut before the call completed ({})",
+                error.kind
+            ),
+        });
+    }
+
+    /// Chain-broken self-healing: never send the dead response id again, tell the owner to
+    /// stop chaining, and rebuild the prompt from the full history.
+    async fn heal_chain(&mut self, history: &mut Vec<Message>) {
+        self.options.call_options.previous_response_id = None;
+        if let Some(disable) = &self.options.chain.disable_chain_mode {
+            disable();
+        }
+        if let Some(reload) = &self.options.chain.reload_history {
+            match reload().await {
+                Ok(full) => *history = full,
+                Err(error) => {
+                    tracing::warn!(%error, "reloading history after a broken chain failed; retrying with the prompt at hand");
+                }
+            }
+        }
+    }
+
+    /// After the first chained step, later steps carry tool results the stored chain does not
+    /// have: leave chain mode and continue on the full history.
+    pub(crate) async fn leave_chain_mode(&mut self, history: &mut Vec<Message>) {
+        if self
+            .options
+            .call_options
+            .previous_response_id
+            .take()
+            .is_none()
+        {
+            return;
+        }
+        if let Some(reload) = &self.options.chain.reload_history {
+            match reload().await {
+                Ok(full) => *history = full,
+                Err(error) => {
+                    tracing::warn!(%error, "reloading history after a chained step failed")
+                }
+            }
+        }
+    }
+
+    async fn load_checkpoint(&self) -> Option<StreamCheckpoint> {
+        let checkpointing = self.options.checkpointing.as_ref()?;
+        match checkpointing.store.load(&checkpointing.chat_id).await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, "loading the stream checkpoint failed; starting fresh");
+                None
+            }
+        }
+    }
+
+    pub(crate) async fn save_checkpoint(&self, acc: &StepAccumulator) {
+        let Some(checkpointing) = &self.options.checkpointing else {
+            return;
+        };
+        let snapshot = StreamSnapshot::of(acc);
+        let checkpoint = StreamCheckpoint {
+            run_id: checkpointing.run_id.clone(),
+            chat_id: checkpointing.chat_id.clone(),
+            model: self.options.model.model().to_owned(),
+            partial_text: snapshot.partial_text,
+            completed_calls: snapshot.completed_calls,
+            in_flight: snapshot.in_flight,
+            saved_at: self.options.clock.now(),
+        };
+        if let Err(error) = checkpointing.store.save(&checkpoint).await {
+            tracing::warn!(%error, "saving the stream checkpoint failed; streaming on");
+        }
+    }
+
+    pub(crate) async fn delete_checkpoint(&self) {
+        if let Some(checkpointing) = &self.options.checkpointing
+            && let Err(error) = checkpointing.store.delete(&checkpointing.chat_id).await
+        {
+            tracing::warn!(%error, "deleting the stream checkpoint failed");
+        }
+    }
+}
