@@ -1,0 +1,820 @@
+//! The daemon's configuration: the TOML file, flags and environment of the public contract.
+//!
+//! Precedence, as the contract gives it: a flag beats the file; the file beats `KEEL_LISTEN`
+//! and `KEEL_DATABASE_URL`, which beat the built-in defaults. Every mistake stops start-up with
+//! a message naming the key — an unknown key is never silently ignored.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
+pub const DEFAULT_DATABASE: &str = "sqlite://keel-data/keel.db";
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl ConfigError {
+    fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The file as written. Unknown keys are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub database: Option<String>,
+    #[serde(default)]
+    pub providers: Vec<ProviderEntry>,
+    #[serde(default)]
+    pub models: Vec<ModelEntry>,
+    #[serde(default)]
+    pub runs: RunsConfig,
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerEntry>,
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    #[serde(default)]
+    pub users: Vec<UserEntry>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEntry {
+    pub name: String,
+    /// `openai-chat`, `openai-responses` or `anthropic`.
+    pub kind: String,
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Send `stream_options.include_usage` (openai-chat); some servers reject it.
+    #[serde(default = "yes")]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    pub id: String,
+    pub provider: String,
+    pub model: String,
+    pub context_limit: Option<u64>,
+    #[serde(default)]
+    pub default: bool,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_output_tokens: Option<u32>,
+    pub reasoning_effort: Option<String>,
+    #[serde(default)]
+    pub store: bool,
+    pub thinking_budget_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunsConfig {
+    pub max_steps: i64,
+    pub startup_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub retry_max_attempts: u32,
+    pub retry_initial_delay_ms: u64,
+    pub retry_max_delay_ms: u64,
+    pub workers: usize,
+    pub compaction_threshold: f64,
+    /// How long a worker's claim on a chat lasts without renewal.
+    pub lease_ms: u64,
+    /// Queued messages a chat may hold.
+    pub queue_max: usize,
+    /// How long client-side tool calls may wait for results.
+    pub pending_action_timeout_ms: u64,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+}
+
+impl Default for RunsConfig {
+    fn default() -> Self {
+        Self {
+            max_steps: 25,
+            startup_timeout_ms: 60_000,
+            idle_timeout_ms: 60_000,
+            retry_max_attempts: 5,
+            retry_initial_delay_ms: 1_000,
+            retry_max_delay_ms: 60_000,
+            workers: 64,
+            compaction_threshold: 0.8,
+            lease_ms: 30_000,
+            queue_max: 20,
+            pending_action_timeout_ms: 300_000,
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl RunsConfig {
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerEntry {
+    pub name: String,
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: HashMap<String, String>,
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    pub builtin: Vec<String>,
+    pub workspace: PathBuf,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            builtin: [
+                "read_file",
+                "write_file",
+                "edit_file",
+                "list_dir",
+                "run_command",
+            ]
+            .map(String::from)
+            .to_vec(),
+            workspace: PathBuf::from("./workspace"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserEntry {
+    pub name: String,
+    pub token_sha256: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What the command line gave.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub database: Option<String>,
+    /// Allow a non-loopback listen address with no users configured.
+    pub allow_unauthenticated_public: bool,
+}
+
+/// A provider ready to be built: its key resolved from the environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedProvider {
+    pub entry: ProviderEntry,
+    pub api_key: Option<String>,
+}
+
+/// The configuration the daemon runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: String,
+    pub database: String,
+    pub providers: Vec<ResolvedProvider>,
+    pub models: Vec<ModelEntry>,
+    pub runs: RunsConfig,
+    pub mcp_servers: Vec<McpServerEntry>,
+    pub tools: ToolsConfig,
+    pub users: Vec<UserEntry>,
+    /// No provider was configured: the built-in demo model serves `demo`.
+    pub demo: bool,
+    pub allow_unauthenticated_public: bool,
+    pub source: Option<PathBuf>,
+}
+
+/// Reads the environment; injectable so tests need not touch the process environment.
+pub trait Env {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Config {
+    /// Loads the configuration from the file (flag, else `KEEL_CONFIG`, else none), the
+    /// flags and the environment.
+    pub fn load(overrides: &Overrides, env: &dyn Env) -> Result<Self, ConfigError> {
+        let path = overrides
+            .config
+            .clone()
+            .or_else(|| env.var("KEEL_CONFIG").map(PathBuf::from));
+        let file = match &path {
+            Some(path) => Self::read_file(path)?,
+            None => FileConfig::default(),
+        };
+        Self::resolve(file, path, overrides, env)
+    }
+
+    fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Applies precedence, defaults and validation to a parsed file.
+    pub fn resolve(
+        file: FileConfig,
+        source: Option<PathBuf>,
+        overrides: &Overrides,
+        env: &dyn Env,
+    ) -> Result<Self, ConfigError> {
+        let listen = overrides
+            .listen
+            .clone()
+            .or(file.listen)
+            .or_else(|| env.var("KEEL_LISTEN"))
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+        let database = overrides
+            .database
+            .clone()
+            .or(file.database)
+            .or_else(|| env.var("KEEL_DATABASE_URL"))
+            .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
+        validate_listen(&listen)?;
+        validate_database(&database)?;
+
+        let (mut providers, mut models) = (file.providers, file.models);
+        if providers.is_empty() && models.is_empty() {
+            (providers, models) = providers_from_env(env);
+        }
+        let providers = resolve_providers(providers, env)?;
+        validate_models(&models, &providers)?;
+        validate_runs(&file.runs)?;
+        validate_mcp(&file.mcp_servers)?;
+        validate_tools(&file.tools)?;
+        validate_users(&file.users)?;
+        let demo = providers.is_empty();
+
+        let config = Self {
+            listen,
+            database,
+            providers,
+            models,
+            runs: file.runs,
+            mcp_servers: file.mcp_servers,
+            tools: file.tools,
+            users: file.users,
+            demo,
+            allow_unauthenticated_public: overrides.allow_unauthenticated_public,
+            source,
+        };
+        config.check_exposure()?;
+        Ok(config)
+    }
+
+    /// Refuses to serve a non-loopback address without users unless explicitly allowed.
+    fn check_exposure(&self) -> Result<(), ConfigError> {
+        if self.users.is_empty() && !self.allow_unauthenticated_public && !is_loopback(&self.listen)
+        {
+            return Err(ConfigError::invalid(
+                "listen",
+                format!(
+                    "{} is not a loopback address and no [[users]] are configured; add users or \
+                     pass --allow-unauthenticated-public",
+                    self.listen
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The id of the default model.
+    pub fn default_model(&self) -> Option<&str> {
+        self.models
+            .iter()
+            .find(|m| m.default)
+            .or_else(|| self.models.first())
+            .map(|m| m.id.as_str())
+    }
+}
+
+fn validate_listen(listen: &str) -> Result<(), ConfigError> {
+    listen
+        .parse::<std::net::SocketAddr>()
+        .map(|_| ())
+        .map_err(|e| ConfigError::invalid("listen", format!("`{listen}` is not HOST:PORT ({e})")))
+}
+
+fn validate_database(database: &str) -> Result<(), ConfigError> {
+    if database.starts_with("sqlite:")
+        || database.starts_with("postgres://")
+        || database.starts_with("postgresql://")
+    {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            "database",
+            format!("`{database}` must start with sqlite:// or postgres://"),
+        ))
+    }
+}
+
+fn is_loopback(listen: &str) -> bool {
+    listen
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback())
+}
+
+pub const PROVIDER_KINDS: [&str; 3] = ["openai-chat", "openai-responses", "anthropic"];
+
+fn resolve_providers(
+    providers: Vec<ProviderEntry>,
+    env: &dyn Env,
+) -> Result<Vec<ResolvedProvider>, ConfigError> {
+    let mut names = HashSet::new();
+    providers
+        .into_iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let key = |field: &str| format!("providers[{i}].{field}");
+            if entry.name.trim().is_empty() {
+                return Err(ConfigError::invalid(key("name"), "must not be empty"));
+            }
+            if !names.insert(entry.name.clone()) {
+                return Err(ConfigError::invalid(
+                    key("name"),
+                    format!("duplicate provider `{}`", entry.name),
+                ));
+            }
+            if !PROVIDER_KINDS.contains(&entry.kind.as_str()) {
+                return Err(ConfigError::invalid(
+                    key("kind"),
+                    format!(
+                        "`{}` is not one of {}",
+                        entry.kind,
+                        PROVIDER_KINDS.join(", ")
+                    ),
+                ));
+            }
+            if let Some(url) = &entry.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                return Err(ConfigError::invalid(
+                    key("base_url"),
+                    format!("`{url}` is not an http(s) URL"),
+                ));
+            }
+            let api_key = match &entry.api_key_env {
+                Some(var) => Some(env.var(var).ok_or_else(|| {
+                    ConfigError::invalid(
+                        key("api_key_env"),
+                        format!("environment variable {var} is not set"),
+                    )
+                })?),
+                None => None,
+            };
+            Ok(ResolvedProvider { entry, api_key })
+        })
+        .collect()
+}
+
+fn validate_models(
+    models: &[ModelEntry],
+    providers: &[ResolvedProvider],
+) -> Result<(), ConfigError> {
+    let mut ids = HashSet::new();
+    for (i, model) in models.iter().enumerate() {
+        let key = |field: &str| format!("models[{i}].{field}");
+        if model.id.trim().is_empty() {
+            return Err(ConfigError::invalid(key("id"), "must not be empty"));
+        }
+        if !ids.insert(model.id.as_str()) {
+            return Err(ConfigError::invalid(
+                key("id"),
+                format!("duplicate model `{}`", model.id),
+            ));
+        }
+        if !providers.iter().any(|p| p.entry.name == model.provider) {
+            return Err(ConfigError::invalid(
+                key("provider"),
+                format!("no provider named `{}`", model.provider),
+            ));
+        }
+        if model.context_limit == Some(0) {
+            return Err(ConfigError::invalid(
+                key("context_limit"),
+                "must be positive",
+            ));
+        }
+    }
+    if models.iter().filter(|m| m.default).count() > 1 {
+        return Err(ConfigError::invalid(
+            "models.default",
+            "more than one model is the default",
+        ));
+    }
+    if !providers.is_empty() && models.is_empty() {
+        return Err(ConfigError::invalid(
+            "models",
+            "providers are configured but no [[models]]",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_runs(runs: &RunsConfig) -> Result<(), ConfigError> {
+    let positive = [
+        ("runs.startup_timeout_ms", runs.startup_timeout_ms),
+        ("runs.idle_timeout_ms", runs.idle_timeout_ms),
+        ("runs.retry_max_delay_ms", runs.retry_max_delay_ms),
+        ("runs.lease_ms", runs.lease_ms),
+        (
+            "runs.pending_action_timeout_ms",
+            runs.pending_action_timeout_ms,
+        ),
+    ];
+    for (key, value) in positive {
+        if value == 0 {
+            return Err(ConfigError::invalid(key, "must be positive"));
+        }
+    }
+    if runs.retry_max_attempts == 0 {
+        return Err(ConfigError::invalid(
+            "runs.retry_max_attempts",
+            "must be at least 1",
+        ));
+    }
+    if runs.workers == 0 {
+        return Err(ConfigError::invalid("runs.workers", "must be at least 1"));
+    }
+    if !(runs.compaction_threshold > 0.0 && runs.compaction_threshold <= 1.0) {
+        return Err(ConfigError::invalid(
+            "runs.compaction_threshold",
+            "must be in (0, 1]; 1.0 disables automatic compaction",
+        ));
+    }
+    if runs.max_body_bytes < 1024 {
+        return Err(ConfigError::invalid(
+            "runs.max_body_bytes",
+            "must be at least 1024",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_mcp(servers: &[McpServerEntry]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for (i, server) in servers.iter().enumerate() {
+        let key = |field: &str| format!("mcp_servers[{i}].{field}");
+        let valid_name = !server.name.is_empty()
+            && server
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid_name {
+            return Err(ConfigError::invalid(
+                key("name"),
+                "use letters, digits, _ and - only",
+            ));
+        }
+        if !names.insert(server.name.as_str()) {
+            return Err(ConfigError::invalid(
+                key("name"),
+                format!("duplicate server `{}`", server.name),
+            ));
+        }
+        match (&server.command, &server.url) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    key("url"),
+                    "give either command or url, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ConfigError::invalid(
+                    key("command"),
+                    "give a command (stdio) or a url",
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+pub const BUILTIN_TOOLS: [&str; 5] = [
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_dir",
+    "run_command",
+];
+
+fn validate_tools(tools: &ToolsConfig) -> Result<(), ConfigError> {
+    for (i, name) in tools.builtin.iter().enumerate() {
+        if !BUILTIN_TOOLS.contains(&name.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("tools.builtin[{i}]"),
+                format!("`{name}` is not one of {}", BUILTIN_TOOLS.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_users(users: &[UserEntry]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for (i, user) in users.iter().enumerate() {
+        if user.name.trim().is_empty() || !names.insert(user.name.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].name"),
+                "empty or duplicate name",
+            ));
+        }
+        let hex = user.token_sha256.len() == 64
+            && user.token_sha256.chars().all(|c| c.is_ascii_hexdigit());
+        if !hex {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].token_sha256"),
+                "must be 64 hex digits (use `keel users add NAME`)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// With no file-configured providers, the usual environment variables configure them.
+fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
+    let mut providers = Vec::new();
+    let mut models = Vec::new();
+    let model = |id: &str, provider: &str, limit: u64, default: bool| ModelEntry {
+        id: id.to_owned(),
+        provider: provider.to_owned(),
+        model: id.to_owned(),
+        context_limit: Some(limit),
+        default,
+        temperature: None,
+        top_p: None,
+        max_output_tokens: None,
+        reasoning_effort: None,
+        store: false,
+        thinking_budget_tokens: None,
+    };
+    if env.var("OPENAI_API_KEY").is_some() {
+        providers.push(ProviderEntry {
+            name: "openai".into(),
+            kind: "openai-chat".into(),
+            base_url: env.var("OPENAI_BASE_URL"),
+            api_key_env: Some("OPENAI_API_KEY".into()),
+            include_usage: true,
+        });
+        models.push(model("gpt-4.1", "openai", 1_047_576, true));
+        models.push(model("gpt-4.1-mini", "openai", 1_047_576, false));
+    }
+    if env.var("ANTHROPIC_API_KEY").is_some() {
+        let first = providers.is_empty();
+        providers.push(ProviderEntry {
+            name: "anthropic".into(),
+            kind: "anthropic".into(),
+            base_url: env.var("ANTHROPIC_BASE_URL"),
+            api_key_env: Some("ANTHROPIC_API_KEY".into()),
+            include_usage: true,
+        });
+        let mut sonnet = model("claude-sonnet-4-5", "anthropic", 200_000, first);
+        sonnet.max_output_tokens = Some(8192);
+        models.push(sonnet);
+    }
+    (providers, models)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct FakeEnv(HashMap<&'static str, &'static str>);
+
+    impl Env for FakeEnv {
+        fn var(&self, name: &str) -> Option<String> {
+            self.0.get(name).map(|v| (*v).to_owned())
+        }
+    }
+
+    fn env(pairs: &[(&'static str, &'static str)]) -> FakeEnv {
+        FakeEnv(pairs.iter().copied().collect())
+    }
+
+    fn parse(text: &str) -> Result<FileConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    fn resolve(text: &str, env: &FakeEnv) -> Result<Config, ConfigError> {
+        Config::resolve(
+            parse(text).map_err(|m| ConfigError::invalid("file", m))?,
+            None,
+            &Overrides::default(),
+            env,
+        )
+    }
+
+    #[test]
+    fn embedded_defaults_use_the_demo_model() {
+        let config = resolve("", &env(&[])).unwrap();
+        assert_eq!(config.listen, DEFAULT_LISTEN);
+        assert_eq!(config.database, DEFAULT_DATABASE);
+        assert!(config.demo);
+        assert_eq!(config.runs, RunsConfig::default());
+    }
+
+    #[test]
+    fn the_contract_example_parses() {
+        let text = r#"
+listen   = "127.0.0.1:8700"
+database = "sqlite://keel-data/keel.db"
+
+[[providers]]
+name        = "openai"
+kind        = "openai-chat"
+base_url    = "https://api.openai.com/v1"
+api_key_env = "OPENAI_API_KEY"
+
+[[models]]
+id            = "gpt-4.1"
+provider      = "openai"
+model         = "gpt-4.1"
+context_limit = 1047576
+default       = true
+temperature   = 0.2
+
+[runs]
+max_steps              = 25
+startup_timeout_ms     = 60000
+idle_timeout_ms        = 60000
+retry_max_attempts     = 5
+retry_initial_delay_ms = 1000
+retry_max_delay_ms     = 60000
+workers                = 64
+compaction_threshold   = 0.8
+
+[[mcp_servers]]
+name    = "files"
+command = "npx"
+args    = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/project"]
+
+[tools]
+builtin   = ["read_file", "write_file", "edit_file", "list_dir", "run_command"]
+workspace = "./workspace"
+"#;
+        let config = resolve(text, &env(&[("OPENAI_API_KEY", "sk-test")])).unwrap();
+        assert!(!config.demo);
+        assert_eq!(config.providers[0].api_key.as_deref(), Some("sk-test"));
+        assert_eq!(config.default_model(), Some("gpt-4.1"));
+        assert_eq!(config.mcp_servers[0].args.len(), 3);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = parse("listen = \"127.0.0.1:1\"\nlisten_port = 3").unwrap_err();
+        assert!(err.contains("listen_port"), "{err}");
+        let err = parse("[runs]\nmax_step = 3").unwrap_err();
+        assert!(err.contains("max_step"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("[runs]\nworkers = 0", "runs.workers"),
+            (
+                "[runs]\ncompaction_threshold = 1.5",
+                "runs.compaction_threshold",
+            ),
+            ("listen = \"nowhere\"", "listen"),
+            ("database = \"mysql://x\"", "database"),
+            ("[tools]\nbuiltin = [\"rm_rf\"]", "tools.builtin[0]"),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"gemini\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].kind",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\napi_key_env = \"MISSING_KEY\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].api_key_env",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\n[[models]]\nid = \"m\"\nprovider = \"q\"\nmodel = \"m\"",
+                "models[0].provider",
+            ),
+            ("[[mcp_servers]]\nname = \"x\"", "mcp_servers[0].command"),
+            (
+                "[[users]]\nname = \"a\"\ntoken_sha256 = \"zz\"",
+                "users[0].token_sha256",
+            ),
+        ];
+        for (text, key) in cases {
+            match resolve(text, &env(&[])) {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key, "{text}"),
+                other => panic!("{text}: expected an error naming {key}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn precedence_flag_then_file_then_env_then_default() {
+        let e = env(&[
+            ("KEEL_LISTEN", "127.0.0.1:9000"),
+            ("KEEL_DATABASE_URL", "sqlite://env.db"),
+        ]);
+        let from_env = resolve("", &e).unwrap();
+        assert_eq!(from_env.listen, "127.0.0.1:9000");
+        assert_eq!(from_env.database, "sqlite://env.db");
+        let from_file = resolve("listen = \"127.0.0.1:9100\"", &e).unwrap();
+        assert_eq!(from_file.listen, "127.0.0.1:9100");
+        let flags = Overrides {
+            listen: Some("127.0.0.1:9200".into()),
+            ..Overrides::default()
+        };
+        let from_flag = Config::resolve(
+            parse("listen = \"127.0.0.1:9100\"").unwrap(),
+            None,
+            &flags,
+            &e,
+        )
+        .unwrap();
+        assert_eq!(from_flag.listen, "127.0.0.1:9200");
+    }
+
+    #[test]
+    fn public_listen_needs_users_or_an_explicit_flag() {
+        let err = resolve("listen = \"0.0.0.0:8700\"", &env(&[])).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { ref key, .. } if key == "listen"));
+        let flags = Overrides {
+            allow_unauthenticated_public: true,
+            ..Overrides::default()
+        };
+        assert!(
+            Config::resolve(
+                parse("listen = \"0.0.0.0:8700\"").unwrap(),
+                None,
+                &flags,
+                &env(&[])
+            )
+            .is_ok()
+        );
+        let with_user = format!(
+            "listen = \"0.0.0.0:8700\"\n[[users]]\nname = \"alice\"\ntoken_sha256 = \"{}\"",
+            "a".repeat(64)
+        );
+        assert!(resolve(&with_user, &env(&[])).is_ok());
+    }
+
+    #[test]
+    fn providers_come_from_the_usual_environment_variables() {
+        let config = resolve(
+            "",
+            &env(&[
+                ("ANTHROPIC_API_KEY", "k"),
+                ("ANTHROPIC_BASE_URL", "http://127.0.0.1:1"),
+            ]),
+        )
+        .unwrap();
+        assert!(!config.demo);
+        assert_eq!(config.providers[0].entry.kind, "anthropic");
+        assert_eq!(
+            config.providers[0].entry.base_url.as_deref(),
+            Some("http://127.0.0.1:1")
+        );
+        assert_eq!(config.default_model(), Some("claude-sonnet-4-5"));
+    }
+}

@@ -1,0 +1,209 @@
+//! Prometheus metrics of the contract, plus Keel's own operational ones.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetryLabels {
+    pub provider: String,
+    pub model: String,
+    pub kind: String,
+    pub chain_broken: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    pub provider: String,
+    pub model: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    pub tool: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabels {
+    pub server: String,
+}
+
+/// Every metric the daemon exports.
+pub struct Metrics {
+    registry: Registry,
+    pub stream_retries: Family<RetryLabels, Counter>,
+    pub steps: Family<StepLabels, Counter>,
+    pub active_runs: Gauge,
+    pub time_to_first_part: Histogram,
+    pub tool_calls: Family<ToolLabels, Counter>,
+    pub lease_renewals: Counter,
+    pub lost_leases: Counter,
+    pub recovered_runs: Counter,
+    pub sse_connections: Counter,
+    pub sse_reconnects: Counter,
+    pub replayed_events: Counter,
+    pub sse_lagged_disconnects: Counter,
+    pub mcp_server_failures: Family<ServerLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let stream_retries = Family::<RetryLabels, Counter>::default();
+        registry.register(
+            "keel_stream_retries",
+            "Provider stream attempts that were retried",
+            stream_retries.clone(),
+        );
+        let steps = Family::<StepLabels, Counter>::default();
+        registry.register("keel_steps", "Model steps by outcome", steps.clone());
+        let active_runs = Gauge::default();
+        registry.register(
+            "keel_active_runs",
+            "Runs executing now",
+            active_runs.clone(),
+        );
+        let time_to_first_part =
+            Histogram::new([0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]);
+        registry.register(
+            "keel_time_to_first_part_seconds",
+            "Time from the start of a step to its first live part",
+            time_to_first_part.clone(),
+        );
+        let tool_calls = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "keel_tool_calls",
+            "Tool calls by outcome",
+            tool_calls.clone(),
+        );
+        let lease_renewals = Counter::default();
+        registry.register(
+            "keel_lease_renewals",
+            "Chat lease renewals",
+            lease_renewals.clone(),
+        );
+        let lost_leases = Counter::default();
+        registry.register(
+            "keel_lost_leases",
+            "Runs stopped because their lease was lost",
+            lost_leases.clone(),
+        );
+        let recovered_runs = Counter::default();
+        registry.register(
+            "keel_recovered_runs",
+            "Runs resumed after a crash or an expired lease",
+            recovered_runs.clone(),
+        );
+        let sse_connections = Counter::default();
+        registry.register(
+            "keel_sse_connections",
+            "Live event connections",
+            sse_connections.clone(),
+        );
+        let sse_reconnects = Counter::default();
+        registry.register(
+            "keel_sse_reconnects",
+            "Live event connections that resumed from an event id",
+            sse_reconnects.clone(),
+        );
+        let replayed_events = Counter::default();
+        registry.register(
+            "keel_sse_replayed_events",
+            "Events replayed to connecting clients",
+            replayed_events.clone(),
+        );
+        let sse_lagged_disconnects = Counter::default();
+        registry.register(
+            "keel_sse_lagged_disconnects",
+            "Live event clients disconnected for falling behind",
+            sse_lagged_disconnects.clone(),
+        );
+        let mcp_server_failures = Family::<ServerLabels, Counter>::default();
+        registry.register(
+            "keel_mcp_server_failures",
+            "MCP servers that failed to start or crashed",
+            mcp_server_failures.clone(),
+        );
+        Self {
+            registry,
+            stream_retries,
+            steps,
+            active_runs,
+            time_to_first_part,
+            tool_calls,
+            lease_renewals,
+            lost_leases,
+            recovered_runs,
+            sse_connections,
+            sse_reconnects,
+            replayed_events,
+            sse_lagged_disconnects,
+            mcp_server_failures,
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            // Encoding into a String cannot fail; keep the partial text rather than panic.
+            tracing::error!("encoding metrics failed");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_metric_names_are_exported() {
+        let metrics = Metrics::new();
+        metrics
+            .stream_retries
+            .get_or_create(&RetryLabels {
+                provider: "p".into(),
+                model: "m".into(),
+                kind: "rate_limit".into(),
+                chain_broken: "false".into(),
+            })
+            .inc();
+        metrics
+            .steps
+            .get_or_create(&StepLabels {
+                provider: "p".into(),
+                model: "m".into(),
+                outcome: "completed".into(),
+            })
+            .inc();
+        metrics
+            .tool_calls
+            .get_or_create(&ToolLabels {
+                tool: "read_file".into(),
+                outcome: "ok".into(),
+            })
+            .inc();
+        let text = metrics.render();
+        for name in [
+            "keel_stream_retries_total{provider=\"p\",model=\"m\",kind=\"rate_limit\",chain_broken=\"false\"} 1",
+            "keel_steps_total{provider=\"p\",model=\"m\",outcome=\"completed\"} 1",
+            "keel_active_runs 0",
+            "keel_time_to_first_part_seconds_bucket",
+            "keel_tool_calls_total{tool=\"read_file\",outcome=\"ok\"} 1",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}
