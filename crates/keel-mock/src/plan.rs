@@ -134,9 +134,10 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
     Plan::Reply(Box::new(build(&step, conversation, model, state, &active)))
 }
 
-/// Fills in the echo text for a step without its own text.
+/// Fills in the echo text for a step without its own text. A step that calls tools says
+/// nothing unless told to, as models calling tools often do.
 fn with_echo(mut step: Step, user_text: &str) -> Step {
-    if step.text.is_none() {
+    if step.text.is_none() && step.tool_calls.is_empty() {
         let echo = if user_text.trim().is_empty() {
             EMPTY_ECHO
         } else {

@@ -130,7 +130,8 @@ impl TryFrom<Value> for Script {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Step {
-    /// The reply text; absent means echoing the user text (without the directive line).
+    /// The reply text; absent means echoing the user text (without the directive line), or
+    /// no text at all when the step calls tools.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     /// Stream exactly this many text tokens, cycling the text (or filler words when the text
@@ -185,7 +186,7 @@ impl Step {
 
     /// A step that calls one tool and says nothing.
     pub fn tool_call(name: impl Into<String>, args: Value) -> Self {
-        Self::text("").call(name, args)
+        Self::default().call(name, args)
     }
 
     /// Adds a tool call.
