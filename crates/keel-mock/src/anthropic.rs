@@ -75,23 +75,33 @@ fn conversation(request: &Value) -> Conversation {
     conversation
 }
 
-/// A user message is either tool results (Anthropic sends them with the user role) or text.
+/// A user message carries tool results (Anthropic sends them with the user role), text, or
+/// both; text after tool results is a new instruction and restarts the script's steps.
 fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>, content: &Value) {
-    let results: Vec<&Value> = content
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|block| block["type"] == "tool_result")
-        .collect();
-    if results.is_empty() {
+    let Some(blocks) = content.as_array() else {
         conversation.user(content_text(content));
         return;
+    };
+    let mut texts = Vec::new();
+    let mut had_results = false;
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("tool_result") => {
+                had_results = true;
+                let name = block["tool_use_id"]
+                    .as_str()
+                    .and_then(|id| names.get(id).cloned());
+                conversation.tool_result(name, content_text(&block["content"]));
+            }
+            _ => {
+                if let Some(text) = block["text"].as_str() {
+                    texts.push(text);
+                }
+            }
+        }
     }
-    for result in results {
-        let name = result["tool_use_id"]
-            .as_str()
-            .and_then(|id| names.get(id).cloned());
-        conversation.tool_result(name, content_text(&result["content"]));
+    if !had_results || !texts.is_empty() {
+        conversation.user(texts.join("\n"));
     }
 }
 

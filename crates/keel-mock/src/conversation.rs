@@ -85,7 +85,8 @@ impl Conversation {
 }
 
 /// The text of a message `content` that is a string or a list of parts with `text` fields
-/// (every protocol here uses one of the two shapes).
+/// (every protocol here uses one of the two shapes). Parts are joined by newlines so a
+/// directive sent as a part of its own stays on a line of its own.
 pub(crate) fn content_text(content: &serde_json::Value) -> String {
     match content {
         serde_json::Value::String(text) => text.clone(),
@@ -93,7 +94,7 @@ pub(crate) fn content_text(content: &serde_json::Value) -> String {
             .iter()
             .filter_map(|part| part.get("text").and_then(serde_json::Value::as_str))
             .collect::<Vec<_>>()
-            .join(""),
+            .join("\n"),
         _ => String::new(),
     }
 }

@@ -206,10 +206,13 @@ impl Player {
     /// Ends the body with an error, which makes the server drop the connection without
     /// finishing the response.
     async fn cut(&self) {
-        // Let the body drain first, so everything sent before the cut reaches the client.
+        // Let the body drain first, so everything sent before the cut reaches the client:
+        // once the server has taken every queued frame it finds the body empty and flushes,
+        // and only then does the error make it drop the connection. The short sleep (tokio time) avoids
+        // spinning while a slow client reads.
         let capacity = self.tx.max_capacity();
         while self.tx.capacity() < capacity && !self.tx.is_closed() {
-            tokio::task::yield_now().await;
+            sleep(Duration::from_millis(1)).await;
         }
         let error = io::Error::new(io::ErrorKind::ConnectionAborted, "scripted cut");
         let _ = self.tx.send(Err(error)).await;

@@ -127,6 +127,13 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
             1,
         ),
     };
+    tracing::debug!(
+        scripted = directive.is_some(),
+        step = index,
+        attempt,
+        model,
+        "planning a reply"
+    );
     let active = |times: Option<u32>| times.is_none_or(|t| attempt <= t);
     if let Some(error) = step.error.as_ref().filter(|e| active(e.times)) {
         return Plan::Fail(error.clone());

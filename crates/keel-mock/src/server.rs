@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -15,12 +16,17 @@ use crate::config::MockConfig;
 use crate::state::State;
 use crate::{anthropic, models, openai_chat, responses};
 
+/// Requests larger than this are refused. Far above axum's 2 MiB default, because long
+/// agent conversations and context-overflow tests send big prompts.
+const MAX_REQUEST_BYTES: usize = 256 * 1024 * 1024;
+
 fn app(state: Arc<State>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(openai_chat::handle))
         .route("/v1/responses", post(responses::handle))
         .route("/v1/messages", post(anthropic::handle))
         .route("/v1/models", get(models::list))
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(state)
 }
 

@@ -101,6 +101,28 @@ async fn tool_results_advance_to_the_next_step() {
 }
 
 #[tokio::test]
+async fn text_next_to_tool_results_restarts_the_steps() {
+    let server = server().await;
+    let first = Script::new(Step::tool_call("read_file", json!({}))).then(Step::text("old script"));
+    let second = Script::new(Step::text("new instructions"));
+    let body = json!({"model": "mock", "max_tokens": 100, "stream": true, "messages": [
+        {"role": "user", "content": first.message("go")},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "x"}]},
+            {"type": "text", "text": "stop that"},
+            {"type": "text", "text": second.directive()},
+        ]},
+    ]});
+    let events = read_events(post(&server, "/messages", &body).await).await;
+    let text: String = named(&events, "content_block_delta")
+        .iter()
+        .filter_map(|d| d["delta"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(text, "new instructions");
+}
+
+#[tokio::test]
 async fn non_streaming_message() {
     let server = server().await;
     let script = Script::new(Step::text("Hi.").reasoning("hm").call("t", json!({"a": 1})));
