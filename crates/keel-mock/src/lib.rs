@@ -25,7 +25,7 @@ mod models;
 mod openai_chat;
 mod plan;
 mod responses;
-pub mod script;
+mod script;
 mod server;
 mod sse;
 mod state;
@@ -34,8 +34,8 @@ mod tokens;
 pub use config::{HUMAN_PACE, MockConfig};
 pub use error::ScriptError;
 pub use script::{
-    Cut, Directive, Finish, HttpError, Malformed, Script, Stall, Step, StreamError, ToolCall,
-    Usage, parse_directive,
+    Cut, DIRECTIVE, Directive, Finish, HttpError, Malformed, Script, Stall, Step, StreamError,
+    ToolCall, Usage, parse_directive,
 };
 pub use server::{MockServer, serve, spawn};
 
