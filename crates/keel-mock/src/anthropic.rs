@@ -1,0 +1,266 @@
+//! Anthropic Messages: `POST /v1/messages`.
+//!
+//! Streams `message_start` (with input usage), `ping`, then one content block per part
+//! (`thinking` with `thinking_delta`s closed by a `signature_delta`, `text` with
+//! `text_delta`s, `tool_use` with `input_json_delta`s), `message_delta` with the stop
+//! reason and final usage, and `message_stop`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::State as Extract;
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::conversation::{Conversation, content_text};
+use crate::driver::{self, Encoder, Piece};
+use crate::errors::{self, Flavor};
+use crate::plan::{Plan, Reply, StreamFault, plan};
+use crate::script::Finish;
+use crate::sse;
+use crate::state::State;
+
+pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> Response {
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(error) => {
+            return errors::invalid(Flavor::Anthropic, &format!("invalid JSON: {error}"));
+        }
+    };
+    let model = request["model"].as_str().unwrap_or("mock");
+    let reply = match plan(&conversation(&request), model, &state) {
+        Plan::Reply(reply) => *reply,
+        Plan::Fail(error) => return errors::scripted(Flavor::Anthropic, &error),
+        Plan::Invalid(message) => return errors::invalid(Flavor::Anthropic, &message),
+    };
+    if request["stream"].as_bool().unwrap_or(false) {
+        driver::stream(reply, Events { block: 0 }, state.shutdown.clone())
+    } else {
+        let body = message(&reply);
+        driver::whole(&reply, body, Flavor::Anthropic, &state.shutdown).await
+    }
+}
+
+fn conversation(request: &Value) -> Conversation {
+    let mut conversation = Conversation::default();
+    let mut names: HashMap<String, String> = HashMap::new();
+    conversation.context(content_text(&request["system"]).len());
+    for message in request["messages"].as_array().into_iter().flatten() {
+        let content = &message["content"];
+        match message["role"].as_str().unwrap_or_default() {
+            "assistant" => {
+                let mut chars = content_text(content).len();
+                for block in content.as_array().into_iter().flatten() {
+                    if block["type"] == "tool_use" {
+                        chars += block["input"].to_string().len();
+                        if let (Some(id), Some(name)) =
+                            (block["id"].as_str(), block["name"].as_str())
+                        {
+                            names.insert(id.to_owned(), name.to_owned());
+                        }
+                    }
+                }
+                conversation.assistant(chars);
+            }
+            _ => user_message(&mut conversation, &names, content),
+        }
+    }
+    for tool in request["tools"].as_array().into_iter().flatten() {
+        if let Some(name) = tool["name"].as_str() {
+            conversation.tools.push(name.to_owned());
+        }
+        conversation.context(tool.to_string().len());
+    }
+    conversation
+}
+
+/// A user message carries tool results (Anthropic sends them with the user role), text, or
+/// both; text after tool results is a new instruction and restarts the script's steps.
+fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>, content: &Value) {
+    let Some(blocks) = content.as_array() else {
+        conversation.user(content_text(content));
+        return;
+    };
+    let mut texts = Vec::new();
+    let mut had_results = false;
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("tool_result") => {
+                had_results = true;
+                let name = block["tool_use_id"]
+                    .as_str()
+                    .and_then(|id| names.get(id).cloned());
+                conversation.tool_result(name, content_text(&block["content"]));
+            }
+            _ => {
+                if let Some(text) = block["text"].as_str() {
+                    texts.push(text);
+                }
+            }
+        }
+    }
+    if !had_results || !texts.is_empty() {
+        conversation.user(texts.join("\n"));
+    }
+}
+
+fn message_id(reply: &Reply) -> String {
+    format!("msg_mock{}", reply.seq)
+}
+
+fn stop_reason(finish: Finish) -> &'static str {
+    match finish {
+        Finish::Stop => "end_turn",
+        Finish::Length => "max_tokens",
+        Finish::ToolCalls => "tool_use",
+        Finish::ContentFilter => "refusal",
+    }
+}
+
+fn usage(reply: &Reply, output_tokens: u64) -> Value {
+    let u = reply.usage;
+    json!({
+        "input_tokens": u.input,
+        "cache_creation_input_tokens": u.cache_write,
+        "cache_read_input_tokens": u.cache_read,
+        "output_tokens": output_tokens,
+    })
+}
+
+/// A tool call's input as an object; argument text that is not JSON becomes `{}`.
+fn input(args: &str) -> Value {
+    serde_json::from_str(args).unwrap_or_else(|_| json!({}))
+}
+
+fn message(reply: &Reply) -> Value {
+    let mut content = Vec::new();
+    if !reply.reasoning.is_empty() {
+        content.push(json!({"type": "thinking", "thinking": reply.reasoning(),
+                            "signature": reply.signature()}));
+    }
+    if !reply.text.is_empty() {
+        content.push(json!({"type": "text", "text": reply.text()}));
+    }
+    for (index, call) in reply.calls.iter().enumerate() {
+        content.push(
+            json!({"type": "tool_use", "id": reply.call_id(index, "toolu_"),
+                            "name": call.name, "input": input(&call.args)}),
+        );
+    }
+    json!({
+        "id": message_id(reply),
+        "type": "message",
+        "role": "assistant",
+        "model": reply.model,
+        "content": content,
+        "stop_reason": stop_reason(reply.finish),
+        "stop_sequence": Value::Null,
+        "usage": usage(reply, reply.usage.output),
+    })
+}
+
+struct Events {
+    /// Index of the current content block.
+    block: usize,
+}
+
+fn event(kind: &str, mut data: Value) -> Bytes {
+    data["type"] = Value::String(kind.to_owned());
+    sse::event(kind, &data)
+}
+
+impl Events {
+    fn block_start(&self, block: Value) -> Bytes {
+        event(
+            "content_block_start",
+            json!({"index": self.block, "content_block": block}),
+        )
+    }
+
+    fn delta(&self, delta: Value) -> Bytes {
+        event(
+            "content_block_delta",
+            json!({"index": self.block, "delta": delta}),
+        )
+    }
+
+    fn block_stop(&mut self) -> Bytes {
+        let frame = event("content_block_stop", json!({"index": self.block}));
+        self.block += 1;
+        frame
+    }
+}
+
+impl Encoder for Events {
+    fn start(&mut self, reply: &Reply) -> Vec<Bytes> {
+        let message = json!({
+            "id": message_id(reply),
+            "type": "message",
+            "role": "assistant",
+            "model": reply.model,
+            "content": [],
+            "stop_reason": Value::Null,
+            "stop_sequence": Value::Null,
+            // Anthropic reports a provisional output count of 1 at the start.
+            "usage": usage(reply, 1),
+        });
+        vec![
+            event("message_start", json!({"message": message})),
+            event("ping", json!({})),
+        ]
+    }
+
+    fn piece(&mut self, reply: &Reply, piece: Piece<'_>) -> Vec<Bytes> {
+        let frame = match piece {
+            Piece::ReasoningStart => {
+                self.block_start(json!({"type": "thinking", "thinking": "", "signature": ""}))
+            }
+            Piece::ReasoningDelta(text) => {
+                self.delta(json!({"type": "thinking_delta", "thinking": text}))
+            }
+            Piece::ReasoningEnd => {
+                let signature =
+                    self.delta(json!({"type": "signature_delta", "signature": reply.signature()}));
+                return vec![signature, self.block_stop()];
+            }
+            Piece::TextStart => self.block_start(json!({"type": "text", "text": ""})),
+            Piece::TextDelta(text) => self.delta(json!({"type": "text_delta", "text": text})),
+            Piece::ToolStart(index) => self.block_start(json!({
+                "type": "tool_use",
+                "id": reply.call_id(index, "toolu_"),
+                "name": reply.calls.get(index).map(|c| c.name.as_str()),
+                "input": {},
+            })),
+            Piece::ToolDelta(_, chunk) => {
+                self.delta(json!({"type": "input_json_delta", "partial_json": chunk}))
+            }
+            Piece::TextEnd | Piece::ToolEnd(_) => self.block_stop(),
+        };
+        vec![frame]
+    }
+
+    fn finish(&mut self, reply: &Reply) -> Vec<Bytes> {
+        vec![
+            event(
+                "message_delta",
+                json!({
+                    "delta": {"stop_reason": stop_reason(reply.finish), "stop_sequence": Value::Null},
+                    "usage": usage(reply, reply.usage.output),
+                }),
+            ),
+            event("message_stop", json!({})),
+        ]
+    }
+
+    fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {
+        let body = errors::envelope(
+            Flavor::Anthropic,
+            &fault.error_type,
+            None,
+            &fault.message,
+            None,
+        );
+        vec![sse::event("error", &body)]
+    }
+}

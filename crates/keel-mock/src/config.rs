@@ -1,0 +1,43 @@
+//! Server-wide settings.
+
+/// Tokens per second that reads like a person typing quickly; the demo model's pace.
+pub const HUMAN_PACE: f64 = 30.0;
+
+/// Settings of a mock server. Scripts override the rate per step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MockConfig {
+    /// Default tokens per second; 0 streams as fast as possible.
+    pub rate: f64,
+    /// Model ids listed by `GET /v1/models`. Requests may name any model; it is echoed back.
+    pub models: Vec<String>,
+    /// How many Responses-API responses are kept for `previous_response_id`; the oldest are
+    /// forgotten first, so a long benchmark cannot grow memory without bound.
+    pub max_stored_responses: usize,
+}
+
+impl MockConfig {
+    /// As fast as possible: the default, for tests and benchmarks.
+    pub fn fast() -> Self {
+        Self::default()
+    }
+
+    /// Streams at [`HUMAN_PACE`], for demos.
+    pub fn human_pace() -> Self {
+        Self::default().with_rate(HUMAN_PACE)
+    }
+
+    pub fn with_rate(mut self, tokens_per_second: f64) -> Self {
+        self.rate = tokens_per_second;
+        self
+    }
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        Self {
+            rate: 0.0,
+            models: vec!["mock".into(), "mock-reasoning".into(), "demo".into()],
+            max_stored_responses: 10_000,
+        }
+    }
+}

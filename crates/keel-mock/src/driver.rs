@@ -1,0 +1,257 @@
+//! Playing a [`Reply`] out over time: pacing, scripted faults, and the hand-over to a
+//! protocol's [`Encoder`], which turns abstract pieces into that protocol's frames.
+
+use std::io;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use crate::errors::{self, Flavor};
+use crate::plan::{Reply, StreamFault};
+use crate::sse;
+
+/// One step of a reply, in protocol-neutral terms. Deltas are the tokens that faults count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Piece<'a> {
+    ReasoningStart,
+    ReasoningDelta(&'a str),
+    ReasoningEnd,
+    TextStart,
+    TextDelta(&'a str),
+    TextEnd,
+    ToolStart(usize),
+    ToolDelta(usize, &'a str),
+    ToolEnd(usize),
+}
+
+/// Turns pieces into one protocol's SSE frames.
+pub(crate) trait Encoder: Send + 'static {
+    fn start(&mut self, reply: &Reply) -> Vec<Bytes>;
+    fn piece(&mut self, reply: &Reply, piece: Piece<'_>) -> Vec<Bytes>;
+    fn finish(&mut self, reply: &Reply) -> Vec<Bytes>;
+    /// The in-stream error event; the stream ends after it.
+    fn error(&mut self, reply: &Reply, fault: &StreamFault) -> Vec<Bytes>;
+}
+
+type Chunk = Result<Bytes, io::Error>;
+
+/// Streams `reply` through `encoder` as an SSE response.
+pub(crate) fn stream(reply: Reply, encoder: impl Encoder, shutdown: CancellationToken) -> Response {
+    // A small buffer keeps the producer close to what the client has read, so pacing and
+    // stalls are visible on the wire rather than absorbed by a queue.
+    let (tx, rx) = mpsc::channel::<Chunk>(4);
+    tokio::spawn(async move {
+        let mut player = Player {
+            tx,
+            shutdown,
+            sent: 0,
+            next: Instant::now(),
+        };
+        // `Stop` only means the stream ended early; nothing is left to report.
+        let _ = player.play(&reply, encoder).await;
+    });
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    sse::response(Body::from_stream(body))
+}
+
+/// The stream ended before its natural finish: a scripted cut or error, a client that went
+/// away, or server shutdown.
+struct Stop;
+
+struct Player {
+    tx: mpsc::Sender<Chunk>,
+    shutdown: CancellationToken,
+    /// Tokens sent so far.
+    sent: u32,
+    /// When the next token is due, for pacing.
+    next: Instant,
+}
+
+impl Player {
+    async fn play(&mut self, reply: &Reply, mut encoder: impl Encoder) -> Result<(), Stop> {
+        self.send_all(encoder.start(reply)).await?;
+        if !reply.reasoning.is_empty() {
+            self.block(
+                reply,
+                &mut encoder,
+                Piece::ReasoningStart,
+                reply.reasoning.iter().map(|t| Piece::ReasoningDelta(t)),
+                Piece::ReasoningEnd,
+            )
+            .await?;
+        }
+        if !reply.text.is_empty() {
+            self.block(
+                reply,
+                &mut encoder,
+                Piece::TextStart,
+                reply.text.iter().map(|t| Piece::TextDelta(t)),
+                Piece::TextEnd,
+            )
+            .await?;
+        }
+        for (index, call) in reply.calls.iter().enumerate() {
+            self.block(
+                reply,
+                &mut encoder,
+                Piece::ToolStart(index),
+                call.chunks.iter().map(|c| Piece::ToolDelta(index, c)),
+                Piece::ToolEnd(index),
+            )
+            .await?;
+        }
+        // Faults scheduled at or beyond the reply's length happen before the finish, so a
+        // large `after` means "just before the end".
+        self.faults(reply, &mut encoder, true).await?;
+        self.send_all(encoder.finish(reply)).await
+    }
+
+    async fn block<'a>(
+        &mut self,
+        reply: &Reply,
+        encoder: &mut impl Encoder,
+        start: Piece<'a>,
+        deltas: impl Iterator<Item = Piece<'a>>,
+        end: Piece<'a>,
+    ) -> Result<(), Stop> {
+        self.send_all(encoder.piece(reply, start)).await?;
+        for delta in deltas {
+            self.faults(reply, encoder, false).await?;
+            self.pace(reply.rate).await?;
+            self.send_all(encoder.piece(reply, delta)).await?;
+            self.sent += 1;
+        }
+        self.send_all(encoder.piece(reply, end)).await
+    }
+
+    /// Applies the faults due after `self.sent` tokens, in a fixed order: stall, malformed
+    /// line, error event, cut.
+    async fn faults(
+        &mut self,
+        reply: &Reply,
+        encoder: &mut impl Encoder,
+        at_end: bool,
+    ) -> Result<(), Stop> {
+        let sent = self.sent;
+        let due = |after: u32| after == sent || (at_end && after > sent);
+        let faults = &reply.faults;
+        if let Some((_, pause)) = faults.stall.filter(|(after, _)| due(*after)) {
+            self.pause(pause).await?;
+        }
+        if let Some((_, line)) = faults.malformed.as_ref().filter(|(after, _)| due(*after)) {
+            self.send(Ok(sse::raw(line))).await?;
+        }
+        if let Some(fault) = faults.stream_error.as_ref().filter(|f| due(f.after)) {
+            self.send_all(encoder.error(reply, fault)).await?;
+            return Err(Stop);
+        }
+        if faults.cut.is_some_and(due) {
+            self.cut().await;
+            return Err(Stop);
+        }
+        Ok(())
+    }
+
+    /// Waits until the next token is due at the reply's rate.
+    async fn pace(&mut self, rate: f64) -> Result<(), Stop> {
+        let Some(interval) = interval(rate) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        if self.next < now {
+            self.next = now;
+        }
+        let due = self.next;
+        self.next += interval;
+        self.wait(sleep_until(due)).await
+    }
+
+    async fn pause(&mut self, pause: Duration) -> Result<(), Stop> {
+        self.wait(sleep(pause)).await?;
+        // Tokens after a stall resume at the normal pace rather than in a burst.
+        self.next = Instant::now();
+        Ok(())
+    }
+
+    /// Waits for `timer` unless the server shuts down or the client goes away first.
+    async fn wait(&self, timer: impl Future<Output = ()>) -> Result<(), Stop> {
+        tokio::select! {
+            () = timer => Ok(()),
+            () = self.shutdown.cancelled() => Err(Stop),
+            () = self.tx.closed() => Err(Stop),
+        }
+    }
+
+    async fn send_all(&self, frames: Vec<Bytes>) -> Result<(), Stop> {
+        for frame in frames {
+            self.send(Ok(frame)).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(&self, chunk: Chunk) -> Result<(), Stop> {
+        self.tx.send(chunk).await.map_err(|_| Stop)
+    }
+
+    /// Ends the body with an error, which makes the server drop the connection without
+    /// finishing the response.
+    async fn cut(&self) {
+        // Let the body drain first, so everything sent before the cut reaches the client:
+        // once the server has taken every queued frame it finds the body empty and flushes,
+        // and only then does the error make it drop the connection. The short sleep (tokio time) avoids
+        // spinning while a slow client reads.
+        let capacity = self.tx.max_capacity();
+        while self.tx.capacity() < capacity && !self.tx.is_closed() {
+            sleep(Duration::from_millis(1)).await;
+        }
+        let error = io::Error::new(io::ErrorKind::ConnectionAborted, "scripted cut");
+        let _ = self.tx.send(Err(error)).await;
+    }
+}
+
+fn interval(rate: f64) -> Option<Duration> {
+    (rate > 0.0).then(|| Duration::from_secs_f64(1.0 / rate))
+}
+
+/// Answers a non-streaming request with `body`, applying the faults that make sense
+/// without a stream: a stall delays the answer, a cut drops the connection, a malformed
+/// line replaces the body and an in-stream error becomes an HTTP error.
+pub(crate) async fn whole(
+    reply: &Reply,
+    body: Value,
+    flavor: Flavor,
+    shutdown: &CancellationToken,
+) -> Response {
+    let faults = &reply.faults;
+    if let Some((_, pause)) = faults.stall {
+        tokio::select! {
+            () = sleep(pause) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+    if faults.cut.is_some() {
+        let error = io::Error::new(io::ErrorKind::ConnectionAborted, "scripted cut");
+        let body = futures::stream::once(async move { Err::<Bytes, _>(error) });
+        return Response::new(Body::from_stream(body));
+    }
+    if let Some(fault) = &faults.stream_error {
+        let status = StatusCode::from_u16(errors::status_for_type(flavor, &fault.error_type))
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = errors::envelope(flavor, &fault.error_type, None, &fault.message, None);
+        return (status, Json(body)).into_response();
+    }
+    if let Some((_, line)) = &faults.malformed {
+        return ([(header::CONTENT_TYPE, "application/json")], line.clone()).into_response();
+    }
+    Json(body).into_response()
+}

@@ -1,0 +1,239 @@
+//! OpenAI Chat Completions: `POST /v1/chat/completions`.
+//!
+//! Streams `chat.completion.chunk` objects whose `choices[0].delta` carries `content`,
+//! `reasoning_content` (the field OpenAI-compatible servers use for reasoning) or indexed
+//! `tool_calls`; then a chunk with `finish_reason`, a usage-only chunk (empty `choices`)
+//! when `stream_options.include_usage` is set, and `data: [DONE]`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::State as Extract;
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::conversation::{Conversation, content_text};
+use crate::driver::{self, Encoder, Piece};
+use crate::errors::{self, Flavor};
+use crate::plan::{Plan, Reply, StreamFault, plan};
+use crate::script::Finish;
+use crate::sse;
+use crate::state::State;
+use crate::unix_now;
+
+pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> Response {
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(error) => return errors::invalid(Flavor::OpenAi, &format!("invalid JSON: {error}")),
+    };
+    let model = request["model"].as_str().unwrap_or("mock");
+    let reply = match plan(&conversation(&request), model, &state) {
+        Plan::Reply(reply) => *reply,
+        Plan::Fail(error) => return errors::scripted(Flavor::OpenAi, &error),
+        Plan::Invalid(message) => return errors::invalid(Flavor::OpenAi, &message),
+    };
+    if request["stream"].as_bool().unwrap_or(false) {
+        let include_usage = request
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let encoder = Chunks {
+            include_usage,
+            created: unix_now(),
+        };
+        driver::stream(reply, encoder, state.shutdown.clone())
+    } else {
+        let body = completion(&reply);
+        driver::whole(&reply, body, Flavor::OpenAi, &state.shutdown).await
+    }
+}
+
+fn conversation(request: &Value) -> Conversation {
+    let mut conversation = Conversation::default();
+    let mut names: HashMap<String, String> = HashMap::new();
+    for message in request["messages"].as_array().into_iter().flatten() {
+        let text = content_text(&message["content"]);
+        match message["role"].as_str().unwrap_or_default() {
+            "user" => conversation.user(text),
+            "assistant" => {
+                let mut chars = text.len();
+                for call in message["tool_calls"].as_array().into_iter().flatten() {
+                    let function = &call["function"];
+                    chars += function["arguments"].as_str().map_or(0, str::len);
+                    if let (Some(id), Some(name)) = (call["id"].as_str(), function["name"].as_str())
+                    {
+                        names.insert(id.to_owned(), name.to_owned());
+                    }
+                }
+                conversation.assistant(chars);
+            }
+            "tool" => {
+                let name = message["tool_call_id"]
+                    .as_str()
+                    .and_then(|id| names.get(id).cloned());
+                conversation.tool_result(name, text);
+            }
+            _ => conversation.context(text.len()),
+        }
+    }
+    for tool in request["tools"].as_array().into_iter().flatten() {
+        if let Some(name) = tool.pointer("/function/name").and_then(Value::as_str) {
+            conversation.tools.push(name.to_owned());
+        }
+        conversation.context(tool.to_string().len());
+    }
+    conversation
+}
+
+fn finish_reason(finish: Finish) -> &'static str {
+    match finish {
+        Finish::Stop => "stop",
+        Finish::Length => "length",
+        Finish::ToolCalls => "tool_calls",
+        Finish::ContentFilter => "content_filter",
+    }
+}
+
+fn completion_id(reply: &Reply) -> String {
+    format!("chatcmpl-mock{}", reply.seq)
+}
+
+fn usage(reply: &Reply) -> Value {
+    let u = reply.usage;
+    // OpenAI's prompt_tokens include the cached ones.
+    let prompt = u.input + u.cache_read + u.cache_write;
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": u.output,
+        "total_tokens": prompt + u.output,
+        "prompt_tokens_details": {"cached_tokens": u.cache_read},
+        "completion_tokens_details": {"reasoning_tokens": u.reasoning},
+    })
+}
+
+fn completion(reply: &Reply) -> Value {
+    let mut message = json!({"role": "assistant", "content": Value::Null});
+    if !reply.text.is_empty() {
+        message["content"] = Value::String(reply.text());
+    }
+    if !reply.reasoning.is_empty() {
+        message["reasoning_content"] = Value::String(reply.reasoning());
+    }
+    if !reply.calls.is_empty() {
+        let calls: Vec<Value> = reply
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| {
+                json!({
+                    "id": reply.call_id(index, "call_"),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.args},
+                })
+            })
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
+    }
+    json!({
+        "id": completion_id(reply),
+        "object": "chat.completion",
+        "created": unix_now(),
+        "model": reply.model,
+        "system_fingerprint": Value::Null,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": Value::Null,
+            "finish_reason": finish_reason(reply.finish),
+        }],
+        "usage": usage(reply),
+    })
+}
+
+struct Chunks {
+    include_usage: bool,
+    created: u64,
+}
+
+impl Chunks {
+    fn chunk(&self, reply: &Reply, delta: Value, finish: Option<Finish>) -> Bytes {
+        let mut chunk = json!({
+            "id": completion_id(reply),
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": reply.model,
+            "system_fingerprint": Value::Null,
+            "choices": [{
+                "index": 0,
+                "delta": delta,
+                "logprobs": Value::Null,
+                "finish_reason": finish.map(finish_reason),
+            }],
+        });
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        sse::data(&chunk)
+    }
+}
+
+impl Encoder for Chunks {
+    fn start(&mut self, reply: &Reply) -> Vec<Bytes> {
+        vec![self.chunk(reply, json!({"role": "assistant", "content": ""}), None)]
+    }
+
+    fn piece(&mut self, reply: &Reply, piece: Piece<'_>) -> Vec<Bytes> {
+        let delta = match piece {
+            Piece::ReasoningDelta(text) => json!({"reasoning_content": text}),
+            Piece::TextDelta(text) => json!({"content": text}),
+            Piece::ToolStart(index) => json!({"tool_calls": [{
+                "index": index,
+                "id": reply.call_id(index, "call_"),
+                "type": "function",
+                "function": {
+                    "name": reply.calls.get(index).map(|c| c.name.as_str()),
+                    "arguments": "",
+                },
+            }]}),
+            Piece::ToolDelta(index, chunk) => json!({"tool_calls": [{
+                "index": index,
+                "function": {"arguments": chunk},
+            }]}),
+            Piece::ReasoningStart
+            | Piece::ReasoningEnd
+            | Piece::TextStart
+            | Piece::TextEnd
+            | Piece::ToolEnd(_) => return Vec::new(),
+        };
+        vec![self.chunk(reply, delta, None)]
+    }
+
+    fn finish(&mut self, reply: &Reply) -> Vec<Bytes> {
+        let mut frames = vec![self.chunk(reply, json!({}), Some(reply.finish))];
+        if self.include_usage {
+            frames.push(sse::data(&json!({
+                "id": completion_id(reply),
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": reply.model,
+                "system_fingerprint": Value::Null,
+                "choices": [],
+                "usage": usage(reply),
+            })));
+        }
+        frames.push(Bytes::from_static(sse::DONE.as_bytes()));
+        frames
+    }
+
+    fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {
+        let body = errors::envelope(
+            Flavor::OpenAi,
+            &fault.error_type,
+            None,
+            &fault.message,
+            None,
+        );
+        vec![sse::data(&body)]
+    }
+}

@@ -1,0 +1,310 @@
+//! Deciding what to answer: from a conversation and its directive to a [`Reply`] (or an
+//! HTTP failure), independent of the protocol that will carry it.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::conversation::Conversation;
+use crate::script::{Finish, HttpError, Step, parse_directive};
+use crate::state::State;
+use crate::tokens;
+
+/// What the reply to one request is made of.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    /// Unique within the server; ids of the response and its items derive from it.
+    pub seq: u64,
+    pub model: String,
+    pub reasoning: Vec<String>,
+    pub text: Vec<String>,
+    pub calls: Vec<Call>,
+    pub usage: Figures,
+    pub finish: Finish,
+    pub faults: Faults,
+    /// Tokens per second; 0 means no pacing.
+    pub rate: f64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    id: Option<String>,
+    pub name: String,
+    pub args: String,
+    pub chunks: Vec<String>,
+}
+
+/// Usage in Keel's neutral sense (input excludes cached tokens).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Figures {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub reasoning: u64,
+}
+
+/// Faults active for this attempt. `after` counts are tokens already sent.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Faults {
+    pub cut: Option<u32>,
+    pub stall: Option<(u32, Duration)>,
+    pub malformed: Option<(u32, String)>,
+    pub stream_error: Option<StreamFault>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct StreamFault {
+    pub after: u32,
+    pub error_type: String,
+    pub message: String,
+}
+
+/// The outcome of planning.
+pub(crate) enum Plan {
+    Reply(Box<Reply>),
+    /// A scripted HTTP error.
+    Fail(HttpError),
+    /// The directive cannot be used; answered with a 400.
+    Invalid(String),
+}
+
+const DEFAULT_MALFORMED: &str = "data: {\"malformed\": ";
+const EMPTY_ECHO: &str = "(empty message)";
+
+impl Reply {
+    pub fn text(&self) -> String {
+        self.text.concat()
+    }
+
+    pub fn reasoning(&self) -> String {
+        self.reasoning.concat()
+    }
+
+    /// The id of call `index`: the scripted one, or `prefix` and a unique suffix.
+    pub fn call_id(&self, index: usize, prefix: &str) -> String {
+        match self.calls.get(index).and_then(|c| c.id.clone()) {
+            Some(id) => id,
+            None => format!("{prefix}mock{}x{index}", self.seq),
+        }
+    }
+
+    /// A stand-in for a provider's reasoning signature or encrypted content.
+    pub fn signature(&self) -> String {
+        format!("mock-signature-{}", self.seq)
+    }
+
+    /// Whether the stream may end before its natural finish; such responses are not stored.
+    pub fn may_break(&self) -> bool {
+        self.faults.cut.is_some() || self.faults.stream_error.is_some()
+    }
+}
+
+/// Plans the answer to `conversation`.
+pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> Plan {
+    let user_text = conversation.last_user_text().unwrap_or_default();
+    let directive = match parse_directive(user_text) {
+        Ok(directive) => directive,
+        Err(error) => return Plan::Invalid(error.to_string()),
+    };
+    let index = conversation.turns_since_user();
+    let (step, attempt) = match &directive {
+        Some(directive) => {
+            let key = directive
+                .script
+                .id
+                .clone()
+                .unwrap_or_else(|| directive.source.clone());
+            let attempt = state.attempt(&key, index);
+            let step = match directive.script.steps.get(index) {
+                Some(step) => step.clone(),
+                None => final_step(conversation, &directive.rest),
+            };
+            (with_echo(step, &directive.rest), attempt)
+        }
+        None => (
+            with_echo(unscripted_step(conversation, user_text, index), user_text),
+            1,
+        ),
+    };
+    tracing::debug!(
+        scripted = directive.is_some(),
+        step = index,
+        attempt,
+        model,
+        "planning a reply"
+    );
+    let active = |times: Option<u32>| times.is_none_or(|t| attempt <= t);
+    if let Some(error) = step.error.as_ref().filter(|e| active(e.times)) {
+        return Plan::Fail(error.clone());
+    }
+    Plan::Reply(Box::new(build(&step, conversation, model, state, &active)))
+}
+
+/// Fills in the echo text for a step without its own text. A step that calls tools says
+/// nothing unless told to, as models calling tools often do.
+fn with_echo(mut step: Step, user_text: &str) -> Step {
+    if step.text.is_none() && step.tool_calls.is_empty() {
+        let echo = if user_text.trim().is_empty() {
+            EMPTY_ECHO
+        } else {
+            user_text
+        };
+        step.text = Some(echo.to_owned());
+    }
+    step
+}
+
+/// The answer past the last scripted step: a summary of the tool results just received,
+/// or the echo.
+fn final_step(conversation: &Conversation, user_text: &str) -> Step {
+    let results = conversation.trailing_tool_results();
+    if results.is_empty() {
+        return Step::text(user_text);
+    }
+    Step::text(summarise(&results))
+}
+
+fn summarise(results: &[(Option<&str>, &str)]) -> String {
+    const LIMIT: usize = 300;
+    results
+        .iter()
+        .map(|(name, content)| {
+            let shown: String = content.chars().take(LIMIT).collect();
+            let more = if content.chars().count() > LIMIT {
+                "…"
+            } else {
+                ""
+            };
+            match name {
+                Some(name) => format!("Tool {name} returned: {shown}{more}"),
+                None => format!("The tool returned: {shown}{more}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Without a directive: echo, except that a message starting with the name of an offered
+/// tool (optionally after `/`) followed by a JSON object or nothing calls that tool, and
+/// the turn after a tool call summarises its results. This is what lets the demo model
+/// exercise tools without any script.
+fn unscripted_step(conversation: &Conversation, user_text: &str, index: usize) -> Step {
+    if index > 0 {
+        return final_step(conversation, user_text);
+    }
+    let trimmed = user_text.trim();
+    let (head, rest) = trimmed
+        .split_once(char::is_whitespace)
+        .unwrap_or((trimmed, ""));
+    let name = head.strip_prefix('/').unwrap_or(head);
+    if !conversation.tools.iter().any(|tool| tool == name) {
+        return Step::echo();
+    }
+    let rest = rest.trim();
+    let args = if rest.is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else {
+        match serde_json::from_str::<Value>(rest) {
+            Ok(args @ Value::Object(_)) => args,
+            _ => return Step::echo(),
+        }
+    };
+    Step::tool_call(name, args)
+}
+
+fn build(
+    step: &Step,
+    conversation: &Conversation,
+    model: &str,
+    state: &State,
+    active: &dyn Fn(Option<u32>) -> bool,
+) -> Reply {
+    let text = step.text.as_deref().unwrap_or_default();
+    let text = match step.tokens {
+        Some(count) => tokens::cycled(text, usize::try_from(count).unwrap_or(usize::MAX)),
+        None => tokens::words(text),
+    };
+    let reasoning = step
+        .reasoning
+        .as_deref()
+        .map(tokens::words)
+        .unwrap_or_default();
+    let calls: Vec<Call> = step
+        .tool_calls
+        .iter()
+        .map(|call| {
+            let args = call.args_text();
+            Call {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                chunks: tokens::chunks(&args),
+                args,
+            }
+        })
+        .collect();
+    let sent = reasoning.len() + text.len() + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let scripted = step.usage.unwrap_or_default();
+    let usage = Figures {
+        input: scripted
+            .input_tokens
+            .unwrap_or_else(|| tokens::estimate(conversation.chars)),
+        output: scripted.output_tokens.unwrap_or(count(sent)),
+        cache_read: scripted.cache_read_tokens.unwrap_or(0),
+        cache_write: scripted.cache_write_tokens.unwrap_or(0),
+        reasoning: scripted.reasoning_tokens.unwrap_or(count(reasoning.len())),
+    };
+    let finish = step.finish.unwrap_or(if calls.is_empty() {
+        Finish::Stop
+    } else {
+        Finish::ToolCalls
+    });
+    let faults = Faults {
+        cut: step.cut.filter(|c| active(c.times)).map(|c| c.after),
+        stall: step
+            .stall
+            .filter(|s| active(s.times))
+            .map(|s| (s.after, Duration::from_millis(s.ms))),
+        malformed: step
+            .malformed
+            .as_ref()
+            .filter(|m| active(m.times))
+            .map(|m| {
+                (
+                    m.after,
+                    m.line
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_MALFORMED.to_owned()),
+                )
+            }),
+        stream_error: step
+            .stream_error
+            .as_ref()
+            .filter(|e| active(e.times))
+            .map(|e| StreamFault {
+                after: e.after,
+                error_type: e
+                    .error_type
+                    .clone()
+                    .unwrap_or_else(|| "overloaded_error".to_owned()),
+                message: e.message.clone().unwrap_or_else(|| "Overloaded".to_owned()),
+            }),
+    };
+    let rate = step.rate.unwrap_or(state.config.rate);
+    Reply {
+        seq: state.next_seq(),
+        model: model.to_owned(),
+        reasoning,
+        text,
+        calls,
+        usage,
+        finish,
+        faults,
+        rate: if rate.is_finite() && rate > 0.0 {
+            rate
+        } else {
+            0.0
+        },
+    }
+}

@@ -1,0 +1,436 @@
+//! OpenAI Responses: `POST /v1/responses`.
+//!
+//! Streams typed events (`response.created`, `response.output_item.added`,
+//! `response.output_text.delta`, ..., `response.completed`), each with a
+//! `sequence_number`. Responses are remembered (unless `store` is false) so a later request
+//! can continue from one with `previous_response_id`; an unknown id gets OpenAI's 400.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State as Extract;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::conversation::{Conversation, Item, content_text};
+use crate::driver::{self, Encoder, Piece};
+use crate::errors::{self, Flavor};
+use crate::plan::{Plan, Reply, StreamFault, plan};
+use crate::script::Finish;
+use crate::sse;
+use crate::state::State;
+use crate::unix_now;
+
+pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> Response {
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(error) => return errors::invalid(Flavor::OpenAi, &format!("invalid JSON: {error}")),
+    };
+    let previous = request["previous_response_id"].as_str();
+    let prior = match previous {
+        None => Vec::new(),
+        Some(id) => match state.stored_response(id) {
+            Some(items) => items,
+            None => return previous_not_found(id),
+        },
+    };
+    let conversation = conversation(&request, prior);
+    let model = request["model"].as_str().unwrap_or("mock");
+    let reply = match plan(&conversation, model, &state) {
+        Plan::Reply(reply) => *reply,
+        Plan::Fail(error) => return errors::scripted(Flavor::OpenAi, &error),
+        Plan::Invalid(message) => return errors::invalid(Flavor::OpenAi, &message),
+    };
+    let store = request["store"].as_bool().unwrap_or(true);
+    if store && !reply.may_break() {
+        let mut items = conversation.items;
+        items.push(Item::Assistant);
+        state.store_response(response_id(&reply), items);
+    }
+    let context = Context {
+        previous: previous.map(str::to_owned),
+        store,
+        created: unix_now(),
+    };
+    if request["stream"].as_bool().unwrap_or(false) {
+        let encoder = Events {
+            context,
+            sequence: 0,
+            next_output: 0,
+            reasoning_index: 0,
+            text_index: 0,
+            call_indexes: HashMap::new(),
+        };
+        driver::stream(reply, encoder, state.shutdown.clone())
+    } else {
+        let body = response_object(&reply, &context, "completed", output(&reply), true);
+        driver::whole(&reply, body, Flavor::OpenAi, &state.shutdown).await
+    }
+}
+
+fn previous_not_found(id: &str) -> Response {
+    let message = format!("Previous response with id '{id}' not found.");
+    let body = errors::envelope(
+        Flavor::OpenAi,
+        "invalid_request_error",
+        Some("previous_response_not_found"),
+        &message,
+        Some("previous_response_id"),
+    );
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+fn conversation(request: &Value, prior: Vec<Item>) -> Conversation {
+    let mut conversation = Conversation {
+        items: prior,
+        ..Conversation::default()
+    };
+    let mut names: HashMap<String, String> = HashMap::new();
+    if let Some(instructions) = request["instructions"].as_str() {
+        conversation.context(instructions.len());
+    }
+    match &request["input"] {
+        Value::String(text) => conversation.user(text.clone()),
+        Value::Array(items) => {
+            for item in items {
+                input_item(&mut conversation, &mut names, item);
+            }
+        }
+        _ => {}
+    }
+    for tool in request["tools"].as_array().into_iter().flatten() {
+        if let Some(name) = tool["name"].as_str() {
+            conversation.tools.push(name.to_owned());
+        }
+        conversation.context(tool.to_string().len());
+    }
+    conversation
+}
+
+fn input_item(conversation: &mut Conversation, names: &mut HashMap<String, String>, item: &Value) {
+    match item["type"].as_str().unwrap_or("message") {
+        "function_call" => {
+            if let (Some(id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str()) {
+                names.insert(id.to_owned(), name.to_owned());
+            }
+            conversation.assistant(item["arguments"].as_str().map_or(0, str::len));
+        }
+        "function_call_output" => {
+            let name = item["call_id"]
+                .as_str()
+                .and_then(|id| names.get(id).cloned());
+            let output = match &item["output"] {
+                Value::String(text) => text.clone(),
+                other => content_text(other),
+            };
+            conversation.tool_result(name, output);
+        }
+        "reasoning" => conversation.assistant(0),
+        "message" => {
+            let text = content_text(&item["content"]);
+            match item["role"].as_str().unwrap_or_default() {
+                "user" => conversation.user(text),
+                "assistant" => conversation.assistant(text.len()),
+                _ => conversation.context(text.len()),
+            }
+        }
+        _ => {}
+    }
+}
+
+fn response_id(reply: &Reply) -> String {
+    format!("resp_mock{}", reply.seq)
+}
+
+fn reasoning_id(reply: &Reply) -> String {
+    format!("rs_mock{}", reply.seq)
+}
+
+fn message_id(reply: &Reply) -> String {
+    format!("msg_mock{}", reply.seq)
+}
+
+fn call_item_id(reply: &Reply, index: usize) -> String {
+    format!("fc_mock{}x{index}", reply.seq)
+}
+
+struct Context {
+    previous: Option<String>,
+    store: bool,
+    created: u64,
+}
+
+fn usage(reply: &Reply) -> Value {
+    let u = reply.usage;
+    // Responses' input_tokens include the cached ones.
+    let input = u.input + u.cache_read + u.cache_write;
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": u.cache_read},
+        "output_tokens": u.output,
+        "output_tokens_details": {"reasoning_tokens": u.reasoning},
+        "total_tokens": input + u.output,
+    })
+}
+
+fn response_object(
+    reply: &Reply,
+    context: &Context,
+    status: &str,
+    output: Vec<Value>,
+    with_usage: bool,
+) -> Value {
+    let incomplete = (status == "incomplete").then(|| json!({"reason": "max_output_tokens"}));
+    json!({
+        "id": response_id(reply),
+        "object": "response",
+        "created_at": context.created,
+        "status": status,
+        "error": Value::Null,
+        "incomplete_details": incomplete,
+        "instructions": Value::Null,
+        "model": reply.model,
+        "output": output,
+        "parallel_tool_calls": true,
+        "previous_response_id": context.previous,
+        "store": context.store,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "tool_choice": "auto",
+        "tools": [],
+        "text": {"format": {"type": "text"}},
+        "metadata": {},
+        "usage": if with_usage { usage(reply) } else { Value::Null },
+    })
+}
+
+fn reasoning_item(reply: &Reply) -> Value {
+    json!({
+        "id": reasoning_id(reply),
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": reply.reasoning()}],
+        "encrypted_content": reply.signature(),
+    })
+}
+
+fn text_part(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": []})
+}
+
+fn message_item(reply: &Reply, status: &str, content: Vec<Value>) -> Value {
+    json!({
+        "id": message_id(reply),
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    })
+}
+
+fn call_item(reply: &Reply, index: usize, status: &str, arguments: &str) -> Value {
+    json!({
+        "id": call_item_id(reply, index),
+        "type": "function_call",
+        "status": status,
+        "call_id": reply.call_id(index, "call_"),
+        "name": reply.calls.get(index).map(|c| c.name.as_str()),
+        "arguments": arguments,
+    })
+}
+
+/// The complete output items, in stream order.
+fn output(reply: &Reply) -> Vec<Value> {
+    let mut items = Vec::new();
+    if !reply.reasoning.is_empty() {
+        items.push(reasoning_item(reply));
+    }
+    if !reply.text.is_empty() {
+        items.push(message_item(
+            reply,
+            "completed",
+            vec![text_part(&reply.text())],
+        ));
+    }
+    for (index, call) in reply.calls.iter().enumerate() {
+        items.push(call_item(reply, index, "completed", &call.args));
+    }
+    items
+}
+
+struct Events {
+    context: Context,
+    sequence: u64,
+    next_output: usize,
+    reasoning_index: usize,
+    text_index: usize,
+    call_indexes: HashMap<usize, usize>,
+}
+
+impl Events {
+    fn event(&mut self, kind: &str, mut data: Value) -> Bytes {
+        data["type"] = Value::String(kind.to_owned());
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        sse::event(kind, &data)
+    }
+
+    fn claim_output(&mut self) -> usize {
+        let index = self.next_output;
+        self.next_output += 1;
+        index
+    }
+
+    fn call_index(&self, index: usize) -> usize {
+        self.call_indexes.get(&index).copied().unwrap_or_default()
+    }
+}
+
+impl Encoder for Events {
+    fn start(&mut self, reply: &Reply) -> Vec<Bytes> {
+        let response = response_object(reply, &self.context, "in_progress", Vec::new(), false);
+        vec![
+            self.event("response.created", json!({"response": response.clone()})),
+            self.event("response.in_progress", json!({"response": response})),
+        ]
+    }
+
+    fn piece(&mut self, reply: &Reply, piece: Piece<'_>) -> Vec<Bytes> {
+        match piece {
+            Piece::ReasoningStart => {
+                self.reasoning_index = self.claim_output();
+                let (id, output) = (reasoning_id(reply), self.reasoning_index);
+                vec![
+                    self.event(
+                        "response.output_item.added",
+                        json!({"output_index": output,
+                               "item": {"id": id, "type": "reasoning", "summary": []}}),
+                    ),
+                    self.event(
+                        "response.reasoning_summary_part.added",
+                        json!({"item_id": id, "output_index": output, "summary_index": 0,
+                               "part": {"type": "summary_text", "text": ""}}),
+                    ),
+                ]
+            }
+            Piece::ReasoningDelta(delta) => {
+                let data = json!({"item_id": reasoning_id(reply),
+                                  "output_index": self.reasoning_index,
+                                  "summary_index": 0, "delta": delta});
+                vec![self.event("response.reasoning_summary_text.delta", data)]
+            }
+            Piece::ReasoningEnd => {
+                let (id, output, text) =
+                    (reasoning_id(reply), self.reasoning_index, reply.reasoning());
+                vec![
+                    self.event(
+                        "response.reasoning_summary_text.done",
+                        json!({"item_id": id, "output_index": output, "summary_index": 0,
+                               "text": text}),
+                    ),
+                    self.event(
+                        "response.reasoning_summary_part.done",
+                        json!({"item_id": id, "output_index": output, "summary_index": 0,
+                               "part": {"type": "summary_text", "text": text}}),
+                    ),
+                    self.event(
+                        "response.output_item.done",
+                        json!({"output_index": output, "item": reasoning_item(reply)}),
+                    ),
+                ]
+            }
+            Piece::TextStart => {
+                self.text_index = self.claim_output();
+                let (id, output) = (message_id(reply), self.text_index);
+                vec![
+                    self.event(
+                        "response.output_item.added",
+                        json!({"output_index": output,
+                               "item": message_item(reply, "in_progress", Vec::new())}),
+                    ),
+                    self.event(
+                        "response.content_part.added",
+                        json!({"item_id": id, "output_index": output, "content_index": 0,
+                               "part": text_part("")}),
+                    ),
+                ]
+            }
+            Piece::TextDelta(delta) => {
+                let data = json!({"item_id": message_id(reply), "output_index": self.text_index,
+                                  "content_index": 0, "delta": delta, "logprobs": []});
+                vec![self.event("response.output_text.delta", data)]
+            }
+            Piece::TextEnd => {
+                let (id, output, text) = (message_id(reply), self.text_index, reply.text());
+                vec![
+                    self.event(
+                        "response.output_text.done",
+                        json!({"item_id": id, "output_index": output, "content_index": 0,
+                               "text": text, "logprobs": []}),
+                    ),
+                    self.event(
+                        "response.content_part.done",
+                        json!({"item_id": id, "output_index": output, "content_index": 0,
+                               "part": text_part(&text)}),
+                    ),
+                    self.event(
+                        "response.output_item.done",
+                        json!({"output_index": output,
+                               "item": message_item(reply, "completed", vec![text_part(&text)])}),
+                    ),
+                ]
+            }
+            Piece::ToolStart(index) => {
+                let output = self.claim_output();
+                self.call_indexes.insert(index, output);
+                vec![self.event(
+                    "response.output_item.added",
+                    json!({"output_index": output,
+                           "item": call_item(reply, index, "in_progress", "")}),
+                )]
+            }
+            Piece::ToolDelta(index, delta) => {
+                let data = json!({"item_id": call_item_id(reply, index),
+                                  "output_index": self.call_index(index), "delta": delta});
+                vec![self.event("response.function_call_arguments.delta", data)]
+            }
+            Piece::ToolEnd(index) => {
+                let output = self.call_index(index);
+                let (name, args) = reply
+                    .calls
+                    .get(index)
+                    .map(|c| (c.name.clone(), c.args.clone()))
+                    .unwrap_or_default();
+                vec![
+                    self.event(
+                        "response.function_call_arguments.done",
+                        json!({"item_id": call_item_id(reply, index), "output_index": output,
+                               "name": name, "arguments": args}),
+                    ),
+                    self.event(
+                        "response.output_item.done",
+                        json!({"output_index": output,
+                               "item": call_item(reply, index, "completed", &args)}),
+                    ),
+                ]
+            }
+        }
+    }
+
+    fn finish(&mut self, reply: &Reply) -> Vec<Bytes> {
+        let (kind, status) = match reply.finish {
+            Finish::Length => ("response.incomplete", "incomplete"),
+            _ => ("response.completed", "completed"),
+        };
+        let response = response_object(reply, &self.context, status, output(reply), true);
+        vec![self.event(kind, json!({"response": response}))]
+    }
+
+    fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {
+        let data =
+            json!({"code": fault.error_type, "message": fault.message, "param": Value::Null});
+        vec![self.event("error", data)]
+    }
+}

@@ -1,0 +1,80 @@
+//! State shared by all requests of one server: attempt counters, stored responses, ids.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::MockConfig;
+use crate::conversation::Item;
+
+pub(crate) struct State {
+    pub config: MockConfig,
+    /// Cancelled when the server shuts down, so streams that stall or crawl end promptly
+    /// instead of holding graceful shutdown open.
+    pub shutdown: CancellationToken,
+    attempts: Mutex<HashMap<(String, usize), u32>>,
+    responses: Mutex<Stored>,
+    seq: AtomicU64,
+}
+
+#[derive(Default)]
+struct Stored {
+    conversations: HashMap<String, Vec<Item>>,
+    order: VecDeque<String>,
+}
+
+impl State {
+    pub fn new(config: MockConfig, shutdown: CancellationToken) -> Self {
+        Self {
+            config,
+            shutdown,
+            attempts: Mutex::default(),
+            responses: Mutex::default(),
+            seq: AtomicU64::new(1),
+        }
+    }
+
+    /// A number unique within this server, for ids.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts one more attempt at `step` of the script keyed `key`; returns the count.
+    pub fn attempt(&self, key: &str, step: usize) -> u32 {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = attempts.entry((key.to_owned(), step)).or_insert(0);
+        *count += 1;
+        *count
+    }
+
+    /// Attempts seen so far at `step` of the script keyed `key`.
+    pub fn attempts(&self, key: &str, step: usize) -> u32 {
+        let attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        attempts.get(&(key.to_owned(), step)).copied().unwrap_or(0)
+    }
+
+    /// Remembers the conversation up to and including a response.
+    pub fn store_response(&self, id: String, items: Vec<Item>) {
+        let mut stored = self
+            .responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while stored.order.len() >= self.config.max_stored_responses.max(1) {
+            if let Some(oldest) = stored.order.pop_front() {
+                stored.conversations.remove(&oldest);
+            }
+        }
+        stored.order.push_back(id.clone());
+        stored.conversations.insert(id, items);
+    }
+
+    pub fn stored_response(&self, id: &str) -> Option<Vec<Item>> {
+        let stored = self
+            .responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        stored.conversations.get(id).cloned()
+    }
+}

@@ -1,0 +1,10 @@
+//! The mock provider over real HTTP: every protocol, every scripted behaviour.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod anthropic;
+mod common;
+mod faults;
+mod openai_chat;
+mod pacing;
+mod responses;
