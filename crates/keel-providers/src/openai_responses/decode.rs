@@ -388,7 +388,17 @@ impl ResponsesDecoder {
             }
             "response.failed" => {
                 let error = match response.get("error").filter(|e| e.is_object()) {
-                    Some(e) => self.ctx.body(None, &json!({ "error": e }).to_string()),
+                    Some(e) => {
+                        // A failed response names its cause only by `code` (`server_error`,
+                        // `rate_limit_exceeded`, ...), which the classifier reads as a type.
+                        let mut e = e.clone();
+                        if e.get("type").is_none()
+                            && let Some(code) = e.get("code").cloned()
+                        {
+                            e["type"] = code;
+                        }
+                        self.ctx.body(None, &json!({ "error": e }).to_string())
+                    }
                     None => self.ctx.message("response failed"),
                 };
                 self.fail(error, out);
