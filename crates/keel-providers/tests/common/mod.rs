@@ -1,7 +1,7 @@
 //! Shared test support: transcript loading, decoder replay with arbitrary chunking, and a
 //! local HTTP server that serves a scripted reply and records requests.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod server;
 

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 pub enum End {
     /// The body completes normally.
     Close,
-    /// The connection is torn down mid-body.
+    /// The connection is torn down mid-body once [`TestServer::abort`] is called.
     Abort,
     /// The body stays open without sending more.
     Hang,
@@ -77,6 +77,7 @@ struct Shared {
     requests: Mutex<Vec<Captured>>,
     received: Notify,
     body_dropped: Arc<Notify>,
+    abort: Arc<Notify>,
 }
 
 pub struct TestServer {
@@ -93,6 +94,7 @@ impl TestServer {
             requests: Mutex::new(Vec::new()),
             received: Notify::new(),
             body_dropped: Arc::new(Notify::new()),
+            abort: Arc::new(Notify::new()),
         });
         let app = Router::new().fallback(handle).with_state(shared.clone());
         tokio::spawn(async move {
@@ -111,6 +113,11 @@ impl TestServer {
     /// Completes once a request has arrived.
     pub async fn request_received(&self) {
         self.shared.received.notified().await;
+    }
+
+    /// Tears down a reply that ends with [`End::Abort`].
+    pub fn abort(&self) {
+        self.shared.abort.notify_one();
     }
 
     /// Completes once the reply body has been dropped (sent in full, or the client went
@@ -145,6 +152,7 @@ async fn handle(
         futures::future::pending::<()>().await;
     }
     let guard = DropSignal(shared.body_dropped.clone());
+    let abort = shared.abort.clone();
     let chunks = futures::stream::iter(
         reply
             .chunks
@@ -153,7 +161,8 @@ async fn handle(
     );
     let tail: futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>> = match reply.end {
         End::Close => futures::stream::empty().boxed(),
-        End::Abort => futures::stream::once(async {
+        End::Abort => futures::stream::once(async move {
+            abort.notified().await;
             Err(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
                 "scripted abort",
