@@ -141,7 +141,14 @@ impl Endpoint {
             sent = request.send() => sent.map_err(|e| self.ctx.transport(&e))?,
         };
         let status = response.status();
-        if status.is_success() {
+        // A JSON body where an event stream was asked for is an error report, e.g. from a
+        // gateway in front of the provider; reading it as a stream would hide it.
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
+        if status.is_success() && !is_json {
             return Ok(response);
         }
         let headers = response.headers().clone();

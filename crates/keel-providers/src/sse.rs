@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 
 use eventsource_stream::{EventStream, EventStreamError};
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use keel_core::{Cancel, EventStream as ModelEvents, StreamEvent};
 
 use crate::http::ErrorContext;
@@ -123,6 +123,11 @@ where
                 }
             };
             if done {
+                if d.decoder.is_finished()
+                    && let Some(framed) = d.framed.as_mut()
+                {
+                    drain_ready(framed);
+                }
                 // Dropping the framed stream drops the HTTP response and with it the
                 // connection, so a cancelled or finished reply stops downloading at once.
                 d.framed = None;
@@ -131,3 +136,21 @@ where
         }
     }))
 }
+
+/// Reads what has already arrived after the terminal event, without waiting. A body read to
+/// its end lets the HTTP client reuse the connection; one dropped early closes it.
+fn drain_ready<S, B, E>(framed: &mut Framed<S>)
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    for _ in 0..DRAIN_LIMIT {
+        match framed.next().now_or_never() {
+            Some(Some(Ok(_))) => {}
+            _ => return,
+        }
+    }
+}
+
+/// Events read after the terminal one before giving up on reusing the connection.
+const DRAIN_LIMIT: usize = 8;

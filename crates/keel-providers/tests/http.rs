@@ -186,6 +186,15 @@ async fn http_500_is_a_retryable_server_error_even_without_a_body() {
 }
 
 #[tokio::test]
+async fn a_json_error_with_status_200_is_not_read_as_a_stream() {
+    let body = r#"{"error":{"message":"Too many requests, slow down","type":"rate_limit_error"}}"#;
+    let server = TestServer::start(Reply::error(200, body)).await;
+    let error = start_error(model(&server, ProviderKind::OpenAiChat).as_ref()).await;
+    assert_eq!(error.kind, ErrorKind::RateLimit);
+    assert_eq!(error.message, "Too many requests, slow down");
+}
+
+#[tokio::test]
 async fn a_missing_previous_response_breaks_the_chain() {
     let body = r#"{"error":{"message":"Previous response with id 'resp_abc' not found.","type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}"#;
     let server = TestServer::start(Reply::error(400, body)).await;

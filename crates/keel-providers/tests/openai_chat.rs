@@ -396,3 +396,34 @@ fn provider_options_pass_through() {
         7
     );
 }
+
+#[test]
+fn reasoning_sent_under_both_names_is_read_once() {
+    let data = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"think\",\"reasoning\":\"think\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let events = replay(ChatDecoder::new(ctx()), data.as_bytes());
+    let reasoning: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::ReasoningDelta { .. }))
+        .collect();
+    assert_eq!(reasoning.len(), 1);
+    assert!(matches!(
+        events.last(),
+        Some(StreamEvent::Finish {
+            reason: FinishReason::Stop,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn an_error_event_with_plain_text_data_is_an_error() {
+    let data = "event: error\ndata: upstream timed out\n\n";
+    let events = replay(ChatDecoder::new(ctx()), data.as_bytes());
+    let error = final_error(&events);
+    assert_eq!(error.message, "upstream timed out");
+    assert_eq!(error.kind, ErrorKind::Timeout);
+}

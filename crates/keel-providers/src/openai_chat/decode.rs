@@ -216,12 +216,14 @@ impl ChatDecoder {
             return;
         };
         if let Some(delta) = choice.get("delta") {
-            for key in ["reasoning_content", "reasoning"] {
-                if let Some(text) = delta.get(key).and_then(Value::as_str)
-                    && !text.is_empty()
-                {
-                    self.reasoning_delta(text, out);
-                }
+            // Servers moving from `reasoning_content` to `reasoning` send the same text under
+            // both names for a while; only one is read.
+            let reasoning = ["reasoning_content", "reasoning"]
+                .iter()
+                .filter_map(|key| delta.get(*key).and_then(Value::as_str))
+                .find(|text| !text.is_empty());
+            if let Some(text) = reasoning {
+                self.reasoning_delta(text, out);
             }
             if let Some(text) = delta.get("content").and_then(Value::as_str)
                 && !text.is_empty()
@@ -251,16 +253,20 @@ impl Decoder for ChatDecoder {
             self.finish(out);
             return;
         }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            tracing::debug!(provider = %self.ctx.provider, "ignoring a non-JSON chunk");
-            return;
+        let chunk = serde_json::from_str::<Value>(data);
+        let is_error = match &chunk {
+            Ok(chunk) => chunk.get("error").is_some_and(|e| !e.is_null()),
+            Err(_) => false,
         };
-        if event.event == "error" || chunk.get("error").is_some_and(|e| !e.is_null()) {
+        if event.event == "error" || is_error {
             out.push(StreamEvent::Error(self.ctx.body(None, data)));
             self.finished = true;
             return;
         }
-        self.chunk(&chunk, out);
+        match chunk {
+            Ok(chunk) => self.chunk(&chunk, out),
+            Err(_) => tracing::debug!(provider = %self.ctx.provider, "ignoring a non-JSON chunk"),
+        }
     }
 
     fn is_finished(&self) -> bool {
