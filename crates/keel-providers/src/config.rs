@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use keel_core::LanguageModel;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
@@ -109,6 +110,55 @@ impl fmt::Debug for ProviderSettings {
     }
 }
 
+impl ProviderSettings {
+    /// Providers configured by the usual environment variables: `openai` (Chat Completions)
+    /// from `OPENAI_API_KEY` / `OPENAI_BASE_URL`, and `anthropic` from `ANTHROPIC_API_KEY` /
+    /// `ANTHROPIC_BASE_URL`. A provider appears when its key or its base URL is set; empty
+    /// values count as unset. `var` looks a variable up, e.g. `|k| std::env::var(k).ok()`.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Vec<ProviderSettings> {
+        let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let mut found = Vec::new();
+        for (name, kind, key, url) in [
+            (
+                "openai",
+                ProviderKind::OpenAiChat,
+                "OPENAI_API_KEY",
+                "OPENAI_BASE_URL",
+            ),
+            (
+                "anthropic",
+                ProviderKind::Anthropic,
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_BASE_URL",
+            ),
+        ] {
+            let api_key = get(key);
+            let base_url = get(url);
+            if api_key.is_some() || base_url.is_some() {
+                let mut settings = ProviderSettings::new(name, kind);
+                settings.api_key = api_key;
+                settings.base_url = base_url;
+                found.push(settings);
+            }
+        }
+        found
+    }
+}
+
+/// A client suited to streaming model replies: bounded connection set-up, TCP and HTTP/2
+/// keep-alive so a silently dead connection is noticed, and no overall request timeout,
+/// since a reply may stream for many minutes (stalls are the caller's to detect).
+pub fn http_client() -> Result<reqwest::Client, ProviderBuildError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .tcp_keepalive(Duration::from_secs(30))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .http2_keep_alive_while_idle(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .map_err(|e| ProviderBuildError::HttpClient(e.to_string()))
+}
+
 /// Why a model could not be built from its settings.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderBuildError {
@@ -127,6 +177,8 @@ pub enum ProviderBuildError {
     InvalidApiKey { provider: String },
     #[error("provider {provider}: invalid extra header {header:?}")]
     InvalidHeader { provider: String, header: String },
+    #[error("cannot create the HTTP client: {0}")]
+    HttpClient(String),
 }
 
 /// Builds the model `upstream_model` of a provider. `http` is shared by all models; give it

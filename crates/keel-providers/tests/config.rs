@@ -103,3 +103,40 @@ fn bad_settings_are_named() {
         Err(ProviderBuildError::InvalidApiKey { .. })
     ));
 }
+
+#[test]
+fn providers_from_the_usual_environment_variables() {
+    let env = |vars: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    assert!(ProviderSettings::from_env(env(&[])).is_empty());
+    assert!(ProviderSettings::from_env(env(&[("OPENAI_API_KEY", " ")])).is_empty());
+
+    let found = ProviderSettings::from_env(env(&[
+        ("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
+        ("ANTHROPIC_API_KEY", "sk-ant"),
+    ]));
+    assert_eq!(found.len(), 2);
+    assert_eq!(found[0].name, "openai");
+    assert_eq!(found[0].kind, ProviderKind::OpenAiChat);
+    assert_eq!(
+        found[0].base_url.as_deref(),
+        Some("http://127.0.0.1:8080/v1")
+    );
+    assert!(found[0].api_key.is_none());
+    assert_eq!(found[1].name, "anthropic");
+    assert_eq!(found[1].api_key.as_deref(), Some("sk-ant"));
+    assert_eq!(found[1].base_url(), "https://api.anthropic.com/v1");
+}
+
+#[test]
+fn the_default_http_client_builds_models() {
+    let client = keel_providers::http_client().unwrap();
+    let mut settings = ProviderSettings::new("a", ProviderKind::Anthropic);
+    settings.api_key = Some("k".into());
+    assert!(build_model(&settings, "m", client).is_ok());
+}

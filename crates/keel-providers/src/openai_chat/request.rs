@@ -168,7 +168,9 @@ fn user_or_tool(message: &Message) -> Vec<Value> {
                 if media_type.starts_with("image/") {
                     content.push(json!({"type": "image_url", "image_url": {"url": url}}));
                 } else {
-                    content.push(json!({"type": "file", "file": {"file_data": url}}));
+                    content.push(
+                        json!({"type": "file", "file": {"filename": "attachment", "file_data": url}}),
+                    );
                 }
             }
             _ => {}
