@@ -157,10 +157,21 @@ impl Endpoint {
             () = cancel.cancelled() => return Err(self.ctx.cancelled()),
             body = response.text() => body.ok(),
         };
-        Err(self.ctx.http(
-            status.as_u16(),
-            &headers,
-            body.as_deref().filter(|b| !b.is_empty()),
-        ))
+        let body = body.as_deref().map(clip).filter(|b| !b.is_empty());
+        Err(self.ctx.http(status.as_u16(), &headers, body))
     }
+}
+
+/// Error bodies become error messages; an HTML error page from a proxy can be megabytes.
+const MAX_ERROR_BODY: usize = 8 * 1024;
+
+fn clip(body: &str) -> &str {
+    if body.len() <= MAX_ERROR_BODY {
+        return body;
+    }
+    let mut end = MAX_ERROR_BODY;
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    &body[..end]
 }

@@ -195,6 +195,21 @@ async fn a_json_error_with_status_200_is_not_read_as_a_stream() {
 }
 
 #[tokio::test]
+async fn a_huge_html_error_page_is_clipped() {
+    let page = format!(
+        "<html><body>{}</body></html>",
+        "Bad gateway é ".repeat(5000)
+    );
+    let mut reply = Reply::error(502, &page);
+    reply.headers = vec![("content-type".into(), "text/html".into())];
+    let server = TestServer::start(reply).await;
+    let error = start_error(model(&server, ProviderKind::OpenAiChat).as_ref()).await;
+    assert_eq!(error.kind, ErrorKind::Server);
+    assert!(error.message.starts_with("<html>"));
+    assert!(error.message.len() <= 8 * 1024);
+}
+
+#[tokio::test]
 async fn a_missing_previous_response_breaks_the_chain() {
     let body = r#"{"error":{"message":"Previous response with id 'resp_abc' not found.","type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}"#;
     let server = TestServer::start(Reply::error(400, body)).await;
