@@ -12,6 +12,31 @@
 //!   failure onto [`keel_core::classify`];
 //! * [`openai_chat`], [`openai_responses`], [`anthropic`]: one module per wire protocol, each
 //!   split into a request builder and a pure decoder.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use futures::StreamExt;
+//! use keel_core::{Cancel, Message, ModelCall, StreamEvent};
+//! use keel_providers::{ProviderKind, ProviderSettings, build_model, http_client};
+//!
+//! let mut settings = ProviderSettings::new("anthropic", ProviderKind::Anthropic);
+//! settings.api_key = std::env::var("ANTHROPIC_API_KEY").ok();
+//! let model = build_model(&settings, "claude-sonnet-4-5", http_client()?)?;
+//!
+//! let mut messages = vec![Message::system("Be brief."), Message::user("Hello")];
+//! model.prepare_prompt(&mut messages);
+//! let call = ModelCall { messages, ..ModelCall::default() };
+//! let mut events = model.stream(call, Cancel::new()).await?;
+//! while let Some(event) = events.next().await {
+//!     match event {
+//!         StreamEvent::TextDelta { delta, .. } => print!("{delta}"),
+//!         StreamEvent::Error(e) if e.retryable() => { /* back off and try again */ }
+//!         StreamEvent::Error(e) => return Err(e.into()),
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
 
 pub mod anthropic;
 pub mod config;
