@@ -111,6 +111,30 @@ async fn openai_responses_streams_over_http() {
 }
 
 #[tokio::test]
+async fn openai_responses_chain_mode_sends_only_new_input() {
+    let server =
+        TestServer::start(Reply::sse(vec![transcript("openai_responses_tools.sse")])).await;
+    let model = model(&server, ProviderKind::OpenAiResponses);
+    let mut call = call();
+    call.messages.push(Message::assistant("first answer"));
+    call.messages.push(Message::user("next question"));
+    call.options.previous_response_id = Some("resp_prev".into());
+    call.options.store = true;
+    let stream = model.stream(call, Cancel::new()).await.unwrap();
+    let events: Vec<StreamEvent> = tokio::time::timeout(LIMIT, stream.collect()).await.unwrap();
+    assert!(events.contains(&StreamEvent::ResponseId {
+        id: "resp_123".into()
+    }));
+    let body = &server.requests()[0].body;
+    assert_eq!(body["previous_response_id"], "resp_prev");
+    assert_eq!(body["store"], true);
+    assert_eq!(
+        body["input"],
+        json!([{"role": "user", "content": [{"type": "input_text", "text": "next question"}]}])
+    );
+}
+
+#[tokio::test]
 async fn anthropic_streams_over_http_with_its_headers() {
     let bytes = transcript("anthropic_thinking_tools.sse");
     let server = TestServer::start(Reply::sse(split(&bytes, &[1, 2, 3, 555]))).await;
