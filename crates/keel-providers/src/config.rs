@@ -1,0 +1,259 @@
+//! What the daemon builds a model from: the provider kind, its settings, and
+//! [`build_model`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_core::LanguageModel;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
+
+use crate::anthropic::Anthropic;
+use crate::http::{Endpoint, ErrorContext};
+use crate::openai_chat::OpenAiChat;
+use crate::openai_responses::OpenAiResponses;
+
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+
+/// The wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ProviderKind {
+    #[serde(rename = "openai-chat")]
+    OpenAiChat,
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
+    #[serde(rename = "anthropic")]
+    Anthropic,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAiChat => "openai-chat",
+            ProviderKind::OpenAiResponses => "openai-responses",
+            ProviderKind::Anthropic => "anthropic",
+        }
+    }
+
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => OPENAI_BASE_URL,
+            ProviderKind::Anthropic => ANTHROPIC_BASE_URL,
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One configured provider, with its API key already resolved from the environment.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderSettings {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// `None` uses the kind's official endpoint.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// OpenAI Chat Completions: ask for a final usage chunk with
+    /// `stream_options.include_usage`. Some compatible servers reject the option.
+    #[serde(default = "default_true")]
+    pub include_usage: bool,
+    /// Sent with every request.
+    #[serde(default)]
+    pub extra_headers: BTreeMap<String, String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl ProviderSettings {
+    pub fn new(name: impl Into<String>, kind: ProviderKind) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            base_url: None,
+            api_key: None,
+            include_usage: true,
+            extra_headers: BTreeMap::new(),
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        self.base_url
+            .as_deref()
+            .unwrap_or_else(|| self.kind.default_base_url())
+    }
+}
+
+impl fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderSettings")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("include_usage", &self.include_usage)
+            .field(
+                "extra_headers",
+                &self.extra_headers.keys().collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl ProviderSettings {
+    /// Providers configured by the usual environment variables: `openai` (Chat Completions)
+    /// from `OPENAI_API_KEY` / `OPENAI_BASE_URL`, and `anthropic` from `ANTHROPIC_API_KEY` /
+    /// `ANTHROPIC_BASE_URL`. A provider appears when its key or its base URL is set; empty
+    /// values count as unset. `var` looks a variable up, e.g. `|k| std::env::var(k).ok()`.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Vec<ProviderSettings> {
+        let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let mut found = Vec::new();
+        for (name, kind, key, url) in [
+            (
+                "openai",
+                ProviderKind::OpenAiChat,
+                "OPENAI_API_KEY",
+                "OPENAI_BASE_URL",
+            ),
+            (
+                "anthropic",
+                ProviderKind::Anthropic,
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_BASE_URL",
+            ),
+        ] {
+            let api_key = get(key);
+            let base_url = get(url);
+            if api_key.is_some() || base_url.is_some() {
+                let mut settings = ProviderSettings::new(name, kind);
+                settings.api_key = api_key;
+                settings.base_url = base_url;
+                found.push(settings);
+            }
+        }
+        found
+    }
+}
+
+/// A client suited to streaming model replies: bounded connection set-up, TCP and HTTP/2
+/// keep-alive so a silently dead connection is noticed, and no overall request timeout,
+/// since a reply may stream for many minutes (stalls are the caller's to detect).
+pub fn http_client() -> Result<reqwest::Client, ProviderBuildError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .tcp_keepalive(Duration::from_secs(30))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .http2_keep_alive_while_idle(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .map_err(|e| ProviderBuildError::HttpClient(e.to_string()))
+}
+
+/// Why a model could not be built from its settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderBuildError {
+    #[error("provider {provider}: invalid base_url {url:?}: {reason}")]
+    InvalidBaseUrl {
+        provider: String,
+        url: String,
+        reason: String,
+    },
+    #[error("provider {provider}: the official {kind} endpoint needs an API key")]
+    MissingApiKey {
+        provider: String,
+        kind: ProviderKind,
+    },
+    #[error("provider {provider}: the API key is not a valid header value")]
+    InvalidApiKey { provider: String },
+    #[error("provider {provider}: invalid extra header {header:?}")]
+    InvalidHeader { provider: String, header: String },
+    #[error("cannot create the HTTP client: {0}")]
+    HttpClient(String),
+}
+
+/// Builds the model `upstream_model` of a provider. `http` is shared by all models; give it
+/// connect timeouts but no overall request timeout, since replies stream for minutes.
+pub fn build_model(
+    settings: &ProviderSettings,
+    upstream_model: &str,
+    http: reqwest::Client,
+) -> Result<Arc<dyn LanguageModel>, ProviderBuildError> {
+    let base_url = settings.base_url();
+    let parsed = reqwest::Url::parse(base_url).map_err(|e| ProviderBuildError::InvalidBaseUrl {
+        provider: settings.name.clone(),
+        url: base_url.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(ProviderBuildError::InvalidBaseUrl {
+            provider: settings.name.clone(),
+            url: base_url.to_owned(),
+            reason: "the scheme must be http or https".to_owned(),
+        });
+    }
+    if settings.base_url.is_none() && settings.api_key.is_none() {
+        return Err(ProviderBuildError::MissingApiKey {
+            provider: settings.name.clone(),
+            kind: settings.kind,
+        });
+    }
+    let endpoint = Endpoint {
+        ctx: ErrorContext::new(&settings.name, upstream_model),
+        base_url: base_url.to_owned(),
+        headers: headers(settings)?,
+        http,
+    };
+    Ok(match settings.kind {
+        ProviderKind::OpenAiChat => Arc::new(OpenAiChat::new(endpoint, settings.include_usage)),
+        ProviderKind::OpenAiResponses => Arc::new(OpenAiResponses::new(endpoint)),
+        ProviderKind::Anthropic => Arc::new(Anthropic::new(endpoint)),
+    })
+}
+
+fn headers(settings: &ProviderSettings) -> Result<HeaderMap, ProviderBuildError> {
+    let mut map = HeaderMap::new();
+    if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
+        let invalid = || ProviderBuildError::InvalidApiKey {
+            provider: settings.name.clone(),
+        };
+        match settings.kind {
+            ProviderKind::Anthropic => {
+                let mut value = HeaderValue::from_str(key).map_err(|_| invalid())?;
+                value.set_sensitive(true);
+                map.insert(HeaderName::from_static("x-api-key"), value);
+            }
+            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => {
+                let mut value =
+                    HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| invalid())?;
+                value.set_sensitive(true);
+                map.insert(AUTHORIZATION, value);
+            }
+        }
+    }
+    if settings.kind == ProviderKind::Anthropic {
+        map.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(crate::anthropic::API_VERSION),
+        );
+    }
+    for (name, value) in &settings.extra_headers {
+        let invalid = || ProviderBuildError::InvalidHeader {
+            provider: settings.name.clone(),
+            header: name.clone(),
+        };
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+        let value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+        map.insert(name, value);
+    }
+    Ok(map)
+}

@@ -1,0 +1,314 @@
+//! Decodes the Chat Completions chunk stream into [`StreamEvent`]s.
+//!
+//! Text and reasoning (`reasoning_content` from DeepSeek, `reasoning` from vLLM) arrive as
+//! deltas of one choice; tool calls arrive as deltas keyed by `index`, the id and name on a
+//! call's first chunk, argument text after, several calls possibly interleaved. Calls are
+//! complete only when the choice reports a finish reason. Usage comes in a final chunk
+//! without choices, and `[DONE]` ends the stream.
+
+use std::collections::BTreeMap;
+
+use keel_core::{FinishReason, StreamEvent, Usage};
+use serde_json::Value;
+
+use crate::convert::count;
+use crate::http::ErrorContext;
+use crate::sse::{Decoder, SseEvent};
+
+#[derive(Debug, Default)]
+struct PendingCall {
+    id: String,
+    name: String,
+    args: String,
+    started: bool,
+}
+
+/// The Chat Completions state machine.
+#[derive(Debug)]
+pub struct ChatDecoder {
+    ctx: ErrorContext,
+    blocks: u32,
+    text: Option<String>,
+    reasoning: Option<String>,
+    calls: BTreeMap<u64, PendingCall>,
+    had_calls: bool,
+    finish: Option<FinishReason>,
+    usage: Usage,
+    finished: bool,
+}
+
+impl ChatDecoder {
+    pub fn new(ctx: ErrorContext) -> Self {
+        Self {
+            ctx,
+            blocks: 0,
+            text: None,
+            reasoning: None,
+            calls: BTreeMap::new(),
+            had_calls: false,
+            finish: None,
+            usage: Usage::default(),
+            finished: false,
+        }
+    }
+
+    fn next_id(&mut self, prefix: &str) -> String {
+        self.blocks += 1;
+        format!("{prefix}-{}", self.blocks)
+    }
+
+    fn close_text(&mut self, out: &mut Vec<StreamEvent>) {
+        if let Some(id) = self.text.take() {
+            out.push(StreamEvent::TextEnd { id });
+        }
+    }
+
+    fn close_reasoning(&mut self, out: &mut Vec<StreamEvent>) {
+        if let Some(id) = self.reasoning.take() {
+            out.push(StreamEvent::ReasoningEnd { id, metadata: None });
+        }
+    }
+
+    fn reasoning_delta(&mut self, delta: &str, out: &mut Vec<StreamEvent>) {
+        self.close_text(out);
+        let id = match &self.reasoning {
+            Some(id) => id.clone(),
+            None => {
+                let id = self.next_id("reasoning");
+                out.push(StreamEvent::ReasoningStart {
+                    id: id.clone(),
+                    metadata: None,
+                });
+                self.reasoning = Some(id.clone());
+                id
+            }
+        };
+        out.push(StreamEvent::ReasoningDelta {
+            id,
+            delta: delta.to_owned(),
+            metadata: None,
+        });
+    }
+
+    fn text_delta(&mut self, delta: &str, out: &mut Vec<StreamEvent>) {
+        self.close_reasoning(out);
+        let id = match &self.text {
+            Some(id) => id.clone(),
+            None => {
+                let id = self.next_id("text");
+                out.push(StreamEvent::TextStart { id: id.clone() });
+                self.text = Some(id.clone());
+                id
+            }
+        };
+        out.push(StreamEvent::TextDelta {
+            id,
+            delta: delta.to_owned(),
+        });
+    }
+
+    fn tool_call_delta(&mut self, position: usize, call: &Value, out: &mut Vec<StreamEvent>) {
+        self.close_reasoning(out);
+        self.close_text(out);
+        self.had_calls = true;
+        let index = call
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(position as u64);
+        let pending = self.calls.entry(index).or_default();
+        if pending.id.is_empty()
+            && let Some(id) = call.get("id").and_then(Value::as_str)
+        {
+            pending.id = id.to_owned();
+        }
+        let function = call.get("function");
+        if pending.name.is_empty()
+            && let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str)
+        {
+            pending.name = name.to_owned();
+        }
+        let delta = function
+            .and_then(|f| f.get("arguments"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        pending.args.push_str(delta);
+        if pending.started {
+            if !delta.is_empty() {
+                out.push(StreamEvent::ToolInputDelta {
+                    id: pending.id.clone(),
+                    delta: delta.to_owned(),
+                });
+            }
+        } else if !pending.name.is_empty() {
+            // Some servers send no id; the index keeps calls of one reply apart.
+            if pending.id.is_empty() {
+                pending.id = format!("call_{index}");
+            }
+            pending.started = true;
+            out.push(StreamEvent::ToolInputStart {
+                id: pending.id.clone(),
+                tool_name: pending.name.clone(),
+                provider_executed: false,
+            });
+            // Arguments that arrived before the name (or with it) are sent as one delta.
+            if !pending.args.is_empty() {
+                out.push(StreamEvent::ToolInputDelta {
+                    id: pending.id.clone(),
+                    delta: pending.args.clone(),
+                });
+            }
+        }
+    }
+
+    fn complete_calls(&mut self, out: &mut Vec<StreamEvent>) {
+        for (index, call) in std::mem::take(&mut self.calls) {
+            let id = if call.id.is_empty() {
+                format!("call_{index}")
+            } else {
+                call.id
+            };
+            if call.started {
+                out.push(StreamEvent::ToolInputEnd { id: id.clone() });
+            }
+            out.push(StreamEvent::ToolCall {
+                id,
+                tool_name: call.name,
+                args: call.args,
+                provider_executed: false,
+            });
+        }
+    }
+
+    fn close_all(&mut self, out: &mut Vec<StreamEvent>) {
+        self.close_reasoning(out);
+        self.close_text(out);
+        self.complete_calls(out);
+    }
+
+    fn finish(&mut self, out: &mut Vec<StreamEvent>) {
+        self.close_all(out);
+        let reason = match self.finish {
+            // Some servers report "stop" for a reply that called tools.
+            Some(FinishReason::Stop) | None if self.had_calls => FinishReason::ToolCalls,
+            Some(reason) => reason,
+            None => FinishReason::Unknown,
+        };
+        out.push(StreamEvent::Finish {
+            reason,
+            usage: self.usage,
+            provider_metadata: None,
+        });
+        self.finished = true;
+    }
+
+    fn chunk(&mut self, chunk: &Value, out: &mut Vec<StreamEvent>) {
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage.merge_max(&usage_of(usage));
+        }
+        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+            return;
+        };
+        // Only the first choice is requested; others are ignored.
+        let Some(choice) = choices
+            .iter()
+            .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
+        else {
+            return;
+        };
+        if let Some(delta) = choice.get("delta") {
+            // Servers moving from `reasoning_content` to `reasoning` send the same text under
+            // both names for a while; only one is read.
+            let reasoning = ["reasoning_content", "reasoning"]
+                .iter()
+                .filter_map(|key| delta.get(*key).and_then(Value::as_str))
+                .find(|text| !text.is_empty());
+            if let Some(text) = reasoning {
+                self.reasoning_delta(text, out);
+            }
+            if let Some(text) = delta.get("content").and_then(Value::as_str)
+                && !text.is_empty()
+            {
+                self.text_delta(text, out);
+            }
+            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                for (position, call) in calls.iter().enumerate() {
+                    self.tool_call_delta(position, call, out);
+                }
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(finish_reason(reason));
+            self.close_all(out);
+        }
+    }
+}
+
+impl Decoder for ChatDecoder {
+    fn event(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) {
+        if self.finished {
+            return;
+        }
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.finish(out);
+            return;
+        }
+        let chunk = serde_json::from_str::<Value>(data);
+        let is_error = match &chunk {
+            Ok(chunk) => chunk.get("error").is_some_and(|e| !e.is_null()),
+            Err(_) => false,
+        };
+        if event.event == "error" || is_error {
+            out.push(StreamEvent::Error(self.ctx.body(None, data)));
+            self.finished = true;
+            return;
+        }
+        match chunk {
+            Ok(chunk) => self.chunk(&chunk, out),
+            Err(_) => tracing::debug!(provider = %self.ctx.provider, "ignoring a non-JSON chunk"),
+        }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    fn end(&mut self, out: &mut Vec<StreamEvent>) {
+        if self.finished {
+            return;
+        }
+        // A server that reported a finish reason has sent the whole reply; only a few
+        // compatible servers then close without `[DONE]`.
+        if self.finish.is_some() {
+            self.finish(out);
+        } else {
+            out.push(StreamEvent::Error(
+                self.ctx.message("stream closed before the final chunk"),
+            ));
+            self.finished = true;
+        }
+    }
+}
+
+pub(crate) fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        _ => FinishReason::Unknown,
+    }
+}
+
+/// Usage of a Chat Completions reply. `prompt_tokens` includes cached tokens; Keel counts
+/// them apart.
+pub(crate) fn usage_of(usage: &Value) -> Usage {
+    let cached = count(usage.pointer("/prompt_tokens_details/cached_tokens"));
+    Usage {
+        input_tokens: count(usage.get("prompt_tokens")).saturating_sub(cached),
+        output_tokens: count(usage.get("completion_tokens")),
+        cache_read_tokens: cached,
+        cache_write_tokens: 0,
+        reasoning_tokens: count(usage.pointer("/completion_tokens_details/reasoning_tokens")),
+    }
+}

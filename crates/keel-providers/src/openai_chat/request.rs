@@ -1,0 +1,188 @@
+//! Builds the Chat Completions request body from a [`ModelCall`].
+
+use keel_core::{Message, ModelCall, PartKind, Role, ToolChoice};
+use serde_json::{Map, Value, json};
+
+use crate::convert::{CONTINUE_PROMPT, ends_with_assistant, file_url, tool_result_text};
+
+/// Per-provider switches of the request shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatRequestOptions {
+    /// Send `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// Send the output limit as `max_tokens` (understood by every compatible server) rather
+    /// than `max_completion_tokens` (required by OpenAI's reasoning models).
+    pub legacy_max_tokens: bool,
+}
+
+impl Default for ChatRequestOptions {
+    fn default() -> Self {
+        Self {
+            include_usage: true,
+            legacy_max_tokens: true,
+        }
+    }
+}
+
+/// The JSON body of a streaming Chat Completions request.
+pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    body.insert("messages".into(), Value::Array(messages(&call.messages)));
+    body.insert("stream".into(), json!(true));
+    if options.include_usage {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    let tools: Vec<Value> = call
+        .tools
+        .iter()
+        .filter(|t| !t.is_provider_tool())
+        .map(|t| {
+            json!({
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                }
+            })
+        })
+        .collect();
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+        let choice = match call.options.tool_choice {
+            ToolChoice::Auto => "auto",
+            ToolChoice::None => "none",
+            ToolChoice::Required => "required",
+        };
+        body.insert("tool_choice".into(), json!(choice));
+    }
+    let o = &call.options;
+    if let Some(t) = o.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = o.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(max) = o.max_output_tokens {
+        let field = if options.legacy_max_tokens {
+            "max_tokens"
+        } else {
+            "max_completion_tokens"
+        };
+        body.insert(field.into(), json!(max));
+    }
+    if let Some(effort) = &o.reasoning_effort {
+        body.insert("reasoning_effort".into(), json!(effort));
+    }
+    for (k, v) in &o.provider_options {
+        body.insert(k.clone(), v.clone());
+    }
+    Value::Object(body)
+}
+
+fn messages(messages: &[Message]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    for message in messages {
+        match message.role {
+            Role::System => out.push(json!({"role": "system", "content": message.text()})),
+            Role::Assistant => out.extend(assistant(message)),
+            Role::User | Role::Tool => out.extend(user_or_tool(message)),
+        }
+    }
+    if ends_with_assistant(messages) {
+        out.push(json!({"role": "user", "content": CONTINUE_PROMPT}));
+    }
+    out
+}
+
+fn assistant(message: &Message) -> Option<Value> {
+    let text = message.text();
+    let calls: Vec<Value> = message
+        .parts
+        .iter()
+        .filter_map(|p| match &p.kind {
+            PartKind::ToolCall {
+                tool_call_id,
+                tool_name,
+                args,
+                provider_executed: false,
+            } => Some(json!({
+                "id": tool_call_id,
+                "type": "function",
+                "function": {
+                    "name": tool_name,
+                    "arguments": if args.is_empty() { "{}" } else { args.as_str() },
+                }
+            })),
+            _ => None,
+        })
+        .collect();
+    if text.is_empty() && calls.is_empty() {
+        return None;
+    }
+    let mut m = Map::new();
+    m.insert("role".into(), json!("assistant"));
+    m.insert(
+        "content".into(),
+        if text.is_empty() {
+            Value::Null
+        } else {
+            json!(text)
+        },
+    );
+    if !calls.is_empty() {
+        m.insert("tool_calls".into(), Value::Array(calls));
+    }
+    Some(Value::Object(m))
+}
+
+/// A user or tool message: tool results become one `role: tool` message each, in order,
+/// and the remaining content one user message after them.
+fn user_or_tool(message: &Message) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut content = Vec::new();
+    let mut has_file = false;
+    for part in &message.parts {
+        match &part.kind {
+            PartKind::ToolResult {
+                tool_call_id,
+                result,
+                provider_executed: false,
+                ..
+            } => out.push(json!({
+                "role": "tool",
+                "tool_call_id": tool_call_id,
+                "content": tool_result_text(result),
+            })),
+            PartKind::Text { text } => content.push(json!({"type": "text", "text": text})),
+            PartKind::File {
+                media_type,
+                data,
+                url,
+            } => {
+                let Some(url) = file_url(media_type, data.as_deref(), url.as_deref()) else {
+                    continue;
+                };
+                has_file = true;
+                if media_type.starts_with("image/") {
+                    content.push(json!({"type": "image_url", "image_url": {"url": url}}));
+                } else {
+                    content.push(
+                        json!({"type": "file", "file": {"filename": "attachment", "file_data": url}}),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    if !content.is_empty() {
+        let content = if has_file {
+            Value::Array(content)
+        } else {
+            json!(message.text())
+        };
+        out.push(json!({"role": "user", "content": content}));
+    }
+    out
+}

@@ -1,0 +1,212 @@
+//! Builds the Responses API request body from a [`ModelCall`].
+//!
+//! In chain mode (`previous_response_id` set) the provider already holds the conversation,
+//! so only the input after the last assistant turn is sent.
+
+use keel_core::{Message, ModelCall, Part, PartKind, Role, ToolChoice};
+use serde_json::{Map, Value, json};
+
+use crate::convert::{
+    CONTINUE_PROMPT, ends_with_assistant, file_url, metadata_for, tool_result_text,
+};
+
+/// The key of this protocol's data in a part's `provider_metadata`.
+pub const METADATA_KEY: &str = "openai_responses";
+
+/// The JSON body of a streaming Responses request.
+pub fn build(call: &ModelCall, model: &str) -> Value {
+    let o = &call.options;
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    let messages = match &o.previous_response_id {
+        Some(_) => new_input(&call.messages),
+        None => &call.messages[..],
+    };
+    body.insert("input".into(), Value::Array(input(messages, o.store)));
+    body.insert("stream".into(), json!(true));
+    body.insert("store".into(), json!(o.store));
+    if let Some(id) = &o.previous_response_id {
+        body.insert("previous_response_id".into(), json!(id));
+    }
+    let tools: Vec<Value> = call
+        .tools
+        .iter()
+        .map(|t| match &t.provider_tool {
+            Some(kind) => json!({"type": kind}),
+            None => json!({
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+                "strict": false,
+            }),
+        })
+        .collect();
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+        let choice = match o.tool_choice {
+            ToolChoice::Auto => "auto",
+            ToolChoice::None => "none",
+            ToolChoice::Required => "required",
+        };
+        body.insert("tool_choice".into(), json!(choice));
+    }
+    if let Some(t) = o.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = o.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(max) = o.max_output_tokens {
+        body.insert("max_output_tokens".into(), json!(max));
+    }
+    if let Some(effort) = &o.reasoning_effort {
+        body.insert(
+            "reasoning".into(),
+            json!({"effort": effort, "summary": "auto"}),
+        );
+        // Without storage, reasoning can only be carried to the next turn encrypted.
+        if !o.store {
+            body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+        }
+    }
+    for (k, v) in &o.provider_options {
+        body.insert(k.clone(), v.clone());
+    }
+    Value::Object(body)
+}
+
+/// The messages after the last assistant turn. A trailing assistant message is a partial
+/// reply the provider never stored, so it is new input too.
+pub fn new_input(messages: &[Message]) -> &[Message] {
+    let history_end = if ends_with_assistant(messages) {
+        messages.len() - 1
+    } else {
+        messages.len()
+    };
+    let start = messages[..history_end]
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .map_or(0, |i| i + 1);
+    &messages[start..]
+}
+
+fn input(messages: &[Message], store: bool) -> Vec<Value> {
+    let mut items = Vec::new();
+    for message in messages {
+        match message.role {
+            Role::System => items.push(json!({"role": "system", "content": message.text()})),
+            Role::Assistant => assistant(message, store, &mut items),
+            Role::User | Role::Tool => user_or_tool(message, &mut items),
+        }
+    }
+    if ends_with_assistant(messages) {
+        items.push(json!({"role": "user", "content": CONTINUE_PROMPT}));
+    }
+    items
+}
+
+fn assistant(message: &Message, store: bool, items: &mut Vec<Value>) {
+    let mut text = String::new();
+    let flush = |text: &mut String, items: &mut Vec<Value>| {
+        if !text.is_empty() {
+            items.push(json!({"role": "assistant", "content": std::mem::take(text)}));
+        }
+    };
+    for part in &message.parts {
+        match &part.kind {
+            PartKind::Text { text: t } => text.push_str(t),
+            PartKind::Reasoning { .. } => {
+                if let Some(item) = reasoning_item(part, store) {
+                    flush(&mut text, items);
+                    items.push(item);
+                }
+            }
+            PartKind::ToolCall {
+                tool_call_id,
+                tool_name,
+                args,
+                provider_executed: false,
+            } => {
+                flush(&mut text, items);
+                items.push(json!({
+                    "type": "function_call",
+                    "call_id": tool_call_id,
+                    "name": tool_name,
+                    "arguments": if args.is_empty() { "{}" } else { args.as_str() },
+                }));
+            }
+            _ => {}
+        }
+    }
+    flush(&mut text, items);
+}
+
+/// A reasoning part as the reasoning item it came from. Without storage the item must carry
+/// its encrypted content; with storage its id suffices.
+fn reasoning_item(part: &Part, store: bool) -> Option<Value> {
+    let PartKind::Reasoning {
+        text,
+        provider_metadata,
+    } = &part.kind
+    else {
+        return None;
+    };
+    let meta = metadata_for(provider_metadata.as_ref(), METADATA_KEY)?;
+    let id = meta.get("item_id").and_then(Value::as_str)?;
+    let encrypted = meta.get("encrypted_content").and_then(Value::as_str);
+    if encrypted.is_none() && !store {
+        return None;
+    }
+    let summary: Vec<Value> = if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![json!({"type": "summary_text", "text": text})]
+    };
+    let mut item = json!({"type": "reasoning", "id": id, "summary": summary});
+    if let (Some(enc), Some(obj)) = (encrypted, item.as_object_mut()) {
+        obj.insert("encrypted_content".into(), json!(enc));
+    }
+    Some(item)
+}
+
+fn user_or_tool(message: &Message, items: &mut Vec<Value>) {
+    let mut content = Vec::new();
+    for part in &message.parts {
+        match &part.kind {
+            PartKind::ToolResult {
+                tool_call_id,
+                result,
+                provider_executed: false,
+                ..
+            } => items.push(json!({
+                "type": "function_call_output",
+                "call_id": tool_call_id,
+                "output": tool_result_text(result),
+            })),
+            PartKind::Text { text } => content.push(json!({"type": "input_text", "text": text})),
+            PartKind::File {
+                media_type,
+                data,
+                url,
+            } => {
+                let Some(url) = file_url(media_type, data.as_deref(), url.as_deref()) else {
+                    continue;
+                };
+                if media_type.starts_with("image/") {
+                    content.push(json!({"type": "input_image", "image_url": url}));
+                } else if url.starts_with("data:") {
+                    content.push(
+                        json!({"type": "input_file", "filename": "attachment", "file_data": url}),
+                    );
+                } else {
+                    content.push(json!({"type": "input_file", "file_url": url}));
+                }
+            }
+            _ => {}
+        }
+    }
+    if !content.is_empty() {
+        items.push(json!({"role": "user", "content": content}));
+    }
+}

@@ -1,0 +1,389 @@
+//! OpenAI Responses: decoder replays, chunking invariance and request building, chain mode
+//! included.
+
+mod common;
+
+use common::{ctx, final_error, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use keel_core::{
+    CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
+    ToolChoice, ToolDefinition, Usage,
+};
+use keel_providers::openai_responses::{ResponsesDecoder, build_request, new_input};
+use proptest::prelude::*;
+use serde_json::json;
+
+fn decode(name: &str) -> Vec<StreamEvent> {
+    replay(ResponsesDecoder::new(ctx()), &transcript(name))
+}
+
+fn reasoning_metadata() -> serde_json::Value {
+    json!({"openai_responses": {"item_id": "rs_1", "encrypted_content": "gAAAAABopaque-reasoning=="}})
+}
+
+#[test]
+fn reasoning_text_and_a_function_call() {
+    let events = decode("openai_responses_tools.sse");
+    let expected = vec![
+        StreamEvent::ResponseId {
+            id: "resp_123".into(),
+        },
+        StreamEvent::ReasoningStart {
+            id: "rs_1".into(),
+            metadata: None,
+        },
+        StreamEvent::ReasoningDelta {
+            id: "rs_1".into(),
+            delta: "**Planning** the lookup.".into(),
+            metadata: None,
+        },
+        StreamEvent::ReasoningDelta {
+            id: "rs_1".into(),
+            delta: "\n\nNeed the weather.".into(),
+            metadata: None,
+        },
+        StreamEvent::ReasoningEnd {
+            id: "rs_1".into(),
+            metadata: Some(reasoning_metadata()),
+        },
+        StreamEvent::TextStart {
+            id: "msg_1:0".into(),
+        },
+        StreamEvent::TextDelta {
+            id: "msg_1:0".into(),
+            delta: "Looking it up — ".into(),
+        },
+        StreamEvent::TextDelta {
+            id: "msg_1:0".into(),
+            delta: "one moment.".into(),
+        },
+        StreamEvent::TextEnd {
+            id: "msg_1:0".into(),
+        },
+        StreamEvent::ToolInputStart {
+            id: "call_9".into(),
+            tool_name: "get_weather".into(),
+            provider_executed: false,
+        },
+        StreamEvent::ToolInputDelta {
+            id: "call_9".into(),
+            delta: "{\"city\":".into(),
+        },
+        StreamEvent::ToolInputDelta {
+            id: "call_9".into(),
+            delta: "\"Zürich\"}".into(),
+        },
+        StreamEvent::ToolInputEnd {
+            id: "call_9".into(),
+        },
+        StreamEvent::ToolCall {
+            id: "call_9".into(),
+            tool_name: "get_weather".into(),
+            args: "{\"city\":\"Zürich\"}".into(),
+            provider_executed: false,
+        },
+        StreamEvent::Finish {
+            reason: FinishReason::ToolCalls,
+            usage: Usage {
+                input_tokens: 100,
+                output_tokens: 80,
+                cache_read_tokens: 200,
+                cache_write_tokens: 0,
+                reasoning_tokens: 50,
+            },
+            provider_metadata: None,
+        },
+    ];
+    assert_eq!(events, expected);
+}
+
+#[test]
+fn provider_web_search_citations_and_an_incomplete_reply() {
+    let events = decode("openai_responses_web_search.sse");
+    assert!(events.contains(&StreamEvent::ToolCall {
+        id: "ws_1".into(),
+        tool_name: "web_search".into(),
+        args: json!({"type": "search", "query": "rust 2024 edition"}).to_string(),
+        provider_executed: true,
+    }));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        StreamEvent::ToolResult { id, tool_name, is_error: false, .. } if id == "ws_1" && tool_name == "web_search"
+    )));
+    assert!(events.contains(&StreamEvent::Source {
+        url: "https://doc.rust-lang.org/edition-guide/rust-2024/".into(),
+        title: Some("Rust 2024".into()),
+    }));
+    assert_eq!(common::text_of(&events), "It shipped in Rust 1.85.");
+    // Running out of output tokens is reported as such, never as a normal stop.
+    assert_eq!(
+        events.last(),
+        Some(&StreamEvent::Finish {
+            reason: FinishReason::Length,
+            usage: Usage {
+                input_tokens: 50,
+                output_tokens: 16,
+                ..Usage::default()
+            },
+            provider_metadata: None,
+        })
+    );
+}
+
+#[test]
+fn an_incomplete_reply_for_an_unknown_reason_is_an_error() {
+    let data = "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{\"id\":\"r\",\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":\"something_new\"}}}\n\n";
+    let events = replay(ResponsesDecoder::new(ctx()), data.as_bytes());
+    assert!(final_error(&events).message.contains("something_new"));
+    assert!(!has_finish(&events));
+}
+
+#[test]
+fn response_failed_is_an_error_never_a_success() {
+    let events = decode("openai_responses_failed.sse");
+    assert_eq!(common::text_of(&events), "Partial");
+    let error = final_error(&events);
+    assert_eq!(error.kind, ErrorKind::Server);
+    assert_eq!(error.message, "The model failed to generate a response.");
+    assert_eq!(error.error_code.as_deref(), Some("server_error"));
+    assert!(!has_finish(&events));
+}
+
+#[test]
+fn an_error_event_about_a_missing_previous_response_breaks_the_chain() {
+    let events = decode("openai_responses_error.sse");
+    assert_eq!(events.len(), 1);
+    let error = final_error(&events);
+    assert_eq!(error.kind, ErrorKind::ChainBroken);
+    assert!(error.message.contains("resp_old"));
+}
+
+#[test]
+fn a_rate_limit_error_event_is_retryable() {
+    let data = "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"Rate limit reached\",\"param\":null}\n\n";
+    let events = replay(ResponsesDecoder::new(ctx()), data.as_bytes());
+    assert_eq!(final_error(&events).kind, ErrorKind::RateLimit);
+}
+
+#[test]
+fn stream_cut_before_response_completed_is_a_retryable_connection_error() {
+    let events = decode("openai_responses_truncated.sse");
+    let error = final_error(&events);
+    assert_eq!(error.kind, ErrorKind::Connection);
+    assert!(error.retryable());
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::ToolCall { .. }))
+    );
+}
+
+const TRANSCRIPTS: [&str; 5] = [
+    "openai_responses_tools.sse",
+    "openai_responses_web_search.sse",
+    "openai_responses_failed.sse",
+    "openai_responses_error.sse",
+    "openai_responses_truncated.sse",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn any_chunking_yields_the_same_events(
+        which in 0..TRANSCRIPTS.len(),
+        cuts in proptest::collection::vec(any::<usize>(), 0..48),
+        crlf in any::<bool>(),
+    ) {
+        let mut bytes = transcript(TRANSCRIPTS[which]);
+        if crlf {
+            bytes = with_crlf(&bytes);
+        }
+        let whole = replay(ResponsesDecoder::new(ctx()), &bytes);
+        let chunked = replay_chunks(ResponsesDecoder::new(ctx()), split(&bytes, &cuts));
+        prop_assert_eq!(chunked, whole);
+    }
+}
+
+fn conversation() -> Vec<Message> {
+    vec![
+        Message::system("be brief"),
+        Message::new(
+            Role::User,
+            vec![
+                Part::text("weather in Zürich?"),
+                Part::new(PartKind::File {
+                    media_type: "image/png".into(),
+                    data: Some("iVBORw0KGgo=".into()),
+                    url: None,
+                }),
+            ],
+        ),
+        Message::new(
+            Role::Assistant,
+            vec![
+                Part::reasoning("**Planning** the lookup.", Some(reasoning_metadata())),
+                Part::reasoning(
+                    "from another provider",
+                    Some(json!({"anthropic": {"signature": "x"}})),
+                ),
+                Part::text("Looking it up."),
+                Part::tool_call("call_9", "get_weather", "{\"city\":\"Zürich\"}", false),
+            ],
+        ),
+        Message::new(
+            Role::Tool,
+            vec![Part::tool_result(
+                "call_9",
+                "get_weather",
+                json!({"temp": 21}),
+                false,
+                false,
+            )],
+        ),
+        Message::user("and tomorrow?"),
+    ]
+}
+
+#[test]
+fn request_maps_input_items_and_round_trips_encrypted_reasoning() {
+    let call = ModelCall {
+        messages: conversation(),
+        tools: vec![
+            ToolDefinition::function(
+                "get_weather",
+                "Weather",
+                json!({"properties": {"city": {"type": "string"}}}),
+            ),
+            ToolDefinition::provider("web_search", "web_search_preview"),
+        ],
+        options: CallOptions {
+            reasoning_effort: Some("medium".into()),
+            max_output_tokens: Some(1000),
+            tool_choice: ToolChoice::Auto,
+            ..CallOptions::default()
+        },
+    };
+    let body = build_request(&call, "gpt-test");
+    assert_eq!(
+        body["input"],
+        json!([
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [
+                {"type": "input_text", "text": "weather in Zürich?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+            ]},
+            {"type": "reasoning", "id": "rs_1",
+             "summary": [{"type": "summary_text", "text": "**Planning** the lookup."}],
+             "encrypted_content": "gAAAAABopaque-reasoning=="},
+            {"role": "assistant", "content": "Looking it up."},
+            {"type": "function_call", "call_id": "call_9", "name": "get_weather", "arguments": "{\"city\":\"Zürich\"}"},
+            {"type": "function_call_output", "call_id": "call_9", "output": "{\"temp\":21}"},
+            {"role": "user", "content": [{"type": "input_text", "text": "and tomorrow?"}]},
+        ])
+    );
+    assert_eq!(body["store"], false);
+    assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+    assert_eq!(
+        body["reasoning"],
+        json!({"effort": "medium", "summary": "auto"})
+    );
+    assert_eq!(body["max_output_tokens"], 1000);
+    assert_eq!(body["tool_choice"], "auto");
+    assert_eq!(
+        body["tools"],
+        json!([
+            {"type": "function", "name": "get_weather", "description": "Weather", "strict": false,
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+            {"type": "web_search_preview"},
+        ])
+    );
+    assert!(body.get("previous_response_id").is_none());
+}
+
+#[test]
+fn chain_mode_sends_the_previous_response_id_and_only_new_input() {
+    let call = ModelCall {
+        messages: conversation(),
+        options: CallOptions {
+            previous_response_id: Some("resp_123".into()),
+            store: true,
+            ..CallOptions::default()
+        },
+        ..ModelCall::default()
+    };
+    let body = build_request(&call, "gpt-test");
+    assert_eq!(body["previous_response_id"], "resp_123");
+    assert_eq!(body["store"], true);
+    assert!(body.get("include").is_none());
+    assert_eq!(
+        body["input"],
+        json!([
+            {"type": "function_call_output", "call_id": "call_9", "output": "{\"temp\":21}"},
+            {"role": "user", "content": [{"type": "input_text", "text": "and tomorrow?"}]},
+        ])
+    );
+}
+
+#[test]
+fn new_input_keeps_a_trailing_partial_reply() {
+    let messages = vec![
+        Message::user("one"),
+        Message::assistant("first answer"),
+        Message::user("two"),
+        Message::assistant("partial"),
+    ];
+    let new = new_input(&messages);
+    assert_eq!(new, &messages[2..]);
+    let call = ModelCall {
+        messages: messages.clone(),
+        options: CallOptions {
+            previous_response_id: Some("resp_1".into()),
+            store: true,
+            ..CallOptions::default()
+        },
+        ..ModelCall::default()
+    };
+    let input = build_request(&call, "m")["input"].clone();
+    let input = input.as_array().unwrap();
+    assert_eq!(input.len(), 3);
+    assert_eq!(input[1], json!({"role": "assistant", "content": "partial"}));
+    assert_eq!(input[2]["role"], "user");
+    assert!(input[2]["content"].as_str().unwrap().contains("Continue"));
+    assert_eq!(new_input(&messages[..1]), &messages[..1]);
+}
+
+#[test]
+fn stored_reasoning_without_encrypted_content_is_sent_by_id_only_when_stored() {
+    let part = Part::reasoning("", Some(json!({"openai_responses": {"item_id": "rs_9"}})));
+    let messages = vec![
+        Message::user("q"),
+        Message::new(Role::Assistant, vec![part, Part::text("a")]),
+        Message::user("q2"),
+    ];
+    let stored = build_request(
+        &ModelCall {
+            messages: messages.clone(),
+            options: CallOptions {
+                store: true,
+                ..CallOptions::default()
+            },
+            ..ModelCall::default()
+        },
+        "m",
+    );
+    assert_eq!(
+        stored["input"][1],
+        json!({"type": "reasoning", "id": "rs_9", "summary": []})
+    );
+    let unstored = build_request(
+        &ModelCall {
+            messages,
+            ..ModelCall::default()
+        },
+        "m",
+    );
+    assert_eq!(
+        unstored["input"][1],
+        json!({"role": "assistant", "content": "a"})
+    );
+}
