@@ -54,12 +54,9 @@ pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<SqliteBack
     let options = connect_options(url)?;
     let file = options.get_filename().to_path_buf();
     let in_memory = file.as_os_str().is_empty() || file.to_string_lossy().contains(":memory:");
-    if !in_memory {
-        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::invalid(format!("cannot create {}: {e}", dir.display()))
-            })?;
-        }
+    if !in_memory && let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::invalid(format!("cannot create {}: {e}", dir.display())))?;
     }
     let writer = SqlitePoolOptions::new()
         .max_connections(1)

@@ -320,10 +320,10 @@ fn send_key(chat: ChatId, key: &str) -> String {
 pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> {
     check_content(cx.opts, &req.parts)?;
     check_size(cx.opts, &req.tools)?;
-    if let Some(key) = &req.idempotency_key {
-        if let Some(first) = cx.idem_lookup::<Chat>(&req.owner, &create_key(key)).await? {
-            return Ok(first);
-        }
+    if let Some(key) = &req.idempotency_key
+        && let Some(first) = cx.idem_lookup::<Chat>(&req.owner, &create_key(key)).await?
+    {
+        return Ok(first);
     }
     let mut chat = Chat {
         id: Uuid::new_v4(),
@@ -371,10 +371,10 @@ pub(crate) async fn send_message(
     let mut chat = cx.load(chat_id).await?;
     check(&chat, Transition::SendMessage)?;
     let owner = chat.owner.clone();
-    if let Some(key) = idempotency_key {
-        if let Some(first) = cx.idem_lookup(&owner, &send_key(chat_id, key)).await? {
-            return Ok(first);
-        }
+    if let Some(key) = idempotency_key
+        && let Some(first) = cx.idem_lookup(&owner, &send_key(chat_id, key)).await?
+    {
+        return Ok(first);
     }
     let before = chat.status;
     let mut queue_changed = false;
