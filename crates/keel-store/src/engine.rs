@@ -1,0 +1,406 @@
+//! The one [`Store`] implementation, over either backend: opens transactions, runs the
+//! state machine in them, commits and then publishes the change notices.
+
+use std::ops::RangeInclusive;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use keel_core::{ErrorKind, Message, Part};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::broadcast;
+
+use crate::error::{Result, StoreError};
+use crate::ops::{Backend, TxOps};
+use crate::orphans::repair_orphans;
+use crate::rows::{MessageCols, ToolRecordCols, from_json, from_ms};
+use crate::store::Store;
+use crate::transitions::{self as t, Ctx};
+use crate::types::{
+    Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, Next,
+    PendingToolCall, QueueId, QueuedMessage, SendOutcome, StoreOptions, StoredMessage, ToolRecord,
+    ToolResultInput, User,
+};
+
+/// Capacity of the in-process notice channel; a subscriber that falls further behind
+/// gets `Lagged` and re-reads state.
+const NOTICE_CAPACITY: usize = 4096;
+
+/// Attempts of a request that lost an idempotency race: the second one reads the winner's
+/// response.
+const IDEMPOTENCY_ATTEMPTS: usize = 3;
+
+pub(crate) struct SqlStore {
+    backend: Box<dyn Backend>,
+    name: &'static str,
+    opts: StoreOptions,
+    notices: broadcast::Sender<ChangeNotice>,
+}
+
+/// Runs `$body` (which uses `$cx`) in one write transaction; on success sends the
+/// notices to other replicas inside the transaction, commits, then publishes locally.
+macro_rules! in_tx {
+    ($store:expr, |$cx:ident| $body:expr) => {
+        async {
+            let store = $store;
+            let mut ops = store.backend.begin_write().await?;
+            let (out, notices) = {
+                let mut $cx = Ctx::new(&mut *ops, &store.opts);
+                let out = $body;
+                (out, $cx.into_notices())
+            };
+            // Dropping `ops` on error rolls the transaction back.
+            let out = out?;
+            for notice in &notices {
+                ops.notify(notice).await?;
+            }
+            ops.commit().await?;
+            store.publish(notices);
+            Ok::<_, StoreError>(out)
+        }
+        .await
+    };
+}
+
+impl SqlStore {
+    pub(crate) fn new(backend: Box<dyn Backend>, name: &'static str, opts: StoreOptions) -> Self {
+        let (notices, _) = broadcast::channel(NOTICE_CAPACITY);
+        Self {
+            backend,
+            name,
+            opts,
+            notices,
+        }
+    }
+
+    fn publish(&self, notices: Vec<ChangeNotice>) {
+        for n in notices {
+            // No subscriber is not an error.
+            let _ = self.notices.send(n);
+        }
+    }
+
+    async fn read(&self) -> Result<Box<dyn TxOps>> {
+        self.backend.begin_read().await
+    }
+
+    async fn read_chat(ops: &mut dyn TxOps, id: ChatId) -> Result<Chat> {
+        let mut chat = ops
+            .read_chat(&id.to_string())
+            .await?
+            .ok_or(StoreError::not_found("chat"))?
+            .into_chat()?;
+        chat.queued = Self::read_queue(ops, &chat.id.to_string()).await?;
+        Ok(chat)
+    }
+
+    async fn read_queue(ops: &mut dyn TxOps, id: &str) -> Result<Vec<QueuedMessage>> {
+        ops.queue(id)
+            .await?
+            .into_iter()
+            .map(|q| q.into_queued())
+            .collect()
+    }
+
+    async fn require_chat(ops: &mut dyn TxOps, id: ChatId) -> Result<()> {
+        match ops.read_chat(&id.to_string()).await? {
+            Some(_) => Ok(()),
+            None => Err(StoreError::not_found("chat")),
+        }
+    }
+
+    fn messages(rows: Vec<MessageCols>) -> Result<Vec<StoredMessage>> {
+        rows.into_iter().map(MessageCols::into_message).collect()
+    }
+}
+
+fn token_hash(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        self.name
+    }
+
+    async fn create_chat(&self, req: NewChat) -> Result<Chat> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let res: Result<Chat> = in_tx!(self, |cx| t::create_chat(&mut cx, req.clone()).await);
+            match res {
+                Err(StoreError::IdempotencyInProgress) if attempt < IDEMPOTENCY_ATTEMPTS => {}
+                other => return other,
+            }
+        }
+    }
+
+    async fn get_chat(&self, id: ChatId) -> Result<Chat> {
+        let mut ops = self.read().await?;
+        Self::read_chat(&mut *ops, id).await
+    }
+
+    async fn list_chats(
+        &self,
+        owner: Option<&str>,
+        before: Option<ChatId>,
+        limit: u32,
+    ) -> Result<Vec<Chat>> {
+        let mut ops = self.read().await?;
+        let before = before.map(|b| b.to_string());
+        let rows = ops
+            .list_chats(owner, before.as_deref(), i64::from(limit))
+            .await?;
+        let mut chats = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut chat = row.into_chat()?;
+            chat.queued = Self::read_queue(&mut *ops, &chat.id.to_string()).await?;
+            chats.push(chat);
+        }
+        Ok(chats)
+    }
+
+    async fn send_message(
+        &self,
+        chat: ChatId,
+        parts: Vec<Part>,
+        busy: Busy,
+        idempotency_key: Option<&str>,
+    ) -> Result<SendOutcome> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let res: Result<SendOutcome> = in_tx!(self, |cx| {
+                t::send_message(&mut cx, chat, parts.clone(), busy, idempotency_key).await
+            });
+            match res {
+                Err(StoreError::IdempotencyInProgress) if attempt < IDEMPOTENCY_ATTEMPTS => {}
+                other => return other,
+            }
+        }
+    }
+
+    async fn edit_message(
+        &self,
+        chat: ChatId,
+        message: MessageId,
+        parts: Vec<Part>,
+    ) -> Result<Chat> {
+        in_tx!(self, |cx| t::edit_message(&mut cx, chat, message, parts)
+            .await)
+    }
+
+    async fn interrupt(&self, chat: ChatId) -> Result<Chat> {
+        in_tx!(self, |cx| t::interrupt(&mut cx, chat).await)
+    }
+
+    async fn submit_tool_results(
+        &self,
+        chat: ChatId,
+        results: Vec<ToolResultInput>,
+    ) -> Result<Chat> {
+        in_tx!(self, |cx| t::submit_tool_results(&mut cx, chat, results)
+            .await)
+    }
+
+    async fn delete_queued(&self, chat: ChatId, queued: QueueId) -> Result<Chat> {
+        in_tx!(self, |cx| t::delete_queued(&mut cx, chat, queued).await)
+    }
+
+    async fn promote_queued(&self, chat: ChatId, queued: QueueId) -> Result<Chat> {
+        in_tx!(self, |cx| t::promote_queued(&mut cx, chat, queued).await)
+    }
+
+    async fn set_archived(&self, chat: ChatId, archived: bool) -> Result<Chat> {
+        in_tx!(self, |cx| t::set_archived(&mut cx, chat, archived).await)
+    }
+
+    async fn delete_chat(&self, chat: ChatId) -> Result<()> {
+        in_tx!(self, |cx| t::delete_chat(&mut cx, chat).await)
+    }
+
+    async fn list_messages(
+        &self,
+        chat: ChatId,
+        after: Option<MessageId>,
+    ) -> Result<Vec<StoredMessage>> {
+        let mut ops = self.read().await?;
+        Self::require_chat(&mut *ops, chat).await?;
+        let rows = ops.messages(&chat.to_string(), after.unwrap_or(0)).await?;
+        Self::messages(rows)
+    }
+
+    async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>> {
+        let mut ops = self.read().await?;
+        Self::require_chat(&mut *ops, chat).await?;
+        let rows = ops.messages_after_seq(&chat.to_string(), after_seq).await?;
+        Self::messages(rows)
+    }
+
+    async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>> {
+        let mut ops = self.read().await?;
+        Self::require_chat(&mut *ops, chat).await?;
+        ops.live_after(&chat.to_string(), after_seq)
+            .await?
+            .into_iter()
+            .map(|(seq, payload)| {
+                Ok(LiveEntry {
+                    seq,
+                    payload: from_json("live_parts.payload", &payload)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>> {
+        let messages = self.list_messages(chat, None).await?;
+        Ok(repair_orphans(
+            messages.iter().map(StoredMessage::to_message).collect(),
+        ))
+    }
+
+    async fn acquire(&self, worker_id: &str, limit: usize) -> Result<Vec<Lease>> {
+        in_tx!(self, |cx| t::acquire(&mut cx, worker_id, limit).await)
+    }
+
+    async fn renew_lease(&self, lease: &Lease) -> Result<Lease> {
+        in_tx!(self, |cx| t::renew_lease(&mut cx, lease).await)
+    }
+
+    async fn append_live_parts(
+        &self,
+        lease: &Lease,
+        payloads: &[Value],
+    ) -> Result<RangeInclusive<i64>> {
+        in_tx!(self, |cx| t::append_live_parts(&mut cx, lease, payloads)
+            .await)
+    }
+
+    async fn commit_step(
+        &self,
+        lease: &Lease,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<MessageId>> {
+        in_tx!(self, |cx| t::commit_step(&mut cx, lease, messages).await)
+    }
+
+    async fn record_tool(&self, lease: &Lease, record: ToolRecord) -> Result<()> {
+        in_tx!(self, |cx| t::record_tool(&mut cx, lease, record).await)
+    }
+
+    async fn tool_records(&self, chat: ChatId) -> Result<Vec<ToolRecord>> {
+        let mut ops = self.read().await?;
+        Self::require_chat(&mut *ops, chat).await?;
+        ops.tool_records(&chat.to_string())
+            .await?
+            .into_iter()
+            .map(ToolRecordCols::into_record)
+            .collect()
+    }
+
+    async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()> {
+        in_tx!(self, |cx| t::set_retry_state(&mut cx, lease, state).await)
+    }
+
+    async fn finish_interruption(&self, lease: &Lease) -> Result<Next> {
+        in_tx!(self, |cx| t::finish_interruption(&mut cx, lease).await)
+    }
+
+    async fn finish_run(&self, lease: &Lease) -> Result<Next> {
+        in_tx!(self, |cx| t::finish_run(&mut cx, lease).await)
+    }
+
+    async fn fail_run(&self, lease: &Lease, kind: ErrorKind, message: String) -> Result<()> {
+        in_tx!(self, |cx| t::fail_run(&mut cx, lease, kind, message).await)
+    }
+
+    async fn enter_requires_action(
+        &self,
+        lease: &Lease,
+        calls: Vec<PendingToolCall>,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Result<()> {
+        in_tx!(self, |cx| t::enter_requires_action(
+            &mut cx, lease, calls, deadline
+        )
+        .await)
+    }
+
+    async fn release_on_shutdown(&self, lease: &Lease) -> Result<()> {
+        in_tx!(self, |cx| t::release_on_shutdown(&mut cx, lease).await)
+    }
+
+    async fn recover_stale(&self) -> Result<Vec<ChatId>> {
+        in_tx!(self, |cx| t::recover_stale(&mut cx).await)
+    }
+
+    async fn expire_pending_actions(&self) -> Result<Vec<ChatId>> {
+        in_tx!(self, |cx| t::expire_pending_actions(&mut cx).await)
+    }
+
+    async fn put_checkpoint(&self, chat: ChatId, data: Value) -> Result<()> {
+        in_tx!(self, |cx| t::put_checkpoint(&mut cx, chat, &data).await)
+    }
+
+    async fn get_checkpoint(&self, chat: ChatId) -> Result<Option<Value>> {
+        let mut ops = self.read().await?;
+        ops.get_checkpoint(&chat.to_string())
+            .await?
+            .map(|s| from_json("checkpoints.data", &s))
+            .transpose()
+    }
+
+    async fn delete_checkpoint(&self, chat: ChatId) -> Result<()> {
+        in_tx!(self, |cx| t::delete_checkpoint(&mut cx, chat).await)
+    }
+
+    async fn upsert_user(&self, name: &str, token: &str) -> Result<()> {
+        let hash = token_hash(token);
+        in_tx!(self, |cx| t::upsert_user(&mut cx, name, &hash).await)
+    }
+
+    async fn user_by_token(&self, token: &str) -> Result<Option<User>> {
+        let mut ops = self.read().await?;
+        Ok(ops
+            .user_by_token(&token_hash(token))
+            .await?
+            .map(|(name, created)| User {
+                name,
+                created_at: from_ms(created),
+            }))
+    }
+
+    async fn has_users(&self) -> Result<bool> {
+        let mut ops = self.read().await?;
+        Ok(ops.count_users().await? > 0)
+    }
+
+    async fn purge_idempotency_keys(&self) -> Result<u64> {
+        in_tx!(self, |cx| t::purge_idempotency_keys(&mut cx).await)
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ChangeNotice> {
+        self.notices.subscribe()
+    }
+
+    async fn subscribe_remote(&self) -> Result<BoxStream<'static, ChangeNotice>> {
+        if let Some(stream) = self.backend.subscribe_remote().await? {
+            return Ok(stream);
+        }
+        let rx = self.notices.subscribe();
+        Ok(futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(n) => return Some((n, rx)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed())
+    }
+}

@@ -1,0 +1,112 @@
+//! The primitive reads and writes a transaction offers, one trait both backends implement.
+//!
+//! The state machine in [`crate::transitions`] is written once against [`TxOps`]; the
+//! backends only supply SQL. Row locks are taken by [`TxOps::lock_chat`] (PostgreSQL
+//! `FOR UPDATE`; SQLite holds the database write lock for the whole transaction).
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols};
+use crate::types::ChangeNotice;
+
+#[async_trait]
+pub(crate) trait TxOps: Send {
+    /// Reads a chat row, locking it until the transaction ends.
+    async fn lock_chat(&mut self, id: &str) -> Result<Option<ChatCols>>;
+    /// Reads a chat row without locking it.
+    async fn read_chat(&mut self, id: &str) -> Result<Option<ChatCols>>;
+    async fn insert_chat(&mut self, chat: &ChatCols) -> Result<()>;
+    /// Writes every mutable column of the chat.
+    async fn update_chat(&mut self, chat: &ChatCols) -> Result<()>;
+    /// Advances only the event counter, for the live-part log's hot path.
+    async fn set_event_seq(&mut self, id: &str, event_seq: i64) -> Result<()>;
+    async fn delete_chat(&mut self, id: &str) -> Result<()>;
+    /// Newest first, optionally of one owner and strictly before a cursor chat.
+    async fn list_chats(
+        &mut self,
+        owner: Option<&str>,
+        before: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<ChatCols>>;
+    /// Ids of running or interrupting chats that are unowned or whose lease expired,
+    /// locked and skipping rows other transactions hold.
+    async fn claimable_chats(&mut self, now: i64, limit: i64) -> Result<Vec<String>>;
+    /// Ids of owned chats whose lease expired, locked like [`TxOps::claimable_chats`].
+    async fn stale_chats(&mut self, now: i64, limit: i64) -> Result<Vec<String>>;
+    /// Ids of `requires_action` chats whose deadline passed, locked likewise.
+    async fn expired_actions(&mut self, now: i64, limit: i64) -> Result<Vec<String>>;
+
+    async fn insert_messages(&mut self, messages: &[MessageCols]) -> Result<()>;
+    /// A message that is not soft-deleted.
+    async fn get_message(&mut self, chat: &str, id: i64) -> Result<Option<MessageCols>>;
+    async fn replace_message(&mut self, message: &MessageCols) -> Result<()>;
+    async fn soft_delete_after(&mut self, chat: &str, id: i64) -> Result<u64>;
+    /// Live (not soft-deleted) messages with an id above `after`, in id order.
+    async fn messages(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
+    /// Live messages committed at an event sequence above `after`, in sequence order.
+    async fn messages_after_seq(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
+
+    async fn queue(&mut self, chat: &str) -> Result<Vec<QueuedCols>>;
+    async fn insert_queued(&mut self, q: &QueuedCols) -> Result<()>;
+    async fn set_queued_position(&mut self, id: &str, position: i64) -> Result<()>;
+    async fn delete_queued(&mut self, id: &str) -> Result<()>;
+    async fn clear_queue(&mut self, chat: &str) -> Result<()>;
+
+    /// Appends `(seq, payload JSON)` entries with multi-row inserts.
+    async fn append_live(&mut self, chat: &str, entries: &[(i64, String)]) -> Result<()>;
+    async fn clear_live(&mut self, chat: &str) -> Result<()>;
+    async fn live_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;
+
+    async fn upsert_tool_record(&mut self, r: &ToolRecordCols) -> Result<()>;
+    async fn tool_records(&mut self, chat: &str) -> Result<Vec<ToolRecordCols>>;
+    async fn clear_tool_records(&mut self, chat: &str) -> Result<()>;
+
+    async fn put_checkpoint(&mut self, chat: &str, data: &str, now: i64) -> Result<()>;
+    async fn get_checkpoint(&mut self, chat: &str) -> Result<Option<String>>;
+    async fn delete_checkpoint(&mut self, chat: &str) -> Result<()>;
+
+    async fn insert_user(&mut self, name: &str, token_sha256: &str, now: i64) -> Result<()>;
+    async fn user_by_token(&mut self, token_sha256: &str) -> Result<Option<(String, i64)>>;
+    async fn count_users(&mut self) -> Result<i64>;
+
+    /// A remembered response created at or after `since`.
+    async fn idem_get(&mut self, user: &str, key: &str, since: i64) -> Result<Option<String>>;
+    /// Remembers a response, replacing an expired one. `false` when a live entry exists.
+    async fn idem_put(
+        &mut self,
+        user: &str,
+        key: &str,
+        response: &str,
+        now: i64,
+        expired_before: i64,
+    ) -> Result<bool>;
+    async fn idem_purge(&mut self, before: i64) -> Result<u64>;
+
+    /// Sends a change notice to other replicas when the transaction commits.
+    async fn notify(&mut self, notice: &ChangeNotice) -> Result<()>;
+    async fn commit(self: Box<Self>) -> Result<()>;
+}
+
+/// A database the store can run on.
+#[async_trait]
+pub(crate) trait Backend: Send + Sync {
+    /// A transaction that may write; writers are serialised per chat (or globally).
+    async fn begin_write(&self) -> Result<Box<dyn TxOps>>;
+    async fn begin_read(&self) -> Result<Box<dyn TxOps>>;
+    /// Notices from every replica, when the backend has a channel for them.
+    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>>;
+}
+
+/// The JSON payload of a notice sent between replicas.
+pub(crate) fn notice_payload(notice: &ChangeNotice) -> Result<String> {
+    crate::rows::to_json("change notice", notice)
+}
+
+pub(crate) fn parse_notice(payload: &str) -> Option<ChangeNotice> {
+    serde_json::from_str::<Value>(payload)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+}

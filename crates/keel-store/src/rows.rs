@@ -1,0 +1,304 @@
+//! The column form of each record and its conversion to and from the domain types.
+//!
+//! Both backends store the same primitive columns (text, 64-bit integers, booleans;
+//! timestamps as milliseconds since the epoch, JSON as text), so one conversion serves
+//! both and the backend code only binds and fetches these structs.
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use crate::error::{Result, StoreError};
+use crate::status::ChatStatus;
+use crate::types::{Chat, LastError, QueuedMessage, StoredMessage, ToolRecord, ToolState};
+
+pub(crate) fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+pub(crate) fn from_ms(v: i64) -> DateTime<Utc> {
+    // Out-of-range values cannot come from `ms`; clamp rather than fail a whole read.
+    Utc.timestamp_millis_opt(v)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+pub(crate) fn to_json<T: Serialize + ?Sized>(what: &'static str, v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(|source| StoreError::Corrupt { what, source })
+}
+
+pub(crate) fn from_json<T: DeserializeOwned>(what: &'static str, s: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|source| StoreError::Corrupt { what, source })
+}
+
+fn uuid(what: &'static str, s: &str) -> Result<Uuid> {
+    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt {
+        what,
+        source: serde::de::Error::custom(e),
+    })
+}
+
+fn status(s: &str) -> Result<ChatStatus> {
+    s.parse().map_err(|e| StoreError::Corrupt {
+        what: "chats.status",
+        source: serde::de::Error::custom(e),
+    })
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ChatCols {
+    pub id: String,
+    pub owner: String,
+    pub title: Option<String>,
+    pub model: String,
+    pub status: String,
+    pub archived: bool,
+    pub max_steps: Option<i64>,
+    pub system_prompt: Option<String>,
+    pub tools: String,
+    pub worker_id: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub version: i64,
+    pub history_version: i64,
+    pub event_seq: i64,
+    pub last_message_id: i64,
+    pub last_error_kind: Option<String>,
+    pub last_error_message: Option<String>,
+    pub retry_state: Option<String>,
+    pub pending_tool_calls: String,
+    pub pending_deadline: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl ChatCols {
+    pub fn from_chat(c: &Chat) -> Result<Self> {
+        Ok(Self {
+            id: c.id.to_string(),
+            owner: c.owner.clone(),
+            title: c.title.clone(),
+            model: c.model.clone(),
+            status: c.status.as_str().to_owned(),
+            archived: c.archived,
+            max_steps: c.max_steps,
+            system_prompt: c.system.clone(),
+            tools: to_json("chats.tools", &c.tools)?,
+            worker_id: c.worker_id.clone(),
+            lease_expires_at: c.lease_expires_at.map(ms),
+            version: c.version,
+            history_version: c.history_version,
+            event_seq: c.event_seq,
+            last_message_id: c.last_message_id,
+            last_error_kind: c.last_error.as_ref().map(|e| e.kind.as_str().to_owned()),
+            last_error_message: c.last_error.as_ref().map(|e| e.message.clone()),
+            retry_state: c
+                .retry_state
+                .as_ref()
+                .map(|v| to_json("chats.retry_state", v))
+                .transpose()?,
+            pending_tool_calls: to_json("chats.pending_tool_calls", &c.pending_tool_calls)?,
+            pending_deadline: c.pending_deadline.map(ms),
+            created_at: ms(c.created_at),
+            updated_at: ms(c.updated_at),
+        })
+    }
+
+    pub fn into_chat(self) -> Result<Chat> {
+        let last_error = match (self.last_error_kind, self.last_error_message) {
+            (Some(kind), message) => Some(LastError {
+                kind: serde_json::from_value(serde_json::Value::String(kind)).map_err(
+                    |source| StoreError::Corrupt {
+                        what: "chats.last_error_kind",
+                        source,
+                    },
+                )?,
+                message: message.unwrap_or_default(),
+            }),
+            (None, _) => None,
+        };
+        Ok(Chat {
+            id: uuid("chats.id", &self.id)?,
+            owner: self.owner,
+            title: self.title,
+            model: self.model,
+            status: status(&self.status)?,
+            archived: self.archived,
+            max_steps: self.max_steps,
+            system: self.system_prompt,
+            tools: from_json("chats.tools", &self.tools)?,
+            worker_id: self.worker_id,
+            lease_expires_at: self.lease_expires_at.map(from_ms),
+            version: self.version,
+            history_version: self.history_version,
+            event_seq: self.event_seq,
+            last_message_id: self.last_message_id,
+            last_error,
+            retry_state: self
+                .retry_state
+                .as_deref()
+                .map(|s| from_json("chats.retry_state", s))
+                .transpose()?,
+            pending_tool_calls: from_json("chats.pending_tool_calls", &self.pending_tool_calls)?,
+            pending_deadline: self.pending_deadline.map(from_ms),
+            created_at: from_ms(self.created_at),
+            updated_at: from_ms(self.updated_at),
+            queued: Vec::new(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct MessageCols {
+    pub chat_id: String,
+    pub id: i64,
+    pub role: String,
+    pub parts: String,
+    pub content_version: i64,
+    pub usage: Option<String>,
+    pub context_limit: Option<i64>,
+    pub runtime_ms: Option<i64>,
+    pub interrupted: bool,
+    pub provider_response_id: Option<String>,
+    pub event_seq: i64,
+    pub created_at: i64,
+}
+
+impl MessageCols {
+    pub fn from_message(m: &StoredMessage) -> Result<Self> {
+        Ok(Self {
+            chat_id: m.chat_id.to_string(),
+            id: m.id,
+            role: m.role.as_str().to_owned(),
+            parts: to_json("messages.parts", &m.parts)?,
+            content_version: m.content_version,
+            usage: m
+                .usage
+                .as_ref()
+                .map(|u| to_json("messages.usage", u))
+                .transpose()?,
+            context_limit: m.context_limit,
+            runtime_ms: m.runtime_ms,
+            interrupted: m.interrupted,
+            provider_response_id: m.provider_response_id.clone(),
+            event_seq: m.event_seq,
+            created_at: ms(m.created_at),
+        })
+    }
+
+    pub fn into_message(self) -> Result<StoredMessage> {
+        Ok(StoredMessage {
+            id: self.id,
+            chat_id: uuid("messages.chat_id", &self.chat_id)?,
+            role: serde_json::from_value(serde_json::Value::String(self.role)).map_err(
+                |source| StoreError::Corrupt {
+                    what: "messages.role",
+                    source,
+                },
+            )?,
+            parts: from_json("messages.parts", &self.parts)?,
+            content_version: self.content_version,
+            usage: self
+                .usage
+                .as_deref()
+                .map(|s| from_json("messages.usage", s))
+                .transpose()?,
+            context_limit: self.context_limit,
+            runtime_ms: self.runtime_ms,
+            interrupted: self.interrupted,
+            provider_response_id: self.provider_response_id,
+            event_seq: self.event_seq,
+            created_at: from_ms(self.created_at),
+        })
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct QueuedCols {
+    pub id: String,
+    pub chat_id: String,
+    pub position: i64,
+    pub parts: String,
+    pub created_at: i64,
+}
+
+impl QueuedCols {
+    pub fn from_queued(q: &QueuedMessage) -> Result<Self> {
+        Ok(Self {
+            id: q.id.to_string(),
+            chat_id: q.chat_id.to_string(),
+            position: q.position,
+            parts: to_json("queued_messages.parts", &q.parts)?,
+            created_at: ms(q.created_at),
+        })
+    }
+
+    pub fn into_queued(self) -> Result<QueuedMessage> {
+        Ok(QueuedMessage {
+            id: uuid("queued_messages.id", &self.id)?,
+            chat_id: uuid("queued_messages.chat_id", &self.chat_id)?,
+            position: self.position,
+            parts: from_json("queued_messages.parts", &self.parts)?,
+            created_at: from_ms(self.created_at),
+        })
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ToolRecordCols {
+    pub chat_id: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: String,
+    pub state: String,
+    pub result: Option<String>,
+    pub is_error: bool,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+impl ToolRecordCols {
+    pub fn from_record(r: &ToolRecord) -> Result<Self> {
+        Ok(Self {
+            chat_id: r.chat_id.to_string(),
+            tool_call_id: r.tool_call_id.clone(),
+            tool_name: r.tool_name.clone(),
+            args: r.args.clone(),
+            state: match r.state {
+                ToolState::Started => "started",
+                ToolState::Finished => "finished",
+            }
+            .to_owned(),
+            result: r
+                .result
+                .as_ref()
+                .map(|v| to_json("tool_records.result", v))
+                .transpose()?,
+            is_error: r.is_error,
+            started_at: ms(r.started_at),
+            finished_at: r.finished_at.map(ms),
+        })
+    }
+
+    pub fn into_record(self) -> Result<ToolRecord> {
+        Ok(ToolRecord {
+            chat_id: uuid("tool_records.chat_id", &self.chat_id)?,
+            tool_call_id: self.tool_call_id,
+            tool_name: self.tool_name,
+            args: self.args,
+            state: if self.state == "finished" {
+                ToolState::Finished
+            } else {
+                ToolState::Started
+            },
+            result: self
+                .result
+                .as_deref()
+                .map(|s| from_json("tool_records.result", s))
+                .transpose()?,
+            is_error: self.is_error,
+            started_at: from_ms(self.started_at),
+            finished_at: self.finished_at.map(from_ms),
+        })
+    }
+}

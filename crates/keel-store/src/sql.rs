@@ -1,0 +1,646 @@
+//! The SQL of every [`crate::ops::TxOps`] primitive, written once and expanded for each
+//! backend.
+//!
+//! Both backends accept the same statements: numbered `$n` parameters, `RETURNING`,
+//! `ON CONFLICT`, row values. What differs is passed in: the row-lock suffix (PostgreSQL
+//! `FOR UPDATE`, nothing on SQLite whose `BEGIN IMMEDIATE` already holds the write lock)
+//! and how a notice reaches other replicas.
+
+/// The chat columns in [`crate::rows::ChatCols`] order.
+macro_rules! chat_columns {
+    () => {
+        "id, owner, title, model, status, archived, max_steps, system_prompt, tools, \
+         worker_id, lease_expires_at, version, history_version, event_seq, last_message_id, \
+         last_error_kind, last_error_message, retry_state, pending_tool_calls, \
+         pending_deadline, created_at, updated_at"
+    };
+}
+
+macro_rules! message_columns {
+    () => {
+        "chat_id, id, role, parts, content_version, usage, context_limit, runtime_ms, \
+         interrupted, provider_response_id, event_seq, created_at"
+    };
+}
+
+macro_rules! tx_ops {
+    (
+        $name:ident,
+        db = $db:ty,
+        lock = $lock:literal,
+        skip_locked = $skip:literal,
+        notify = $notify:path $(,)?
+    ) => {
+        /// A transaction on this backend.
+        pub(crate) struct $name {
+            tx: sqlx::Transaction<'static, $db>,
+        }
+
+        impl $name {
+            pub(crate) fn new(tx: sqlx::Transaction<'static, $db>) -> Self {
+                Self { tx }
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::ops::TxOps for $name {
+            async fn lock_chat(
+                &mut self,
+                id: &str,
+            ) -> $crate::error::Result<Option<$crate::rows::ChatCols>> {
+                const SQL: &str = concat!(
+                    "SELECT ",
+                    chat_columns!(),
+                    " FROM chats WHERE id = $1",
+                    $lock
+                );
+                Ok(sqlx::query_as(SQL)
+                    .bind(id)
+                    .fetch_optional(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn read_chat(
+                &mut self,
+                id: &str,
+            ) -> $crate::error::Result<Option<$crate::rows::ChatCols>> {
+                const SQL: &str = concat!("SELECT ", chat_columns!(), " FROM chats WHERE id = $1");
+                Ok(sqlx::query_as(SQL)
+                    .bind(id)
+                    .fetch_optional(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn insert_chat(
+                &mut self,
+                c: &$crate::rows::ChatCols,
+            ) -> $crate::error::Result<()> {
+                const SQL: &str = concat!(
+                    "INSERT INTO chats (",
+                    chat_columns!(),
+                    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
+                     $15, $16, $17, $18, $19, $20, $21, $22)"
+                );
+                sqlx::query(SQL)
+                    .bind(&c.id)
+                    .bind(&c.owner)
+                    .bind(&c.title)
+                    .bind(&c.model)
+                    .bind(&c.status)
+                    .bind(c.archived)
+                    .bind(c.max_steps)
+                    .bind(&c.system_prompt)
+                    .bind(&c.tools)
+                    .bind(&c.worker_id)
+                    .bind(c.lease_expires_at)
+                    .bind(c.version)
+                    .bind(c.history_version)
+                    .bind(c.event_seq)
+                    .bind(c.last_message_id)
+                    .bind(&c.last_error_kind)
+                    .bind(&c.last_error_message)
+                    .bind(&c.retry_state)
+                    .bind(&c.pending_tool_calls)
+                    .bind(c.pending_deadline)
+                    .bind(c.created_at)
+                    .bind(c.updated_at)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn update_chat(
+                &mut self,
+                c: &$crate::rows::ChatCols,
+            ) -> $crate::error::Result<()> {
+                const SQL: &str = "UPDATE chats SET title = $2, model = $3, status = $4, \
+                    archived = $5, max_steps = $6, system_prompt = $7, tools = $8, \
+                    worker_id = $9, lease_expires_at = $10, version = $11, \
+                    history_version = $12, event_seq = $13, last_message_id = $14, \
+                    last_error_kind = $15, last_error_message = $16, retry_state = $17, \
+                    pending_tool_calls = $18, pending_deadline = $19, updated_at = $20 \
+                    WHERE id = $1";
+                sqlx::query(SQL)
+                    .bind(&c.id)
+                    .bind(&c.title)
+                    .bind(&c.model)
+                    .bind(&c.status)
+                    .bind(c.archived)
+                    .bind(c.max_steps)
+                    .bind(&c.system_prompt)
+                    .bind(&c.tools)
+                    .bind(&c.worker_id)
+                    .bind(c.lease_expires_at)
+                    .bind(c.version)
+                    .bind(c.history_version)
+                    .bind(c.event_seq)
+                    .bind(c.last_message_id)
+                    .bind(&c.last_error_kind)
+                    .bind(&c.last_error_message)
+                    .bind(&c.retry_state)
+                    .bind(&c.pending_tool_calls)
+                    .bind(c.pending_deadline)
+                    .bind(c.updated_at)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn set_event_seq(&mut self, id: &str, seq: i64) -> $crate::error::Result<()> {
+                sqlx::query("UPDATE chats SET event_seq = $2 WHERE id = $1")
+                    .bind(id)
+                    .bind(seq)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn delete_chat(&mut self, id: &str) -> $crate::error::Result<()> {
+                // Dependent rows go by ON DELETE CASCADE.
+                sqlx::query("DELETE FROM chats WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn list_chats(
+                &mut self,
+                owner: Option<&str>,
+                before: Option<&str>,
+                limit: i64,
+            ) -> $crate::error::Result<Vec<$crate::rows::ChatCols>> {
+                const SQL: &str = concat!(
+                    "SELECT ",
+                    chat_columns!(),
+                    " FROM chats WHERE ($1 IS NULL OR owner = $1) AND ($2 IS NULL OR \
+                     (created_at, id) < (SELECT c.created_at, c.id FROM chats c WHERE c.id = $2)) \
+                     ORDER BY created_at DESC, id DESC LIMIT $3"
+                );
+                Ok(sqlx::query_as(SQL)
+                    .bind(owner)
+                    .bind(before)
+                    .bind(limit)
+                    .fetch_all(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn claimable_chats(
+                &mut self,
+                now: i64,
+                limit: i64,
+            ) -> $crate::error::Result<Vec<String>> {
+                const SQL: &str = concat!(
+                    "SELECT id FROM chats WHERE status IN ('running', 'interrupting') \
+                     AND (worker_id IS NULL OR lease_expires_at < $1) \
+                     ORDER BY updated_at LIMIT $2",
+                    $skip
+                );
+                Ok(sqlx::query_scalar(SQL)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn stale_chats(
+                &mut self,
+                now: i64,
+                limit: i64,
+            ) -> $crate::error::Result<Vec<String>> {
+                const SQL: &str = concat!(
+                    "SELECT id FROM chats WHERE worker_id IS NOT NULL \
+                     AND lease_expires_at < $1 LIMIT $2",
+                    $skip
+                );
+                Ok(sqlx::query_scalar(SQL)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn expired_actions(
+                &mut self,
+                now: i64,
+                limit: i64,
+            ) -> $crate::error::Result<Vec<String>> {
+                const SQL: &str = concat!(
+                    "SELECT id FROM chats WHERE status = 'requires_action' \
+                     AND pending_deadline IS NOT NULL AND pending_deadline < $1 LIMIT $2",
+                    $skip
+                );
+                Ok(sqlx::query_scalar(SQL)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn insert_messages(
+                &mut self,
+                messages: &[$crate::rows::MessageCols],
+            ) -> $crate::error::Result<()> {
+                const SQL: &str = concat!(
+                    "INSERT INTO messages (",
+                    message_columns!(),
+                    ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, FALSE)"
+                );
+                for m in messages {
+                    sqlx::query(SQL)
+                        .bind(&m.chat_id)
+                        .bind(m.id)
+                        .bind(&m.role)
+                        .bind(&m.parts)
+                        .bind(m.content_version)
+                        .bind(&m.usage)
+                        .bind(m.context_limit)
+                        .bind(m.runtime_ms)
+                        .bind(m.interrupted)
+                        .bind(&m.provider_response_id)
+                        .bind(m.event_seq)
+                        .bind(m.created_at)
+                        .execute(&mut *self.tx)
+                        .await?;
+                }
+                Ok(())
+            }
+
+            async fn get_message(
+                &mut self,
+                chat: &str,
+                id: i64,
+            ) -> $crate::error::Result<Option<$crate::rows::MessageCols>> {
+                const SQL: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND id = $2 AND NOT deleted"
+                );
+                Ok(sqlx::query_as(SQL)
+                    .bind(chat)
+                    .bind(id)
+                    .fetch_optional(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn replace_message(
+                &mut self,
+                m: &$crate::rows::MessageCols,
+            ) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "UPDATE messages SET parts = $3, content_version = $4, event_seq = $5 \
+                     WHERE chat_id = $1 AND id = $2",
+                )
+                .bind(&m.chat_id)
+                .bind(m.id)
+                .bind(&m.parts)
+                .bind(m.content_version)
+                .bind(m.event_seq)
+                .execute(&mut *self.tx)
+                .await?;
+                Ok(())
+            }
+
+            async fn soft_delete_after(
+                &mut self,
+                chat: &str,
+                id: i64,
+            ) -> $crate::error::Result<u64> {
+                Ok(sqlx::query(
+                    "UPDATE messages SET deleted = TRUE \
+                     WHERE chat_id = $1 AND id > $2 AND NOT deleted",
+                )
+                .bind(chat)
+                .bind(id)
+                .execute(&mut *self.tx)
+                .await?
+                .rows_affected())
+            }
+
+            async fn messages(
+                &mut self,
+                chat: &str,
+                after: i64,
+            ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
+                const SQL: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND id > $2 AND NOT deleted ORDER BY id"
+                );
+                Ok(sqlx::query_as(SQL)
+                    .bind(chat)
+                    .bind(after)
+                    .fetch_all(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn messages_after_seq(
+                &mut self,
+                chat: &str,
+                after: i64,
+            ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
+                const SQL: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND NOT deleted \
+                     ORDER BY event_seq"
+                );
+                Ok(sqlx::query_as(SQL)
+                    .bind(chat)
+                    .bind(after)
+                    .fetch_all(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn queue(
+                &mut self,
+                chat: &str,
+            ) -> $crate::error::Result<Vec<$crate::rows::QueuedCols>> {
+                Ok(sqlx::query_as(
+                    "SELECT id, chat_id, position, parts, created_at FROM queued_messages \
+                     WHERE chat_id = $1 ORDER BY position",
+                )
+                .bind(chat)
+                .fetch_all(&mut *self.tx)
+                .await?)
+            }
+
+            async fn insert_queued(
+                &mut self,
+                q: &$crate::rows::QueuedCols,
+            ) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "INSERT INTO queued_messages (id, chat_id, position, parts, created_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(&q.id)
+                .bind(&q.chat_id)
+                .bind(q.position)
+                .bind(&q.parts)
+                .bind(q.created_at)
+                .execute(&mut *self.tx)
+                .await?;
+                Ok(())
+            }
+
+            async fn set_queued_position(
+                &mut self,
+                id: &str,
+                position: i64,
+            ) -> $crate::error::Result<()> {
+                sqlx::query("UPDATE queued_messages SET position = $2 WHERE id = $1")
+                    .bind(id)
+                    .bind(position)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn delete_queued(&mut self, id: &str) -> $crate::error::Result<()> {
+                sqlx::query("DELETE FROM queued_messages WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn clear_queue(&mut self, chat: &str) -> $crate::error::Result<()> {
+                sqlx::query("DELETE FROM queued_messages WHERE chat_id = $1")
+                    .bind(chat)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn append_live(
+                &mut self,
+                chat: &str,
+                entries: &[(i64, String)],
+            ) -> $crate::error::Result<()> {
+                // Multi-row inserts: one statement per chunk keeps the per-row cost to a
+                // few microseconds. 300 rows x 3 binds stays far below both backends'
+                // parameter limits.
+                for chunk in entries.chunks(300) {
+                    let mut qb = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO live_parts (chat_id, seq, payload) ",
+                    );
+                    qb.push_values(chunk, |mut row, (seq, payload)| {
+                        row.push_bind(chat).push_bind(*seq).push_bind(payload.as_str());
+                    });
+                    qb.build().execute(&mut *self.tx).await?;
+                }
+                Ok(())
+            }
+
+            async fn clear_live(&mut self, chat: &str) -> $crate::error::Result<()> {
+                sqlx::query("DELETE FROM live_parts WHERE chat_id = $1")
+                    .bind(chat)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn live_after(
+                &mut self,
+                chat: &str,
+                after: i64,
+            ) -> $crate::error::Result<Vec<(i64, String)>> {
+                Ok(sqlx::query_as(
+                    "SELECT seq, payload FROM live_parts WHERE chat_id = $1 AND seq > $2 \
+                     ORDER BY seq",
+                )
+                .bind(chat)
+                .bind(after)
+                .fetch_all(&mut *self.tx)
+                .await?)
+            }
+
+            async fn upsert_tool_record(
+                &mut self,
+                r: &$crate::rows::ToolRecordCols,
+            ) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "INSERT INTO tool_records (chat_id, tool_call_id, tool_name, args, state, \
+                     result, is_error, started_at, finished_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                     ON CONFLICT (chat_id, tool_call_id) DO UPDATE SET \
+                     tool_name = excluded.tool_name, args = excluded.args, \
+                     state = excluded.state, result = excluded.result, \
+                     is_error = excluded.is_error, finished_at = excluded.finished_at",
+                )
+                .bind(&r.chat_id)
+                .bind(&r.tool_call_id)
+                .bind(&r.tool_name)
+                .bind(&r.args)
+                .bind(&r.state)
+                .bind(&r.result)
+                .bind(r.is_error)
+                .bind(r.started_at)
+                .bind(r.finished_at)
+                .execute(&mut *self.tx)
+                .await?;
+                Ok(())
+            }
+
+            async fn tool_records(
+                &mut self,
+                chat: &str,
+            ) -> $crate::error::Result<Vec<$crate::rows::ToolRecordCols>> {
+                Ok(sqlx::query_as(
+                    "SELECT chat_id, tool_call_id, tool_name, args, state, result, is_error, \
+                     started_at, finished_at FROM tool_records WHERE chat_id = $1 \
+                     ORDER BY started_at, tool_call_id",
+                )
+                .bind(chat)
+                .fetch_all(&mut *self.tx)
+                .await?)
+            }
+
+            async fn clear_tool_records(&mut self, chat: &str) -> $crate::error::Result<()> {
+                sqlx::query("DELETE FROM tool_records WHERE chat_id = $1")
+                    .bind(chat)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn put_checkpoint(
+                &mut self,
+                chat: &str,
+                data: &str,
+                now: i64,
+            ) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "INSERT INTO checkpoints (chat_id, data, updated_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (chat_id) DO UPDATE SET data = excluded.data, \
+                     updated_at = excluded.updated_at",
+                )
+                .bind(chat)
+                .bind(data)
+                .bind(now)
+                .execute(&mut *self.tx)
+                .await?;
+                Ok(())
+            }
+
+            async fn get_checkpoint(
+                &mut self,
+                chat: &str,
+            ) -> $crate::error::Result<Option<String>> {
+                Ok(
+                    sqlx::query_scalar("SELECT data FROM checkpoints WHERE chat_id = $1")
+                        .bind(chat)
+                        .fetch_optional(&mut *self.tx)
+                        .await?,
+                )
+            }
+
+            async fn delete_checkpoint(&mut self, chat: &str) -> $crate::error::Result<()> {
+                sqlx::query("DELETE FROM checkpoints WHERE chat_id = $1")
+                    .bind(chat)
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn insert_user(
+                &mut self,
+                name: &str,
+                token_sha256: &str,
+                now: i64,
+            ) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "INSERT INTO users (name, token_sha256, created_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (name) DO UPDATE SET token_sha256 = excluded.token_sha256",
+                )
+                .bind(name)
+                .bind(token_sha256)
+                .bind(now)
+                .execute(&mut *self.tx)
+                .await?;
+                Ok(())
+            }
+
+            async fn user_by_token(
+                &mut self,
+                token_sha256: &str,
+            ) -> $crate::error::Result<Option<(String, i64)>> {
+                Ok(
+                    sqlx::query_as("SELECT name, created_at FROM users WHERE token_sha256 = $1")
+                        .bind(token_sha256)
+                        .fetch_optional(&mut *self.tx)
+                        .await?,
+                )
+            }
+
+            async fn count_users(&mut self) -> $crate::error::Result<i64> {
+                Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
+                    .fetch_one(&mut *self.tx)
+                    .await?)
+            }
+
+            async fn idem_get(
+                &mut self,
+                user: &str,
+                key: &str,
+                since: i64,
+            ) -> $crate::error::Result<Option<String>> {
+                Ok(sqlx::query_scalar(
+                    "SELECT response FROM idempotency_keys \
+                     WHERE user_name = $1 AND idem_key = $2 AND created_at >= $3",
+                )
+                .bind(user)
+                .bind(key)
+                .bind(since)
+                .fetch_optional(&mut *self.tx)
+                .await?)
+            }
+
+            async fn idem_put(
+                &mut self,
+                user: &str,
+                key: &str,
+                response: &str,
+                now: i64,
+                expired_before: i64,
+            ) -> $crate::error::Result<bool> {
+                let done = sqlx::query(
+                    "INSERT INTO idempotency_keys (user_name, idem_key, response, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (user_name, idem_key) DO UPDATE SET \
+                     response = excluded.response, created_at = excluded.created_at \
+                     WHERE idempotency_keys.created_at < $5",
+                )
+                .bind(user)
+                .bind(key)
+                .bind(response)
+                .bind(now)
+                .bind(expired_before)
+                .execute(&mut *self.tx)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn idem_purge(&mut self, before: i64) -> $crate::error::Result<u64> {
+                Ok(
+                    sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
+                        .bind(before)
+                        .execute(&mut *self.tx)
+                        .await?
+                        .rows_affected(),
+                )
+            }
+
+            async fn notify(
+                &mut self,
+                notice: &$crate::types::ChangeNotice,
+            ) -> $crate::error::Result<()> {
+                $notify(&mut self.tx, notice).await
+            }
+
+            async fn commit(self: Box<Self>) -> $crate::error::Result<()> {
+                self.tx.commit().await?;
+                Ok(())
+            }
+        }
+    };
+}

@@ -1,0 +1,123 @@
+//! The [`Store`] trait: everything the daemon reads and writes.
+
+use std::ops::RangeInclusive;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::stream::BoxStream;
+use keel_core::{ErrorKind, Message, Part};
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::error::Result;
+use crate::types::{
+    Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, Next,
+    PendingToolCall, QueueId, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
+};
+
+/// The durable state of Keel. Every write is one transaction that locks the chat row;
+/// every committed change is announced with a [`ChangeNotice`].
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// `"sqlite"` or `"postgres"`.
+    fn backend(&self) -> &'static str;
+
+    // ---- API -------------------------------------------------------------------
+    /// Creates a chat whose first user message starts a run (status `running`).
+    async fn create_chat(&self, req: NewChat) -> Result<Chat>;
+    async fn get_chat(&self, id: ChatId) -> Result<Chat>;
+    /// Newest first; `before` is the last chat of the previous page.
+    async fn list_chats(
+        &self,
+        owner: Option<&str>,
+        before: Option<ChatId>,
+        limit: u32,
+    ) -> Result<Vec<Chat>>;
+    async fn send_message(
+        &self,
+        chat: ChatId,
+        parts: Vec<Part>,
+        busy: Busy,
+        idempotency_key: Option<&str>,
+    ) -> Result<SendOutcome>;
+    async fn edit_message(
+        &self,
+        chat: ChatId,
+        message: MessageId,
+        parts: Vec<Part>,
+    ) -> Result<Chat>;
+    async fn interrupt(&self, chat: ChatId) -> Result<Chat>;
+    async fn submit_tool_results(
+        &self,
+        chat: ChatId,
+        results: Vec<ToolResultInput>,
+    ) -> Result<Chat>;
+    async fn delete_queued(&self, chat: ChatId, queued: QueueId) -> Result<Chat>;
+    async fn promote_queued(&self, chat: ChatId, queued: QueueId) -> Result<Chat>;
+    async fn set_archived(&self, chat: ChatId, archived: bool) -> Result<Chat>;
+    async fn delete_chat(&self, chat: ChatId) -> Result<()>;
+
+    /// Live messages with an id above `after`, in order.
+    async fn list_messages(
+        &self,
+        chat: ChatId,
+        after: Option<MessageId>,
+    ) -> Result<Vec<StoredMessage>>;
+    /// Live messages committed at an event sequence above `after_seq`, in order.
+    async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>>;
+    /// The live parts of the step in progress after `after_seq`.
+    async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
+    /// Stored history, repaired with [`crate::repair_orphans`], ready for a prompt.
+    async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>>;
+
+    // ---- worker ----------------------------------------------------------------
+    /// Claims up to `limit` runnable chats (running or interrupting, and unowned or with
+    /// an expired lease).
+    async fn acquire(&self, worker_id: &str, limit: usize) -> Result<Vec<Lease>>;
+    async fn renew_lease(&self, lease: &Lease) -> Result<Lease>;
+    /// Appends live parts; returns the event sequence numbers they got.
+    async fn append_live_parts(
+        &self,
+        lease: &Lease,
+        payloads: &[Value],
+    ) -> Result<RangeInclusive<i64>>;
+    /// Commits a step's messages and clears the live-part log. A step with an
+    /// `interrupted` message is also accepted while the chat is `interrupting` and released.
+    async fn commit_step(&self, lease: &Lease, messages: Vec<NewMessage>)
+    -> Result<Vec<MessageId>>;
+    async fn record_tool(&self, lease: &Lease, record: ToolRecord) -> Result<()>;
+    async fn tool_records(&self, chat: ChatId) -> Result<Vec<ToolRecord>>;
+    async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()>;
+    async fn finish_interruption(&self, lease: &Lease) -> Result<Next>;
+    async fn finish_run(&self, lease: &Lease) -> Result<Next>;
+    async fn fail_run(&self, lease: &Lease, kind: ErrorKind, message: String) -> Result<()>;
+    async fn enter_requires_action(
+        &self,
+        lease: &Lease,
+        calls: Vec<PendingToolCall>,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Result<()>;
+    async fn release_on_shutdown(&self, lease: &Lease) -> Result<()>;
+    /// Releases chats whose lease expired; returns them.
+    async fn recover_stale(&self) -> Result<Vec<ChatId>>;
+    /// Answers overdue client-side calls with error results and sets `waiting`.
+    async fn expire_pending_actions(&self) -> Result<Vec<ChatId>>;
+
+    // ---- checkpoints, users, housekeeping ----------------------------------------
+    async fn put_checkpoint(&self, chat: ChatId, data: Value) -> Result<()>;
+    async fn get_checkpoint(&self, chat: ChatId) -> Result<Option<Value>>;
+    async fn delete_checkpoint(&self, chat: ChatId) -> Result<()>;
+    /// Creates the user or replaces its token.
+    async fn upsert_user(&self, name: &str, token: &str) -> Result<()>;
+    async fn user_by_token(&self, token: &str) -> Result<Option<User>>;
+    async fn has_users(&self) -> Result<bool>;
+    /// Forgets idempotency keys older than their time to live.
+    async fn purge_idempotency_keys(&self) -> Result<u64>;
+
+    // ---- notices ---------------------------------------------------------------
+    /// Notices of changes committed by this process.
+    fn subscribe(&self) -> broadcast::Receiver<ChangeNotice>;
+    /// Notices of changes committed by any replica (PostgreSQL `LISTEN`); on SQLite, the
+    /// same as [`Store::subscribe`].
+    async fn subscribe_remote(&self) -> Result<BoxStream<'static, ChangeNotice>>;
+}

@@ -1,0 +1,303 @@
+//! The records the store reads and writes, and the requests its transitions take.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use chrono::{DateTime, Duration, Utc};
+use keel_core::{ErrorKind, Part, Role, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::status::ChatStatus;
+
+pub type ChatId = Uuid;
+pub type QueueId = Uuid;
+/// Message ids grow with insertion order within a chat and are never reused.
+pub type MessageId = i64;
+
+/// The last error of a chat in `error` status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// A client-side tool call the chat waits on in `requires_action`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingToolCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: String,
+}
+
+/// One chat row plus its queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chat {
+    pub id: ChatId,
+    pub owner: String,
+    pub title: Option<String>,
+    pub model: String,
+    pub status: ChatStatus,
+    pub archived: bool,
+    pub max_steps: Option<i64>,
+    pub system: Option<String>,
+    /// Client-side tool definitions as given at creation (a JSON array).
+    pub tools: Value,
+    pub worker_id: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Grows with every transition.
+    pub version: i64,
+    /// Grows when history is rewritten (an edit); worker writes are fenced on it.
+    pub history_version: i64,
+    /// The last event sequence number used; every chat event gets the next one.
+    pub event_seq: i64,
+    /// The last message id handed out.
+    pub last_message_id: MessageId,
+    pub last_error: Option<LastError>,
+    /// The worker's retry bookkeeping, opaque to the store.
+    pub retry_state: Option<Value>,
+    pub pending_tool_calls: Vec<PendingToolCall>,
+    pub pending_deadline: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Queued messages in the order they will run. Filled by reads and API transitions.
+    pub queued: Vec<QueuedMessage>,
+}
+
+/// A committed message as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    pub id: MessageId,
+    pub chat_id: ChatId,
+    pub role: Role,
+    pub parts: Vec<Part>,
+    /// Starts at 1 and grows each time the message's content is replaced by an edit.
+    pub content_version: i64,
+    pub usage: Option<Usage>,
+    pub context_limit: Option<i64>,
+    pub runtime_ms: Option<i64>,
+    pub interrupted: bool,
+    pub provider_response_id: Option<String>,
+    /// The event sequence number the message was (last) committed at.
+    pub event_seq: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+impl StoredMessage {
+    pub fn to_message(&self) -> keel_core::Message {
+        keel_core::Message::new(self.role, self.parts.clone())
+    }
+}
+
+/// A message waiting behind the active run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedMessage {
+    pub id: QueueId,
+    pub chat_id: ChatId,
+    /// Ordering key; smaller runs first. Not contiguous.
+    pub position: i64,
+    pub parts: Vec<Part>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A message a worker commits as part of a step.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NewMessage {
+    pub role: Option<Role>,
+    pub parts: Vec<Part>,
+    pub usage: Option<Usage>,
+    pub context_limit: Option<i64>,
+    pub runtime_ms: Option<i64>,
+    /// Set on the partial output of an interrupted step.
+    pub interrupted: bool,
+    pub provider_response_id: Option<String>,
+}
+
+impl NewMessage {
+    pub fn new(role: Role, parts: Vec<Part>) -> Self {
+        Self {
+            role: Some(role),
+            parts,
+            ..Self::default()
+        }
+    }
+}
+
+/// How a new message treats a chat that is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Busy {
+    /// Queue behind the active run.
+    #[default]
+    Queue,
+    /// Queue at the head and interrupt the active run.
+    Interrupt,
+}
+
+/// What happened to a sent message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendOutcome {
+    /// Inserted into history; a run starts now.
+    Started { message_id: MessageId },
+    /// Waiting in the queue.
+    Queued { queue_id: QueueId },
+}
+
+/// The request to create a chat; the first user message starts a run.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NewChat {
+    pub owner: String,
+    pub title: Option<String>,
+    pub model: String,
+    pub system: Option<String>,
+    /// Client-side tool definitions (a JSON array); `Null` means none.
+    pub tools: Value,
+    pub max_steps: Option<i64>,
+    pub parts: Vec<Part>,
+    pub idempotency_key: Option<String>,
+}
+
+/// A client's answer to one pending tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultInput {
+    pub tool_call_id: String,
+    pub result: Value,
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+/// A worker's claim on a chat: every worker write presents it and is fenced on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub chat_id: ChatId,
+    pub worker_id: String,
+    /// The chat's history version when claimed; an edit makes the lease stale.
+    pub history_version: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What a worker does after a run ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// The chat is `waiting` and released.
+    Idle,
+    /// The queue head became the next user message; the chat stays `running` and owned.
+    Continue { lease: Lease, message_id: MessageId },
+}
+
+/// One entry of the live-part log of the step in progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveEntry {
+    /// The chat's event sequence number; the SSE event id.
+    pub seq: i64,
+    pub payload: Value,
+}
+
+/// Whether a tool call has produced its result yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolState {
+    Started,
+    Finished,
+}
+
+/// The intent (and later the result) of one tool execution, so a restarted worker knows
+/// which tools already ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRecord {
+    pub chat_id: ChatId,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: String,
+    pub state: ToolState,
+    pub result: Option<Value>,
+    pub is_error: bool,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A configured user. The token itself is never stored, only its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct User {
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A chat changed. Sent in-process after every commit and, on PostgreSQL, to every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeNotice {
+    pub chat_id: ChatId,
+    pub version: i64,
+    pub status: ChatStatus,
+    pub history_version: i64,
+    /// The chat's latest event sequence number: readers fetch what lies after their own.
+    pub event_seq: i64,
+    #[serde(default)]
+    pub deleted: bool,
+}
+
+/// Where the store gets the time from; tests and simulations move it by hand.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+#[derive(Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that only moves when told to.
+#[derive(Debug)]
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn new(start: DateTime<Utc>) -> Self {
+        Self(Mutex::new(start))
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let mut now = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *now += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Tunables of a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Most queued messages per chat.
+    pub max_queue: usize,
+    /// Largest serialised content (parts JSON, tool results) an API call may store.
+    pub max_content_bytes: usize,
+    /// How long an acquired or renewed lease lasts.
+    pub lease_ttl: Duration,
+    /// How long an idempotency key is remembered.
+    pub idempotency_ttl: Duration,
+    /// Connections of the pool (PostgreSQL) or of the reader pool (SQLite).
+    pub max_connections: u32,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_queue: 20,
+            max_content_bytes: 1 << 20,
+            lease_ttl: Duration::seconds(30),
+            idempotency_ttl: Duration::hours(24),
+            max_connections: 8,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}

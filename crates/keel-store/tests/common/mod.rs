@@ -1,0 +1,159 @@
+//! Test databases for both backends and small conveniences shared by the suites.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use chrono::{Duration, TimeZone, Utc};
+use keel_core::{Part, Role};
+use keel_store::{
+    Busy, Chat, ChatId, Lease, ManualClock, NewChat, NewMessage, Store, StoreOptions,
+};
+use sqlx::Connection;
+
+/// A store on a fresh database, with a clock the test moves.
+pub struct TestDb {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<ManualClock>,
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+pub fn options(clock: &Arc<ManualClock>) -> StoreOptions {
+    StoreOptions {
+        clock: clock.clone(),
+        max_connections: 4,
+        ..StoreOptions::default()
+    }
+}
+
+pub fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(
+        Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).single().unwrap(),
+    ))
+}
+
+pub async fn sqlite_with(tweak: impl FnOnce(&mut StoreOptions)) -> TestDb {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/data/keel.db", dir.path().display());
+    let clock = clock();
+    let mut opts = options(&clock);
+    tweak(&mut opts);
+    let store = keel_store::open_with(&url, opts).await.unwrap();
+    TestDb {
+        store,
+        clock,
+        url,
+        _dir: Some(dir),
+    }
+}
+
+pub async fn sqlite() -> TestDb {
+    sqlite_with(|_| {}).await
+}
+
+/// A fresh schema in `KEEL_TEST_DATABASE_URL`, or `None` (with a note) when it is unset.
+pub async fn postgres_with(tweak: impl FnOnce(&mut StoreOptions)) -> Option<TestDb> {
+    let Ok(base) = std::env::var("KEEL_TEST_DATABASE_URL") else {
+        eprintln!("KEEL_TEST_DATABASE_URL is unset: skipping the PostgreSQL variant");
+        return None;
+    };
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&base).await.unwrap();
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options[search_path]={schema}");
+    let clock = clock();
+    let mut opts = options(&clock);
+    tweak(&mut opts);
+    let store = keel_store::open_with(&url, opts).await.unwrap();
+    Some(TestDb {
+        store,
+        clock,
+        url,
+        _dir: None,
+    })
+}
+
+pub async fn postgres() -> Option<TestDb> {
+    postgres_with(|_| {}).await
+}
+
+/// Runs each listed `async fn(TestDb)` once on SQLite and once on PostgreSQL.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::common::sqlite().await).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if let Some(db) = $crate::common::postgres().await {
+                        super::$name(db).await;
+                    }
+                }
+            }
+        )*
+    };
+}
+
+pub fn text(s: &str) -> Vec<Part> {
+    vec![Part::text(s)]
+}
+
+pub fn assistant(s: &str) -> NewMessage {
+    NewMessage::new(Role::Assistant, vec![Part::text(s)])
+}
+
+pub async fn create(store: &Arc<dyn Store>, s: &str) -> Chat {
+    store
+        .create_chat(NewChat {
+            owner: "alice".into(),
+            model: "test-model".into(),
+            parts: text(s),
+            ..NewChat::default()
+        })
+        .await
+        .unwrap()
+}
+
+/// Claims `chat` for `worker`, failing the test if someone else holds it.
+pub async fn claim(store: &Arc<dyn Store>, worker: &str, chat: ChatId) -> Lease {
+    let leases = store.acquire(worker, 100).await.unwrap();
+    leases
+        .into_iter()
+        .find(|l| l.chat_id == chat)
+        .unwrap_or_else(|| panic!("{worker} could not claim {chat}"))
+}
+
+/// A chat back at `waiting` after its first run.
+pub async fn idle(store: &Arc<dyn Store>, s: &str) -> Chat {
+    let chat = create(store, s).await;
+    let lease = claim(store, "w0", chat.id).await;
+    store
+        .commit_step(&lease, vec![assistant("hello")])
+        .await
+        .unwrap();
+    store.finish_run(&lease).await.unwrap();
+    store.get_chat(chat.id).await.unwrap()
+}
+
+pub async fn send(
+    store: &Arc<dyn Store>,
+    chat: ChatId,
+    s: &str,
+    busy: Busy,
+) -> keel_store::SendOutcome {
+    store.send_message(chat, text(s), busy, None).await.unwrap()
+}
+
+pub fn hours(h: i64) -> Duration {
+    Duration::hours(h)
+}

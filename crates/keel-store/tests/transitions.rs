@@ -1,0 +1,861 @@
+//! Every transition, allowed and disallowed, on both backends.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use keel_core::{ErrorKind, Part, PartKind, Role};
+use keel_store::{
+    Busy, ChatStatus, NewChat, NewMessage, Next, PendingToolCall, SendOutcome, StoreError,
+    ToolRecord, ToolResultInput, ToolState, Transition,
+};
+use serde_json::json;
+
+both_backends!(
+    create_then_read,
+    send_to_idle_chat_starts_a_run,
+    busy_queue_and_interrupt,
+    edit_truncates_and_fences,
+    edit_rejects_bad_targets,
+    interrupt_moves,
+    tool_results_round_trip,
+    queued_messages_delete_and_promote,
+    archive_and_delete,
+    acquire_is_exclusive_until_the_lease_expires,
+    renew_and_release,
+    recover_stale_leases,
+    expire_pending_actions,
+    fail_run_then_recover,
+    disallowed_worker_moves,
+    live_parts_share_the_event_sequence,
+    interrupted_persist_is_allowed_while_interrupting,
+    idempotent_create_and_send,
+    notices_are_published,
+    prompt_history_is_repaired,
+    checkpoints_users_and_tool_records,
+);
+
+async fn create_then_read(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    assert_eq!(chat.status, ChatStatus::Running);
+    assert_eq!((chat.version, chat.history_version), (1, 1));
+    let read = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(read, chat);
+    let msgs = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(msgs.len(), 1);
+    assert_eq!((msgs[0].id, msgs[0].role), (1, Role::User));
+    assert_eq!(msgs[0].parts, text("hi"));
+    let other = create(s, "second").await;
+    let list = s.list_chats(Some("alice"), None, 10).await.unwrap();
+    assert_eq!(list.len(), 2);
+    let page = s
+        .list_chats(Some("alice"), Some(list[0].id), 10)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].id, list[1].id);
+    assert!(
+        s.list_chats(Some("bob"), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!([chat.id, other.id].contains(&list[0].id));
+}
+
+async fn send_to_idle_chat_starts_a_run(db: TestDb) {
+    let s = &db.store;
+    let chat = idle(s, "hi").await;
+    assert_eq!(chat.status, ChatStatus::Waiting);
+    assert_eq!(chat.worker_id, None);
+    let out = send(s, chat.id, "again", Busy::Queue).await;
+    assert_eq!(out, SendOutcome::Started { message_id: 3 });
+    let after = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(after.status, ChatStatus::Running);
+    assert!(after.version > chat.version);
+}
+
+async fn busy_queue_and_interrupt(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w1", chat.id).await;
+    let SendOutcome::Queued { queue_id: q1 } = send(s, chat.id, "later", Busy::Queue).await else {
+        panic!("expected queued");
+    };
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().status,
+        ChatStatus::Running
+    );
+    let SendOutcome::Queued { queue_id: q2 } = send(s, chat.id, "now", Busy::Interrupt).await
+    else {
+        panic!("expected queued");
+    };
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Interrupting);
+    assert_eq!(
+        c.queued.iter().map(|q| q.id).collect::<Vec<_>>(),
+        vec![q2, q1]
+    );
+    let next = s.finish_interruption(&lease).await.unwrap();
+    let Next::Continue { lease, message_id } = next else {
+        panic!("expected the queue head to run");
+    };
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Running);
+    assert_eq!(c.worker_id.as_deref(), Some("w1"));
+    assert_eq!(c.queued.len(), 1);
+    let msgs = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(msgs.last().unwrap().id, message_id);
+    assert_eq!(msgs.last().unwrap().parts, text("now"));
+    // The next finishes run the remaining queued message, then the chat idles.
+    let Next::Continue { lease, .. } = s.finish_run(&lease).await.unwrap() else {
+        panic!("expected the last queued message to run");
+    };
+    assert_eq!(s.finish_run(&lease).await.unwrap(), Next::Idle);
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().status,
+        ChatStatus::Waiting
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_limit_is_enforced() {
+    for db in [
+        Some(sqlite_with(|o| o.max_queue = 2).await),
+        postgres_with(|o| o.max_queue = 2).await,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let s = &db.store;
+        let chat = create(s, "hi").await;
+        send(s, chat.id, "1", Busy::Queue).await;
+        send(s, chat.id, "2", Busy::Queue).await;
+        let before = s.get_chat(chat.id).await.unwrap();
+        let err = s
+            .send_message(chat.id, text("3"), Busy::Interrupt, None)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::QueueFull { limit: 2 }), "{err}");
+        assert_eq!(s.get_chat(chat.id).await.unwrap(), before);
+    }
+}
+
+async fn edit_truncates_and_fences(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "first").await;
+    let lease = claim(s, "w1", chat.id).await;
+    s.commit_step(&lease, vec![assistant("reply")])
+        .await
+        .unwrap();
+    s.append_live_parts(&lease, &[json!({"text": "par"})])
+        .await
+        .unwrap();
+    send(s, chat.id, "queued", Busy::Queue).await;
+    let edited = s
+        .edit_message(chat.id, 1, text("first, edited"))
+        .await
+        .unwrap();
+    assert_eq!(edited.status, ChatStatus::Running);
+    assert_eq!(edited.history_version, chat.history_version + 1);
+    assert_eq!(edited.worker_id, None);
+    assert!(edited.queued.is_empty());
+    let msgs = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs[0].parts, text("first, edited"));
+    assert_eq!(msgs[0].content_version, 2);
+    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+    // The worker that generated from the old history is fenced out.
+    let err = s
+        .commit_step(&lease, vec![assistant("stale")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Fenced {
+                expected: 1,
+                actual: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut stale = assistant("stale partial");
+    stale.interrupted = true;
+    let err = s.commit_step(&lease, vec![stale]).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
+    assert!(matches!(
+        s.append_live_parts(&lease, &[json!(1)]).await.unwrap_err(),
+        StoreError::Fenced { .. }
+    ));
+    assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 1);
+    // A fresh claim works at the new history version; message ids are never reused.
+    let lease2 = claim(s, "w2", chat.id).await;
+    assert_eq!(lease2.history_version, 2);
+    let ids = s
+        .commit_step(&lease2, vec![assistant("new")])
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![3]);
+}
+
+async fn edit_rejects_bad_targets(db: TestDb) {
+    let s = &db.store;
+    let chat = idle(s, "hi").await;
+    let err = s.edit_message(chat.id, 2, text("x")).await.unwrap_err();
+    assert!(matches!(err, StoreError::InvalidInput(_)), "{err}");
+    let err = s.edit_message(chat.id, 99, text("x")).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+    assert_eq!(s.get_chat(chat.id).await.unwrap(), chat);
+    assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 2);
+}
+
+async fn interrupt_moves(db: TestDb) {
+    let s = &db.store;
+    // idle: nothing changes
+    let chat = idle(s, "hi").await;
+    let same = s.interrupt(chat.id).await.unwrap();
+    assert_eq!(same.version, chat.version);
+    assert_eq!(same.status, ChatStatus::Waiting);
+    // running -> interrupting, idempotent
+    let chat = create(s, "run").await;
+    let c = s.interrupt(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Interrupting);
+    let again = s.interrupt(chat.id).await.unwrap();
+    assert_eq!(again.version, c.version);
+    let lease = claim(s, "w", chat.id).await;
+    assert_eq!(s.finish_interruption(&lease).await.unwrap(), Next::Idle);
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().status,
+        ChatStatus::Waiting
+    );
+    // requires_action -> waiting with error results
+    let chat = create(s, "tools").await;
+    let lease = claim(s, "w", chat.id).await;
+    enter_ra(s, &lease).await;
+    let c = s.interrupt(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Waiting);
+    assert!(c.pending_tool_calls.is_empty());
+    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.role, Role::Tool);
+    assert_eq!(last.parts.len(), 2);
+    assert!(
+        last.parts
+            .iter()
+            .all(|p| matches!(p.kind, PartKind::ToolResult { is_error: true, .. }))
+    );
+}
+
+async fn enter_ra(s: &std::sync::Arc<dyn keel_store::Store>, lease: &keel_store::Lease) {
+    s.commit_step(
+        lease,
+        vec![NewMessage::new(
+            Role::Assistant,
+            vec![
+                Part::tool_call("c1", "pick", "{}", false),
+                Part::tool_call("c2", "pick", "{}", false),
+            ],
+        )],
+    )
+    .await
+    .unwrap();
+    let calls = ["c1", "c2"]
+        .map(|id| PendingToolCall {
+            tool_call_id: id.into(),
+            tool_name: "pick".into(),
+            args: "{}".into(),
+        })
+        .to_vec();
+    s.enter_requires_action(lease, calls, None).await.unwrap();
+}
+
+async fn tool_results_round_trip(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "tools").await;
+    let err = s.submit_tool_results(chat.id, vec![]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                status: ChatStatus::Running,
+                transition: Transition::SubmitToolResults
+            }
+        ),
+        "{err}"
+    );
+    let lease = claim(s, "w", chat.id).await;
+    enter_ra(s, &lease).await;
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::RequiresAction);
+    assert_eq!(c.worker_id, None);
+    let r = |id: &str| ToolResultInput {
+        tool_call_id: id.into(),
+        result: json!({"ok": id}),
+        is_error: false,
+    };
+    for bad in [
+        vec![r("c1")],
+        vec![r("c1"), r("c3")],
+        vec![r("c1"), r("c1")],
+        vec![r("c1"), r("c2"), r("c3")],
+    ] {
+        let err = s.submit_tool_results(chat.id, bad).await.unwrap_err();
+        assert!(matches!(err, StoreError::InvalidInput(_)), "{err}");
+        assert_eq!(s.get_chat(chat.id).await.unwrap(), c);
+    }
+    let c2 = s
+        .submit_tool_results(chat.id, vec![r("c2"), r("c1")])
+        .await
+        .unwrap();
+    assert_eq!(c2.status, ChatStatus::Running);
+    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.role, Role::Tool);
+    let ids: Vec<_> = last.parts.iter().filter_map(|p| p.tool_call_id()).collect();
+    assert_eq!(ids, vec!["c1", "c2"]);
+    // requires_action + interrupting send answers the calls and runs the message.
+    let lease = claim(s, "w", chat.id).await;
+    enter_ra(s, &lease).await;
+    let out = send(s, chat.id, "never mind", Busy::Interrupt).await;
+    assert!(matches!(out, SendOutcome::Started { .. }));
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Running);
+    assert!(c.pending_tool_calls.is_empty());
+}
+
+async fn queued_messages_delete_and_promote(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w", chat.id).await;
+    let mut ids = Vec::new();
+    for t in ["a", "b", "c"] {
+        let SendOutcome::Queued { queue_id } = send(s, chat.id, t, Busy::Queue).await else {
+            panic!()
+        };
+        ids.push(queue_id);
+    }
+    let c = s.promote_queued(chat.id, ids[2]).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Interrupting);
+    assert_eq!(
+        c.queued.iter().map(|q| q.id).collect::<Vec<_>>(),
+        vec![ids[2], ids[0], ids[1]]
+    );
+    let c = s.delete_queued(chat.id, ids[0]).await.unwrap();
+    assert_eq!(c.queued.len(), 2);
+    let err = s.delete_queued(chat.id, ids[0]).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }));
+    let err = s
+        .promote_queued(chat.id, uuid::Uuid::new_v4())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }));
+    let Next::Continue { lease, .. } = s.finish_interruption(&lease).await.unwrap() else {
+        panic!()
+    };
+    let msgs = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(msgs.last().unwrap().parts, text("c"));
+    // Promoting on an idle chat starts the message at once.
+    let Next::Continue { lease, .. } = s.finish_run(&lease).await.unwrap() else {
+        panic!()
+    };
+    s.fail_run(&lease, ErrorKind::Server, "boom".into())
+        .await
+        .unwrap();
+    let q = match send(s, chat.id, "x", Busy::Queue).await {
+        SendOutcome::Started { .. } => None,
+        SendOutcome::Queued { queue_id } => Some(queue_id),
+    };
+    assert!(q.is_none(), "an errored chat takes new messages at once");
+}
+
+async fn archive_and_delete(db: TestDb) {
+    let s = &db.store;
+    let chat = idle(s, "hi").await;
+    let a = s.set_archived(chat.id, true).await.unwrap();
+    assert!(a.archived);
+    let again = s.set_archived(chat.id, true).await.unwrap();
+    assert_eq!(again.version, a.version);
+    assert!(!s.set_archived(chat.id, false).await.unwrap().archived);
+    s.put_checkpoint(chat.id, json!({"k": 1})).await.unwrap();
+    s.delete_chat(chat.id).await.unwrap();
+    assert!(matches!(
+        s.get_chat(chat.id).await.unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+    assert!(matches!(
+        s.delete_chat(chat.id).await.unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+    assert!(matches!(
+        s.list_messages(chat.id, None).await.unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
+}
+
+async fn acquire_is_exclusive_until_the_lease_expires(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let a = claim(s, "a", chat.id).await;
+    assert!(s.acquire("b", 10).await.unwrap().is_empty());
+    db.clock.advance(chrono::Duration::seconds(31));
+    let b = claim(s, "b", chat.id).await;
+    let err = s
+        .commit_step(&a, vec![assistant("late")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    s.commit_step(&b, vec![assistant("mine")]).await.unwrap();
+    assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 2);
+    // Waiting chats are not claimable.
+    s.finish_run(&b).await.unwrap();
+    assert!(s.acquire("c", 10).await.unwrap().is_empty());
+}
+
+async fn renew_and_release(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    db.clock.advance(chrono::Duration::seconds(20));
+    let renewed = s.renew_lease(&lease).await.unwrap();
+    assert!(renewed.expires_at > lease.expires_at);
+    db.clock.advance(chrono::Duration::seconds(20));
+    assert!(
+        s.acquire("b", 10).await.unwrap().is_empty(),
+        "renewed lease holds"
+    );
+    s.release_on_shutdown(&renewed).await.unwrap();
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!((c.status, c.worker_id.clone()), (ChatStatus::Running, None));
+    assert!(matches!(
+        s.renew_lease(&renewed).await.unwrap_err(),
+        StoreError::LostOwnership { .. }
+    ));
+    claim(s, "b", chat.id).await;
+}
+
+async fn recover_stale_leases(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    claim(s, "a", chat.id).await;
+    assert!(s.recover_stale().await.unwrap().is_empty());
+    db.clock.advance(chrono::Duration::minutes(5));
+    assert_eq!(s.recover_stale().await.unwrap(), vec![chat.id]);
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!((c.status, c.worker_id), (ChatStatus::Running, None));
+}
+
+async fn expire_pending_actions(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.enter_requires_action(
+        &lease,
+        vec![PendingToolCall {
+            tool_call_id: "c".into(),
+            tool_name: "t".into(),
+            args: "{}".into(),
+        }],
+        Some(db.clock_now() + chrono::Duration::minutes(1)),
+    )
+    .await
+    .unwrap();
+    assert!(s.expire_pending_actions().await.unwrap().is_empty());
+    db.clock.advance(chrono::Duration::minutes(2));
+    assert_eq!(s.expire_pending_actions().await.unwrap(), vec![chat.id]);
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Waiting);
+    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.role, Role::Tool);
+}
+
+trait Now {
+    fn clock_now(&self) -> chrono::DateTime<chrono::Utc>;
+}
+
+impl Now for TestDb {
+    fn clock_now(&self) -> chrono::DateTime<chrono::Utc> {
+        use keel_store::Clock;
+        self.clock.now()
+    }
+}
+
+async fn fail_run_then_recover(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.append_live_parts(&lease, &[json!("x")]).await.unwrap();
+    s.fail_run(&lease, ErrorKind::RateLimit, "slow down".into())
+        .await
+        .unwrap();
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Error);
+    let e = c.last_error.unwrap();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::RateLimit, "slow down")
+    );
+    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+    send(s, chat.id, "retry", Busy::Queue).await;
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!((c.status, c.last_error), (ChatStatus::Running, None));
+}
+
+async fn disallowed_worker_moves(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    let before = s.get_chat(chat.id).await.unwrap();
+    let err = s.finish_interruption(&lease).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                status: ChatStatus::Running,
+                transition: Transition::FinishInterruption
+            }
+        ),
+        "{err}"
+    );
+    s.interrupt(chat.id).await.unwrap();
+    let err = s
+        .enter_requires_action(
+            &lease,
+            vec![PendingToolCall {
+                tool_call_id: "c".into(),
+                tool_name: "t".into(),
+                args: "{}".into(),
+            }],
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                status: ChatStatus::Interrupting,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = s
+        .enter_requires_action(&lease, vec![], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::Conflict { .. } | StoreError::InvalidInput(_)
+    ));
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().version,
+        before.version + 1
+    );
+    s.finish_interruption(&lease).await.unwrap();
+    // Released: every worker write is refused, nothing changes.
+    let idle = s.get_chat(chat.id).await.unwrap();
+    for err in [
+        s.commit_step(&lease, vec![assistant("x")])
+            .await
+            .unwrap_err(),
+        s.finish_run(&lease).await.map(|_| ()).unwrap_err(),
+        s.fail_run(&lease, ErrorKind::Server, "x".into())
+            .await
+            .unwrap_err(),
+        s.release_on_shutdown(&lease).await.unwrap_err(),
+        s.append_live_parts(&lease, &[json!(1)])
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        s.set_retry_state(&lease, None).await.unwrap_err(),
+    ] {
+        assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    }
+    assert_eq!(s.get_chat(chat.id).await.unwrap(), idle);
+}
+
+async fn live_parts_share_the_event_sequence(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let first_msg_seq = s.list_messages(chat.id, None).await.unwrap()[0].event_seq;
+    let lease = claim(s, "a", chat.id).await;
+    let r1 = s
+        .append_live_parts(&lease, &[json!({"t": "a"}), json!({"t": "b"})])
+        .await
+        .unwrap();
+    let r2 = s
+        .append_live_parts(&lease, &[json!({"t": "c"})])
+        .await
+        .unwrap();
+    assert!(*r1.start() > first_msg_seq);
+    assert_eq!(*r2.start(), r1.end() + 1);
+    let live = s.live_parts_after(chat.id, *r1.start()).await.unwrap();
+    assert_eq!(
+        live.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![r1.end().to_owned(), *r2.start()]
+    );
+    assert_eq!(live[1].payload, json!({"t": "c"}));
+    // Committing voids the log; the message takes a later sequence number.
+    let ids = s.commit_step(&lease, vec![assistant("abc")]).await.unwrap();
+    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+    let committed = s.messages_after_seq(chat.id, *r2.end()).await.unwrap();
+    assert_eq!(committed.len(), 1);
+    assert_eq!(committed[0].id, ids[0]);
+    assert!(committed[0].event_seq > *r2.end());
+    let all = s.messages_after_seq(chat.id, 0).await.unwrap();
+    assert_eq!(all.len(), 2);
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert!(c.event_seq >= committed[0].event_seq);
+}
+
+async fn interrupted_persist_is_allowed_while_interrupting(db: TestDb) {
+    let s = &db.store;
+    // Owned and interrupting.
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.interrupt(chat.id).await.unwrap();
+    let mut partial = assistant("half a rep");
+    partial.interrupted = true;
+    s.commit_step(&lease, vec![partial.clone()]).await.unwrap();
+    s.finish_interruption(&lease).await.unwrap();
+    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
+    assert!(last.interrupted);
+    // Released while interrupting: the partial output still lands, a normal step does not.
+    let chat = create(s, "again").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.interrupt(chat.id).await.unwrap();
+    s.release_on_shutdown(&lease).await.unwrap();
+    let err = s
+        .commit_step(&lease, vec![assistant("full")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    s.commit_step(&lease, vec![partial.clone()]).await.unwrap();
+    let msgs = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(msgs.len(), 2);
+    assert!(msgs[1].interrupted);
+    // Once another worker claimed it, the old worker is out even for partial output.
+    let _b = claim(s, "b", chat.id).await;
+    let err = s.commit_step(&lease, vec![partial]).await.unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+}
+
+async fn idempotent_create_and_send(db: TestDb) {
+    let s = &db.store;
+    let req = NewChat {
+        owner: "alice".into(),
+        model: "m".into(),
+        parts: text("hi"),
+        idempotency_key: Some("k1".into()),
+        ..NewChat::default()
+    };
+    let a = s.create_chat(req.clone()).await.unwrap();
+    let b = s.create_chat(req.clone()).await.unwrap();
+    assert_eq!(a.id, b.id);
+    assert_eq!(s.list_chats(None, None, 10).await.unwrap().len(), 1);
+    // Another user's key is another key.
+    let mut other = req.clone();
+    other.owner = "bob".into();
+    assert_ne!(s.create_chat(other).await.unwrap().id, a.id);
+    let lease = claim(s, "w", a.id).await;
+    s.finish_run(&lease).await.unwrap();
+    let first = s
+        .send_message(a.id, text("x"), Busy::Queue, Some("s1"))
+        .await
+        .unwrap();
+    let again = s
+        .send_message(a.id, text("x"), Busy::Queue, Some("s1"))
+        .await
+        .unwrap();
+    assert_eq!(first, again);
+    assert_eq!(s.list_messages(a.id, None).await.unwrap().len(), 2);
+    // After a day the key is forgotten.
+    db.clock.advance(hours(25));
+    assert!(s.purge_idempotency_keys().await.unwrap() >= 1);
+    let c = s.create_chat(req).await.unwrap();
+    assert_ne!(c.id, a.id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_changes_nothing() {
+    for db in [
+        Some(sqlite_with(|o| o.max_content_bytes = 200).await),
+        postgres_with(|o| o.max_content_bytes = 200).await,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let s = &db.store;
+        let chat = idle(s, "hi").await;
+        let big = text(&"x".repeat(500));
+        let unknown = uuid::Uuid::new_v4();
+        let errs = [
+            s.send_message(chat.id, big.clone(), Busy::Queue, None)
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+            s.send_message(chat.id, vec![], Busy::Queue, None)
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+            s.edit_message(chat.id, 1, big.clone())
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+            s.create_chat(NewChat {
+                owner: "alice".into(),
+                parts: big.clone(),
+                ..NewChat::default()
+            })
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        ];
+        for e in errs {
+            assert!(matches!(e, StoreError::InvalidInput(_)), "{e}");
+        }
+        let not_found = [
+            s.send_message(unknown, text("x"), Busy::Queue, None)
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+            s.interrupt(unknown).await.map(|_| ()).unwrap_err(),
+            s.get_chat(unknown).await.map(|_| ()).unwrap_err(),
+            s.set_archived(unknown, true).await.map(|_| ()).unwrap_err(),
+            s.put_checkpoint(unknown, json!(1)).await.unwrap_err(),
+        ];
+        for e in not_found {
+            assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+        }
+        assert_eq!(s.get_chat(chat.id).await.unwrap(), chat);
+        assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 2);
+        assert_eq!(s.list_chats(None, None, 10).await.unwrap().len(), 1);
+    }
+}
+
+async fn notices_are_published(db: TestDb) {
+    let s = &db.store;
+    let mut local = s.subscribe();
+    let mut remote = s.subscribe_remote().await.unwrap();
+    let chat = create(s, "hi").await;
+    let n = local.recv().await.unwrap();
+    assert_eq!(
+        (n.chat_id, n.version, n.status),
+        (chat.id, 1, ChatStatus::Running)
+    );
+    s.interrupt(chat.id).await.unwrap();
+    let n = local.recv().await.unwrap();
+    assert_eq!((n.version, n.status), (2, ChatStatus::Interrupting));
+    use futures::StreamExt;
+    let got = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            let n = remote.next().await.unwrap();
+            if n.chat_id == chat.id && n.version == 2 {
+                return n;
+            }
+        }
+    })
+    .await
+    .expect("remote notice");
+    assert_eq!(got.status, ChatStatus::Interrupting);
+    s.delete_chat(chat.id).await.unwrap();
+    assert!(local.recv().await.unwrap().deleted);
+}
+
+async fn prompt_history_is_repaired(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.commit_step(
+        &lease,
+        vec![NewMessage::new(
+            Role::Assistant,
+            vec![
+                Part::text("let me look"),
+                Part::tool_call("c1", "read", "{\"pa", false),
+            ],
+        )],
+    )
+    .await
+    .unwrap();
+    let history = s.load_prompt_history(chat.id).await.unwrap();
+    assert_eq!(history.len(), 3);
+    assert_eq!(history[2].role, Role::Tool);
+    assert!(matches!(
+        &history[2].parts[0].kind,
+        PartKind::ToolResult { tool_call_id, is_error: true, result, .. }
+            if tool_call_id == "c1" && result == &json!(keel_store::INTERRUPTED_RESULT)
+    ));
+    // Stored history is untouched.
+    assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 2);
+}
+
+async fn checkpoints_users_and_tool_records(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
+    s.put_checkpoint(chat.id, json!({"step": 1})).await.unwrap();
+    s.put_checkpoint(chat.id, json!({"step": 2})).await.unwrap();
+    assert_eq!(
+        s.get_checkpoint(chat.id).await.unwrap(),
+        Some(json!({"step": 2}))
+    );
+    s.delete_checkpoint(chat.id).await.unwrap();
+    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
+
+    assert!(!s.has_users().await.unwrap());
+    s.upsert_user("alice", "secret-token").await.unwrap();
+    assert!(s.has_users().await.unwrap());
+    assert_eq!(
+        s.user_by_token("secret-token").await.unwrap().unwrap().name,
+        "alice"
+    );
+    assert!(s.user_by_token("wrong").await.unwrap().is_none());
+
+    let lease = claim(s, "a", chat.id).await;
+    let now = db.clock_now();
+    let mut rec = ToolRecord {
+        chat_id: chat.id,
+        tool_call_id: "c1".into(),
+        tool_name: "bash".into(),
+        args: "{}".into(),
+        state: ToolState::Started,
+        result: None,
+        is_error: false,
+        started_at: now,
+        finished_at: None,
+    };
+    s.record_tool(&lease, rec.clone()).await.unwrap();
+    rec.state = ToolState::Finished;
+    rec.result = Some(json!("done"));
+    rec.finished_at = Some(now);
+    s.record_tool(&lease, rec.clone()).await.unwrap();
+    assert_eq!(s.tool_records(chat.id).await.unwrap(), vec![rec]);
+    s.set_retry_state(&lease, Some(json!({"attempt": 2})))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().retry_state,
+        Some(json!({"attempt": 2}))
+    );
+}
+
+#[tokio::test]
+async fn migrate_creates_the_file_and_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/keel.db");
+    keel_store::migrate(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    assert!(path.exists());
+    // Twice is fine.
+    keel_store::migrate(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    assert!(matches!(
+        keel_store::open("mysql://x").await.map(|_| ()).unwrap_err(),
+        StoreError::InvalidInput(_)
+    ));
+}
