@@ -18,7 +18,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use keel_core::{
     CallOptions, Cancel, CancelCause, ErrorKind, FinishReason, LanguageModel, Message, ModelCall,
-    ProviderError, Role, ToolDefinition,
+    ProviderError, ToolDefinition,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -317,18 +317,12 @@ impl Runner {
     }
 
     /// The request for one attempt, built on a copy of the history. With a continuation
-    /// prefix the prompt ends in that partial assistant reply: natively continued where the
-    /// provider supports prefill, else followed by an instruction to continue it.
+    /// prefix the prompt ends in that partial assistant reply; each adapter continues it its
+    /// own way (native prefill, or an instruction to continue).
     pub(crate) fn model_call(&self, history: &[Message], continuation: Option<&str>) -> ModelCall {
         let mut prompt = history.to_vec();
         if let Some(prefix) = continuation {
             prompt.push(Message::assistant(prefix));
-            if !self.options.model.supports_prefill() {
-                prompt.push(Message::new(
-                    Role::User,
-                    vec![keel_core::Part::text(CONTINUE_INSTRUCTION)],
-                ));
-            }
         }
         if let Some(prepare) = &self.options.prepare_messages {
             prepare(&mut prompt);
@@ -459,8 +453,3 @@ fn request_of(call: &crate::accumulate::StreamedCall) -> ToolCallRequest {
         args: call.args.clone(),
     }
 }
-
-/// The instruction that follows a partial reply for providers without native prefill.
-pub const CONTINUE_INSTRUCTION: &str = "Your previous reply was cut off by a network error. \
-Continue it exactly where it stopped, without repeating any of it and without commenting on \
-the interruption.";

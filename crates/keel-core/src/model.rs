@@ -26,7 +26,8 @@ pub trait LanguageModel: Send + Sync {
     fn model(&self) -> &str;
 
     /// Whether the provider continues a trailing assistant message natively (assistant
-    /// prefill), as Anthropic does. Others get the prefix plus an instruction to continue.
+    /// prefill), as Anthropic does. A prompt ending in an assistant message is a request to
+    /// continue it; adapters without prefill add an instruction to continue instead.
     fn supports_prefill(&self) -> bool {
         false
     }

@@ -50,7 +50,8 @@ fn conversation(request: &Value) -> Conversation {
         let content = &message["content"];
         match message["role"].as_str().unwrap_or_default() {
             "assistant" => {
-                let mut chars = content_text(content).len();
+                let said = content_text(content);
+                let mut chars = said.len();
                 for block in content.as_array().into_iter().flatten() {
                     if block["type"] == "tool_use" {
                         chars += block["input"].to_string().len();
@@ -61,7 +62,7 @@ fn conversation(request: &Value) -> Conversation {
                         }
                     }
                 }
-                conversation.assistant(chars);
+                conversation.assistant(chars, &said);
             }
             _ => user_message(&mut conversation, &names, content),
         }

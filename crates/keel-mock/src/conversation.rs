@@ -8,8 +8,9 @@
 pub(crate) enum Item {
     /// A user message with text (tool results sent with a user role are [`Item::ToolResult`]).
     User(String),
-    /// One assistant turn, however many items (reasoning, text, tool calls) it was made of.
-    Assistant,
+    /// One assistant turn, however many items (reasoning, text, tool calls) it was made of,
+    /// with the text it said.
+    Assistant(String),
     ToolResult {
         name: Option<String>,
         content: String,
@@ -32,10 +33,11 @@ impl Conversation {
     }
 
     /// Records an assistant turn; consecutive assistant items form one turn.
-    pub fn assistant(&mut self, chars: usize) {
+    pub fn assistant(&mut self, chars: usize, text: &str) {
         self.chars += chars;
-        if self.items.last() != Some(&Item::Assistant) {
-            self.items.push(Item::Assistant);
+        match self.items.last_mut() {
+            Some(Item::Assistant(said)) => said.push_str(text),
+            _ => self.items.push(Item::Assistant(text.to_owned())),
         }
     }
 
@@ -64,8 +66,38 @@ impl Conversation {
             .iter()
             .rev()
             .take_while(|item| !matches!(item, Item::User(_)))
-            .filter(|item| matches!(item, Item::Assistant))
+            .filter(|item| matches!(item, Item::Assistant(_)))
             .count()
+    }
+
+    /// A request to continue a partial reply: the conversation ends in an assistant turn
+    /// with text (native prefill), or in such a turn followed by an instruction to continue.
+    pub fn continuation(&self) -> Option<Continuation<'_>> {
+        let (prefix_at, prefix) = match self.items.as_slice() {
+            [.., Item::Assistant(prefix)] if !prefix.is_empty() => (self.items.len() - 1, prefix),
+            [.., Item::Assistant(prefix), Item::User(instruction)]
+                if !prefix.is_empty() && is_continue_instruction(instruction) =>
+            {
+                (self.items.len() - 2, prefix)
+            }
+            _ => return None,
+        };
+        let before = &self.items[..prefix_at];
+        let user_at = before
+            .iter()
+            .rposition(|item| matches!(item, Item::User(_)))?;
+        let Item::User(user_text) = &before[user_at] else {
+            return None;
+        };
+        let turns = before[user_at..]
+            .iter()
+            .filter(|item| matches!(item, Item::Assistant(_)))
+            .count();
+        Some(Continuation {
+            user_text,
+            step: turns,
+            prefix,
+        })
     }
 
     /// The tool results at the end of the conversation, in order.
@@ -82,6 +114,23 @@ impl Conversation {
         out.reverse();
         out
     }
+}
+
+/// A partial reply to continue.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Continuation<'a> {
+    /// The user text the reply answers (and its directive).
+    pub user_text: &'a str,
+    /// The step the partial reply belongs to.
+    pub step: usize,
+    /// What was already said.
+    pub prefix: &'a str,
+}
+
+/// Whether a user message is a client's request to continue a reply that was cut off.
+fn is_continue_instruction(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    text.contains("continue") && text.contains("where") && text.contains("stopped")
 }
 
 /// The text of a message `content` that is a string or a list of parts with `text` fields
@@ -107,18 +156,37 @@ mod tests {
     fn counts_turns_since_the_last_user_text() {
         let mut c = Conversation::default();
         c.user("first".into());
-        c.assistant(0);
+        c.assistant(0, "");
         c.user("second".into());
         assert_eq!(c.turns_since_user(), 0);
-        c.assistant(0);
-        c.assistant(0);
+        c.assistant(0, "");
+        c.assistant(0, "");
         c.tool_result(Some("t".into()), "r1".into());
         c.tool_result(None, "r2".into());
         assert_eq!(c.turns_since_user(), 1);
-        c.assistant(0);
+        c.assistant(0, "");
         c.tool_result(None, "r3".into());
         assert_eq!(c.turns_since_user(), 2);
         assert_eq!(c.last_user_text(), Some("second"));
         assert_eq!(c.trailing_tool_results(), vec![(None, "r3")]);
+    }
+
+    #[test]
+    fn recognises_a_request_to_continue() {
+        let mut c = Conversation::default();
+        c.user("#mock {}".into());
+        c.assistant(5, "Hello");
+        let cont = c.continuation().unwrap();
+        assert_eq!(
+            (cont.user_text, cont.step, cont.prefix),
+            ("#mock {}", 0, "Hello")
+        );
+        c.user("Continue exactly where you stopped, without repeating anything.".into());
+        assert_eq!(c.continuation().unwrap().prefix, "Hello");
+        let mut plain = Conversation::default();
+        plain.user("hi".into());
+        plain.assistant(2, "hi");
+        plain.user("how are you".into());
+        assert!(plain.continuation().is_none());
     }
 }

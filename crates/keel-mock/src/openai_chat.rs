@@ -66,7 +66,7 @@ fn conversation(request: &Value) -> Conversation {
                         names.insert(id.to_owned(), name.to_owned());
                     }
                 }
-                conversation.assistant(chars);
+                conversation.assistant(chars, &text);
             }
             "tool" => {
                 let name = message["tool_call_id"]

@@ -102,12 +102,19 @@ impl Reply {
 
 /// Plans the answer to `conversation`.
 pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> Plan {
-    let user_text = conversation.last_user_text().unwrap_or_default();
+    let continuation = conversation.continuation();
+    let user_text = match &continuation {
+        Some(c) => c.user_text,
+        None => conversation.last_user_text().unwrap_or_default(),
+    };
     let directive = match parse_directive(user_text) {
         Ok(directive) => directive,
         Err(error) => return Plan::Invalid(error.to_string()),
     };
-    let index = conversation.turns_since_user();
+    let index = match &continuation {
+        Some(c) => c.step,
+        None => conversation.turns_since_user(),
+    };
     let (step, attempt) = match &directive {
         Some(directive) => {
             let key = directive
@@ -138,7 +145,24 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
     if let Some(error) = step.error.as_ref().filter(|e| active(e.times)) {
         return Plan::Fail(error.clone());
     }
-    Plan::Reply(Box::new(build(&step, conversation, model, state, &active)))
+    let mut reply = build(&step, conversation, model, state, &active);
+    if let Some(c) = &continuation {
+        continue_after(&mut reply, c.prefix);
+    }
+    Plan::Reply(Box::new(reply))
+}
+
+/// Drops what a continued reply already said: the text resumes right after `prefix` (a
+/// provider's prefill may have lost trailing whitespace, which is tolerated).
+fn continue_after(reply: &mut Reply, prefix: &str) {
+    let text = reply.text();
+    let rest = text
+        .strip_prefix(prefix)
+        .or_else(|| text.strip_prefix(prefix.trim_end()));
+    if let Some(rest) = rest {
+        reply.text = tokens::words(rest);
+        reply.reasoning.clear();
+    }
 }
 
 /// Fills in the echo text for a step without its own text. A step that calls tools says

@@ -47,7 +47,7 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
     let store = request["store"].as_bool().unwrap_or(true);
     if store && !reply.may_break() {
         let mut items = conversation.items;
-        items.push(Item::Assistant);
+        items.push(Item::Assistant(reply.text()));
         state.store_response(response_id(&reply), items);
     }
     let context = Context {
@@ -116,7 +116,7 @@ fn input_item(conversation: &mut Conversation, names: &mut HashMap<String, Strin
             if let (Some(id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str()) {
                 names.insert(id.to_owned(), name.to_owned());
             }
-            conversation.assistant(item["arguments"].as_str().map_or(0, str::len));
+            conversation.assistant(item["arguments"].as_str().map_or(0, str::len), "");
         }
         "function_call_output" => {
             let name = item["call_id"]
@@ -128,12 +128,12 @@ fn input_item(conversation: &mut Conversation, names: &mut HashMap<String, Strin
             };
             conversation.tool_result(name, output);
         }
-        "reasoning" => conversation.assistant(0),
+        "reasoning" => conversation.assistant(0, ""),
         "message" => {
             let text = content_text(&item["content"]);
             match item["role"].as_str().unwrap_or_default() {
                 "user" => conversation.user(text),
-                "assistant" => conversation.assistant(text.len()),
+                "assistant" => conversation.assistant(text.len(), &text),
                 _ => conversation.context(text.len()),
             }
         }

@@ -138,3 +138,24 @@ async fn non_streaming_message() {
     assert_eq!(message["content"][2]["input"], json!({"a": 1}));
     assert_eq!(message["stop_reason"], "tool_use");
 }
+
+#[tokio::test]
+async fn continues_a_prefilled_reply() {
+    let server = server().await;
+    let script = Script::new(Step::text("one two three four"));
+    let body = json!({
+        "model": "mock",
+        "max_tokens": 100,
+        "stream": true,
+        "messages": [
+            {"role": "user", "content": script.message("q")},
+            {"role": "assistant", "content": "one two"}
+        ]
+    });
+    let events = read_events(post(&server, "/messages", &body).await).await;
+    let text: String = events
+        .iter()
+        .filter_map(|e| e.json()["delta"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(text, " three four");
+}

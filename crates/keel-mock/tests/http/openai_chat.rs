@@ -188,3 +188,20 @@ async fn lists_models() {
     assert!(ids.contains(&"mock") && ids.contains(&"demo"));
     assert_eq!(models["object"], "list");
 }
+
+#[tokio::test]
+async fn continues_a_partial_reply_after_an_instruction() {
+    let server = server().await;
+    let script = Script::new(Step::text("one two three four"));
+    let body = json!({
+        "model": "mock",
+        "stream": true,
+        "messages": [
+            {"role": "user", "content": script.message("q")},
+            {"role": "assistant", "content": "one two"},
+            {"role": "user", "content": "Continue exactly where you stopped, without repeating anything you already wrote."}
+        ]
+    });
+    let events = read_events(post(&server, "/chat/completions", &body).await).await;
+    assert_eq!(chat_text(&events), " three four");
+}
