@@ -27,10 +27,31 @@ pub struct Frame {
     pub durable: bool,
 }
 
+/// One chat's channel, and the durable frames of its step in progress.
+#[derive(Debug)]
+struct Channel {
+    sender: broadcast::Sender<Arc<Frame>>,
+    /// Durable frames since the last commit. A subscriber takes them together with its
+    /// receiver, so frames not yet flushed to the live-part log are never missed.
+    backlog: Vec<Arc<Frame>>,
+    /// A run of this process is streaming into the channel.
+    running: bool,
+}
+
+impl Channel {
+    fn new() -> Self {
+        Self {
+            sender: broadcast::channel(SUBSCRIBER_BUFFER).0,
+            backlog: Vec::new(),
+            running: false,
+        }
+    }
+}
+
 /// The per-chat channels of this process.
 #[derive(Debug, Default)]
 pub struct Hub {
-    channels: Mutex<HashMap<String, broadcast::Sender<Arc<Frame>>>>,
+    channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl Hub {
@@ -38,36 +59,65 @@ impl Hub {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, broadcast::Sender<Arc<Frame>>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         // Every critical section is a single map operation; a poisoned map is still whole.
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Subscribes to a chat's live events.
-    pub fn subscribe(&self, chat_id: &str) -> broadcast::Receiver<Arc<Frame>> {
-        self.lock()
+    /// Subscribes to a chat's live events, with the durable frames of the step in progress
+    /// published so far.
+    pub fn subscribe(&self, chat_id: &str) -> (broadcast::Receiver<Arc<Frame>>, Vec<Arc<Frame>>) {
+        let mut channels = self.lock();
+        let channel = channels
             .entry(chat_id.to_owned())
-            .or_insert_with(|| broadcast::channel(SUBSCRIBER_BUFFER).0)
-            .subscribe()
+            .or_insert_with(Channel::new);
+        (channel.sender.subscribe(), channel.backlog.clone())
+    }
+
+    /// Marks a run of this process as streaming into the chat: its frames are kept as the
+    /// backlog until [`Hub::commit`] even while nobody listens.
+    pub fn begin_run(&self, chat_id: &str) {
+        let mut channels = self.lock();
+        let channel = channels
+            .entry(chat_id.to_owned())
+            .or_insert_with(Channel::new);
+        channel.running = true;
+        channel.backlog.clear();
+    }
+
+    /// The run ended: its backlog is no longer needed.
+    pub fn end_run(&self, chat_id: &str) {
+        let mut channels = self.lock();
+        if let Some(channel) = channels.get_mut(chat_id) {
+            channel.running = false;
+            channel.backlog.clear();
+            if channel.sender.receiver_count() == 0 {
+                channels.remove(chat_id);
+            }
+        }
+    }
+
+    /// A step was committed: its live frames are superseded by the committed messages.
+    pub fn commit(&self, chat_id: &str) {
+        if let Some(channel) = self.lock().get_mut(chat_id) {
+            channel.backlog.clear();
+        }
     }
 
     /// Publishes to a chat's subscribers, if any. Never blocks.
     pub fn publish(&self, chat_id: &str, frame: Frame) {
         let mut channels = self.lock();
-        let Some(sender) = channels.get(chat_id) else {
+        let Some(channel) = channels.get_mut(chat_id) else {
             return;
         };
-        if sender.send(Arc::new(frame)).is_err() {
-            // Nobody listens any more: drop the channel so idle chats cost nothing.
+        let frame = Arc::new(frame);
+        if channel.running && frame.durable && frame.event != "message" {
+            channel.backlog.push(frame.clone());
+        }
+        if channel.sender.send(frame).is_err() && !channel.running {
+            // Nobody listens and nothing streams: drop the channel so idle chats cost nothing.
             channels.remove(chat_id);
         }
-    }
-
-    /// Whether anyone is subscribed to `chat_id`.
-    pub fn has_subscribers(&self, chat_id: &str) -> bool {
-        self.lock()
-            .get(chat_id)
-            .is_some_and(|s| s.receiver_count() > 0)
     }
 
     /// Number of chats with live channels.
@@ -92,8 +142,8 @@ mod tests {
     #[tokio::test]
     async fn subscribers_receive_in_order() {
         let hub = Hub::new();
-        let mut a = hub.subscribe("c");
-        let mut b = hub.subscribe("c");
+        let (mut a, _) = hub.subscribe("c");
+        let (mut b, _) = hub.subscribe("c");
         hub.publish("c", frame(1));
         hub.publish("c", frame(2));
         assert_eq!(a.recv().await.unwrap().seq, 1);
@@ -104,7 +154,7 @@ mod tests {
     #[tokio::test]
     async fn a_slow_subscriber_lags_without_blocking_the_publisher() {
         let hub = Hub::new();
-        let mut slow = hub.subscribe("c");
+        let (mut slow, _) = hub.subscribe("c");
         for seq in 0..(SUBSCRIBER_BUFFER as u64 + 10) {
             hub.publish("c", frame(seq));
         }
@@ -117,10 +167,27 @@ mod tests {
     #[test]
     fn channels_without_subscribers_are_dropped() {
         let hub = Hub::new();
-        let rx = hub.subscribe("c");
+        let (rx, _) = hub.subscribe("c");
         drop(rx);
         hub.publish("c", frame(1));
         assert_eq!(hub.channel_count(), 0);
         hub.publish("unknown", frame(1));
+    }
+
+    #[test]
+    fn a_late_subscriber_gets_the_steps_backlog_until_commit() {
+        let hub = Hub::new();
+        hub.begin_run("c");
+        hub.publish("c", frame(1));
+        hub.publish("c", frame(2));
+        let (_rx, backlog) = hub.subscribe("c");
+        assert_eq!(
+            backlog.iter().map(|f| f.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        hub.commit("c");
+        let (_rx, backlog) = hub.subscribe("c");
+        assert!(backlog.is_empty());
+        hub.end_run("c");
     }
 }

@@ -1,7 +1,12 @@
 //! Keel's daemon.
+pub mod api;
 pub mod auth;
 pub mod config;
 pub mod hub;
 pub mod live;
-pub mod resume;
 pub mod metrics;
+pub mod models;
+pub mod resume;
+pub mod serve;
+pub mod tools;
+pub mod worker;

@@ -19,7 +19,11 @@ pub struct LivePayload {
 /// Shapes a loop event for clients.
 pub fn payload(event: &LiveEvent) -> LivePayload {
     let (name, data, durable) = match event {
-        LiveEvent::TextDelta { delta } => ("part", part("assistant", json!({"type": "text", "text": delta})), true),
+        LiveEvent::TextDelta { delta } => (
+            "part",
+            part("assistant", json!({"type": "text", "text": delta})),
+            true,
+        ),
         LiveEvent::ReasoningDelta { delta } => (
             "part",
             part("assistant", json!({"type": "reasoning", "text": delta})),
@@ -63,7 +67,10 @@ pub fn payload(event: &LiveEvent) -> LivePayload {
         }
         LiveEvent::Source { url, title } => (
             "part",
-            part("assistant", json!({"type": "source", "url": url, "title": title})),
+            part(
+                "assistant",
+                json!({"type": "source", "url": url, "title": title}),
+            ),
             true,
         ),
         LiveEvent::Retry {
@@ -125,9 +132,14 @@ mod tests {
 
     #[test]
     fn text_and_tool_deltas_carry_only_the_new_text() {
-        let p = payload(&LiveEvent::TextDelta { delta: "Hel".into() });
+        let p = payload(&LiveEvent::TextDelta {
+            delta: "Hel".into(),
+        });
         assert_eq!(p.event, "part");
-        assert_eq!(p.data, json!({"role":"assistant","part":{"type":"text","text":"Hel"}}));
+        assert_eq!(
+            p.data,
+            json!({"role":"assistant","part":{"type":"text","text":"Hel"}})
+        );
         let p = payload(&LiveEvent::ToolCallDelta {
             tool_call_id: "c".into(),
             tool_name: "read_file".into(),
@@ -147,7 +159,10 @@ mod tests {
         });
         assert_eq!(p.event, "retry");
         assert!(!p.durable);
-        assert_eq!(p.data, json!({"attempt":2,"delay_ms":1500,"kind":"rate_limit","message":"slow down"}));
+        assert_eq!(
+            p.data,
+            json!({"attempt":2,"delay_ms":1500,"kind":"rate_limit","message":"slow down"})
+        );
     }
 
     #[test]

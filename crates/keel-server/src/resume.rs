@@ -72,7 +72,8 @@ fn apply_part(data: &Value, text: &mut String, calls: &mut Vec<(CapturedCall, bo
                 call.args = part["args"].as_str().unwrap_or_default().to_owned();
                 *complete = true;
             } else {
-                call.args.push_str(part["args_delta"].as_str().unwrap_or_default());
+                call.args
+                    .push_str(part["args_delta"].as_str().unwrap_or_default());
             }
         }
         _ => {}
@@ -92,9 +93,15 @@ mod tests {
     #[test]
     fn text_deltas_and_tool_calls_are_rebuilt() {
         let entries = log(&[
-            LiveEvent::ReasoningDelta { delta: "hmm".into() },
-            LiveEvent::TextDelta { delta: "Hello ".into() },
-            LiveEvent::TextDelta { delta: "world".into() },
+            LiveEvent::ReasoningDelta {
+                delta: "hmm".into(),
+            },
+            LiveEvent::TextDelta {
+                delta: "Hello ".into(),
+            },
+            LiveEvent::TextDelta {
+                delta: "world".into(),
+            },
             LiveEvent::ToolCallDelta {
                 tool_call_id: "a".into(),
                 tool_name: "read_file".into(),
@@ -122,9 +129,13 @@ mod tests {
     #[test]
     fn resets_and_cancels_void_what_came_before() {
         let entries = log(&[
-            LiveEvent::TextDelta { delta: "void".into() },
+            LiveEvent::TextDelta {
+                delta: "void".into(),
+            },
             LiveEvent::StreamReset,
-            LiveEvent::TextDelta { delta: "kept".into() },
+            LiveEvent::TextDelta {
+                delta: "kept".into(),
+            },
             LiveEvent::ToolCallDelta {
                 tool_call_id: "b".into(),
                 tool_name: "t".into(),

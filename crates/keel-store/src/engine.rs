@@ -280,6 +280,10 @@ impl Store for SqlStore {
             .await)
     }
 
+    async fn append_live_entries(&self, lease: &Lease, entries: &[LiveEntry]) -> Result<()> {
+        in_tx!(self, |cx| t::append_live_entries(&mut cx, lease, entries).await)
+    }
+
     async fn commit_step(
         &self,
         lease: &Lease,
@@ -360,6 +364,15 @@ impl Store for SqlStore {
 
     async fn upsert_user(&self, name: &str, token: &str) -> Result<()> {
         let hash = token_hash(token);
+        in_tx!(self, |cx| t::upsert_user(&mut cx, name, &hash).await)
+    }
+
+    async fn upsert_user_hash(&self, name: &str, token_sha256: &str) -> Result<()> {
+        let valid = token_sha256.len() == 64 && token_sha256.chars().all(|c| c.is_ascii_hexdigit());
+        if !valid {
+            return Err(StoreError::invalid("a token hash is 64 hex digits"));
+        }
+        let hash = token_sha256.to_ascii_lowercase();
         in_tx!(self, |cx| t::upsert_user(&mut cx, name, &hash).await)
     }
 

@@ -81,6 +81,10 @@ pub trait Store: Send + Sync {
         lease: &Lease,
         payloads: &[Value],
     ) -> Result<RangeInclusive<i64>>;
+    /// Appends live parts the worker already numbered (it publishes them to subscribers
+    /// before they are written); the chat's event sequence advances past them. No notice is
+    /// published: parts reach this process's subscribers directly, and other replicas poll.
+    async fn append_live_entries(&self, lease: &Lease, entries: &[LiveEntry]) -> Result<()>;
     /// Commits a step's messages and clears the live-part log. A step with an
     /// `interrupted` message is also accepted while the chat is `interrupting` and released.
     async fn commit_step(&self, lease: &Lease, messages: Vec<NewMessage>)
@@ -107,6 +111,9 @@ pub trait Store: Send + Sync {
     async fn put_checkpoint(&self, chat: ChatId, data: Value) -> Result<()>;
     async fn get_checkpoint(&self, chat: ChatId) -> Result<Option<Value>>;
     async fn delete_checkpoint(&self, chat: ChatId) -> Result<()>;
+    /// Creates the user or replaces its token, given only the token's SHA-256 (hex), as a
+    /// configuration file holds it.
+    async fn upsert_user_hash(&self, name: &str, token_sha256: &str) -> Result<()>;
     /// Creates the user or replaces its token.
     async fn upsert_user(&self, name: &str, token: &str) -> Result<()>;
     async fn user_by_token(&self, token: &str) -> Result<Option<User>>;

@@ -442,6 +442,7 @@ pub(crate) async fn edit_message(
     cx.ops.soft_delete_after(&id, message_id).await?;
     cx.ops.clear_queue(&id).await?;
     cx.ops.clear_live(&id).await?;
+    cx.ops.delete_checkpoint(&id).await?;
     cx.ops.clear_tool_records(&id).await?;
     chat.event_seq += 1;
     message.parts = parts;
@@ -693,6 +694,30 @@ pub(crate) async fn append_live_parts(
     Ok(first..=last)
 }
 
+pub(crate) async fn append_live_entries(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    entries: &[crate::types::LiveEntry],
+) -> Result<()> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    check(&chat, Transition::AppendLiveParts)?;
+    let Some(last) = entries.iter().map(|e| e.seq).max() else {
+        return Ok(());
+    };
+    let rows = entries
+        .iter()
+        .map(|e| Ok((e.seq, to_json("live_parts.payload", &e.payload)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let id = chat.id.to_string();
+    cx.ops.append_live(&id, &rows).await?;
+    if last > chat.event_seq {
+        chat.event_seq = last;
+        cx.ops.set_event_seq(&id, last).await?;
+    }
+    Ok(())
+}
+
 /// Commits a step's messages and voids the live-part log in the same transaction.
 pub(crate) async fn commit_step(
     cx: &mut Ctx<'_>,
@@ -710,7 +735,10 @@ pub(crate) async fn commit_step(
     for m in messages {
         ids.push(cx.insert_message(&mut chat, m).await?.id);
     }
-    cx.ops.clear_live(&chat.id.to_string()).await?;
+    let id = chat.id.to_string();
+    cx.ops.clear_live(&id).await?;
+    // The step's checkpoint is superseded by what was just committed.
+    cx.ops.delete_checkpoint(&id).await?;
     let before = chat.status;
     cx.save(&mut chat, before, false).await?;
     Ok(ids)
@@ -750,6 +778,7 @@ async fn end_run(cx: &mut Ctx<'_>, lease: &Lease, transition: Transition) -> Res
     let before = chat.status;
     let id = chat.id.to_string();
     cx.ops.clear_live(&id).await?;
+    cx.ops.delete_checkpoint(&id).await?;
     chat.retry_state = None;
     let next = match cx.start_queue_head(&mut chat).await? {
         Some(message_id) => {

@@ -113,3 +113,20 @@ impl From<JsonRejection> for ApiError {
         }
     }
 }
+
+impl From<keel_store::StoreError> for ApiError {
+    fn from(error: keel_store::StoreError) -> Self {
+        use keel_store::StoreError as E;
+        match &error {
+            E::NotFound { .. } => ApiError::not_found(error.to_string()),
+            E::Conflict { .. } | E::QueueFull { .. } | E::IdempotencyInProgress => {
+                ApiError::conflict(error.to_string())
+            }
+            E::InvalidInput(_) => ApiError::invalid(error.to_string()),
+            E::LostOwnership { .. } | E::Fenced { .. } => ApiError::conflict(error.to_string()),
+            E::Corrupt { .. } | E::Database(_) | E::Migrate(_) => {
+                ApiError::new(Code::Internal, error.to_string())
+            }
+        }
+    }
+}

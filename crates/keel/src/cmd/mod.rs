@@ -1,6 +1,9 @@
 //! The subcommands and what they share: argument parsing, logging, shutdown signals.
 
+pub mod migrate;
 pub mod mock_provider;
+pub mod serve;
+pub mod users;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -14,6 +17,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Start the daemon (HTTP API, live events, workers).
+    Serve(serve::Args),
+    /// Manage API users.
+    Users(users::Args),
+    /// Bring the database schema up to date.
+    Migrate(migrate::Args),
     /// Run a local OpenAI- and Anthropic-compatible streaming server for demos, tests and
     /// benchmarks.
     MockProvider(mock_provider::Args),
@@ -22,6 +31,9 @@ pub enum Command {
 impl Command {
     pub async fn run(self) -> anyhow::Result<()> {
         match self {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Users(args) => users::run(args).await,
+            Command::Migrate(args) => migrate::run(args).await,
             Command::MockProvider(args) => mock_provider::run(args).await,
         }
     }

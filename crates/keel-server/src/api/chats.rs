@@ -1,0 +1,250 @@
+//! Chats and their messages: the API's transitions.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use keel_store::{NewChat, SendOutcome};
+use serde_json::json;
+
+use crate::api::dto::{
+    ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery, MessageView,
+    SendMessageRequest, ToolResultsRequest,
+};
+use crate::api::error::ApiError;
+use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
+use crate::api::state::AppState;
+
+fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .ok_or_else(|| ApiError::invalid("Idempotency-Key must be 1 to 255 visible characters"))?;
+    Ok(Some(format!("{}:{key}", caller.0)))
+}
+
+pub async fn create_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<CreateChatRequest>,
+) -> Result<Response, ApiError> {
+    let parts = user_parts(request.text, request.parts)?;
+    let model = request
+        .model
+        .unwrap_or_else(|| state.models.default_id().to_owned());
+    if state.models.get(&model).is_none() {
+        return Err(ApiError::invalid(format!(
+            "unknown model `{model}`; see GET /api/v1/models"
+        )));
+    }
+    if let Some(steps) = request.max_steps
+        && !(1..=1000).contains(&steps)
+    {
+        return Err(ApiError::invalid("max_steps must be between 1 and 1000"));
+    }
+    let mut names = std::collections::HashSet::new();
+    for (i, tool) in request.tools.iter().enumerate() {
+        let valid = !tool.name.is_empty()
+            && tool.name.len() <= 64
+            && tool
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid || !names.insert(tool.name.as_str()) {
+            return Err(ApiError::invalid(format!(
+                "tools[{i}].name must be a unique name of 1 to 64 letters, digits, _ or -"
+            )));
+        }
+        if !(tool.parameters.is_null() || tool.parameters.is_object()) {
+            return Err(ApiError::invalid(format!(
+                "tools[{i}].parameters must be a JSON Schema object"
+            )));
+        }
+    }
+    let chat = state
+        .store
+        .create_chat(NewChat {
+            owner: caller.0.clone(),
+            title: request.title,
+            model,
+            system: request.system,
+            tools: serde_json::to_value(&request.tools).unwrap_or_default(),
+            max_steps: request.max_steps,
+            parts,
+            idempotency_key: idempotency_key(&headers, &caller)?,
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(ChatView::from(&chat))).into_response())
+}
+
+pub async fn list_chats(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ListChatsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let before = match query.before.as_deref() {
+        Some(raw) => Some(
+            uuid::Uuid::parse_str(raw)
+                .map_err(|_| ApiError::invalid("`before` must be a chat id"))?,
+        ),
+        None => None,
+    };
+    let limit = query.limit.unwrap_or(50).clamp(1, 200);
+    let chats = state
+        .store
+        .list_chats(Some(&caller.0), before, limit)
+        .await?;
+    let views: Vec<ChatView> = chats.iter().map(ChatView::from).collect();
+    Ok(Json(json!({ "chats": views })))
+}
+
+pub async fn get_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ChatView>, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    Ok(Json(ChatView::from(&chat)))
+}
+
+pub async fn delete_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    state.store.delete_chat(chat.id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_archived(
+    state: AppState,
+    caller: Caller,
+    id: String,
+    archived: bool,
+) -> Result<Json<ChatView>, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let chat = state.store.set_archived(chat.id, archived).await?;
+    Ok(Json(ChatView::from(&chat)))
+}
+
+pub async fn archive(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ChatView>, ApiError> {
+    set_archived(state, caller, id, true).await
+}
+
+pub async fn unarchive(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ChatView>, ApiError> {
+    set_archived(state, caller, id, false).await
+}
+
+pub async fn list_messages(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    query: Result<Query<ListMessagesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let messages = state.store.list_messages(chat.id, query.after).await?;
+    let views: Vec<MessageView> = messages.iter().map(MessageView::from).collect();
+    Ok(Json(json!({ "messages": views })))
+}
+
+pub async fn send_message(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<SendMessageRequest>,
+) -> Result<Response, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let parts = user_parts(request.text, request.parts)?;
+    let key = idempotency_key(&headers, &caller)?;
+    let outcome = state
+        .store
+        .send_message(chat.id, parts, request.busy, key.as_deref())
+        .await?;
+    let body = match outcome {
+        SendOutcome::Started { message_id } => json!({ "message_id": message_id }),
+        SendOutcome::Queued { queue_id } => json!({ "queue_id": queue_id.to_string() }),
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+pub async fn edit_message(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, message_id)): Path<(String, String)>,
+    ApiJson(request): ApiJson<ContentInput>,
+) -> Result<Response, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let message_id: i64 = message_id
+        .parse()
+        .map_err(|_| ApiError::not_found(format!("message {message_id} not found")))?;
+    let parts = user_parts(request.text, request.parts)?;
+    let chat = state.store.edit_message(chat.id, message_id, parts).await?;
+    Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
+}
+
+pub async fn interrupt(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let chat = state.store.interrupt(chat.id).await?;
+    Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
+}
+
+pub async fn tool_results(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<ToolResultsRequest>,
+) -> Result<Response, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let chat = state
+        .store
+        .submit_tool_results(chat.id, request.results)
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
+}
+
+pub async fn delete_queued(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, queue_id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    state
+        .store
+        .delete_queued(chat.id, parse_id(&queue_id, "queued message")?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn promote_queued(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, queue_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let chat = state
+        .store
+        .promote_queued(chat.id, parse_id(&queue_id, "queued message")?)
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
+}

@@ -1,0 +1,278 @@
+//! `GET /api/v1/chats/{id}/events`: live events with lossless resume.
+//!
+//! On connect: every committed message after the client's position, then the live parts of
+//! the step in progress after it, then live events as they happen. Durable events carry their
+//! sequence number as SSE id and are never sent twice (anything at or below the position
+//! already sent is skipped); ephemeral ones (`status`, `queue`, `retry`) repeat the current
+//! position. A client that falls too far behind is disconnected and resumes with its last id.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use keel_store::{Chat, ChatId, ChatStatus};
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::api::dto::{EventsQuery, LastErrorView, MessageView, QueuedView};
+use crate::api::error::ApiError;
+use crate::api::extract::{Caller, parse_id};
+use crate::api::state::AppState;
+use crate::hub::Frame;
+use crate::live::from_log;
+
+/// Events buffered for a client between the follower task and the socket.
+const CLIENT_BUFFER: usize = 256;
+
+pub async fn events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let header_position = match headers.get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .filter(|v| *v >= 0)
+                .ok_or_else(|| ApiError::invalid("Last-Event-ID must be a non-negative integer"))?,
+        ),
+        None => None,
+    };
+    if query.after.is_some_and(|a| a < 0) {
+        return Err(ApiError::invalid("`after` must be a non-negative integer"));
+    }
+    let position = header_position.or(query.after);
+    state.metrics.sse_connections.inc();
+    if position.is_some() {
+        state.metrics.sse_reconnects.inc();
+    }
+    let (tx, rx) = mpsc::channel::<Event>(CLIENT_BUFFER);
+    tokio::spawn(follow(state, chat, position.unwrap_or(0), tx));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|event| (Ok(event), rx))
+    });
+    Ok(Sse::new(stream).keep_alive(
+        KeepAlive::new()
+            .interval(Duration::from_secs(15))
+            .text("keep-alive"),
+    ))
+}
+
+/// What one connection has sent so far.
+struct Follower {
+    state: AppState,
+    chat_id: ChatId,
+    tx: mpsc::Sender<Event>,
+    position: i64,
+    status: Option<(ChatStatus, Option<String>)>,
+    queue: Option<String>,
+}
+
+impl Follower {
+    /// Sends an event; false when the client is gone or too slow.
+    async fn send(&self, event: Event) -> bool {
+        self.tx.send(event).await.is_ok()
+    }
+
+    async fn durable(&mut self, seq: i64, name: &str, data: String) -> bool {
+        if seq <= self.position {
+            return true;
+        }
+        self.position = seq;
+        self.send(Event::default().id(seq.to_string()).event(name).data(data))
+            .await
+    }
+
+    async fn ephemeral(&self, name: &str, data: String) -> bool {
+        self.send(
+            Event::default()
+                .id(self.position.to_string())
+                .event(name)
+                .data(data),
+        )
+        .await
+    }
+
+    /// Sends committed messages and logged live parts after the position.
+    async fn catch_up(&mut self, backlog: &[Arc<Frame>]) -> Result<bool, keel_store::StoreError> {
+        let messages = self
+            .state
+            .store
+            .messages_after_seq(self.chat_id, self.position)
+            .await?;
+        let mut replayed = 0u64;
+        for message in &messages {
+            let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
+            if !self.durable(message.event_seq, "message", data).await {
+                return Ok(false);
+            }
+            replayed += 1;
+        }
+        let logged = self
+            .state
+            .store
+            .live_parts_after(self.chat_id, self.position)
+            .await?;
+        let mut parts: Vec<(i64, &'static str, String)> = logged
+            .iter()
+            .filter_map(|entry| {
+                from_log(&entry.payload).map(|(event, data)| (entry.seq, event, data.to_string()))
+            })
+            .collect();
+        parts.extend(backlog.iter().map(|f| {
+            (
+                i64::try_from(f.seq).unwrap_or(i64::MAX),
+                f.event,
+                f.data.clone(),
+            )
+        }));
+        parts.sort_by_key(|(seq, _, _)| *seq);
+        parts.dedup_by_key(|(seq, _, _)| *seq);
+        for (seq, event, data) in parts {
+            if seq > self.position {
+                replayed += 1;
+            }
+            if !self.durable(seq, event, data).await {
+                return Ok(false);
+            }
+        }
+        self.state.metrics.replayed_events.inc_by(replayed);
+        Ok(true)
+    }
+
+    /// Sends `status` and `queue` events when they changed.
+    async fn announce(&mut self, chat: &Chat) -> bool {
+        let error = chat.last_error.as_ref().map(|e| e.message.clone());
+        let status = (chat.status, error);
+        if self.status.as_ref() != Some(&status) {
+            self.status = Some(status);
+            let last_error = chat.last_error.as_ref().map(|e| LastErrorView {
+                kind: e.kind.as_str().to_owned(),
+                message: e.message.clone(),
+            });
+            let data =
+                json!({"status": chat.status.as_str(), "last_error": last_error}).to_string();
+            if !self.ephemeral("status", data).await {
+                return false;
+            }
+        }
+        let queued: Vec<QueuedView> = chat.queued.iter().map(QueuedView::from).collect();
+        let queue = json!({ "queued": queued }).to_string();
+        if self.queue.as_ref() != Some(&queue) {
+            let first = self.queue.is_none();
+            self.queue = Some(queue.clone());
+            let worth_sending = !(first && chat.queued.is_empty());
+            if worth_sending && !self.ephemeral("queue", queue).await {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
+async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
+    let chat_key = chat.id.to_string();
+    let (mut live, backlog) = state.hub.subscribe(&chat_key);
+    let mut notices = state.store.subscribe();
+    let mut follower = Follower {
+        state: state.clone(),
+        chat_id: chat.id,
+        tx,
+        position,
+        status: None,
+        queue: None,
+    };
+    match follower.catch_up(&backlog).await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(error) => {
+            tracing::warn!(chat = %chat.id, %error, "replaying events failed");
+            return;
+        }
+    }
+    if !follower.announce(&chat).await {
+        return;
+    }
+    let multi_replica = state.store.backend() == "postgres";
+    let mut remote = if multi_replica {
+        state.store.subscribe_remote().await.ok()
+    } else {
+        None
+    };
+    let mut poll = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        let changed = tokio::select! {
+            _ = follower.tx.closed() => return,
+            _ = state.shutdown.cancelled() => return,
+            frame = live.recv() => match frame {
+                Ok(frame) => {
+                    let ok = if frame.durable {
+                        follower
+                            .durable(i64::try_from(frame.seq).unwrap_or(i64::MAX), frame.event, frame.data.clone())
+                            .await
+                    } else {
+                        follower.ephemeral(frame.event, frame.data.clone()).await
+                    };
+                    if !ok {
+                        return;
+                    }
+                    false
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    state.metrics.sse_lagged_disconnects.inc();
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            notice = notices.recv() => match notice {
+                Ok(notice) if notice.chat_id == chat.id => {
+                    if notice.deleted {
+                        return;
+                    }
+                    true
+                }
+                Ok(_) => false,
+                Err(broadcast::error::RecvError::Lagged(_)) => true,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            Some(notice) = async {
+                match remote.as_mut() {
+                    Some(stream) => futures::StreamExt::next(stream).await,
+                    None => std::future::pending().await,
+                }
+            } => notice.chat_id == chat.id,
+            _ = poll.tick(), if multi_replica => true,
+        };
+        if !changed {
+            continue;
+        }
+        match follower.catch_up(&[]).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                tracing::warn!(chat = %chat.id, %error, "catching up events failed");
+                return;
+            }
+        }
+        match state.store.get_chat(chat.id).await {
+            Ok(current) => {
+                if !follower.announce(&current).await {
+                    return;
+                }
+            }
+            Err(keel_store::StoreError::NotFound { .. }) => return,
+            Err(error) => tracing::warn!(chat = %chat.id, %error, "reading chat status failed"),
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! HTTP API v1 of the public contract (`../shared/contract/http-api.md` in the project's
+//! contract folder): routes, authentication, body limits and error mapping.
+
+pub mod chats;
+pub mod dto;
+pub mod error;
+pub mod events;
+pub mod extract;
+pub mod ops;
+pub mod state;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+
+use crate::api::error::{ApiError, Code};
+use crate::api::extract::Caller;
+use crate::api::state::{AppState, AuthMode, LOCAL_USER};
+use crate::auth::bearer;
+
+/// Every route of the API, as (method, path) pairs; the OpenAPI test checks each is described.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/api/v1/chats"),
+    ("get", "/api/v1/chats"),
+    ("get", "/api/v1/chats/{id}"),
+    ("delete", "/api/v1/chats/{id}"),
+    ("post", "/api/v1/chats/{id}/archive"),
+    ("post", "/api/v1/chats/{id}/unarchive"),
+    ("get", "/api/v1/chats/{id}/messages"),
+    ("post", "/api/v1/chats/{id}/messages"),
+    ("put", "/api/v1/chats/{id}/messages/{message_id}"),
+    ("post", "/api/v1/chats/{id}/interrupt"),
+    ("post", "/api/v1/chats/{id}/tool-results"),
+    ("delete", "/api/v1/chats/{id}/queue/{queue_id}"),
+    ("post", "/api/v1/chats/{id}/queue/{queue_id}/promote"),
+    ("get", "/api/v1/chats/{id}/events"),
+    ("get", "/api/v1/models"),
+    ("get", "/api/v1/openapi.json"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+];
+
+/// The application's router.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.config.runs.max_body_bytes;
+    let api = Router::new()
+        .route("/chats", post(chats::create_chat).get(chats::list_chats))
+        .route(
+            "/chats/{id}",
+            get(chats::get_chat).delete(chats::delete_chat),
+        )
+        .route("/chats/{id}/archive", post(chats::archive))
+        .route("/chats/{id}/unarchive", post(chats::unarchive))
+        .route(
+            "/chats/{id}/messages",
+            get(chats::list_messages).post(chats::send_message),
+        )
+        .route(
+            "/chats/{id}/messages/{message_id}",
+            put(chats::edit_message),
+        )
+        .route("/chats/{id}/interrupt", post(chats::interrupt))
+        .route("/chats/{id}/tool-results", post(chats::tool_results))
+        .route("/chats/{id}/queue/{queue_id}", delete(chats::delete_queued))
+        .route(
+            "/chats/{id}/queue/{queue_id}/promote",
+            post(chats::promote_queued),
+        )
+        .route("/chats/{id}/events", get(events::events))
+        .route("/models", get(ops::models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .route("/openapi.json", get(ops::openapi));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+/// Identifies the caller: the local user, or the owner of a valid bearer token.
+async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let caller = match state.auth {
+        AuthMode::SingleUser => Some(LOCAL_USER.to_owned()),
+        AuthMode::Tokens => {
+            let token = request
+                .headers()
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(bearer);
+            match token {
+                Some(token) => match state.store.user_by_token(token).await {
+                    Ok(Some(user)) => Some(user.name),
+                    Ok(None) => None,
+                    Err(error) => return ApiError::from(error).into_response(),
+                },
+                None => None,
+            }
+        }
+    };
+    match caller {
+        Some(name) => {
+            request.extensions_mut().insert(Caller(name));
+            next.run(request).await
+        }
+        None => ApiError::unauthorized().into_response(),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint")
+}
+
+async fn method_not_allowed() -> Response {
+    let error = ApiError::new(Code::InvalidRequest, "method not allowed on this endpoint");
+    let mut response = error.into_response();
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+}

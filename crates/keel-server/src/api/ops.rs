@@ -1,0 +1,92 @@
+//! Health, readiness, metrics, models and the API description.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::api::state::AppState;
+
+pub async fn healthz() -> StatusCode {
+    StatusCode::OK
+}
+
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let database = state.store.list_chats(Some(""), None, 1).await;
+    let dependencies = (state.dependencies)();
+    match database {
+        Ok(_) => (
+            StatusCode::OK,
+            Json(json!({"status": "ready", "database": state.store.backend(), "mcp_servers": dependencies})),
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unavailable", "database": error.to_string(), "mcp_servers": dependencies})),
+        )
+            .into_response(),
+    }
+}
+
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+pub async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let default = state.models.default_id().to_owned();
+    let models: Vec<_> = state
+        .models
+        .list()
+        .map(|m| {
+            json!({
+                "id": m.id,
+                "provider": m.provider,
+                "context_limit": m.context_limit,
+                "default": m.id == default,
+            })
+        })
+        .collect();
+    Json(json!({ "models": models }))
+}
+
+/// The OpenAPI 3.1 description of this API, kept in sync with the router by a test.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+pub async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openapi_describes_exactly_the_routes_served() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let paths = doc["paths"].as_object().unwrap();
+        for (method, path) in crate::api::ROUTES {
+            assert!(
+                paths.get(*path).and_then(|p| p.get(*method)).is_some(),
+                "{method} {path} is not documented"
+            );
+        }
+        let documented: usize = paths
+            .values()
+            .map(|p| p.as_object().map_or(0, |m| m.len()))
+            .sum();
+        assert_eq!(
+            documented,
+            crate::api::ROUTES.len(),
+            "the document describes routes that are not served"
+        );
+    }
+}

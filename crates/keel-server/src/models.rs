@@ -1,0 +1,153 @@
+//! The models this daemon offers, built from configuration.
+//!
+//! With no provider configured, the built-in `demo` model is the mock provider started
+//! in-process on a loopback port and reached through the real OpenAI-chat adapter, so a
+//! fresh install streams, retries and calls tools exactly as it would against a real server.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use keel_core::{CallOptions, LanguageModel};
+use keel_providers::{ProviderKind, ProviderSettings, build_model};
+
+use crate::config::{Config, ModelEntry};
+
+/// One model clients can pick.
+#[derive(Clone)]
+pub struct ModelHandle {
+    pub id: String,
+    pub provider: String,
+    pub model: Arc<dyn LanguageModel>,
+    pub context_limit: Option<u64>,
+    pub options: CallOptions,
+}
+
+/// Why models could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelsError {
+    #[error("config key `models[{index}]`: {source}")]
+    Build {
+        index: usize,
+        source: keel_providers::ProviderBuildError,
+    },
+    #[error("config key `providers[{index}].kind`: {kind} is not supported")]
+    Kind { index: usize, kind: String },
+    #[error("starting the built-in demo model failed: {0}")]
+    Demo(std::io::Error),
+}
+
+/// Every model by id, and the default one.
+#[derive(Clone)]
+pub struct ModelRegistry {
+    models: HashMap<String, ModelHandle>,
+    order: Vec<String>,
+    default: String,
+    /// Keeps the in-process demo server alive as long as the registry lives.
+    _demo: Option<Arc<keel_mock::MockServer>>,
+}
+
+impl ModelRegistry {
+    /// Builds every configured model (or the demo model).
+    pub async fn build(config: &Config) -> Result<Self, ModelsError> {
+        let http = keel_providers::http_client()
+            .map_err(|source| ModelsError::Build { index: 0, source })?;
+        if config.demo {
+            let server = keel_mock::spawn(keel_mock::MockConfig::human_pace())
+                .await
+                .map_err(ModelsError::Demo)?;
+            let mut settings = ProviderSettings::new("demo", ProviderKind::OpenAiChat);
+            settings.base_url = Some(server.base_url());
+            let model = build_model(&settings, "demo", http)
+                .map_err(|source| ModelsError::Build { index: 0, source })?;
+            let handle = ModelHandle {
+                id: "demo".into(),
+                provider: "demo".into(),
+                model,
+                context_limit: Some(128_000),
+                options: CallOptions::default(),
+            };
+            return Ok(Self::from_handles(
+                vec![handle],
+                "demo",
+                Some(Arc::new(server)),
+            ));
+        }
+        let mut handles = Vec::new();
+        for (index, entry) in config.models.iter().enumerate() {
+            let Some((pindex, provider)) = config
+                .providers
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.entry.name == entry.provider)
+            else {
+                continue;
+            };
+            let kind = match provider.entry.kind.as_str() {
+                "openai-chat" => ProviderKind::OpenAiChat,
+                "openai-responses" => ProviderKind::OpenAiResponses,
+                "anthropic" => ProviderKind::Anthropic,
+                other => {
+                    return Err(ModelsError::Kind {
+                        index: pindex,
+                        kind: other.to_owned(),
+                    });
+                }
+            };
+            let mut settings = ProviderSettings::new(provider.entry.name.clone(), kind);
+            settings.base_url = provider.entry.base_url.clone();
+            settings.api_key = provider.api_key.clone();
+            settings.include_usage = provider.entry.include_usage;
+            let model = build_model(&settings, &entry.model, http.clone())
+                .map_err(|source| ModelsError::Build { index, source })?;
+            handles.push(ModelHandle {
+                id: entry.id.clone(),
+                provider: entry.provider.clone(),
+                model,
+                context_limit: entry.context_limit,
+                options: call_options(entry),
+            });
+        }
+        let default = config.default_model().unwrap_or_default().to_owned();
+        Ok(Self::from_handles(handles, &default, None))
+    }
+
+    /// A registry of given models (tests, benchmarks).
+    pub fn from_handles(
+        handles: Vec<ModelHandle>,
+        default: &str,
+        demo: Option<Arc<keel_mock::MockServer>>,
+    ) -> Self {
+        let order = handles.iter().map(|h| h.id.clone()).collect();
+        Self {
+            models: handles.into_iter().map(|h| (h.id.clone(), h)).collect(),
+            order,
+            default: default.to_owned(),
+            _demo: demo,
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<&ModelHandle> {
+        self.models.get(id)
+    }
+
+    pub fn default_id(&self) -> &str {
+        &self.default
+    }
+
+    /// Models in configuration order.
+    pub fn list(&self) -> impl Iterator<Item = &ModelHandle> {
+        self.order.iter().filter_map(|id| self.models.get(id))
+    }
+}
+
+fn call_options(entry: &ModelEntry) -> CallOptions {
+    CallOptions {
+        temperature: entry.temperature,
+        top_p: entry.top_p,
+        max_output_tokens: entry.max_output_tokens,
+        reasoning_effort: entry.reasoning_effort.clone(),
+        thinking_budget_tokens: entry.thinking_budget_tokens,
+        store: entry.store,
+        ..CallOptions::default()
+    }
+}

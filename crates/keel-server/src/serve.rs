@@ -1,0 +1,187 @@
+//! Starting and stopping the daemon: store, models, tools, workers and the HTTP server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_core::{Cancel, CancelCause};
+use keel_store::StoreOptions;
+use tokio::task::JoinHandle;
+
+use crate::api::state::{AppState, AuthMode};
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::metrics::Metrics;
+use crate::models::{ModelRegistry, ModelsError};
+use crate::worker::WorkerPool;
+
+/// How long runs get to release their chats on shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("database {url}: {source}")]
+    Store {
+        url: String,
+        source: keel_store::StoreError,
+    },
+    #[error(transparent)]
+    Models(#[from] ModelsError),
+    #[error("tools: {0}")]
+    Tools(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("config key `listen`: {0}")]
+    Exposure(String),
+    #[error("serving HTTP failed: {0}")]
+    Http(std::io::Error),
+}
+
+/// A running daemon.
+pub struct Running {
+    pub addr: SocketAddr,
+    shutdown: Cancel,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    /// Starts a graceful shutdown: runs are cancelled with the shutdown cause and release
+    /// their chats (still `running`, unowned) for a restart or another replica.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel(CancelCause::Shutdown);
+    }
+
+    /// Waits until the daemon stopped.
+    pub async fn wait(self) -> Result<(), ServeError> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(join) => Err(ServeError::Http(std::io::Error::other(join.to_string()))),
+        }
+    }
+}
+
+fn store_options(config: &Config) -> StoreOptions {
+    StoreOptions {
+        max_queue: config.runs.queue_max,
+        lease_ttl: chrono::Duration::milliseconds(
+            i64::try_from(config.runs.lease_ms).unwrap_or(30_000),
+        ),
+        ..StoreOptions::default()
+    }
+}
+
+/// Starts the daemon with `config`.
+pub async fn start(config: Config) -> Result<Running, ServeError> {
+    let config = Arc::new(config);
+    let store = keel_store::open_with(&config.database, store_options(&config))
+        .await
+        .map_err(|source| ServeError::Store {
+            url: config.database.clone(),
+            source,
+        })?;
+    for user in &config.users {
+        store
+            .upsert_user_hash(&user.name, &user.token_sha256)
+            .await
+            .map_err(|source| ServeError::Store {
+                url: config.database.clone(),
+                source,
+            })?;
+    }
+    let has_users = store
+        .has_users()
+        .await
+        .map_err(|source| ServeError::Store {
+            url: config.database.clone(),
+            source,
+        })?;
+    let listen_is_loopback = config
+        .listen
+        .parse::<SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback());
+    if !has_users && !listen_is_loopback && !config.allow_unauthenticated_public {
+        return Err(ServeError::Exposure(format!(
+            "{} is not a loopback address and no users exist; add one with `keel users add NAME` \
+             or pass --allow-unauthenticated-public",
+            config.listen
+        )));
+    }
+    let auth = if has_users {
+        AuthMode::Tokens
+    } else {
+        AuthMode::SingleUser
+    };
+
+    let models = ModelRegistry::build(&config).await?;
+    let tools = crate::tools::build(&config)
+        .await
+        .map_err(ServeError::Tools)?;
+    let hub = Arc::new(Hub::new());
+    let metrics = Arc::new(Metrics::new());
+    let shutdown = Cancel::new();
+    let pool = WorkerPool::new(
+        store.clone(),
+        hub.clone(),
+        metrics.clone(),
+        models.clone(),
+        tools.tools.clone(),
+        config.clone(),
+        shutdown.clone(),
+    );
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Listen {
+        addr: config.listen.clone(),
+        source,
+    })?;
+    if config.demo {
+        tracing::info!(
+            "keel listening on http://{addr} with no provider configured: serving the built-in demo model `demo` (set OPENAI_API_KEY or ANTHROPIC_API_KEY, or write a config file, to use a real one)"
+        );
+    } else {
+        tracing::info!(
+            "keel listening on http://{addr}; models: {}",
+            models
+                .list()
+                .map(|m| m.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    tracing::info!(database = store.backend(), auth = ?auth, workers = config.runs.workers, "ready");
+
+    let dependencies = tools.status.clone();
+    let state = AppState {
+        store,
+        hub,
+        metrics,
+        models,
+        config: config.clone(),
+        auth,
+        dependencies,
+        shutdown: shutdown.clone(),
+    };
+    let router = crate::api::router(state);
+    let workers = tokio::spawn(pool.run(SHUTDOWN_GRACE));
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), workers).await;
+        drop(tools);
+        served.map_err(ServeError::Http)
+    });
+    Ok(Running {
+        addr,
+        shutdown,
+        task,
+    })
+}

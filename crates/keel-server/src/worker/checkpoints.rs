@@ -1,0 +1,66 @@
+//! The loop's checkpoints, kept in the store; on resume the live-part log wins.
+//!
+//! The live-part log holds exactly what clients were sent, flushed every 50 ms; the
+//! checkpoint is the loop's own snapshot. A resumed step starts from the log when it has
+//! anything, so the final reply contains what clients saw exactly once.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_agent::checkpoint::CheckpointError;
+use keel_agent::{CheckpointStore, StreamCheckpoint, StreamSnapshot};
+use keel_store::{ChatId, Store};
+
+pub struct StoreCheckpoints {
+    pub chat_id: ChatId,
+    pub store: Arc<dyn Store>,
+    /// The step rebuilt from the live-part log when the run started, if it had parts.
+    pub from_log: Option<StreamSnapshot>,
+    pub run_id: String,
+    pub model: String,
+}
+
+fn failed(error: impl std::error::Error + Send + Sync + 'static) -> CheckpointError {
+    CheckpointError(Box::new(error))
+}
+
+#[async_trait]
+impl CheckpointStore for StoreCheckpoints {
+    async fn save(&self, checkpoint: &StreamCheckpoint) -> Result<(), CheckpointError> {
+        let data = serde_json::to_value(checkpoint).map_err(failed)?;
+        self.store
+            .put_checkpoint(self.chat_id, data)
+            .await
+            .map_err(failed)
+    }
+
+    async fn load(&self, _chat_id: &str) -> Result<Option<StreamCheckpoint>, CheckpointError> {
+        if let Some(snapshot) = &self.from_log {
+            return Ok(Some(StreamCheckpoint {
+                run_id: self.run_id.clone(),
+                chat_id: self.chat_id.to_string(),
+                model: self.model.clone(),
+                partial_text: snapshot.partial_text.clone(),
+                completed_calls: snapshot.completed_calls.clone(),
+                in_flight: snapshot.in_flight.clone(),
+                saved_at: chrono::Utc::now(),
+            }));
+        }
+        match self
+            .store
+            .get_checkpoint(self.chat_id)
+            .await
+            .map_err(failed)?
+        {
+            Some(value) => Ok(serde_json::from_value(value).ok()),
+            None => Ok(None),
+        }
+    }
+
+    async fn delete(&self, _chat_id: &str) -> Result<(), CheckpointError> {
+        self.store
+            .delete_checkpoint(self.chat_id)
+            .await
+            .map_err(failed)
+    }
+}

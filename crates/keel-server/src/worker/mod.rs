@@ -1,0 +1,266 @@
+//! Workers: claim runnable chats, run them, and react to what happens to them meanwhile.
+//!
+//! A [`WorkerPool`] runs up to `workers` chats at once. It claims chats when a change notice
+//! says one became runnable and on a 1 s poll; it routes notices to running chats (an
+//! interrupt cancels the run with the interrupt cause within one notice's latency; an edit or
+//! a delete supersedes it); and every lease period it sweeps chats whose owner died and
+//! client-side calls whose deadline passed.
+
+mod checkpoints;
+mod persist;
+mod run;
+mod sink;
+mod tools;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use keel_agent::Tool;
+use keel_core::{Cancel, CancelCause};
+use keel_store::{ChangeNotice, ChatId, ChatStatus, Store};
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::metrics::Metrics;
+use crate::models::ModelRegistry;
+
+pub use persist::new_messages;
+pub use sink::{BATCH_PARTS, BATCH_WINDOW};
+
+/// Why a run was stopped from outside the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    None,
+    /// The process is shutting down: release the chat for another worker.
+    Shutdown,
+    /// The chat was edited or deleted: its new state wins.
+    Superseded,
+    /// Another worker took the chat over.
+    LostLease,
+}
+
+/// A run in progress on this process.
+struct ActiveRun {
+    cancel: Cancel,
+    stop: Arc<Mutex<StopReason>>,
+    history_version: i64,
+}
+
+/// What every run of this process shares.
+pub struct Shared {
+    pub store: Arc<dyn Store>,
+    pub hub: Arc<Hub>,
+    pub metrics: Arc<Metrics>,
+    pub models: ModelRegistry,
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub config: Arc<Config>,
+    pub worker_id: String,
+    /// Cancelled (with the shutdown cause) when the process stops.
+    pub shutdown: Cancel,
+    active: Mutex<HashMap<ChatId, ActiveRun>>,
+    wake: Notify,
+}
+
+impl Shared {
+    fn active(&self) -> MutexGuard<'_, HashMap<ChatId, ActiveRun>> {
+        // Each critical section is one map operation; a poisoned map is still whole.
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn register(&self, chat: ChatId, history_version: i64) -> (Cancel, Arc<Mutex<StopReason>>) {
+        let cancel = self.shutdown.child();
+        let stop = Arc::new(Mutex::new(StopReason::None));
+        self.active().insert(
+            chat,
+            ActiveRun {
+                cancel: cancel.clone(),
+                stop: stop.clone(),
+                history_version,
+            },
+        );
+        (cancel, stop)
+    }
+
+    fn forget(&self, chat: ChatId) {
+        self.active().remove(&chat);
+        self.wake.notify_one();
+    }
+
+    /// Runs of this process right now.
+    pub fn active_count(&self) -> usize {
+        self.active().len()
+    }
+
+    /// Applies a change notice to a run of this process.
+    fn route(&self, notice: &ChangeNotice) {
+        let active = self.active();
+        let Some(run) = active.get(&notice.chat_id) else {
+            return;
+        };
+        let superseded = notice.deleted || notice.history_version != run.history_version;
+        if superseded {
+            let mut stop = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
+            *stop = StopReason::Superseded;
+            drop(stop);
+            run.cancel.cancel(CancelCause::Shutdown);
+        } else if notice.status == ChatStatus::Interrupting {
+            run.cancel.cancel(CancelCause::Interrupted);
+        }
+    }
+}
+
+/// The workers of this process.
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+}
+
+impl WorkerPool {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn Store>,
+        hub: Arc<Hub>,
+        metrics: Arc<Metrics>,
+        models: ModelRegistry,
+        tools: Vec<Arc<dyn Tool>>,
+        config: Arc<Config>,
+        shutdown: Cancel,
+    ) -> Self {
+        let worker_id = format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple());
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                hub,
+                metrics,
+                models,
+                tools,
+                config,
+                worker_id,
+                shutdown,
+                active: Mutex::new(HashMap::new()),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Runs until shutdown, then waits (at most `grace`) for every run to release its chat.
+    pub async fn run(self, grace: Duration) {
+        let shared = self.shared.clone();
+        let router = tokio::spawn(route_notices(shared.clone()));
+        let sweeper = tokio::spawn(sweep(shared.clone()));
+        let mut poll = tokio::time::interval(Duration::from_secs(1));
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shared.shutdown.cancelled() => break,
+                _ = shared.wake.notified() => {}
+                _ = poll.tick() => {}
+            }
+            claim(&shared).await;
+        }
+        for run in shared.active().values() {
+            let mut stop = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
+            if *stop == StopReason::None {
+                *stop = StopReason::Shutdown;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while shared.active_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::select! {
+                _ = shared.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+        router.abort();
+        sweeper.abort();
+    }
+}
+
+/// Claims as many runnable chats as there are free workers and starts them.
+async fn claim(shared: &Arc<Shared>) {
+    let free = shared
+        .config
+        .runs
+        .workers
+        .saturating_sub(shared.active_count());
+    if free == 0 {
+        return;
+    }
+    let leases = match shared.store.acquire(&shared.worker_id, free).await {
+        Ok(leases) => leases,
+        Err(error) => {
+            tracing::warn!(%error, "claiming runnable chats failed");
+            return;
+        }
+    };
+    for lease in leases {
+        let (cancel, stop) = shared.register(lease.chat_id, lease.history_version);
+        tokio::spawn(run::run_chat(shared.clone(), lease, cancel, stop));
+    }
+}
+
+/// Routes change notices (of this process and, on PostgreSQL, of every replica).
+async fn route_notices(shared: Arc<Shared>) {
+    let mut local = shared.store.subscribe();
+    let mut remote = match shared.store.subscribe_remote().await {
+        Ok(stream) => Some(stream),
+        Err(error) => {
+            tracing::warn!(%error, "listening for other replicas' changes failed");
+            None
+        }
+    };
+    loop {
+        let notice = tokio::select! {
+            received = local.recv() => match received {
+                Ok(notice) => notice,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    shared.wake.notify_one();
+                    continue;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+            Some(notice) = async {
+                match remote.as_mut() {
+                    Some(stream) => stream.next().await,
+                    None => std::future::pending().await,
+                }
+            } => notice,
+        };
+        shared.route(&notice);
+        if notice.status.is_runnable() {
+            shared.wake.notify_one();
+        }
+    }
+}
+
+/// Every lease period: release chats whose owner died; expire overdue client-side calls.
+async fn sweep(shared: Arc<Shared>) {
+    let period = shared.config.runs.lease();
+    loop {
+        match shared.store.recover_stale().await {
+            Ok(chats) if !chats.is_empty() => {
+                tracing::info!(count = chats.len(), "released chats of a dead owner");
+                shared.wake.notify_one();
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "sweeping stale chats failed"),
+        }
+        if let Err(error) = shared.store.expire_pending_actions().await {
+            tracing::warn!(%error, "expiring overdue client-side calls failed");
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "keel".to_owned())
+}

@@ -1,0 +1,86 @@
+//! Makes the loop's steps durable through the store, and announces them.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_agent::{PersistError, PersistedStep, StepPersister};
+use keel_core::{Cancel, Role};
+use keel_store::{ChatId, NewMessage, Store};
+
+use crate::api::dto::MessageView;
+use crate::hub::{Frame, Hub};
+use crate::worker::sink::LiveSink;
+
+/// Commits each step as one transaction that also clears the live-part log, then publishes
+/// the committed messages.
+pub struct StorePersister {
+    pub chat_id: ChatId,
+    pub store: Arc<dyn Store>,
+    pub hub: Arc<Hub>,
+    pub sink: Arc<LiveSink>,
+}
+
+/// The messages a step is stored as.
+pub fn new_messages(step: &PersistedStep) -> Vec<NewMessage> {
+    step.messages
+        .iter()
+        .map(|message| {
+            let mut new = NewMessage::new(message.role, message.parts.clone());
+            new.interrupted = step.interrupted;
+            if message.role == Role::Assistant {
+                new.usage = (!step.usage.is_zero()).then_some(step.usage);
+                new.context_limit = step.context_limit.and_then(|l| i64::try_from(l).ok());
+                new.runtime_ms = i64::try_from(step.runtime.as_millis()).ok();
+                new.provider_response_id = step.provider_response_id.clone();
+            }
+            new
+        })
+        .collect()
+}
+
+#[async_trait]
+impl StepPersister for StorePersister {
+    async fn persist_step(&self, step: PersistedStep, _cancel: Cancel) -> Result<(), PersistError> {
+        let messages = new_messages(&step);
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let ids = self
+            .sink
+            .commit(messages)
+            .await
+            .map_err(PersistError::other)?;
+        self.hub.commit(&self.chat_id.to_string());
+        let Some(first) = ids.first() else {
+            return Ok(());
+        };
+        match self
+            .store
+            .list_messages(self.chat_id, Some(first - 1))
+            .await
+        {
+            Ok(stored) => {
+                for message in &stored {
+                    self.sink.advance_to(message.event_seq);
+                    let data =
+                        serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
+                    self.hub.publish(
+                        &self.chat_id.to_string(),
+                        Frame {
+                            seq: u64::try_from(message.event_seq).unwrap_or_default(),
+                            event: "message",
+                            data,
+                            durable: true,
+                        },
+                    );
+                }
+            }
+            Err(error) => {
+                // The step is committed; subscribers will read it from the store on their
+                // next catch-up.
+                tracing::warn!(chat = %self.chat_id, %error, "reading back committed messages failed");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,436 @@
+//! Running one chat: from a claimed lease to the transition that ends the run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use keel_agent::{
+    Checkpointing, PersistError, RetryPolicy, RunError, RunOptions, RunOutcome, StreamTimeouts,
+    Tool,
+};
+use keel_core::{Cancel, CancelCause, ErrorKind, Message, Part, Role, ToolDefinition};
+use keel_store::{Chat, ChatStatus, Lease, NewMessage, Next, PendingToolCall, StoreError};
+
+use crate::api::dto::ClientTool;
+use crate::metrics::{RetryLabels, StepLabels};
+use crate::resume::snapshot_from_log;
+use crate::worker::checkpoints::StoreCheckpoints;
+use crate::worker::persist::StorePersister;
+use crate::worker::sink::{LiveSink, SharedLease, current};
+use crate::worker::tools::DurableTool;
+use crate::worker::{Shared, StopReason};
+
+/// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
+/// After an interrupted or finished run the queue head runs next on the same lease.
+pub async fn run_chat(
+    shared: Arc<Shared>,
+    lease: Lease,
+    cancel: Cancel,
+    stop: Arc<Mutex<StopReason>>,
+) {
+    let chat_id = lease.chat_id;
+    let lease: SharedLease = Arc::new(Mutex::new(lease));
+    let renewer = tokio::spawn(renew_lease(
+        shared.clone(),
+        lease.clone(),
+        cancel.clone(),
+        stop.clone(),
+    ));
+    shared.metrics.active_runs.inc();
+    shared.hub.begin_run(&chat_id.to_string());
+
+    let mut cancel = cancel;
+    let mut stop = stop;
+    loop {
+        let span = tracing::info_span!("run", chat = %chat_id);
+        let next =
+            tracing::Instrument::instrument(run_once(&shared, &lease, &cancel, &stop), span).await;
+        let Some(next_lease) = next else { break };
+        *lease.lock().unwrap_or_else(PoisonError::into_inner) = next_lease.clone();
+        // A fresh token for the next run: the previous one may carry an interrupt.
+        (cancel, stop) = shared.register(chat_id, next_lease.history_version);
+    }
+
+    renewer.abort();
+    shared.hub.end_run(&chat_id.to_string());
+    shared.metrics.active_runs.dec();
+    shared.forget(chat_id);
+}
+
+/// One run of the loop. Returns the lease to continue with when the queue head starts next.
+async fn run_once(
+    shared: &Arc<Shared>,
+    lease: &SharedLease,
+    cancel: &Cancel,
+    stop: &Arc<Mutex<StopReason>>,
+) -> Option<Lease> {
+    let chat_id = current(lease).chat_id;
+    let chat = match shared.store.get_chat(chat_id).await {
+        Ok(chat) => chat,
+        Err(error) => {
+            tracing::warn!(chat = %chat_id, %error, "loading the claimed chat failed");
+            return None;
+        }
+    };
+    let recovered_log = match shared.store.live_parts_after(chat_id, 0).await {
+        Ok(entries) => entries,
+        Err(error) => {
+            tracing::warn!(chat = %chat_id, %error, "reading the live-part log failed");
+            Vec::new()
+        }
+    };
+    if !recovered_log.is_empty() {
+        shared.metrics.recovered_runs.inc();
+    }
+    let from_log = (!recovered_log.is_empty())
+        .then(|| snapshot_from_log(recovered_log.iter().map(|e| &e.payload)));
+    let last_seq = recovered_log
+        .last()
+        .map_or(chat.event_seq, |e| e.seq.max(chat.event_seq));
+    let (sink, writer) = LiveSink::start(
+        chat_id.to_string(),
+        last_seq,
+        shared.hub.clone(),
+        shared.store.clone(),
+        lease.clone(),
+        shared.metrics.clone(),
+    );
+    let writer = tokio::spawn(writer.run());
+
+    if chat.status == ChatStatus::Interrupting {
+        cancel.cancel(CancelCause::Interrupted);
+    }
+    let outcome = if chat.status == ChatStatus::Interrupting {
+        // The previous owner died while committing an interrupt: commit what clients saw.
+        commit_recovered_interruption(&sink, from_log.as_ref()).await;
+        Ok(RunOutcome::Interrupted)
+    } else {
+        match prepare(shared, &chat, lease, &sink, from_log).await {
+            Ok(options) => keel_agent::run(options, cancel.clone()).await,
+            Err(failure) => Err(failure),
+        }
+    };
+    drop(sink);
+    let _ = writer.await;
+
+    let held = current(lease);
+    let provider = shared
+        .models
+        .get(&chat.model)
+        .map(|m| m.provider.clone())
+        .unwrap_or_default();
+    let count = |outcome: &str| {
+        shared
+            .metrics
+            .steps
+            .get_or_create(&StepLabels {
+                provider: provider.clone(),
+                model: chat.model.clone(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    };
+    let next = match outcome {
+        Ok(RunOutcome::Completed { .. }) => {
+            count("completed");
+            shared.store.finish_run(&held).await
+        }
+        Ok(RunOutcome::Interrupted) => {
+            count("interrupted");
+            shared.store.finish_interruption(&held).await
+        }
+        Ok(RunOutcome::PendingToolCalls(calls)) => {
+            count("requires_action");
+            let calls = calls
+                .into_iter()
+                .map(|c| PendingToolCall {
+                    tool_call_id: c.tool_call_id,
+                    tool_name: c.tool_name,
+                    args: c.args,
+                })
+                .collect();
+            let deadline = chrono::Utc::now()
+                + chrono::Duration::milliseconds(
+                    i64::try_from(shared.config.runs.pending_action_timeout_ms).unwrap_or(i64::MAX),
+                );
+            shared
+                .store
+                .enter_requires_action(&held, calls, Some(deadline))
+                .await
+                .map(|()| Next::Idle)
+        }
+        Err(RunError::Cancelled) => {
+            let mut reason = *stop.lock().unwrap_or_else(PoisonError::into_inner);
+            if reason == StopReason::None && shared.shutdown.is_cancelled() {
+                reason = StopReason::Shutdown;
+            }
+            match reason {
+                StopReason::Shutdown => {
+                    count("released");
+                    shared
+                        .store
+                        .release_on_shutdown(&held)
+                        .await
+                        .map(|()| Next::Idle)
+                }
+                // The chat was edited, deleted or taken over: its new state wins; write nothing.
+                StopReason::Superseded | StopReason::LostLease | StopReason::None => Ok(Next::Idle),
+            }
+        }
+        Err(RunError::Persist(error)) if is_ownership_loss(&error) => Ok(Next::Idle),
+        Err(error) => {
+            count("error");
+            let (kind, message) = failure_of(&error);
+            tracing::warn!(chat = %chat_id, %kind, %message, "run failed");
+            shared
+                .store
+                .fail_run(&held, kind, message)
+                .await
+                .map(|()| Next::Idle)
+        }
+    };
+    match next {
+        Ok(Next::Continue { lease, .. }) if !shared.shutdown.is_cancelled() => Some(lease),
+        Ok(_) => None,
+        Err(error) => {
+            if !matches!(
+                error,
+                StoreError::LostOwnership { .. }
+                    | StoreError::Fenced { .. }
+                    | StoreError::NotFound { .. }
+            ) {
+                tracing::warn!(chat = %chat_id, %error, "ending the run failed");
+            }
+            None
+        }
+    }
+}
+
+/// Builds the loop's options for a chat.
+async fn prepare(
+    shared: &Arc<Shared>,
+    chat: &Chat,
+    lease: &SharedLease,
+    sink: &Arc<LiveSink>,
+    from_log: Option<keel_agent::StreamSnapshot>,
+) -> Result<RunOptions, RunError> {
+    let Some(model) = shared.models.get(&chat.model).cloned() else {
+        return Err(RunError::Provider(keel_core::ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!("model `{}` is not configured", chat.model),
+        )));
+    };
+    let mut history = shared
+        .store
+        .load_prompt_history(chat.id)
+        .await
+        .map_err(|e| RunError::Persist(PersistError::other(e)))?;
+    if let Some(system) = chat.system.as_deref().filter(|s| !s.trim().is_empty()) {
+        history.insert(0, Message::system(system));
+    }
+    let prior = match shared.store.tool_records(chat.id).await {
+        Ok(records) => records
+            .into_iter()
+            .map(|r| (r.tool_call_id.clone(), r))
+            .collect::<HashMap<_, _>>(),
+        Err(error) => {
+            tracing::warn!(chat = %chat.id, %error, "reading tool records failed");
+            HashMap::new()
+        }
+    };
+    let prior = Arc::new(prior);
+    let tools: Vec<Arc<dyn Tool>> = shared
+        .tools
+        .iter()
+        .map(|tool| {
+            Arc::new(DurableTool {
+                inner: tool.clone(),
+                chat_id: chat.id,
+                store: shared.store.clone(),
+                lease: lease.clone(),
+                prior: prior.clone(),
+                metrics: shared.metrics.clone(),
+            }) as Arc<dyn Tool>
+        })
+        .collect();
+    let client_tools: Vec<ClientTool> =
+        serde_json::from_value(chat.tools.clone()).unwrap_or_default();
+    let runs = &shared.config.runs;
+    let mut options = RunOptions::new(
+        model.model.clone(),
+        history,
+        Arc::new(StorePersister {
+            chat_id: chat.id,
+            store: shared.store.clone(),
+            hub: shared.hub.clone(),
+            sink: sink.clone(),
+        }),
+    );
+    options.tools = tools;
+    options.dynamic_tools = client_tools
+        .into_iter()
+        .map(|t| ToolDefinition::function(t.name, t.description, t.parameters))
+        .collect();
+    options.max_steps = chat.max_steps.unwrap_or(runs.max_steps);
+    options.call_options = model.options.clone();
+    options.context_limit_fallback = model.context_limit;
+    options.sink = sink.clone();
+    options.retry = RetryPolicy {
+        initial_delay: Duration::from_millis(runs.retry_initial_delay_ms),
+        max_delay: Duration::from_millis(runs.retry_max_delay_ms),
+        max_attempts: runs.retry_max_attempts,
+        ..RetryPolicy::default()
+    };
+    options.timeouts = StreamTimeouts {
+        startup: Duration::from_millis(runs.startup_timeout_ms),
+        idle: Duration::from_millis(runs.idle_timeout_ms),
+    };
+    let metrics = shared.metrics.clone();
+    let (provider, model_id) = (model.provider.clone(), model.id.clone());
+    options.on_retry = Some(Arc::new(move |notice| {
+        metrics
+            .stream_retries
+            .get_or_create(&RetryLabels {
+                provider: provider.clone(),
+                model: model_id.clone(),
+                kind: notice.kind.as_str().to_owned(),
+                chain_broken: (notice.kind == ErrorKind::ChainBroken).to_string(),
+            })
+            .inc();
+    }));
+    let run_id = uuid::Uuid::new_v4().to_string();
+    options.checkpointing = Some(Checkpointing {
+        store: Arc::new(StoreCheckpoints {
+            chat_id: chat.id,
+            store: shared.store.clone(),
+            from_log,
+            run_id: run_id.clone(),
+            model: model.model.model().to_owned(),
+        }),
+        run_id,
+        chat_id: chat.id.to_string(),
+        every: 4,
+    });
+    let chat_id = chat.id;
+    options.on_persist_error = Some(Arc::new(move |error| {
+        tracing::error!(chat = %chat_id, %error, "the interrupted step could not be saved");
+    }));
+    Ok(options)
+}
+
+/// Commits the step a dead owner was interrupting, from what its clients were sent.
+async fn commit_recovered_interruption(
+    sink: &Arc<LiveSink>,
+    snapshot: Option<&keel_agent::StreamSnapshot>,
+) {
+    let Some(snapshot) = snapshot else {
+        return;
+    };
+    let now = chrono::Utc::now();
+    let mut parts = Vec::new();
+    if !snapshot.partial_text.trim().is_empty() {
+        parts.push(Part::text(snapshot.partial_text.clone()).at(now));
+    }
+    let calls: Vec<_> = snapshot
+        .completed_calls
+        .iter()
+        .chain(snapshot.in_flight.iter())
+        .collect();
+    for call in &calls {
+        parts.push(Part::tool_call(&call.tool_call_id, &call.tool_name, &call.args, false).at(now));
+    }
+    if parts.is_empty() {
+        return;
+    }
+    let mut messages = vec![NewMessage::new(Role::Assistant, parts)];
+    if !calls.is_empty() {
+        let results = calls
+            .iter()
+            .map(|c| {
+                Part::tool_result(
+                    &c.tool_call_id,
+                    &c.tool_name,
+                    serde_json::Value::String(keel_agent::INTERRUPTED_RESULT.into()),
+                    true,
+                    false,
+                )
+                .at(now)
+            })
+            .collect();
+        messages.push(NewMessage::new(Role::Tool, results));
+    }
+    for message in &mut messages {
+        message.interrupted = true;
+    }
+    if let Err(error) = sink.commit(messages).await {
+        tracing::warn!(%error, "committing a recovered interrupted step failed");
+    }
+}
+
+/// Keeps the lease alive; a lost lease stops the run.
+async fn renew_lease(
+    shared: Arc<Shared>,
+    lease: SharedLease,
+    cancel: Cancel,
+    stop: Arc<Mutex<StopReason>>,
+) {
+    let period = shared.config.runs.lease() / 3;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        let held = current(&lease);
+        match shared.store.renew_lease(&held).await {
+            Ok(renewed) => {
+                shared.metrics.lease_renewals.inc();
+                *lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
+            }
+            Err(error) => {
+                tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
+                shared.metrics.lost_leases.inc();
+                let mut reason = stop.lock().unwrap_or_else(PoisonError::into_inner);
+                if *reason == StopReason::None {
+                    *reason = StopReason::LostLease;
+                }
+                drop(reason);
+                cancel.cancel(CancelCause::Shutdown);
+                return;
+            }
+        }
+    }
+}
+
+fn is_ownership_loss(error: &PersistError) -> bool {
+    match error {
+        PersistError::Other(inner) => matches!(
+            inner.downcast_ref::<StoreError>(),
+            Some(
+                StoreError::LostOwnership { .. }
+                    | StoreError::Fenced { .. }
+                    | StoreError::NotFound { .. }
+            )
+        ),
+        PersistError::Interrupted => false,
+    }
+}
+
+fn failure_of(error: &RunError) -> (ErrorKind, String) {
+    match error {
+        RunError::Provider(e) => (e.kind, e.message.clone()),
+        RunError::StreamInterrupted {
+            cause, attempts, ..
+        } => (
+            cause.kind,
+            format!(
+                "stream_interrupted after {attempts} attempts: {}",
+                cause.message
+            ),
+        ),
+        RunError::Persist(e) => (
+            ErrorKind::Unknown,
+            format!("persisting the step failed: {e}"),
+        ),
+        RunError::Cancelled => (ErrorKind::Cancelled, "cancelled".into()),
+    }
+}
