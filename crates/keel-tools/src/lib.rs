@@ -12,8 +12,10 @@
 mod args;
 pub mod builtin;
 pub mod limit;
+pub mod mcp;
 pub mod workspace;
 
 pub use builtin::{BUILTIN_NAMES, ToolsConfigError, builtin_tools};
 pub use limit::{Limited, budget_for, limit_all, limit_output, truncate_result};
+pub use mcp::{McpConfigError, McpManager, McpServerConfig, McpServerStatus};
 pub use workspace::{PathError, Workspace, WorkspaceError};
