@@ -174,47 +174,130 @@ async fn cancelling_a_call_sends_notifications_cancelled() {
     manager.shutdown().await;
 }
 
+fn kill(pid: i32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+async fn read_pid(dir: &Path) -> i32 {
+    let pid = wait_for_file(&dir.join("pid")).await.parse().unwrap();
+    std::fs::remove_file(dir.join("pid")).unwrap();
+    pid
+}
+
+async fn wait_for_state(manager: &McpManager, state: McpServerState) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while manager.status()[0].state != state {
+        assert!(Instant::now() < deadline, "{:?}", manager.status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
-async fn a_killed_server_is_restarted_on_next_use() {
+async fn a_server_that_dies_during_a_call_fails_it_and_restarts_on_next_use() {
     let dir = tempfile::tempdir().unwrap();
     let manager = McpManager::start(&[stdio_config("s", dir.path())])
         .await
         .unwrap();
-    let echo = tool(&manager.tools(), "s__echo");
-    let first_pid: i32 = wait_for_file(&dir.path().join("pid"))
-        .await
-        .parse()
-        .unwrap();
-    std::fs::remove_file(dir.path().join("pid")).unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(first_pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    let first_pid = read_pid(dir.path()).await;
+    let slow = tool(&manager.tools(), "s__slow");
+    let task = tokio::spawn(async move { call(slow.as_ref(), "{}").await });
+    wait_for_file(&dir.path().join("slow-started")).await;
+    kill(first_pid);
 
-    // The call that meets the dead server fails (unless the closed connection was already
-    // noticed, in which case it restarts at once); the next one succeeds on a new process.
-    let mut failures = 0;
-    let output = loop {
-        match call(echo.as_ref(), r#"{"text":"again"}"#).await {
-            Ok(output) => break output,
-            Err(err) => {
-                assert!(err.0.contains("restarted on next use"), "{err}");
-                failures += 1;
-                assert!(failures < 2, "the server was not restarted");
-            }
-        }
-    };
-    assert_eq!(output, ToolOutput::Text("again".into()));
-    let second_pid: i32 = wait_for_file(&dir.path().join("pid"))
-        .await
-        .parse()
-        .unwrap();
+    let err = task.await.unwrap().unwrap_err();
+    assert!(
+        err.0.starts_with("MCP server `s` failed during the call")
+            && err.0.ends_with("it is restarted on next use"),
+        "{err}"
+    );
+    let status = &manager.status()[0];
+    assert_eq!(status.state, McpServerState::Disconnected, "{status:?}");
+    assert!(status.error.is_some());
+
+    let echo = tool(&manager.tools(), "s__echo");
+    assert_eq!(
+        call(echo.as_ref(), r#"{"text":"again"}"#).await.unwrap(),
+        ToolOutput::Text("again".into())
+    );
+    let second_pid = read_pid(dir.path()).await;
     assert_ne!(first_pid, second_pid);
     let status = &manager.status()[0];
     assert_eq!(status.state, McpServerState::Connected);
     assert_eq!(status.restarts, 1);
     manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_server_that_died_is_restarted_on_next_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = McpManager::start(&[stdio_config("s", dir.path())])
+        .await
+        .unwrap();
+    let first_pid = read_pid(dir.path()).await;
+    kill(first_pid);
+    // The closed connection is noticed without any call, and shown in the status.
+    wait_for_state(&manager, McpServerState::Disconnected).await;
+
+    let echo = tool(&manager.tools(), "s__echo");
+    assert_eq!(
+        call(echo.as_ref(), r#"{"text":"again"}"#).await.unwrap(),
+        ToolOutput::Text("again".into())
+    );
+    assert_ne!(first_pid, read_pid(dir.path()).await);
+    assert_eq!(manager.status()[0].restarts, 1);
+    manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_stops_the_server_and_what_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    // A server that leaves a background child behind.
+    let script = format!(
+        "sleep 1000 & echo $! > '{}/child.pid'; exec '{}'",
+        dir.path().display(),
+        server_binary().display()
+    );
+    let mut config = McpServerConfig::stdio("s", "sh", ["-c", script.as_str()]);
+    config
+        .env
+        .insert("MCP_TEST_DIR".into(), dir.path().display().to_string());
+    let manager = McpManager::start(&[config]).await.unwrap();
+    assert_eq!(manager.status()[0].state, McpServerState::Connected);
+    let server_pid = read_pid(dir.path()).await;
+    let child_pid: i32 = wait_for_file(&dir.path().join("child.pid"))
+        .await
+        .trim()
+        .parse()
+        .unwrap();
+    manager.shutdown().await;
+    for pid in [server_pid, child_pid] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !is_gone(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "process {pid} outlived the manager"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Gone, or a zombie waiting for an init process that may not reap it.
+fn is_gone(pid: i32) -> bool {
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
 }
 
 #[tokio::test]

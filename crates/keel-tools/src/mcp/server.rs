@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use keel_agent::{ToolError, ToolOutput};
 use keel_core::Cancel;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
@@ -48,11 +50,41 @@ pub(crate) struct RemoteTool {
     pub idempotent: bool,
 }
 
-#[derive(Default)]
+/// A live connection and, for a stdio server, the process group it runs in.
+struct Connection {
+    client: Arc<Client>,
+    group: Option<Pid>,
+}
+
+impl Connection {
+    /// Closes the connection once no call holds it any more (a call in flight keeps its
+    /// clone, and the connection closes when that call ends), then kills what is left of the
+    /// server's process group: a server that exits cleanly may leave children behind.
+    async fn close(self) {
+        if let Ok(mut client) = Arc::try_unwrap(self.client) {
+            let _ = client.close_with_timeout(Duration::from_secs(5)).await;
+        }
+        if let Some(group) = self.group {
+            // ESRCH (nothing left) is the usual answer.
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Why there is no connection.
+enum Down {
+    /// Never connected yet.
+    NotStarted,
+    /// The last attempt to connect failed.
+    Failed(String),
+    /// The connection died; the next use reconnects.
+    Lost(String),
+}
+
 struct State {
-    client: Option<Arc<Client>>,
+    connection: Option<Connection>,
+    down: Down,
     tools: Arc<Vec<RemoteTool>>,
-    error: Option<String>,
     restarts: u32,
     connected_once: bool,
 }
@@ -74,7 +106,13 @@ impl Server {
             config,
             connect_timeout,
             connecting: tokio::sync::Mutex::new(()),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                connection: None,
+                down: Down::NotStarted,
+                tools: Arc::new(Vec::new()),
+                restarts: 0,
+                connected_once: false,
+            }),
             tools_changed: Arc::new(Notify::new()),
         }
     }
@@ -97,17 +135,18 @@ impl Server {
     pub fn status(&self) -> McpServerStatus {
         let state = self.state();
         let live = state
-            .client
+            .connection
             .as_ref()
-            .is_some_and(|c| !c.peer().is_transport_closed());
-        let (state_kind, error) = match (&state.client, live) {
-            (Some(_), true) => (McpServerState::Connected, None),
-            (Some(_), false) => (
+            .map(|c| !c.client.peer().is_transport_closed());
+        let (state_kind, error) = match (live, &state.down) {
+            (Some(true), _) => (McpServerState::Connected, None),
+            (Some(false), _) => (
                 McpServerState::Disconnected,
                 Some("the connection closed; it is reopened on next use".to_owned()),
             ),
-            (None, _) if state.error.is_some() => (McpServerState::Failed, state.error.clone()),
-            (None, _) => (McpServerState::Disconnected, None),
+            (None, Down::Failed(error)) => (McpServerState::Failed, Some(error.clone())),
+            (None, Down::Lost(error)) => (McpServerState::Disconnected, Some(error.clone())),
+            (None, Down::NotStarted) => (McpServerState::Disconnected, None),
         };
         McpServerStatus {
             name: self.config.name.clone(),
@@ -128,21 +167,20 @@ impl Server {
         if let Some(client) = self.live_client() {
             return Ok(client);
         }
-        let old = self.state().client.take();
+        let old = self.state().connection.take();
         if let Some(old) = old {
-            close(old).await;
+            old.close().await;
         }
         match self.connect().await {
-            Ok(client) => {
-                let client = Arc::new(client);
+            Ok(connection) => {
+                let client = connection.client.clone();
                 {
                     let mut state = self.state();
                     if state.connected_once {
                         state.restarts += 1;
                     }
                     state.connected_once = true;
-                    state.client = Some(client.clone());
-                    state.error = None;
+                    state.connection = Some(connection);
                 }
                 tracing::info!(server = %self.config.name, "MCP server connected");
                 if let Err(error) = self.list_tools(&client).await {
@@ -152,7 +190,7 @@ impl Server {
             }
             Err(error) => {
                 tracing::warn!(server = %self.config.name, %error, "MCP server failed to start");
-                self.state().error = Some(error.clone());
+                self.state().down = Down::Failed(error.clone());
                 Err(error)
             }
         }
@@ -160,18 +198,16 @@ impl Server {
 
     fn live_client(&self) -> Option<Arc<Client>> {
         self.state()
-            .client
-            .clone()
+            .connection
+            .as_ref()
+            .map(|c| c.client.clone())
             .filter(|c| !c.peer().is_transport_closed())
     }
 
     /// Connects (if needed) and lists the tools; failures are recorded in the status.
     pub async fn start(&self) {
-        if let Ok(client) = self.client().await
-            && let Err(error) = self.list_tools(&client).await
-        {
-            tracing::warn!(server = %self.config.name, %error, "listing MCP tools failed");
-        }
+        // Connecting lists the tools; a failure is already recorded and logged.
+        let _ = self.client().await;
     }
 
     /// Lists the tools again (after `notifications/tools/list_changed`).
@@ -214,7 +250,7 @@ impl Server {
         Ok(())
     }
 
-    async fn connect(&self) -> Result<Client, String> {
+    async fn connect(&self) -> Result<Connection, String> {
         let listener = Listener {
             tools_changed: self.tools_changed.clone(),
         };
@@ -226,7 +262,11 @@ impl Server {
                         StreamableHttpClientTransportConfig::with_uri(url.as_str())
                             .reinit_on_expired_session(true),
                     );
-                    listener.serve(transport).await.map_err(|e| e.to_string())
+                    let client = listener.serve(transport).await.map_err(|e| e.to_string())?;
+                    Ok(Connection {
+                        client: Arc::new(client),
+                        group: None,
+                    })
                 }
                 (None, Some(command)) => {
                     let mut cmd = tokio::process::Command::new(command);
@@ -238,6 +278,11 @@ impl Server {
                         .stderr(Stdio::piped())
                         .spawn()
                         .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                    // As the leader of its group, its pid is the group id.
+                    let group = transport
+                        .id()
+                        .and_then(|id| i32::try_from(id).ok())
+                        .map(Pid::from_raw);
                     if let Some(stderr) = stderr {
                         let name = self.config.name.clone();
                         tokio::spawn(async move {
@@ -247,7 +292,18 @@ impl Server {
                             }
                         });
                     }
-                    listener.serve(transport).await.map_err(|e| e.to_string())
+                    match listener.serve(transport).await {
+                        Ok(client) => Ok(Connection {
+                            client: Arc::new(client),
+                            group,
+                        }),
+                        Err(error) => {
+                            if let Some(group) = group {
+                                let _ = killpg(group, Signal::SIGKILL);
+                            }
+                            Err(error.to_string())
+                        }
+                    }
                 }
                 (None, None) => Err("neither `command` nor `url` is set".to_owned()),
             }
@@ -296,7 +352,11 @@ impl Server {
                         ServiceError::TransportClosed | ServiceError::TransportSend(_)
                     );
                 if dead {
-                    self.forget(&client).await;
+                    self.forget(
+                        &client,
+                        format!("the connection failed during a call: {error}"),
+                    )
+                    .await;
                     return Err(ToolError(format!(
                         "MCP server `{name}` failed during the call ({error}); it is restarted \
                          on next use"
@@ -308,44 +368,36 @@ impl Server {
     }
 
     /// Drops `client` if it is still the current connection, so the next use reconnects.
-    async fn forget(&self, client: &Arc<Client>) {
+    async fn forget(&self, client: &Arc<Client>, error: String) {
         let old = {
             let mut state = self.state();
             if state
-                .client
+                .connection
                 .as_ref()
-                .is_some_and(|c| Arc::ptr_eq(c, client))
+                .is_some_and(|c| Arc::ptr_eq(&c.client, client))
             {
-                state.error = Some("the connection failed during a call".to_owned());
-                state.client.take()
+                state.down = Down::Lost(error);
+                state.connection.take()
             } else {
                 None
             }
         };
         if let Some(old) = old {
-            close(old).await;
+            old.close().await;
         }
     }
 
     /// Closes the connection (stopping a stdio server).
     pub async fn shutdown(&self) {
-        let old = self.state().client.take();
+        let old = self.state().connection.take();
         if let Some(old) = old {
-            close(old).await;
+            old.close().await;
         }
     }
 }
 
 fn cancelled() -> ToolError {
     ToolError("the MCP tool call was cancelled".to_owned())
-}
-
-/// Closes a connection once no call holds it any more; a call in flight keeps its clone and
-/// the connection closes when that call ends (dropping the last clone cancels the service).
-async fn close(client: Arc<Client>) {
-    if let Ok(mut client) = Arc::try_unwrap(client) {
-        let _ = client.close_with_timeout(Duration::from_secs(5)).await;
-    }
 }
 
 /// HTTPS needs a rustls crypto provider; ring is the one compiled in. A provider the daemon
