@@ -119,13 +119,22 @@ impl Tool for RunCommand {
             )
             .env("PWD", self.workspace.root())
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .map_err(|e| ToolError(format!("cannot start `sh`: {e}")))?;
+        // One pipe for both streams keeps their interleaving exactly as written, as on a
+        // terminal.
+        let pipe_error = |e| ToolError(format!("cannot create the output pipe: {e}"));
+        let (reader, writer) = std::io::pipe().map_err(pipe_error)?;
+        command
+            .stdout(writer.try_clone().map_err(pipe_error)?)
+            .stderr(writer);
+        let spawned = command.spawn();
+        // The command keeps the pipe's write end open until dropped, which would keep the
+        // output from ever ending.
+        drop(command);
+        let mut child = spawned.map_err(|e| ToolError(format!("cannot start `sh`: {e}")))?;
+        let reader =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into()).map_err(pipe_error)?;
         // With `process_group(0)` the group id is the shell's pid.
         let group = child
             .id()
@@ -133,9 +142,7 @@ impl Tool for RunCommand {
             .map(|id| GroupKiller(Pid::from_raw(id)));
 
         let output = Mutex::new(CappedOutput::new(self.max_output));
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let drain = async { tokio::join!(pump(stdout, &output), pump(stderr, &output)) };
+        let drain = pump(reader, &output);
         tokio::pin!(drain);
         let mut drained = false;
 
@@ -215,8 +222,7 @@ impl Drop for GroupKiller {
     }
 }
 
-async fn pump<R: AsyncRead + Unpin>(reader: Option<R>, output: &Mutex<CappedOutput>) {
-    let Some(mut reader) = reader else { return };
+async fn pump<R: AsyncRead + Unpin>(mut reader: R, output: &Mutex<CappedOutput>) {
     let mut chunk = vec![0u8; 8192];
     loop {
         match reader.read(&mut chunk).await {
