@@ -375,14 +375,22 @@ async fn invalid_configuration_is_an_error() {
     assert!(err.to_string().starts_with("mcp_servers[1].name"), "{err}");
 }
 
-async fn serve_http(dir: PathBuf) -> (String, tokio::task::JoinHandle<()>) {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+async fn serve_http(
+    dir: PathBuf,
+) -> (
+    String,
+    Arc<LocalSessionManager>,
+    tokio::task::JoinHandle<()>,
+) {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(server::TestServer::new(Some(dir.clone()))),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         StreamableHttpServerConfig::default(),
     );
     let router = axum::Router::new().nest_service("/mcp", service);
@@ -391,13 +399,59 @@ async fn serve_http(dir: PathBuf) -> (String, tokio::task::JoinHandle<()>) {
     let handle = tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
-    (format!("http://127.0.0.1:{}/mcp", addr.port()), handle)
+    (
+        format!("http://127.0.0.1:{}/mcp", addr.port()),
+        sessions,
+        handle,
+    )
+}
+
+async fn session_ids(sessions: &LocalSessionManager) -> Vec<String> {
+    sessions
+        .sessions
+        .read()
+        .await
+        .keys()
+        .map(|id| id.to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_expired_http_session_is_reinitialised() {
+    use rmcp::transport::streamable_http_server::SessionManager;
+    let dir = tempfile::tempdir().unwrap();
+    let (url, sessions, server) = serve_http(dir.path().to_path_buf()).await;
+    let manager = McpManager::start(&[McpServerConfig::http("web", url)])
+        .await
+        .unwrap();
+    let echo = tool(&manager.tools(), "web__echo");
+    assert_eq!(
+        call(echo.as_ref(), r#"{"text":"one"}"#).await.unwrap(),
+        ToolOutput::Text("one".into())
+    );
+    let before = session_ids(&sessions).await;
+    assert_eq!(before.len(), 1);
+    // The server forgets the session: its next request gets 404.
+    let ids: Vec<_> = sessions.sessions.read().await.keys().cloned().collect();
+    for id in ids {
+        sessions.close_session(&id).await.unwrap();
+    }
+    assert_eq!(
+        call(echo.as_ref(), r#"{"text":"two"}"#).await.unwrap(),
+        ToolOutput::Text("two".into())
+    );
+    let after = session_ids(&sessions).await;
+    assert_eq!(after.len(), 1);
+    assert_ne!(before, after);
+    assert_eq!(manager.status()[0].state, McpServerState::Connected);
+    manager.shutdown().await;
+    server.abort();
 }
 
 #[tokio::test]
 async fn streamable_http_server_tools_are_listed_called_and_cancelled() {
     let dir = tempfile::tempdir().unwrap();
-    let (url, server) = serve_http(dir.path().to_path_buf()).await;
+    let (url, _sessions, server) = serve_http(dir.path().to_path_buf()).await;
     let manager = McpManager::start(&[McpServerConfig::http("web", url)])
         .await
         .unwrap();
