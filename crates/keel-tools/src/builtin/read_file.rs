@@ -11,6 +11,10 @@ use crate::workspace::Workspace;
 
 pub const NAME: &str = "read_file";
 
+/// Larger files are refused rather than loaded whole into memory; the model can page through
+/// them with `run_command` (`sed -n`, `head`, `tail`).
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
@@ -18,9 +22,11 @@ struct Args {
     path: String,
     /// First line to return (1-based, inclusive). Defaults to the first line.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     start_line: Option<usize>,
     /// Last line to return (1-based, inclusive). Defaults to the last line.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     end_line: Option<usize>,
 }
 
@@ -59,6 +65,16 @@ impl Tool for ReadFile {
         if path.is_dir() {
             return Err(ToolError(format!(
                 "`{}` is a directory; use list_dir to see its entries",
+                args.path
+            )));
+        }
+        let size = tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| ToolError(format!("cannot read `{}`: {e}", args.path)))?
+            .len();
+        if size > MAX_FILE_BYTES {
+            return Err(ToolError(format!(
+                "`{}` is {size} bytes, more than read_file reads ({MAX_FILE_BYTES}); use                  run_command with head, tail or sed -n to read parts of it",
                 args.path
             )));
         }
@@ -177,6 +193,26 @@ mod tests {
             err.0.starts_with("invalid arguments for read_file"),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn huge_files_are_refused() {
+        let (_dir, ws) = workspace();
+        let file = std::fs::File::create(ws.root().join("big.log")).unwrap();
+        // Sparse: no data is written.
+        file.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let tool = ReadFile::new(ws);
+        let err = call(&tool, r#"{"path":"big.log"}"#).await.unwrap_err();
+        assert!(err.0.starts_with("`big.log` is 16777217 bytes"), "{err}");
+    }
+
+    #[test]
+    fn line_numbers_start_at_one_in_the_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = ReadFile::new(Workspace::new(dir.path()).unwrap());
+        let params = tool.definition().parameters;
+        assert_eq!(params["properties"]["start_line"]["minimum"], 1);
+        assert_eq!(params["properties"]["end_line"]["minimum"], 1);
     }
 
     #[tokio::test]
