@@ -365,6 +365,22 @@ async fn tool_list_changes_are_picked_up() {
 }
 
 #[tokio::test]
+async fn servers_can_be_connected_after_the_manager_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = McpManager::new(
+        &[stdio_config("s", dir.path())],
+        keel_tools::mcp::McpOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(manager.status()[0].state, McpServerState::NotStarted);
+    assert!(manager.tools().is_empty());
+    manager.connect_all().await;
+    assert_eq!(manager.status()[0].state, McpServerState::Connected);
+    assert_eq!(manager.tools().len(), 6);
+    manager.shutdown().await;
+}
+
+#[tokio::test]
 async fn invalid_configuration_is_an_error() {
     let err = McpManager::start(&[
         McpServerConfig::http("a", "http://127.0.0.1:1/mcp"),

@@ -146,7 +146,7 @@ impl Server {
             ),
             (None, Down::Failed(error)) => (McpServerState::Failed, Some(error.clone())),
             (None, Down::Lost(error)) => (McpServerState::Disconnected, Some(error.clone())),
-            (None, Down::NotStarted) => (McpServerState::Disconnected, None),
+            (None, Down::NotStarted) => (McpServerState::NotStarted, None),
         };
         McpServerStatus {
             name: self.config.name.clone(),

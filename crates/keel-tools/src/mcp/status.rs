@@ -28,6 +28,9 @@ pub enum McpServerState {
     Failed,
     /// The connection closed (a crashed server); it is reopened on next use.
     Disconnected,
+    /// No connection was attempted yet ([`super::McpManager::new`] without
+    /// [`super::McpManager::connect_all`]), or one is being made.
+    NotStarted,
 }
 
 impl McpServerStatus {
