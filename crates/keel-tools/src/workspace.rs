@@ -12,7 +12,7 @@
 //! shared with a hostile local process.
 
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Why a path was refused or could not be resolved.
 #[derive(Debug, thiserror::Error)]
@@ -93,23 +93,14 @@ impl Workspace {
                     });
                 }
             }
+            // `file_name` is `None` for a trailing `..` (and the filesystem root): a `..` below
+            // a missing directory cannot be checked against the real tree, and `parent` would
+            // silently drop it.
             let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
-                // `..` or the filesystem root as the last component: nothing left to strip
-                // without changing the meaning of the path.
                 return Err(outside());
             };
             missing.push(name);
             existing = parent;
-        }
-
-        // A `..` or `.` among the missing names shows up as a component that `file_name`
-        // refuses, so reaching here means they are plain names; still, check the original
-        // components: a missing `..` would be stripped by `parent()` silently.
-        let tail_len = missing.len();
-        let tail: Vec<Component<'_>> = joined.components().collect();
-        let tail = &tail[tail.len().saturating_sub(tail_len)..];
-        if tail.iter().any(|c| !matches!(c, Component::Normal(_))) {
-            return Err(outside());
         }
 
         let real = existing
