@@ -4,6 +4,7 @@
 //! The whole process group is killed when the command times out, when the call is cancelled,
 //! when the call's future is dropped, and also after the shell exits normally: background jobs
 //! the command started (`server &`) would otherwise outlive the call with nobody to stop them.
+//! A process that deliberately leaves the group (`setsid`) is out of this reach.
 
 use std::collections::VecDeque;
 use std::os::unix::process::ExitStatusExt;
