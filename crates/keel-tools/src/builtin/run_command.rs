@@ -359,8 +359,12 @@ mod tests {
     async fn secrets_in_the_daemon_environment_are_not_passed() {
         let (_dir, ws) = workspace();
         let tool = RunCommand::new(ws);
+        // Any variable of the test process the shell would not set by itself.
+        let shell_own = [
+            "PWD", "OLDPWD", "SHLVL", "_", "IFS", "PS1", "PS2", "PS4", "PPID",
+        ];
         let (withheld, _) = std::env::vars()
-            .find(|(k, _)| !PASSED_ENV.contains(&k.as_str()) && k != "PWD")
+            .find(|(k, _)| !PASSED_ENV.contains(&k.as_str()) && !shell_own.contains(&k.as_str()))
             .expect("the test process has some environment");
         let out = call(&tool, r#"{"command":"env"}"#).await.unwrap();
         let ToolOutput::Text(text) = out else {
