@@ -134,13 +134,13 @@ impl Tool for RunCommand {
         // output from ever ending.
         drop(command);
         let mut child = spawned.map_err(|e| ToolError(format!("cannot start `sh`: {e}")))?;
-        let reader =
-            tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into()).map_err(pipe_error)?;
         // With `process_group(0)` the group id is the shell's pid.
         let group = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .map(|id| GroupKiller(Pid::from_raw(id)));
+        let reader =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into()).map_err(pipe_error)?;
 
         let output = Mutex::new(CappedOutput::new(self.max_output));
         let drain = pump(reader, &output);
