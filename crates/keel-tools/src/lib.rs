@@ -1,0 +1,21 @@
+//! Keel's local tools: what the agent loop can run on the daemon's side.
+//!
+//! * [`workspace`]: path confinement to the one directory built-in tools may touch;
+//! * [`builtin`]: the built-in tools (`read_file`, `write_file`, `edit_file`, `list_dir`,
+//!   `run_command`) and [`builtin_tools`], which builds them from `[tools]` configuration;
+//! * [`mcp`]: tools of Model Context Protocol servers (`[[mcp_servers]]`), offered as
+//!   `SERVER__TOOL`, through [`McpManager`];
+//! * [`limit`]: how much of a tool result the model is shown.
+//!
+//! Every tool implements [`keel_agent::Tool`].
+
+mod args;
+pub mod builtin;
+pub mod limit;
+pub mod mcp;
+pub mod workspace;
+
+pub use builtin::{BUILTIN_NAMES, ToolsConfigError, builtin_tools};
+pub use limit::{Limited, budget_for, limit_all, limit_output, truncate_result};
+pub use mcp::{McpConfigError, McpManager, McpServerConfig, McpServerStatus};
+pub use workspace::{PathError, Workspace, WorkspaceError};
