@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::{ModelRegistry, ModelsError};
+use crate::tools::ToolSet;
 use crate::worker::WorkerPool;
 
 /// How long runs get to release their chats on shutdown.
@@ -116,18 +117,20 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     };
 
     let models = ModelRegistry::build(&config).await?;
-    let tools = crate::tools::build(&config)
-        .await
-        .map_err(ServeError::Tools)?;
     let hub = Arc::new(Hub::new());
     let metrics = Arc::new(Metrics::new());
+    let tools = Arc::new(
+        ToolSet::build(&config, &metrics)
+            .await
+            .map_err(ServeError::Tools)?,
+    );
     let shutdown = Cancel::new();
     let pool = WorkerPool::new(
         store.clone(),
         hub.clone(),
         metrics.clone(),
         models.clone(),
-        tools.tools.clone(),
+        tools.clone(),
         config.clone(),
         shutdown.clone(),
     );
@@ -157,7 +160,9 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     }
     tracing::info!(database = store.backend(), auth = ?auth, workers = config.runs.workers, "ready");
 
-    let dependencies = tools.status.clone();
+    let status_of = tools.clone();
+    let dependencies: Arc<dyn Fn() -> Vec<serde_json::Value> + Send + Sync> =
+        Arc::new(move || status_of.status());
     let state = AppState {
         store,
         hub,
@@ -170,13 +175,14 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     };
     let router = crate::api::router(state);
     let workers = tokio::spawn(pool.run(SHUTDOWN_GRACE));
+    let maintenance = tokio::spawn(tools.clone().maintain(shutdown.clone()));
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await;
         let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), workers).await;
-        drop(tools);
+        let _ = tokio::time::timeout(Duration::from_secs(2), maintenance).await;
         served.map_err(ServeError::Http)
     });
     Ok(Running {

@@ -281,7 +281,8 @@ impl Store for SqlStore {
     }
 
     async fn append_live_entries(&self, lease: &Lease, entries: &[LiveEntry]) -> Result<()> {
-        in_tx!(self, |cx| t::append_live_entries(&mut cx, lease, entries).await)
+        in_tx!(self, |cx| t::append_live_entries(&mut cx, lease, entries)
+            .await)
     }
 
     async fn commit_step(

@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
-use keel_agent::Tool;
 use keel_core::{Cancel, CancelCause};
 use keel_store::{ChangeNotice, ChatId, ChatStatus, Store};
 use tokio::sync::Notify;
@@ -26,6 +25,7 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::ModelRegistry;
+use crate::tools::ToolSet;
 
 pub use persist::new_messages;
 pub use sink::{BATCH_PARTS, BATCH_WINDOW};
@@ -55,7 +55,7 @@ pub struct Shared {
     pub hub: Arc<Hub>,
     pub metrics: Arc<Metrics>,
     pub models: ModelRegistry,
-    pub tools: Vec<Arc<dyn Tool>>,
+    pub tools: Arc<ToolSet>,
     pub config: Arc<Config>,
     pub worker_id: String,
     /// Cancelled (with the shutdown cause) when the process stops.
@@ -124,7 +124,7 @@ impl WorkerPool {
         hub: Arc<Hub>,
         metrics: Arc<Metrics>,
         models: ModelRegistry,
-        tools: Vec<Arc<dyn Tool>>,
+        tools: Arc<ToolSet>,
         config: Arc<Config>,
         shutdown: Cancel,
     ) -> Self {

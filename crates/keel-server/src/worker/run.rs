@@ -239,12 +239,12 @@ async fn prepare(
         }
     };
     let prior = Arc::new(prior);
-    let tools: Vec<Arc<dyn Tool>> = shared
-        .tools
-        .iter()
+    let budget = keel_tools::budget_for(model.context_limit);
+    let tools: Vec<Arc<dyn Tool>> = keel_tools::limit_all(shared.tools.current(), budget)
+        .into_iter()
         .map(|tool| {
             Arc::new(DurableTool {
-                inner: tool.clone(),
+                inner: tool,
                 chat_id: chat.id,
                 store: shared.store.clone(),
                 lease: lease.clone(),
