@@ -1,0 +1,350 @@
+//! Starting `keel serve` as a process, and talking to it like any client would.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// A `keel serve` process.
+pub struct Daemon {
+    child: Option<Child>,
+    pub url: String,
+}
+
+impl Daemon {
+    /// Starts a daemon with the demo model on a free port. `config` is extra TOML.
+    pub fn start(dir: &Path, database: &str, config: &str) -> Daemon {
+        let config_path = dir.join("keel.toml");
+        std::fs::write(&config_path, format!("[runs]\nlease_ms = 2000\n{config}")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--database",
+                database,
+                "--config",
+            ])
+            .arg(&config_path)
+            .current_dir(dir)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("KEEL_CONFIG")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[keel] {line}");
+                let _ = tx.send(line);
+            }
+        });
+        let url = loop {
+            let line = rx
+                .recv_timeout(WAIT)
+                .expect("keel serve did not report its address");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest
+                    .split(|c: char| c.is_whitespace() || c == ';')
+                    .next()
+                    .unwrap()
+                    .to_owned();
+            }
+        };
+        Daemon {
+            child: Some(child),
+            url,
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    pub fn api(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.url)
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM, then waits for the exit; returns how long it took.
+    pub fn terminate(&mut self) -> Duration {
+        let mut child = self.child.take().unwrap();
+        let started = std::time::Instant::now();
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = child.wait().unwrap();
+        assert!(exit.success(), "keel exited with {exit:?}");
+        started.elapsed()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A client with an optional bearer token.
+#[derive(Clone)]
+pub struct Client {
+    pub http: reqwest::Client,
+    pub token: Option<String>,
+}
+
+impl Client {
+    pub fn new() -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            token: None,
+        }
+    }
+
+    pub fn with_token(token: &str) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            token: Some(token.to_owned()),
+        }
+    }
+
+    fn auth(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self.auth(self.http.request(method, url));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, url: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::POST, url, Some(body)).await
+    }
+
+    pub async fn get(&self, url: &str) -> (u16, Value) {
+        self.send(reqwest::Method::GET, url, None).await
+    }
+
+    /// Creates a chat with `text`; returns its id.
+    pub async fn create_chat(&self, daemon: &Daemon, body: Value) -> String {
+        let (status, chat) = self.post(&daemon.api("/chats"), body).await;
+        assert_eq!(status, 201, "{chat}");
+        chat["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn chat(&self, daemon: &Daemon, id: &str) -> Value {
+        let (status, chat) = self.get(&daemon.api(&format!("/chats/{id}"))).await;
+        assert_eq!(status, 200, "{chat}");
+        chat
+    }
+
+    pub async fn messages(&self, daemon: &Daemon, id: &str) -> Vec<Value> {
+        let (status, body) = self
+            .get(&daemon.api(&format!("/chats/{id}/messages")))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["messages"].as_array().unwrap().clone()
+    }
+
+    /// Polls until the chat has `status` (bounded by [`WAIT`]).
+    pub async fn wait_status(&self, daemon: &Daemon, id: &str, status: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let chat = self.chat(daemon, id).await;
+            if chat["status"] == status {
+                return chat;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "chat never reached {status}: {chat}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Opens the live events of a chat.
+    pub async fn events(&self, daemon: &Daemon, id: &str, last_event_id: Option<&str>) -> Events {
+        let mut request = self.auth(self.http.get(daemon.api(&format!("/chats/{id}/events"))));
+        if let Some(last) = last_event_id {
+            request = request.header("Last-Event-ID", last);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        Events {
+            stream: Box::pin(response.bytes_stream().eventsource()),
+        }
+    }
+}
+
+/// One SSE event.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub id: String,
+    pub event: String,
+    pub data: Value,
+}
+
+pub struct Events {
+    stream: std::pin::Pin<
+        Box<
+            dyn Stream<
+                    Item = Result<
+                        eventsource_stream::Event,
+                        eventsource_stream::EventStreamError<reqwest::Error>,
+                    >,
+                > + Send,
+        >,
+    >,
+}
+
+impl Events {
+    /// The next event, or `None` when the stream ended.
+    pub async fn next(&mut self) -> Option<Event> {
+        let event = tokio::time::timeout(WAIT, self.stream.next())
+            .await
+            .expect("no event arrived in time")?;
+        let event = event.ok()?;
+        Some(Event {
+            id: event.id,
+            event: event.event,
+            data: serde_json::from_str(&event.data).unwrap_or(Value::Null),
+        })
+    }
+}
+
+/// What a client rebuilds from live events: committed messages plus the step in progress.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    pub messages: Vec<Value>,
+    pub live_text: String,
+    pub last_id: Option<String>,
+    pub status: Option<String>,
+    pub retries: usize,
+    pub resets: usize,
+}
+
+impl Transcript {
+    /// Applies one event.
+    pub fn apply(&mut self, event: &Event) {
+        self.last_id = Some(event.id.clone());
+        match event.event.as_str() {
+            "message" => {
+                self.live_text.clear();
+                self.messages.push(event.data.clone());
+            }
+            "part" => {
+                let part = &event.data["part"];
+                if part["type"] == "text" {
+                    self.live_text
+                        .push_str(part["text"].as_str().unwrap_or_default());
+                }
+            }
+            "stream_reset" => {
+                self.resets += 1;
+                self.live_text.clear();
+            }
+            "retry" => self.retries += 1,
+            "status" => self.status = event.data["status"].as_str().map(str::to_owned),
+            _ => {}
+        }
+    }
+
+    /// Follows events until the chat is idle (`waiting`) after a committed assistant reply.
+    pub async fn follow_until(&mut self, events: &mut Events, status: &str) {
+        while let Some(event) = events.next().await {
+            self.apply(&event);
+            if self.status.as_deref() == Some(status) && event.event == "status" {
+                return;
+            }
+        }
+        panic!("the event stream ended before the chat became {status}");
+    }
+
+    /// Reads events until at least `n` text parts of the step in progress arrived.
+    pub async fn follow_parts(&mut self, events: &mut Events, n: usize) {
+        let mut seen = 0;
+        while let Some(event) = events.next().await {
+            self.apply(&event);
+            if event.event == "part" && event.data["part"]["type"] == "text" {
+                seen += 1;
+                if seen >= n {
+                    return;
+                }
+            }
+        }
+        panic!("the event stream ended after {seen} parts");
+    }
+
+    /// Assistant texts of the committed messages.
+    pub fn assistant_texts(&self) -> Vec<String> {
+        self.messages
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .map(text_of)
+            .collect()
+    }
+}
+
+pub fn text_of(message: &Value) -> String {
+    message["parts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect()
+}
+
+/// A user message scripting the demo model's reply.
+pub fn scripted(text: &str, rate: f64) -> String {
+    format!("go\n#mock {}", json!({"text": text, "rate": rate}))
+}
+
+/// `n` distinct words.
+pub fn words(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

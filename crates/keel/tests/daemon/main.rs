@@ -1,0 +1,519 @@
+//! `keel serve` end to end, as a process, through the public contract only.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::*;
+use serde_json::json;
+
+fn sqlite(dir: &std::path::Path) -> String {
+    format!("sqlite://{}/keel.db", dir.display())
+}
+
+#[tokio::test]
+async fn create_follow_and_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let reply = words(20);
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&reply, 200.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_until(&mut events, "waiting").await;
+
+    assert_eq!(transcript.assistant_texts(), vec![reply.clone()]);
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(text_of(&messages[1]), reply);
+    assert_eq!(messages[1]["interrupted"], false);
+    assert!(messages[1]["usage"]["output_tokens"].as_u64().unwrap() > 0);
+
+    // A client connecting after the fact replays the committed messages once.
+    let mut late = client.events(&daemon, &id, None).await;
+    let mut replay = Transcript::default();
+    replay.follow_until(&mut late, "waiting").await;
+    assert_eq!(replay.messages.len(), 2);
+}
+
+#[tokio::test]
+async fn reconnecting_mid_reply_misses_nothing_and_repeats_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let reply = words(60);
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&reply, 40.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut first = Transcript::default();
+    first.follow_parts(&mut events, 8).await;
+    drop(events);
+    let seen_before = first.live_text.clone();
+    let last = first.last_id.clone().unwrap();
+
+    let mut events = client.events(&daemon, &id, Some(&last)).await;
+    let mut second = Transcript::default();
+    second.follow_until(&mut events, "waiting").await;
+    let committed = client.messages(&daemon, &id).await;
+    let final_text = text_of(committed.last().unwrap());
+    assert_eq!(final_text, reply);
+    let assistant_in_second = second.assistant_texts();
+    if assistant_in_second.is_empty() {
+        panic!("the reconnected client never saw the committed reply");
+    }
+    // Either the live deltas spelled the reply across both connections, or the step was
+    // committed while away and the committed message replaced them: both equal the reply.
+    assert_eq!(assistant_in_second, vec![reply.clone()]);
+    assert!(reply.starts_with(&seen_before), "{seen_before:?}");
+}
+
+#[tokio::test]
+async fn interrupt_keeps_the_partial_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let reply = words(200);
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&reply, 20.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut events, 3).await;
+    let (status, chat) = client
+        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
+        .await;
+    assert_eq!(status, 202, "{chat}");
+    transcript.follow_until(&mut events, "waiting").await;
+
+    let messages = client.messages(&daemon, &id).await;
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["interrupted"], true);
+    let partial = text_of(last);
+    assert!(!partial.is_empty());
+    assert!(reply.starts_with(&partial), "{partial:?}");
+    assert!(partial.len() < reply.len());
+    assert_eq!(transcript.assistant_texts(), vec![partial]);
+    // Interrupting an idle chat changes nothing.
+    let (status, chat) = client
+        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
+        .await;
+    assert_eq!((status, chat["status"].as_str()), (202, Some("waiting")));
+}
+
+#[tokio::test]
+async fn busy_chats_queue_or_interrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&words(100), 20.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut events, 2).await;
+
+    let messages_url = daemon.api(&format!("/chats/{id}/messages"));
+    let (status, queued) = client
+        .post(
+            &messages_url,
+            json!({"text": scripted("second answer", 0.0)}),
+        )
+        .await;
+    assert_eq!(status, 202, "{queued}");
+    assert!(queued["queue_id"].is_string(), "{queued}");
+    let chat = client.chat(&daemon, &id).await;
+    assert_eq!(chat["queued"].as_array().unwrap().len(), 1);
+
+    let (status, started) = client
+        .post(
+            &messages_url,
+            json!({"text": scripted("third answer", 0.0), "busy": "interrupt"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    // The interrupt stops the first reply; the interrupting message runs next, then the
+    // queued one.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let messages = client.messages(&daemon, &id).await;
+        let replies: Vec<String> = messages
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .map(text_of)
+            .collect();
+        if replies.len() == 3 {
+            assert!(messages[1]["interrupted"] == true, "{messages:?}");
+            assert_eq!(replies[1], "third answer");
+            assert_eq!(replies[2], "second answer");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{messages:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client.wait_status(&daemon, &id, "waiting").await;
+}
+
+#[tokio::test]
+async fn editing_a_user_message_replaces_later_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted("first reply", 0.0)}))
+        .await;
+    client.wait_status(&daemon, &id, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    let user_id = messages[0]["id"].as_i64().unwrap();
+    let assistant_id = messages[1]["id"].as_i64().unwrap();
+
+    let edit = |mid: i64| daemon.api(&format!("/chats/{id}/messages/{mid}"));
+    let (status, _) = client
+        .send(
+            reqwest::Method::PUT,
+            &edit(assistant_id),
+            Some(json!({"text": "x"})),
+        )
+        .await;
+    assert_eq!(status, 400, "only user messages can be edited");
+    let (status, body) = client
+        .send(
+            reqwest::Method::PUT,
+            &edit(user_id),
+            Some(json!({"text": scripted("edited reply", 0.0)})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    client.wait_status(&daemon, &id, "waiting").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let messages = client.messages(&daemon, &id).await;
+        if messages.len() == 2 && text_of(&messages[1]) == "edited reply" {
+            assert!(text_of(&messages[0]).contains("edited reply"));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{messages:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn client_side_tools_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}]},
+        {"text": "It is sunny in Oslo."}
+    ]});
+    let id = client
+        .create_chat(
+            &daemon,
+            json!({
+                "text": format!("weather?\n#mock {script}"),
+                "tools": [{"name": "get_weather", "description": "Weather by city",
+                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+            }),
+        )
+        .await;
+    let chat = client.wait_status(&daemon, &id, "requires_action").await;
+    let pending = chat["pending_tool_calls"].as_array().unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0]["tool_name"], "get_weather");
+    let call_id = pending[0]["tool_call_id"].as_str().unwrap().to_owned();
+    let results_url = daemon.api(&format!("/chats/{id}/tool-results"));
+
+    let (status, _) = client
+        .post(
+            &results_url,
+            json!({"results": [{"tool_call_id": "wrong", "result": "x"}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "ids must be exactly the pending ones");
+    let (status, body) = client
+        .post(
+            &results_url,
+            json!({"results": [{"tool_call_id": call_id, "result": {"sky": "clear"}}]}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    client.wait_status(&daemon, &id, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(text_of(messages.last().unwrap()), "It is sunny in Oslo.");
+    let (status, _) = client.post(&results_url, json!({"results": []})).await;
+    assert_eq!(status, 409, "no pending calls any more");
+}
+
+#[tokio::test]
+async fn provider_errors_are_retried_and_cut_streams_stitched() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(
+        dir.path(),
+        &sqlite(dir.path()),
+        "retry_initial_delay_ms = 10\nretry_max_delay_ms = 50\n",
+    );
+    let client = Client::new();
+    let reply = words(30);
+    let script = json!({
+        "id": "cut-once",
+        "text": reply,
+        "rate": 0,
+        "error": {"status": 429, "retry_after_ms": 20, "times": 1},
+        "cut": {"after": 12, "times": 2}
+    });
+    let id = client
+        .create_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_until(&mut events, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(
+        text_of(messages.last().unwrap()),
+        reply,
+        "nothing lost, nothing doubled"
+    );
+    assert_eq!(transcript.assistant_texts(), vec![reply]);
+    let metrics = daemon.metrics().await;
+    assert!(metrics.contains("keel_stream_retries_total{"), "{metrics}");
+}
+
+#[tokio::test]
+async fn kill_9_mid_reply_resumes_after_restart_without_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let mut daemon = Daemon::start(dir.path(), &database, "");
+    let client = Client::new();
+    let reply = words(80);
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&reply, 40.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut events, 10).await;
+    daemon.kill();
+    drop(events);
+
+    let daemon = Daemon::start(dir.path(), &database, "");
+    client.wait_status(&daemon, &id, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    let replies: Vec<_> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(replies.len(), 1, "{messages:?}");
+    assert_eq!(text_of(replies[0]), reply);
+    assert!(reply.starts_with(&transcript.live_text));
+    let metrics = daemon.metrics().await;
+    assert!(metrics.contains("keel_recovered_runs_total 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn sigterm_mid_reply_releases_the_chat_for_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let mut daemon = Daemon::start(dir.path(), &database, "");
+    let client = Client::new();
+    let reply = words(80);
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&reply, 40.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut events, 10).await;
+    let took = daemon.terminate();
+    assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
+
+    let daemon = Daemon::start(dir.path(), &database, "");
+    client.wait_status(&daemon, &id, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    let replies: Vec<_> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(replies.len(), 1, "{messages:?}");
+    assert_eq!(text_of(replies[0]), reply);
+    let metrics = daemon.metrics().await;
+    assert!(metrics.contains("keel_recovered_runs_total 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn users_see_only_their_own_chats() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let add = |name: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["users", "add", name, "--database", &database])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    let alice = add("alice");
+    let bob = add("bob");
+    let daemon = Daemon::start(dir.path(), &database, "");
+
+    let anonymous = Client::new();
+    let (status, body) = anonymous.get(&daemon.api("/chats")).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["code"], "unauthorized");
+    let (status, _) = Client::with_token("keel_wrong")
+        .get(&daemon.api("/chats"))
+        .await;
+    assert_eq!(status, 401);
+
+    let alice = Client::with_token(&alice);
+    let bob = Client::with_token(&bob);
+    let id = alice
+        .create_chat(&daemon, json!({"text": scripted("hi alice", 0.0)}))
+        .await;
+    let (status, _) = bob.get(&daemon.api(&format!("/chats/{id}"))).await;
+    assert_eq!(status, 404);
+    let (status, _) = bob
+        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
+        .await;
+    assert_eq!(status, 404);
+    let (_, listed) = bob.get(&daemon.api("/chats")).await;
+    assert_eq!(listed["chats"].as_array().unwrap().len(), 0);
+    let (_, listed) = alice.get(&daemon.api("/chats")).await;
+    assert_eq!(listed["chats"].as_array().unwrap().len(), 1);
+    alice.wait_status(&daemon, &id, "waiting").await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_4xx_errors_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let http = reqwest::Client::new();
+    let chats = daemon.api("/chats");
+
+    let malformed = http
+        .post(&chats)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status().as_u16(), 400);
+    let body: serde_json::Value = malformed.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_request");
+
+    let plain = http.post(&chats).body("{}").send().await.unwrap();
+    assert_eq!(plain.status().as_u16(), 415);
+
+    let huge = "x".repeat(2 * 1024 * 1024);
+    let too_big = http
+        .post(&chats)
+        .header("content-type", "application/json")
+        .body(json!({"text": huge}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_big.status().as_u16(), 413);
+
+    for body in [
+        json!({}),
+        json!({"text": ""}),
+        json!({"text": "a", "parts": []}),
+        json!({"text": "a", "unknown": 1}),
+        json!({"parts": [{"type": "video", "src": "x"}]}),
+        json!({"parts": [{"type": "tool_result", "tool_call_id": "a", "tool_name": "b", "result": 1}]}),
+        json!({"text": "a", "model": "no-such-model"}),
+        json!({"text": "a", "max_steps": 0}),
+    ] {
+        let (status, response) = client.post(&chats, body.clone()).await;
+        assert_eq!(status, 400, "{body} -> {response}");
+        assert_eq!(response["error"]["code"], "invalid_request");
+    }
+    let (_, listed) = client.get(&chats).await;
+    assert_eq!(
+        listed["chats"].as_array().unwrap().len(),
+        0,
+        "nothing was created"
+    );
+
+    let unknown = "00000000-0000-0000-0000-000000000000";
+    for path in [
+        format!("/chats/{unknown}"),
+        "/chats/not-a-uuid".to_owned(),
+        format!("/chats/{unknown}/messages"),
+        format!("/chats/{unknown}/events"),
+    ] {
+        let (status, body) = client.get(&daemon.api(&path)).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "not_found");
+    }
+    let (status, _) = client.get(&format!("{}/api/v1/nope", daemon.url)).await;
+    assert_eq!(status, 404);
+
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted("ok", 0.0)}))
+        .await;
+    client.wait_status(&daemon, &id, "waiting").await;
+    let (status, body) = client
+        .post(
+            &daemon.api(&format!("/chats/{id}/tool-results")),
+            json!({"results": []}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "conflict");
+    let (status, _) = client
+        .send(
+            reqwest::Method::DELETE,
+            &daemon.api(&format!("/chats/{id}/queue/{unknown}")),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = client
+        .send(
+            reqwest::Method::PUT,
+            &daemon.api(&format!("/chats/{id}/messages/999")),
+            Some(json!({"text": "x"})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let before = client.messages(&daemon, &id).await;
+    assert_eq!(before.len(), 2);
+
+    let (status, _) = client
+        .send(
+            reqwest::Method::DELETE,
+            &daemon.api(&format!("/chats/{id}")),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = client.get(&daemon.api(&format!("/chats/{id}"))).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn operations_endpoints_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let get = |path: &str| reqwest::get(format!("{}{path}", daemon.url));
+    assert_eq!(get("/healthz").await.unwrap().status().as_u16(), 200);
+    assert_eq!(get("/readyz").await.unwrap().status().as_u16(), 200);
+    let metrics = get("/metrics").await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("keel_active_runs"));
+    let models: serde_json::Value = get("/api/v1/models").await.unwrap().json().await.unwrap();
+    assert_eq!(models["models"][0]["id"], "demo");
+    assert_eq!(models["models"][0]["default"], true);
+    let openapi: serde_json::Value = get("/api/v1/openapi.json")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(openapi["openapi"], "3.1.0");
+}
