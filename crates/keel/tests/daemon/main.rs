@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod harness;
+mod replicas;
 
 use std::time::Duration;
 

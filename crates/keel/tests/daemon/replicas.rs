@@ -1,0 +1,72 @@
+//! Several `keel serve` replicas on one PostgreSQL database.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::harness::*;
+
+/// A fresh database on the test server, or `None` when no server is configured.
+fn fresh_database() -> Option<String> {
+    let base = match std::env::var("KEEL_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            eprintln!("KEEL_TEST_DATABASE_URL is not set: skipping the PostgreSQL replica test");
+            return None;
+        }
+    };
+    let name = format!("keel_e2e_{:016x}", rand::random::<u64>());
+    let status = Command::new("psql")
+        .args([base.as_str(), "-q", "-c", &format!("CREATE DATABASE {name}")])
+        .status()
+        .expect("psql runs");
+    assert!(status.success(), "creating the test database failed");
+    let (prefix, _) = base.rsplit_once('/').expect("a database URL with a path");
+    Some(format!("{prefix}/{name}"))
+}
+
+#[tokio::test]
+async fn a_client_on_the_non_owner_sees_everything_and_can_interrupt() {
+    let Some(database) = fresh_database() else {
+        return;
+    };
+    let dir_a = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    let owner = Daemon::start(dir_a.path(), &database, "");
+    let client = Client::new();
+    let reply = words(80);
+    let id = client
+        .create_chat(&owner, json!({"text": scripted(&reply, 40.0)}))
+        .await;
+    let mut on_owner = client.events(&owner, &id, None).await;
+    Transcript::default().follow_parts(&mut on_owner, 5).await;
+
+    // The chat is owned by the first replica; the second starts now and serves the client.
+    let other = Daemon::start(dir_b.path(), &database, "");
+    let mut events = client.events(&other, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_until(&mut events, "waiting").await;
+    assert_eq!(transcript.assistant_texts(), vec![reply.clone()]);
+
+    // An interrupt sent to the non-owner stops the run on the owner.
+    let long = words(400);
+    let (status, _) = client
+        .post(
+            &other.api(&format!("/chats/{id}/messages")),
+            json!({"text": scripted(&long, 20.0)}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let mut events = client.events(&other, &id, transcript.last_id.as_deref()).await;
+    transcript.follow_parts(&mut events, 3).await;
+    let (status, _) = client
+        .post(&other.api(&format!("/chats/{id}/interrupt")), json!({}))
+        .await;
+    assert_eq!(status, 202);
+    client.wait_status(&other, &id, "waiting").await;
+    let messages = client.messages(&owner, &id).await;
+    let last = messages.last().unwrap();
+    assert_eq!(last["interrupted"], true, "{messages:?}");
+    let partial = text_of(last);
+    assert!(!partial.is_empty() && long.starts_with(&partial) && partial.len() < long.len());
+}
