@@ -23,6 +23,9 @@ macro_rules! message_columns {
     };
 }
 
+/// Implements [`crate::ops::TxOps`] for `$name`, which provides
+/// `fn conn(&mut self) -> &mut <$db as sqlx::Database>::Connection` and
+/// `async fn finish(self: Box<Self>) -> Result<()>` (commit) and `abort` (rollback).
 macro_rules! tx_ops {
     (
         $name:ident,
@@ -31,17 +34,6 @@ macro_rules! tx_ops {
         skip_locked = $skip:literal,
         notify = $notify:path $(,)?
     ) => {
-        /// A transaction on this backend.
-        pub(crate) struct $name {
-            tx: sqlx::Transaction<'static, $db>,
-        }
-
-        impl $name {
-            pub(crate) fn new(tx: sqlx::Transaction<'static, $db>) -> Self {
-                Self { tx }
-            }
-        }
-
         #[async_trait::async_trait]
         impl $crate::ops::TxOps for $name {
             async fn lock_chat(
@@ -56,7 +48,7 @@ macro_rules! tx_ops {
                 );
                 Ok(sqlx::query_as(SQL)
                     .bind(id)
-                    .fetch_optional(&mut *self.tx)
+                    .fetch_optional(self.conn())
                     .await?)
             }
 
@@ -67,7 +59,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!("SELECT ", chat_columns!(), " FROM chats WHERE id = $1");
                 Ok(sqlx::query_as(SQL)
                     .bind(id)
-                    .fetch_optional(&mut *self.tx)
+                    .fetch_optional(self.conn())
                     .await?)
             }
 
@@ -104,7 +96,7 @@ macro_rules! tx_ops {
                     .bind(c.pending_deadline)
                     .bind(c.created_at)
                     .bind(c.updated_at)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -141,7 +133,7 @@ macro_rules! tx_ops {
                     .bind(&c.pending_tool_calls)
                     .bind(c.pending_deadline)
                     .bind(c.updated_at)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -150,7 +142,7 @@ macro_rules! tx_ops {
                 sqlx::query("UPDATE chats SET event_seq = $2 WHERE id = $1")
                     .bind(id)
                     .bind(seq)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -159,7 +151,7 @@ macro_rules! tx_ops {
                 // Dependent rows go by ON DELETE CASCADE.
                 sqlx::query("DELETE FROM chats WHERE id = $1")
                     .bind(id)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -181,7 +173,7 @@ macro_rules! tx_ops {
                     .bind(owner)
                     .bind(before)
                     .bind(limit)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn())
                     .await?)
             }
 
@@ -199,7 +191,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn())
                     .await?)
             }
 
@@ -216,7 +208,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn())
                     .await?)
             }
 
@@ -233,7 +225,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn())
                     .await?)
             }
 
@@ -260,7 +252,7 @@ macro_rules! tx_ops {
                         .bind(&m.provider_response_id)
                         .bind(m.event_seq)
                         .bind(m.created_at)
-                        .execute(&mut *self.tx)
+                        .execute(self.conn())
                         .await?;
                 }
                 Ok(())
@@ -279,7 +271,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(id)
-                    .fetch_optional(&mut *self.tx)
+                    .fetch_optional(self.conn())
                     .await?)
             }
 
@@ -296,7 +288,7 @@ macro_rules! tx_ops {
                 .bind(&m.parts)
                 .bind(m.content_version)
                 .bind(m.event_seq)
-                .execute(&mut *self.tx)
+                .execute(self.conn())
                 .await?;
                 Ok(())
             }
@@ -312,7 +304,7 @@ macro_rules! tx_ops {
                 )
                 .bind(chat)
                 .bind(id)
-                .execute(&mut *self.tx)
+                .execute(self.conn())
                 .await?
                 .rows_affected())
             }
@@ -330,7 +322,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(after)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn())
                     .await?)
             }
 
@@ -348,7 +340,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(after)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn())
                     .await?)
             }
 
@@ -361,7 +353,7 @@ macro_rules! tx_ops {
                      WHERE chat_id = $1 ORDER BY position",
                 )
                 .bind(chat)
-                .fetch_all(&mut *self.tx)
+                .fetch_all(self.conn())
                 .await?)
             }
 
@@ -378,7 +370,7 @@ macro_rules! tx_ops {
                 .bind(q.position)
                 .bind(&q.parts)
                 .bind(q.created_at)
-                .execute(&mut *self.tx)
+                .execute(self.conn())
                 .await?;
                 Ok(())
             }
@@ -391,7 +383,7 @@ macro_rules! tx_ops {
                 sqlx::query("UPDATE queued_messages SET position = $2 WHERE id = $1")
                     .bind(id)
                     .bind(position)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -399,7 +391,7 @@ macro_rules! tx_ops {
             async fn delete_queued(&mut self, id: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM queued_messages WHERE id = $1")
                     .bind(id)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -407,7 +399,7 @@ macro_rules! tx_ops {
             async fn clear_queue(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM queued_messages WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -415,27 +407,27 @@ macro_rules! tx_ops {
             async fn append_live(
                 &mut self,
                 chat: &str,
-                entries: &[(i64, String)],
+                first_seq: i64,
+                last_seq: i64,
+                payloads: &str,
             ) -> $crate::error::Result<()> {
-                // Multi-row inserts: one statement per chunk keeps the per-row cost to a
-                // few microseconds. 300 rows x 3 binds stays far below both backends'
-                // parameter limits.
-                for chunk in entries.chunks(300) {
-                    let mut qb = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO live_parts (chat_id, seq, payload) ",
-                    );
-                    qb.push_values(chunk, |mut row, (seq, payload)| {
-                        row.push_bind(chat).push_bind(*seq).push_bind(payload.as_str());
-                    });
-                    qb.build().execute(&mut *self.tx).await?;
-                }
+                sqlx::query(
+                    "INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) \
+                     VALUES ($1, $2, $3, $4)",
+                )
+                .bind(chat)
+                .bind(first_seq)
+                .bind(last_seq)
+                .bind(payloads)
+                .execute(self.conn())
+                .await?;
                 Ok(())
             }
 
             async fn clear_live(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM live_parts WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -446,12 +438,12 @@ macro_rules! tx_ops {
                 after: i64,
             ) -> $crate::error::Result<Vec<(i64, String)>> {
                 Ok(sqlx::query_as(
-                    "SELECT seq, payload FROM live_parts WHERE chat_id = $1 AND seq > $2 \
-                     ORDER BY seq",
+                    "SELECT first_seq, payloads FROM live_parts \
+                     WHERE chat_id = $1 AND last_seq > $2 ORDER BY first_seq",
                 )
                 .bind(chat)
                 .bind(after)
-                .fetch_all(&mut *self.tx)
+                .fetch_all(self.conn())
                 .await?)
             }
 
@@ -477,7 +469,7 @@ macro_rules! tx_ops {
                 .bind(r.is_error)
                 .bind(r.started_at)
                 .bind(r.finished_at)
-                .execute(&mut *self.tx)
+                .execute(self.conn())
                 .await?;
                 Ok(())
             }
@@ -492,14 +484,14 @@ macro_rules! tx_ops {
                      ORDER BY started_at, tool_call_id",
                 )
                 .bind(chat)
-                .fetch_all(&mut *self.tx)
+                .fetch_all(self.conn())
                 .await?)
             }
 
             async fn clear_tool_records(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM tool_records WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -518,7 +510,7 @@ macro_rules! tx_ops {
                 .bind(chat)
                 .bind(data)
                 .bind(now)
-                .execute(&mut *self.tx)
+                .execute(self.conn())
                 .await?;
                 Ok(())
             }
@@ -530,7 +522,7 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query_scalar("SELECT data FROM checkpoints WHERE chat_id = $1")
                         .bind(chat)
-                        .fetch_optional(&mut *self.tx)
+                        .fetch_optional(self.conn())
                         .await?,
                 )
             }
@@ -538,7 +530,7 @@ macro_rules! tx_ops {
             async fn delete_checkpoint(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM checkpoints WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await?;
                 Ok(())
             }
@@ -556,7 +548,7 @@ macro_rules! tx_ops {
                 .bind(name)
                 .bind(token_sha256)
                 .bind(now)
-                .execute(&mut *self.tx)
+                .execute(self.conn())
                 .await?;
                 Ok(())
             }
@@ -568,14 +560,14 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query_as("SELECT name, created_at FROM users WHERE token_sha256 = $1")
                         .bind(token_sha256)
-                        .fetch_optional(&mut *self.tx)
+                        .fetch_optional(self.conn())
                         .await?,
                 )
             }
 
             async fn count_users(&mut self) -> $crate::error::Result<i64> {
                 Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
-                    .fetch_one(&mut *self.tx)
+                    .fetch_one(self.conn())
                     .await?)
             }
 
@@ -592,7 +584,7 @@ macro_rules! tx_ops {
                 .bind(user)
                 .bind(key)
                 .bind(since)
-                .fetch_optional(&mut *self.tx)
+                .fetch_optional(self.conn())
                 .await?)
             }
 
@@ -615,7 +607,7 @@ macro_rules! tx_ops {
                 .bind(response)
                 .bind(now)
                 .bind(expired_before)
-                .execute(&mut *self.tx)
+                .execute(self.conn())
                 .await?;
                 Ok(done.rows_affected() == 1)
             }
@@ -624,7 +616,7 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
                         .bind(before)
-                        .execute(&mut *self.tx)
+                        .execute(self.conn())
                         .await?
                         .rows_affected(),
                 )
@@ -634,12 +626,15 @@ macro_rules! tx_ops {
                 &mut self,
                 notice: &$crate::types::ChangeNotice,
             ) -> $crate::error::Result<()> {
-                $notify(&mut self.tx, notice).await
+                $notify(self.conn(), notice).await
             }
 
             async fn commit(self: Box<Self>) -> $crate::error::Result<()> {
-                self.tx.commit().await?;
-                Ok(())
+                self.finish().await
+            }
+
+            async fn rollback(self: Box<Self>) -> $crate::error::Result<()> {
+                self.abort().await
             }
         }
     };
