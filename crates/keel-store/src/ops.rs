@@ -43,6 +43,13 @@ pub(crate) trait TxOps: Send {
     /// A message that is not soft-deleted.
     async fn get_message(&mut self, chat: &str, id: i64) -> Result<Option<MessageCols>>;
     async fn replace_message(&mut self, message: &MessageCols) -> Result<()>;
+    /// Writes a committed step: its messages, the emptied live-part log and the chat row.
+    /// A backend may send these as one round trip.
+    async fn commit_writes(&mut self, messages: &[MessageCols], chat: &ChatCols) -> Result<()> {
+        self.insert_messages(messages).await?;
+        self.clear_live(&chat.id).await?;
+        self.update_chat(chat).await
+    }
     async fn soft_delete_after(&mut self, chat: &str, id: i64) -> Result<u64>;
     /// Live (not soft-deleted) messages with an id above `after`, in id order.
     async fn messages(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;

@@ -43,6 +43,7 @@ tx_ops!(
     lock = " FOR UPDATE",
     skip_locked = " FOR UPDATE SKIP LOCKED",
     notify = notify_replicas,
+    extra = {},
 );
 
 /// `pg_notify` inside the transaction: delivered exactly when it commits.

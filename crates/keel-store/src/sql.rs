@@ -32,7 +32,8 @@ macro_rules! tx_ops {
         db = $db:ty,
         lock = $lock:literal,
         skip_locked = $skip:literal,
-        notify = $notify:path $(,)?
+        notify = $notify:path,
+        extra = { $($extra:tt)* } $(,)?
     ) => {
         #[async_trait::async_trait]
         impl $crate::ops::TxOps for $name {
@@ -632,6 +633,8 @@ macro_rules! tx_ops {
             async fn commit(self: Box<Self>) -> $crate::error::Result<()> {
                 self.finish().await
             }
+
+            $($extra)*
 
             async fn rollback(self: Box<Self>) -> $crate::error::Result<()> {
                 self.abort().await

@@ -17,6 +17,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps};
+use crate::rows::{ChatCols, MessageCols};
 use crate::types::{ChangeNotice, StoreOptions};
 
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -70,6 +71,70 @@ tx_ops!(
     lock = "",
     skip_locked = "",
     notify = no_remote_notice,
+    extra = {
+        async fn commit_writes(&mut self, messages: &[MessageCols], c: &ChatCols) -> Result<()> {
+            // The common step (one message) goes as one multi-statement round trip: sqlx
+            // runs each SQLite statement on the connection's worker thread, and the round
+            // trips, not SQLite, dominate a commit. `$n` numbers the shared arguments.
+            let [m] = messages else {
+                self.insert_messages(messages).await?;
+                self.clear_live(&c.id).await?;
+                return self.update_chat(c).await;
+            };
+            const SQL: &str = concat!(
+                "INSERT INTO messages (",
+                message_columns!(),
+                ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, FALSE); \
+                 DELETE FROM live_parts WHERE chat_id = $1; \
+                 UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
+                 max_steps = $17, system_prompt = $18, tools = $19, worker_id = $20, \
+                 lease_expires_at = $21, version = $22, history_version = $23, \
+                 event_seq = $24, last_message_id = $25, last_error_kind = $26, \
+                 last_error_message = $27, retry_state = $28, pending_tool_calls = $29, \
+                 pending_deadline = $30, updated_at = $31 WHERE id = $1"
+            );
+            if m.chat_id != c.id {
+                return Err(StoreError::invalid(
+                    "a step's message belongs to another chat",
+                ));
+            }
+            sqlx::query(SQL)
+                .bind(&m.chat_id)
+                .bind(m.id)
+                .bind(&m.role)
+                .bind(&m.parts)
+                .bind(m.content_version)
+                .bind(&m.usage)
+                .bind(m.context_limit)
+                .bind(m.runtime_ms)
+                .bind(m.interrupted)
+                .bind(&m.provider_response_id)
+                .bind(m.event_seq)
+                .bind(m.created_at)
+                .bind(&c.title)
+                .bind(&c.model)
+                .bind(&c.status)
+                .bind(c.archived)
+                .bind(c.max_steps)
+                .bind(&c.system_prompt)
+                .bind(&c.tools)
+                .bind(&c.worker_id)
+                .bind(c.lease_expires_at)
+                .bind(c.version)
+                .bind(c.history_version)
+                .bind(c.event_seq)
+                .bind(c.last_message_id)
+                .bind(&c.last_error_kind)
+                .bind(&c.last_error_message)
+                .bind(&c.retry_state)
+                .bind(&c.pending_tool_calls)
+                .bind(c.pending_deadline)
+                .bind(c.updated_at)
+                .execute(self.conn())
+                .await?;
+            Ok(())
+        }
+    },
 );
 
 /// A SQLite file has no channel to other processes; in-process notices suffice.

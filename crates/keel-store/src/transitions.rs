@@ -83,14 +83,18 @@ impl<'a> Ctx<'a> {
         before: ChatStatus,
         queue_changed: bool,
     ) -> Result<()> {
+        self.stamp(chat, before, queue_changed);
+        self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
+        self.notice(chat, false);
+        Ok(())
+    }
+
+    fn stamp(&self, chat: &mut Chat, before: ChatStatus, queue_changed: bool) {
         chat.version += 1;
         chat.updated_at = self.now;
         if chat.status != before || queue_changed {
             chat.event_seq += 1;
         }
-        self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
-        self.notice(chat, false);
-        Ok(())
     }
 
     fn notice(&mut self, chat: &Chat, deleted: bool) {
@@ -106,6 +110,15 @@ impl<'a> Ctx<'a> {
 
     /// Appends a message to history with the next message id and event sequence number.
     async fn insert_message(&mut self, chat: &mut Chat, msg: NewMessage) -> Result<StoredMessage> {
+        let stored = self.next_message(chat, msg)?;
+        self.ops
+            .insert_messages(&[MessageCols::from_message(&stored)?])
+            .await?;
+        Ok(stored)
+    }
+
+    /// Numbers a new message (next message id, next event sequence) without writing it.
+    fn next_message(&self, chat: &mut Chat, msg: NewMessage) -> Result<StoredMessage> {
         let role = msg
             .role
             .ok_or_else(|| StoreError::invalid("a committed message needs a role"))?;
@@ -125,9 +138,6 @@ impl<'a> Ctx<'a> {
             event_seq: chat.event_seq,
             created_at: self.now,
         };
-        self.ops
-            .insert_messages(&[MessageCols::from_message(&stored)?])
-            .await?;
         Ok(stored)
     }
 
@@ -706,12 +716,18 @@ pub(crate) async fn commit_step(
         return Err(StoreError::invalid("a committed message needs a role"));
     }
     let mut ids = Vec::with_capacity(messages.len());
+    let mut rows = Vec::with_capacity(messages.len());
     for m in messages {
-        ids.push(cx.insert_message(&mut chat, m).await?.id);
+        let stored = cx.next_message(&mut chat, m)?;
+        ids.push(stored.id);
+        rows.push(MessageCols::from_message(&stored)?);
     }
-    cx.ops.clear_live(&chat.id.to_string()).await?;
     let before = chat.status;
-    cx.save(&mut chat, before, false).await?;
+    cx.stamp(&mut chat, before, false);
+    cx.ops
+        .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
+        .await?;
+    cx.notice(&chat, false);
     Ok(ids)
 }
 
