@@ -22,8 +22,12 @@ pub const NOTICE_CHANNEL: &str = "keel_chat_changes";
 pub(crate) struct PgTx(sqlx::Transaction<'static, Postgres>);
 
 impl PgTx {
-    fn conn(&mut self) -> &mut PgConnection {
-        &mut self.0
+    async fn conn(&mut self) -> Result<&mut PgConnection> {
+        Ok(&mut self.0)
+    }
+
+    fn begin_with_next(&mut self) -> bool {
+        false
     }
 
     async fn finish(self: Box<Self>) -> Result<()> {
@@ -41,6 +45,7 @@ tx_ops!(
     PgTx,
     db = Postgres,
     lock = " FOR UPDATE",
+    begin = "",
     skip_locked = " FOR UPDATE SKIP LOCKED",
     notify = notify_replicas,
     extra = {},

@@ -24,13 +24,16 @@ macro_rules! message_columns {
 }
 
 /// Implements [`crate::ops::TxOps`] for `$name`, which provides
-/// `fn conn(&mut self) -> &mut <$db as sqlx::Database>::Connection` and
-/// `async fn finish(self: Box<Self>) -> Result<()>` (commit) and `abort` (rollback).
+/// `async fn conn(&mut self) -> Result<&mut <$db as sqlx::Database>::Connection>`,
+/// `fn begin_with_next(&mut self) -> bool` (the next statement must open the transaction
+/// with `$begin`), `async fn finish(self: Box<Self>) -> Result<()>` (commit) and `abort`
+/// (rollback).
 macro_rules! tx_ops {
     (
         $name:ident,
         db = $db:ty,
         lock = $lock:literal,
+        begin = $begin:literal,
         skip_locked = $skip:literal,
         notify = $notify:path,
         extra = { $($extra:tt)* } $(,)?
@@ -47,9 +50,18 @@ macro_rules! tx_ops {
                     " FROM chats WHERE id = $1",
                     $lock
                 );
-                Ok(sqlx::query_as(SQL)
+                // Usually a transaction's first statement: it then carries the BEGIN too.
+                const BEGIN_SQL: &str = concat!(
+                    $begin,
+                    "SELECT ",
+                    chat_columns!(),
+                    " FROM chats WHERE id = $1",
+                    $lock
+                );
+                let sql = if self.begin_with_next() { BEGIN_SQL } else { SQL };
+                Ok(sqlx::query_as(sql)
                     .bind(id)
-                    .fetch_optional(self.conn())
+                    .fetch_optional(self.conn().await?)
                     .await?)
             }
 
@@ -60,7 +72,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!("SELECT ", chat_columns!(), " FROM chats WHERE id = $1");
                 Ok(sqlx::query_as(SQL)
                     .bind(id)
-                    .fetch_optional(self.conn())
+                    .fetch_optional(self.conn().await?)
                     .await?)
             }
 
@@ -97,7 +109,7 @@ macro_rules! tx_ops {
                     .bind(c.pending_deadline)
                     .bind(c.created_at)
                     .bind(c.updated_at)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -134,7 +146,7 @@ macro_rules! tx_ops {
                     .bind(&c.pending_tool_calls)
                     .bind(c.pending_deadline)
                     .bind(c.updated_at)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -143,7 +155,7 @@ macro_rules! tx_ops {
                 sqlx::query("UPDATE chats SET event_seq = $2 WHERE id = $1")
                     .bind(id)
                     .bind(seq)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -152,7 +164,7 @@ macro_rules! tx_ops {
                 // Dependent rows go by ON DELETE CASCADE.
                 sqlx::query("DELETE FROM chats WHERE id = $1")
                     .bind(id)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -174,7 +186,7 @@ macro_rules! tx_ops {
                     .bind(owner)
                     .bind(before)
                     .bind(limit)
-                    .fetch_all(self.conn())
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -192,7 +204,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(self.conn())
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -209,7 +221,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(self.conn())
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -226,7 +238,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(self.conn())
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -253,7 +265,7 @@ macro_rules! tx_ops {
                         .bind(&m.provider_response_id)
                         .bind(m.event_seq)
                         .bind(m.created_at)
-                        .execute(self.conn())
+                        .execute(self.conn().await?)
                         .await?;
                 }
                 Ok(())
@@ -272,7 +284,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(id)
-                    .fetch_optional(self.conn())
+                    .fetch_optional(self.conn().await?)
                     .await?)
             }
 
@@ -289,7 +301,7 @@ macro_rules! tx_ops {
                 .bind(&m.parts)
                 .bind(m.content_version)
                 .bind(m.event_seq)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -305,7 +317,7 @@ macro_rules! tx_ops {
                 )
                 .bind(chat)
                 .bind(id)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?
                 .rows_affected())
             }
@@ -323,7 +335,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(after)
-                    .fetch_all(self.conn())
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -341,7 +353,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(after)
-                    .fetch_all(self.conn())
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -354,7 +366,7 @@ macro_rules! tx_ops {
                      WHERE chat_id = $1 ORDER BY position",
                 )
                 .bind(chat)
-                .fetch_all(self.conn())
+                .fetch_all(self.conn().await?)
                 .await?)
             }
 
@@ -371,7 +383,7 @@ macro_rules! tx_ops {
                 .bind(q.position)
                 .bind(&q.parts)
                 .bind(q.created_at)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -384,7 +396,7 @@ macro_rules! tx_ops {
                 sqlx::query("UPDATE queued_messages SET position = $2 WHERE id = $1")
                     .bind(id)
                     .bind(position)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -392,7 +404,7 @@ macro_rules! tx_ops {
             async fn delete_queued(&mut self, id: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM queued_messages WHERE id = $1")
                     .bind(id)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -400,7 +412,7 @@ macro_rules! tx_ops {
             async fn clear_queue(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM queued_messages WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -420,7 +432,7 @@ macro_rules! tx_ops {
                 .bind(first_seq)
                 .bind(last_seq)
                 .bind(payloads)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -428,7 +440,7 @@ macro_rules! tx_ops {
             async fn clear_live(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM live_parts WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -444,7 +456,7 @@ macro_rules! tx_ops {
                 )
                 .bind(chat)
                 .bind(after)
-                .fetch_all(self.conn())
+                .fetch_all(self.conn().await?)
                 .await?)
             }
 
@@ -470,7 +482,7 @@ macro_rules! tx_ops {
                 .bind(r.is_error)
                 .bind(r.started_at)
                 .bind(r.finished_at)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -485,14 +497,14 @@ macro_rules! tx_ops {
                      ORDER BY started_at, tool_call_id",
                 )
                 .bind(chat)
-                .fetch_all(self.conn())
+                .fetch_all(self.conn().await?)
                 .await?)
             }
 
             async fn clear_tool_records(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM tool_records WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -511,7 +523,7 @@ macro_rules! tx_ops {
                 .bind(chat)
                 .bind(data)
                 .bind(now)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -523,7 +535,7 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query_scalar("SELECT data FROM checkpoints WHERE chat_id = $1")
                         .bind(chat)
-                        .fetch_optional(self.conn())
+                        .fetch_optional(self.conn().await?)
                         .await?,
                 )
             }
@@ -531,7 +543,7 @@ macro_rules! tx_ops {
             async fn delete_checkpoint(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM checkpoints WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(self.conn())
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -549,7 +561,7 @@ macro_rules! tx_ops {
                 .bind(name)
                 .bind(token_sha256)
                 .bind(now)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -561,14 +573,14 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query_as("SELECT name, created_at FROM users WHERE token_sha256 = $1")
                         .bind(token_sha256)
-                        .fetch_optional(self.conn())
+                        .fetch_optional(self.conn().await?)
                         .await?,
                 )
             }
 
             async fn count_users(&mut self) -> $crate::error::Result<i64> {
                 Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
-                    .fetch_one(self.conn())
+                    .fetch_one(self.conn().await?)
                     .await?)
             }
 
@@ -585,7 +597,7 @@ macro_rules! tx_ops {
                 .bind(user)
                 .bind(key)
                 .bind(since)
-                .fetch_optional(self.conn())
+                .fetch_optional(self.conn().await?)
                 .await?)
             }
 
@@ -608,7 +620,7 @@ macro_rules! tx_ops {
                 .bind(response)
                 .bind(now)
                 .bind(expired_before)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
                 Ok(done.rows_affected() == 1)
             }
@@ -617,7 +629,7 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
                         .bind(before)
-                        .execute(self.conn())
+                        .execute(self.conn().await?)
                         .await?
                         .rows_affected(),
                 )
@@ -627,7 +639,7 @@ macro_rules! tx_ops {
                 &mut self,
                 notice: &$crate::types::ChangeNotice,
             ) -> $crate::error::Result<()> {
-                $notify(self.conn(), notice).await
+                $notify(self.conn().await?, notice).await
             }
 
             async fn commit(self: Box<Self>) -> $crate::error::Result<()> {

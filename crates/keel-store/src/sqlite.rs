@@ -35,18 +35,39 @@ pub(crate) enum SqliteTx {
 }
 
 impl SqliteTx {
-    fn conn(&mut self) -> &mut SqliteConnection {
+    /// The connection, with the write transaction opened if no statement has opened it.
+    async fn conn(&mut self) -> Result<&mut SqliteConnection> {
         match self {
-            SqliteTx::Write(w) => &mut w.conn,
-            SqliteTx::Read(tx) => tx,
+            SqliteTx::Write(w) => {
+                if !w.open {
+                    w.conn.execute(BEGIN).await?;
+                    w.open = true;
+                }
+                Ok(&mut w.conn)
+            }
+            SqliteTx::Read(tx) => Ok(tx),
+        }
+    }
+
+    /// A write transaction is opened by its first statement rather than by a round trip
+    /// of its own; this says whether the next statement must carry the BEGIN.
+    fn begin_with_next(&mut self) -> bool {
+        match self {
+            SqliteTx::Write(w) if !w.open => {
+                w.open = true;
+                true
+            }
+            _ => false,
         }
     }
 
     async fn finish(self: Box<Self>) -> Result<()> {
         match *self {
             SqliteTx::Write(mut w) => {
-                w.conn.execute("COMMIT").await?;
-                w.open = false;
+                if w.open {
+                    w.conn.execute("COMMIT").await?;
+                    w.open = false;
+                }
             }
             SqliteTx::Read(tx) => tx.commit().await?,
         }
@@ -56,8 +77,10 @@ impl SqliteTx {
     async fn abort(self: Box<Self>) -> Result<()> {
         match *self {
             SqliteTx::Write(mut w) => {
-                w.conn.execute("ROLLBACK").await?;
-                w.open = false;
+                if w.open {
+                    w.conn.execute("ROLLBACK").await?;
+                    w.open = false;
+                }
             }
             SqliteTx::Read(tx) => tx.rollback().await?,
         }
@@ -65,10 +88,15 @@ impl SqliteTx {
     }
 }
 
+/// IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
+/// cannot fail to upgrade when another process holds the file.
+const BEGIN: &str = "BEGIN IMMEDIATE";
+
 tx_ops!(
     SqliteTx,
     db = Sqlite,
     lock = "",
+    begin = "BEGIN IMMEDIATE; ",
     skip_locked = "",
     notify = no_remote_notice,
     extra = {
@@ -130,7 +158,7 @@ tx_ops!(
                 .bind(&c.pending_tool_calls)
                 .bind(c.pending_deadline)
                 .bind(c.updated_at)
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
             Ok(())
         }
@@ -195,14 +223,12 @@ impl Backend for SqliteBackend {
     async fn begin_write(&self) -> Result<Box<dyn TxOps>> {
         let mut w = self.writer.clone().lock_owned().await;
         if w.open {
-            // The previous transaction ended in an error (or was dropped) before COMMIT.
-            w.conn.execute("ROLLBACK").await?;
+            // The previous transaction was dropped before COMMIT or ROLLBACK. If its
+            // opening statement failed there is nothing to roll back, and that error
+            // is expected.
+            let _ = w.conn.execute("ROLLBACK").await;
             w.open = false;
         }
-        // IMMEDIATE takes the write lock up front, so a transaction that reads and then
-        // writes cannot fail to upgrade when another process holds the file.
-        w.conn.execute("BEGIN IMMEDIATE").await?;
-        w.open = true;
         Ok(Box::new(SqliteTx::Write(w)))
     }
 
