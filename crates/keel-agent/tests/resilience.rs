@@ -84,7 +84,11 @@ async fn r1_text_only_failure_continues_and_stitches_without_reset() {
     let retry_prompt = &calls[1].messages;
     assert_eq!(retry_prompt[1].role, Role::Assistant);
     assert_eq!(retry_prompt[1].text(), "Hello wor");
-    assert_eq!(retry_prompt.len(), 2, "the prompt ends in the prefix to continue");
+    assert_eq!(
+        retry_prompt.len(),
+        2,
+        "the prompt ends in the prefix to continue"
+    );
     let events = sink.events();
     assert!(!events.contains(&LiveEvent::StreamReset));
     let published: String = events

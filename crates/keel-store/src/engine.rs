@@ -51,13 +51,45 @@ macro_rules! in_tx {
                 let out = $body;
                 (out, $cx.into_notices())
             };
-            // Dropping `ops` on error rolls the transaction back.
-            let out = out?;
+            let out = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    // The error is what the caller needs; a failed rollback only means
+                    // the connection is gone, which drops the transaction anyway.
+                    let _ = ops.rollback().await;
+                    return Err(e);
+                }
+            };
             for notice in &notices {
                 ops.notify(notice).await?;
             }
             ops.commit().await?;
             store.publish(notices);
+            Ok::<_, StoreError>(out)
+        }
+        .await
+    };
+}
+
+/// Runs `$body` (which uses `$ops: &mut dyn TxOps`) in a read transaction that is
+/// committed, not dropped: a dropped PostgreSQL transaction would sit idle holding its
+/// locks until the pool gets round to rolling it back.
+macro_rules! in_read {
+    ($store:expr, |$ops:ident| $body:expr) => {
+        async {
+            let mut boxed = $store.backend.begin_read().await?;
+            let out = {
+                let $ops: &mut dyn TxOps = &mut *boxed;
+                $body
+            };
+            let out = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    let _ = boxed.rollback().await;
+                    return Err(e);
+                }
+            };
+            boxed.commit().await?;
             Ok::<_, StoreError>(out)
         }
         .await
@@ -80,10 +112,6 @@ impl SqlStore {
             // No subscriber is not an error.
             let _ = self.notices.send(n);
         }
-    }
-
-    async fn read(&self) -> Result<Box<dyn TxOps>> {
-        self.backend.begin_read().await
     }
 
     async fn read_chat(ops: &mut dyn TxOps, id: ChatId) -> Result<Chat> {
@@ -140,8 +168,7 @@ impl Store for SqlStore {
     }
 
     async fn get_chat(&self, id: ChatId) -> Result<Chat> {
-        let mut ops = self.read().await?;
-        Self::read_chat(&mut *ops, id).await
+        in_read!(self, |ops| Self::read_chat(ops, id).await)
     }
 
     async fn list_chats(
@@ -150,18 +177,19 @@ impl Store for SqlStore {
         before: Option<ChatId>,
         limit: u32,
     ) -> Result<Vec<Chat>> {
-        let mut ops = self.read().await?;
         let before = before.map(|b| b.to_string());
-        let rows = ops
-            .list_chats(owner, before.as_deref(), i64::from(limit))
-            .await?;
-        let mut chats = Vec::with_capacity(rows.len());
-        for row in rows {
-            let mut chat = row.into_chat()?;
-            chat.queued = Self::read_queue(&mut *ops, &chat.id.to_string()).await?;
-            chats.push(chat);
-        }
-        Ok(chats)
+        in_read!(self, |ops| {
+            let rows = ops
+                .list_chats(owner, before.as_deref(), i64::from(limit))
+                .await?;
+            let mut chats = Vec::with_capacity(rows.len());
+            for row in rows {
+                let mut chat = row.into_chat()?;
+                chat.queued = Self::read_queue(ops, &chat.id.to_string()).await?;
+                chats.push(chat);
+            }
+            Ok::<_, StoreError>(chats)
+        })
     }
 
     async fn send_message(
@@ -228,32 +256,35 @@ impl Store for SqlStore {
         chat: ChatId,
         after: Option<MessageId>,
     ) -> Result<Vec<StoredMessage>> {
-        let mut ops = self.read().await?;
-        Self::require_chat(&mut *ops, chat).await?;
-        let rows = ops.messages(&chat.to_string(), after.unwrap_or(0)).await?;
-        Self::messages(rows)
+        in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            Self::messages(ops.messages(&chat.to_string(), after.unwrap_or(0)).await?)
+        })
     }
 
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>> {
-        let mut ops = self.read().await?;
-        Self::require_chat(&mut *ops, chat).await?;
-        let rows = ops.messages_after_seq(&chat.to_string(), after_seq).await?;
-        Self::messages(rows)
+        in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            Self::messages(ops.messages_after_seq(&chat.to_string(), after_seq).await?)
+        })
     }
 
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>> {
-        let mut ops = self.read().await?;
-        Self::require_chat(&mut *ops, chat).await?;
-        ops.live_after(&chat.to_string(), after_seq)
-            .await?
-            .into_iter()
-            .map(|(seq, payload)| {
-                Ok(LiveEntry {
-                    seq,
-                    payload: from_json("live_parts.payload", &payload)?,
-                })
-            })
-            .collect()
+        let batches = in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            ops.live_after(&chat.to_string(), after_seq).await
+        })?;
+        let mut entries = Vec::new();
+        for (first_seq, payloads) in batches {
+            let payloads: Vec<Value> = from_json("live_parts.payloads", &payloads)?;
+            entries.extend(
+                (first_seq..)
+                    .zip(payloads)
+                    .filter(|(seq, _)| *seq > after_seq)
+                    .map(|(seq, payload)| LiveEntry { seq, payload }),
+            );
+        }
+        Ok(entries)
     }
 
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>> {
@@ -298,13 +329,11 @@ impl Store for SqlStore {
     }
 
     async fn tool_records(&self, chat: ChatId) -> Result<Vec<ToolRecord>> {
-        let mut ops = self.read().await?;
-        Self::require_chat(&mut *ops, chat).await?;
-        ops.tool_records(&chat.to_string())
-            .await?
-            .into_iter()
-            .map(ToolRecordCols::into_record)
-            .collect()
+        let rows = in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            ops.tool_records(&chat.to_string()).await
+        })?;
+        rows.into_iter().map(ToolRecordCols::into_record).collect()
     }
 
     async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()> {
@@ -352,11 +381,8 @@ impl Store for SqlStore {
     }
 
     async fn get_checkpoint(&self, chat: ChatId) -> Result<Option<Value>> {
-        let mut ops = self.read().await?;
-        ops.get_checkpoint(&chat.to_string())
-            .await?
-            .map(|s| from_json("checkpoints.data", &s))
-            .transpose()
+        let data = in_read!(self, |ops| ops.get_checkpoint(&chat.to_string()).await)?;
+        data.map(|s| from_json("checkpoints.data", &s)).transpose()
     }
 
     async fn delete_checkpoint(&self, chat: ChatId) -> Result<()> {
@@ -378,19 +404,16 @@ impl Store for SqlStore {
     }
 
     async fn user_by_token(&self, token: &str) -> Result<Option<User>> {
-        let mut ops = self.read().await?;
-        Ok(ops
-            .user_by_token(&token_hash(token))
-            .await?
-            .map(|(name, created)| User {
-                name,
-                created_at: from_ms(created),
-            }))
+        let hash = token_hash(token);
+        let row = in_read!(self, |ops| ops.user_by_token(&hash).await)?;
+        Ok(row.map(|(name, created)| User {
+            name,
+            created_at: from_ms(created),
+        }))
     }
 
     async fn has_users(&self) -> Result<bool> {
-        let mut ops = self.read().await?;
-        Ok(ops.count_users().await? > 0)
+        Ok(in_read!(self, |ops| ops.count_users().await)? > 0)
     }
 
     async fn purge_idempotency_keys(&self) -> Result<u64> {

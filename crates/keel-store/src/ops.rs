@@ -43,6 +43,15 @@ pub(crate) trait TxOps: Send {
     /// A message that is not soft-deleted.
     async fn get_message(&mut self, chat: &str, id: i64) -> Result<Option<MessageCols>>;
     async fn replace_message(&mut self, message: &MessageCols) -> Result<()>;
+    /// Writes a committed step: its messages, the emptied live-part log, the dropped
+    /// checkpoint (superseded by what is committed) and the chat row. A backend may send
+    /// these as one round trip.
+    async fn commit_writes(&mut self, messages: &[MessageCols], chat: &ChatCols) -> Result<()> {
+        self.insert_messages(messages).await?;
+        self.clear_live(&chat.id).await?;
+        self.delete_checkpoint(&chat.id).await?;
+        self.update_chat(chat).await
+    }
     async fn soft_delete_after(&mut self, chat: &str, id: i64) -> Result<u64>;
     /// Live (not soft-deleted) messages with an id above `after`, in id order.
     async fn messages(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
@@ -55,9 +64,16 @@ pub(crate) trait TxOps: Send {
     async fn delete_queued(&mut self, id: &str) -> Result<()>;
     async fn clear_queue(&mut self, chat: &str) -> Result<()>;
 
-    /// Appends `(seq, payload JSON)` entries with multi-row inserts.
-    async fn append_live(&mut self, chat: &str, entries: &[(i64, String)]) -> Result<()>;
+    /// Appends one batch of live parts, numbered `first_seq..=last_seq`, as a JSON array.
+    async fn append_live(
+        &mut self,
+        chat: &str,
+        first_seq: i64,
+        last_seq: i64,
+        payloads: &str,
+    ) -> Result<()>;
     async fn clear_live(&mut self, chat: &str) -> Result<()>;
+    /// Batches holding entries after `after`, as `(first_seq, payloads JSON array)`.
     async fn live_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;
 
     async fn upsert_tool_record(&mut self, r: &ToolRecordCols) -> Result<()>;
@@ -88,6 +104,9 @@ pub(crate) trait TxOps: Send {
     /// Sends a change notice to other replicas when the transaction commits.
     async fn notify(&mut self, notice: &ChangeNotice) -> Result<()>;
     async fn commit(self: Box<Self>) -> Result<()>;
+    /// Ends the transaction without its writes, releasing its locks now rather than
+    /// whenever the connection is next used.
+    async fn rollback(self: Box<Self>) -> Result<()>;
 }
 
 /// A database the store can run on.

@@ -6,9 +6,9 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use sqlx::Postgres;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Postgres};
 
 use crate::error::Result;
 use crate::ops::{Backend, TxOps, notice_payload, parse_notice};
@@ -19,23 +19,44 @@ pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 /// The channel replicas LISTEN on.
 pub const NOTICE_CHANNEL: &str = "keel_chat_changes";
 
+pub(crate) struct PgTx(sqlx::Transaction<'static, Postgres>);
+
+impl PgTx {
+    async fn conn(&mut self) -> Result<&mut PgConnection> {
+        Ok(&mut self.0)
+    }
+
+    fn begin_with_next(&mut self) -> bool {
+        false
+    }
+
+    async fn finish(self: Box<Self>) -> Result<()> {
+        self.0.commit().await?;
+        Ok(())
+    }
+
+    async fn abort(self: Box<Self>) -> Result<()> {
+        self.0.rollback().await?;
+        Ok(())
+    }
+}
+
 tx_ops!(
     PgTx,
     db = Postgres,
     lock = " FOR UPDATE",
+    begin = "",
     skip_locked = " FOR UPDATE SKIP LOCKED",
     notify = notify_replicas,
+    extra = {},
 );
 
 /// `pg_notify` inside the transaction: delivered exactly when it commits.
-async fn notify_replicas(
-    tx: &mut sqlx::Transaction<'static, Postgres>,
-    notice: &ChangeNotice,
-) -> Result<()> {
+async fn notify_replicas(conn: &mut PgConnection, notice: &ChangeNotice) -> Result<()> {
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(NOTICE_CHANNEL)
         .bind(notice_payload(notice)?)
-        .execute(&mut **tx)
+        .execute(conn)
         .await?;
     Ok(())
 }
@@ -57,11 +78,11 @@ pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend>
 #[async_trait]
 impl Backend for PgBackend {
     async fn begin_write(&self) -> Result<Box<dyn TxOps>> {
-        Ok(Box::new(PgTx::new(self.pool.begin().await?)))
+        Ok(Box::new(PgTx(self.pool.begin().await?)))
     }
 
     async fn begin_read(&self) -> Result<Box<dyn TxOps>> {
-        Ok(Box::new(PgTx::new(self.pool.begin().await?)))
+        Ok(Box::new(PgTx(self.pool.begin().await?)))
     }
 
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>> {

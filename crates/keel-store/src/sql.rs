@@ -23,25 +23,21 @@ macro_rules! message_columns {
     };
 }
 
+/// Implements [`crate::ops::TxOps`] for `$name`, which provides
+/// `async fn conn(&mut self) -> Result<&mut <$db as sqlx::Database>::Connection>`,
+/// `fn begin_with_next(&mut self) -> bool` (the next statement must open the transaction
+/// with `$begin`), `async fn finish(self: Box<Self>) -> Result<()>` (commit) and `abort`
+/// (rollback).
 macro_rules! tx_ops {
     (
         $name:ident,
         db = $db:ty,
         lock = $lock:literal,
+        begin = $begin:literal,
         skip_locked = $skip:literal,
-        notify = $notify:path $(,)?
+        notify = $notify:path,
+        extra = { $($extra:tt)* } $(,)?
     ) => {
-        /// A transaction on this backend.
-        pub(crate) struct $name {
-            tx: sqlx::Transaction<'static, $db>,
-        }
-
-        impl $name {
-            pub(crate) fn new(tx: sqlx::Transaction<'static, $db>) -> Self {
-                Self { tx }
-            }
-        }
-
         #[async_trait::async_trait]
         impl $crate::ops::TxOps for $name {
             async fn lock_chat(
@@ -54,9 +50,18 @@ macro_rules! tx_ops {
                     " FROM chats WHERE id = $1",
                     $lock
                 );
-                Ok(sqlx::query_as(SQL)
+                // Usually a transaction's first statement: it then carries the BEGIN too.
+                const BEGIN_SQL: &str = concat!(
+                    $begin,
+                    "SELECT ",
+                    chat_columns!(),
+                    " FROM chats WHERE id = $1",
+                    $lock
+                );
+                let sql = if self.begin_with_next() { BEGIN_SQL } else { SQL };
+                Ok(sqlx::query_as(sql)
                     .bind(id)
-                    .fetch_optional(&mut *self.tx)
+                    .fetch_optional(self.conn().await?)
                     .await?)
             }
 
@@ -67,7 +72,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!("SELECT ", chat_columns!(), " FROM chats WHERE id = $1");
                 Ok(sqlx::query_as(SQL)
                     .bind(id)
-                    .fetch_optional(&mut *self.tx)
+                    .fetch_optional(self.conn().await?)
                     .await?)
             }
 
@@ -104,7 +109,7 @@ macro_rules! tx_ops {
                     .bind(c.pending_deadline)
                     .bind(c.created_at)
                     .bind(c.updated_at)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -141,7 +146,7 @@ macro_rules! tx_ops {
                     .bind(&c.pending_tool_calls)
                     .bind(c.pending_deadline)
                     .bind(c.updated_at)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -150,7 +155,7 @@ macro_rules! tx_ops {
                 sqlx::query("UPDATE chats SET event_seq = $2 WHERE id = $1")
                     .bind(id)
                     .bind(seq)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -159,7 +164,7 @@ macro_rules! tx_ops {
                 // Dependent rows go by ON DELETE CASCADE.
                 sqlx::query("DELETE FROM chats WHERE id = $1")
                     .bind(id)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -181,7 +186,7 @@ macro_rules! tx_ops {
                     .bind(owner)
                     .bind(before)
                     .bind(limit)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -199,7 +204,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -216,7 +221,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -233,7 +238,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_scalar(SQL)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -260,7 +265,7 @@ macro_rules! tx_ops {
                         .bind(&m.provider_response_id)
                         .bind(m.event_seq)
                         .bind(m.created_at)
-                        .execute(&mut *self.tx)
+                        .execute(self.conn().await?)
                         .await?;
                 }
                 Ok(())
@@ -279,7 +284,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(id)
-                    .fetch_optional(&mut *self.tx)
+                    .fetch_optional(self.conn().await?)
                     .await?)
             }
 
@@ -296,7 +301,7 @@ macro_rules! tx_ops {
                 .bind(&m.parts)
                 .bind(m.content_version)
                 .bind(m.event_seq)
-                .execute(&mut *self.tx)
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -312,7 +317,7 @@ macro_rules! tx_ops {
                 )
                 .bind(chat)
                 .bind(id)
-                .execute(&mut *self.tx)
+                .execute(self.conn().await?)
                 .await?
                 .rows_affected())
             }
@@ -330,7 +335,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(after)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -348,7 +353,7 @@ macro_rules! tx_ops {
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
                     .bind(after)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn().await?)
                     .await?)
             }
 
@@ -361,7 +366,7 @@ macro_rules! tx_ops {
                      WHERE chat_id = $1 ORDER BY position",
                 )
                 .bind(chat)
-                .fetch_all(&mut *self.tx)
+                .fetch_all(self.conn().await?)
                 .await?)
             }
 
@@ -378,7 +383,7 @@ macro_rules! tx_ops {
                 .bind(q.position)
                 .bind(&q.parts)
                 .bind(q.created_at)
-                .execute(&mut *self.tx)
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -391,7 +396,7 @@ macro_rules! tx_ops {
                 sqlx::query("UPDATE queued_messages SET position = $2 WHERE id = $1")
                     .bind(id)
                     .bind(position)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -399,7 +404,7 @@ macro_rules! tx_ops {
             async fn delete_queued(&mut self, id: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM queued_messages WHERE id = $1")
                     .bind(id)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -407,7 +412,7 @@ macro_rules! tx_ops {
             async fn clear_queue(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM queued_messages WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -415,27 +420,27 @@ macro_rules! tx_ops {
             async fn append_live(
                 &mut self,
                 chat: &str,
-                entries: &[(i64, String)],
+                first_seq: i64,
+                last_seq: i64,
+                payloads: &str,
             ) -> $crate::error::Result<()> {
-                // Multi-row inserts: one statement per chunk keeps the per-row cost to a
-                // few microseconds. 300 rows x 3 binds stays far below both backends'
-                // parameter limits.
-                for chunk in entries.chunks(300) {
-                    let mut qb = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO live_parts (chat_id, seq, payload) ",
-                    );
-                    qb.push_values(chunk, |mut row, (seq, payload)| {
-                        row.push_bind(chat).push_bind(*seq).push_bind(payload.as_str());
-                    });
-                    qb.build().execute(&mut *self.tx).await?;
-                }
+                sqlx::query(
+                    "INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) \
+                     VALUES ($1, $2, $3, $4)",
+                )
+                .bind(chat)
+                .bind(first_seq)
+                .bind(last_seq)
+                .bind(payloads)
+                .execute(self.conn().await?)
+                .await?;
                 Ok(())
             }
 
             async fn clear_live(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM live_parts WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -446,12 +451,12 @@ macro_rules! tx_ops {
                 after: i64,
             ) -> $crate::error::Result<Vec<(i64, String)>> {
                 Ok(sqlx::query_as(
-                    "SELECT seq, payload FROM live_parts WHERE chat_id = $1 AND seq > $2 \
-                     ORDER BY seq",
+                    "SELECT first_seq, payloads FROM live_parts \
+                     WHERE chat_id = $1 AND last_seq > $2 ORDER BY first_seq",
                 )
                 .bind(chat)
                 .bind(after)
-                .fetch_all(&mut *self.tx)
+                .fetch_all(self.conn().await?)
                 .await?)
             }
 
@@ -477,7 +482,7 @@ macro_rules! tx_ops {
                 .bind(r.is_error)
                 .bind(r.started_at)
                 .bind(r.finished_at)
-                .execute(&mut *self.tx)
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -492,14 +497,14 @@ macro_rules! tx_ops {
                      ORDER BY started_at, tool_call_id",
                 )
                 .bind(chat)
-                .fetch_all(&mut *self.tx)
+                .fetch_all(self.conn().await?)
                 .await?)
             }
 
             async fn clear_tool_records(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM tool_records WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -518,7 +523,7 @@ macro_rules! tx_ops {
                 .bind(chat)
                 .bind(data)
                 .bind(now)
-                .execute(&mut *self.tx)
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -530,7 +535,7 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query_scalar("SELECT data FROM checkpoints WHERE chat_id = $1")
                         .bind(chat)
-                        .fetch_optional(&mut *self.tx)
+                        .fetch_optional(self.conn().await?)
                         .await?,
                 )
             }
@@ -538,7 +543,7 @@ macro_rules! tx_ops {
             async fn delete_checkpoint(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM checkpoints WHERE chat_id = $1")
                     .bind(chat)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn().await?)
                     .await?;
                 Ok(())
             }
@@ -556,7 +561,7 @@ macro_rules! tx_ops {
                 .bind(name)
                 .bind(token_sha256)
                 .bind(now)
-                .execute(&mut *self.tx)
+                .execute(self.conn().await?)
                 .await?;
                 Ok(())
             }
@@ -568,14 +573,14 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query_as("SELECT name, created_at FROM users WHERE token_sha256 = $1")
                         .bind(token_sha256)
-                        .fetch_optional(&mut *self.tx)
+                        .fetch_optional(self.conn().await?)
                         .await?,
                 )
             }
 
             async fn count_users(&mut self) -> $crate::error::Result<i64> {
                 Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
-                    .fetch_one(&mut *self.tx)
+                    .fetch_one(self.conn().await?)
                     .await?)
             }
 
@@ -592,7 +597,7 @@ macro_rules! tx_ops {
                 .bind(user)
                 .bind(key)
                 .bind(since)
-                .fetch_optional(&mut *self.tx)
+                .fetch_optional(self.conn().await?)
                 .await?)
             }
 
@@ -615,7 +620,7 @@ macro_rules! tx_ops {
                 .bind(response)
                 .bind(now)
                 .bind(expired_before)
-                .execute(&mut *self.tx)
+                .execute(self.conn().await?)
                 .await?;
                 Ok(done.rows_affected() == 1)
             }
@@ -624,7 +629,7 @@ macro_rules! tx_ops {
                 Ok(
                     sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
                         .bind(before)
-                        .execute(&mut *self.tx)
+                        .execute(self.conn().await?)
                         .await?
                         .rows_affected(),
                 )
@@ -634,12 +639,17 @@ macro_rules! tx_ops {
                 &mut self,
                 notice: &$crate::types::ChangeNotice,
             ) -> $crate::error::Result<()> {
-                $notify(&mut self.tx, notice).await
+                $notify(self.conn().await?, notice).await
             }
 
             async fn commit(self: Box<Self>) -> $crate::error::Result<()> {
-                self.tx.commit().await?;
-                Ok(())
+                self.finish().await
+            }
+
+            $($extra)*
+
+            async fn rollback(self: Box<Self>) -> $crate::error::Result<()> {
+                self.abort().await
             }
         }
     };

@@ -4,38 +4,178 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use sqlx::Sqlite;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use sqlx::{Connection, Executor, Sqlite, SqliteConnection};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps};
+use crate::rows::{ChatCols, MessageCols};
 use crate::types::{ChangeNotice, StoreOptions};
 
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// The single writer connection and whether a transaction is open on it.
+pub(crate) struct Writer {
+    conn: SqliteConnection,
+    open: bool,
+}
+
+/// A transaction on the writer (or, for reads, on a pooled reader).
+pub(crate) enum SqliteTx {
+    Write(OwnedMutexGuard<Writer>),
+    Read(sqlx::Transaction<'static, Sqlite>),
+}
+
+impl SqliteTx {
+    /// The connection, with the write transaction opened if no statement has opened it.
+    async fn conn(&mut self) -> Result<&mut SqliteConnection> {
+        match self {
+            SqliteTx::Write(w) => {
+                if !w.open {
+                    w.conn.execute(BEGIN).await?;
+                    w.open = true;
+                }
+                Ok(&mut w.conn)
+            }
+            SqliteTx::Read(tx) => Ok(tx),
+        }
+    }
+
+    /// A write transaction is opened by its first statement rather than by a round trip
+    /// of its own; this says whether the next statement must carry the BEGIN.
+    fn begin_with_next(&mut self) -> bool {
+        match self {
+            SqliteTx::Write(w) if !w.open => {
+                w.open = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    async fn finish(self: Box<Self>) -> Result<()> {
+        match *self {
+            SqliteTx::Write(mut w) => {
+                if w.open {
+                    w.conn.execute("COMMIT").await?;
+                    w.open = false;
+                }
+            }
+            SqliteTx::Read(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+
+    async fn abort(self: Box<Self>) -> Result<()> {
+        match *self {
+            SqliteTx::Write(mut w) => {
+                if w.open {
+                    w.conn.execute("ROLLBACK").await?;
+                    w.open = false;
+                }
+            }
+            SqliteTx::Read(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
+}
+
+/// IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
+/// cannot fail to upgrade when another process holds the file.
+const BEGIN: &str = "BEGIN IMMEDIATE";
 
 tx_ops!(
     SqliteTx,
     db = Sqlite,
     lock = "",
+    begin = "BEGIN IMMEDIATE; ",
     skip_locked = "",
     notify = no_remote_notice,
+    extra = {
+        async fn commit_writes(&mut self, messages: &[MessageCols], c: &ChatCols) -> Result<()> {
+            // The common step (one message) goes as one multi-statement round trip: sqlx
+            // runs each SQLite statement on the connection's worker thread, and the round
+            // trips, not SQLite, dominate a commit. `$n` numbers the shared arguments.
+            let [m] = messages else {
+                self.insert_messages(messages).await?;
+                self.clear_live(&c.id).await?;
+                self.delete_checkpoint(&c.id).await?;
+                return self.update_chat(c).await;
+            };
+            const SQL: &str = concat!(
+                "INSERT INTO messages (",
+                message_columns!(),
+                ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, FALSE); \
+                 DELETE FROM live_parts WHERE chat_id = $1; \
+                 DELETE FROM checkpoints WHERE chat_id = $1; \
+                 UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
+                 max_steps = $17, system_prompt = $18, tools = $19, worker_id = $20, \
+                 lease_expires_at = $21, version = $22, history_version = $23, \
+                 event_seq = $24, last_message_id = $25, last_error_kind = $26, \
+                 last_error_message = $27, retry_state = $28, pending_tool_calls = $29, \
+                 pending_deadline = $30, updated_at = $31 WHERE id = $1"
+            );
+            if m.chat_id != c.id {
+                return Err(StoreError::invalid(
+                    "a step's message belongs to another chat",
+                ));
+            }
+            sqlx::query(SQL)
+                .bind(&m.chat_id)
+                .bind(m.id)
+                .bind(&m.role)
+                .bind(&m.parts)
+                .bind(m.content_version)
+                .bind(&m.usage)
+                .bind(m.context_limit)
+                .bind(m.runtime_ms)
+                .bind(m.interrupted)
+                .bind(&m.provider_response_id)
+                .bind(m.event_seq)
+                .bind(m.created_at)
+                .bind(&c.title)
+                .bind(&c.model)
+                .bind(&c.status)
+                .bind(c.archived)
+                .bind(c.max_steps)
+                .bind(&c.system_prompt)
+                .bind(&c.tools)
+                .bind(&c.worker_id)
+                .bind(c.lease_expires_at)
+                .bind(c.version)
+                .bind(c.history_version)
+                .bind(c.event_seq)
+                .bind(c.last_message_id)
+                .bind(&c.last_error_kind)
+                .bind(&c.last_error_message)
+                .bind(&c.retry_state)
+                .bind(&c.pending_tool_calls)
+                .bind(c.pending_deadline)
+                .bind(c.updated_at)
+                .execute(self.conn().await?)
+                .await?;
+            Ok(())
+        }
+    },
 );
 
 /// A SQLite file has no channel to other processes; in-process notices suffice.
-async fn no_remote_notice(
-    _tx: &mut sqlx::Transaction<'static, Sqlite>,
-    _notice: &ChangeNotice,
-) -> Result<()> {
+async fn no_remote_notice(_conn: &mut SqliteConnection, _notice: &ChangeNotice) -> Result<()> {
     Ok(())
 }
 
 pub(crate) struct SqliteBackend {
-    writer: SqlitePool,
+    // The writer is a bare connection behind a mutex rather than a pool of one: a pool
+    // checkout costs more than a whole small statement.
+    writer: Arc<Mutex<Writer>>,
     reader: SqlitePool,
 }
 
@@ -54,38 +194,48 @@ pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<SqliteBack
     let options = connect_options(url)?;
     let file = options.get_filename().to_path_buf();
     let in_memory = file.as_os_str().is_empty() || file.to_string_lossy().contains(":memory:");
-    if !in_memory && let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+    if in_memory {
+        // Each connection would see its own empty database.
+        return Err(StoreError::invalid(
+            "an in-memory SQLite database cannot be shared by the writer and readers; use a file",
+        ));
+    }
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::invalid(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let writer = SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect_with(options.clone())
+    let mut writer = SqliteConnection::connect_with(&options).await?;
+    MIGRATOR.run(&mut writer).await?;
+    let reader = SqlitePoolOptions::new()
+        .max_connections(opts.max_connections.max(1))
+        .test_before_acquire(false)
+        .connect_with(options)
         .await?;
-    MIGRATOR.run(&writer).await?;
-    // An in-memory database exists once per connection: readers must share the writer.
-    let reader = if in_memory {
-        writer.clone()
-    } else {
-        SqlitePoolOptions::new()
-            .max_connections(opts.max_connections.max(1))
-            .connect_with(options)
-            .await?
-    };
-    Ok(SqliteBackend { writer, reader })
+    Ok(SqliteBackend {
+        writer: Arc::new(Mutex::new(Writer {
+            conn: writer,
+            open: false,
+        })),
+        reader,
+    })
 }
 
 #[async_trait]
 impl Backend for SqliteBackend {
     async fn begin_write(&self) -> Result<Box<dyn TxOps>> {
-        // IMMEDIATE takes the write lock up front, so a transaction that reads and then
-        // writes cannot fail to upgrade when another process holds the file.
-        let tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        Ok(Box::new(SqliteTx::new(tx)))
+        let mut w = self.writer.clone().lock_owned().await;
+        if w.open {
+            // The previous transaction was dropped before COMMIT or ROLLBACK. If its
+            // opening statement failed there is nothing to roll back, and that error
+            // is expected.
+            let _ = w.conn.execute("ROLLBACK").await;
+            w.open = false;
+        }
+        Ok(Box::new(SqliteTx::Write(w)))
     }
 
     async fn begin_read(&self) -> Result<Box<dyn TxOps>> {
-        Ok(Box::new(SqliteTx::new(self.reader.begin().await?)))
+        Ok(Box::new(SqliteTx::Read(self.reader.begin().await?)))
     }
 
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>> {

@@ -83,14 +83,18 @@ impl<'a> Ctx<'a> {
         before: ChatStatus,
         queue_changed: bool,
     ) -> Result<()> {
+        self.stamp(chat, before, queue_changed);
+        self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
+        self.notice(chat, false);
+        Ok(())
+    }
+
+    fn stamp(&self, chat: &mut Chat, before: ChatStatus, queue_changed: bool) {
         chat.version += 1;
         chat.updated_at = self.now;
         if chat.status != before || queue_changed {
             chat.event_seq += 1;
         }
-        self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
-        self.notice(chat, false);
-        Ok(())
     }
 
     fn notice(&mut self, chat: &Chat, deleted: bool) {
@@ -106,6 +110,15 @@ impl<'a> Ctx<'a> {
 
     /// Appends a message to history with the next message id and event sequence number.
     async fn insert_message(&mut self, chat: &mut Chat, msg: NewMessage) -> Result<StoredMessage> {
+        let stored = self.next_message(chat, msg)?;
+        self.ops
+            .insert_messages(&[MessageCols::from_message(&stored)?])
+            .await?;
+        Ok(stored)
+    }
+
+    /// Numbers a new message (next message id, next event sequence) without writing it.
+    fn next_message(&self, chat: &mut Chat, msg: NewMessage) -> Result<StoredMessage> {
         let role = msg
             .role
             .ok_or_else(|| StoreError::invalid("a committed message needs a role"))?;
@@ -125,9 +138,6 @@ impl<'a> Ctx<'a> {
             event_seq: chat.event_seq,
             created_at: self.now,
         };
-        self.ops
-            .insert_messages(&[MessageCols::from_message(&stored)?])
-            .await?;
         Ok(stored)
     }
 
@@ -677,23 +687,24 @@ pub(crate) async fn append_live_parts(
     fence(&chat, lease, false)?;
     check(&chat, Transition::AppendLiveParts)?;
     let first = chat.event_seq + 1;
-    let entries = payloads
-        .iter()
-        .zip(first..)
-        .map(|(p, seq)| Ok((seq, to_json("live_parts.payload", p)?)))
-        .collect::<Result<Vec<_>>>()?;
-    let last = first + i64::try_from(entries.len()).unwrap_or(i64::MAX) - 1;
-    if entries.is_empty() {
+    let count = i64::try_from(payloads.len())
+        .map_err(|_| StoreError::invalid("too many live parts in one batch"))?;
+    let last = first + count - 1;
+    if payloads.is_empty() {
         return Ok(first..=last);
     }
+    // One row per batch: a single JSON array is far cheaper to write than a row per part.
+    let json = to_json("live_parts.payloads", payloads)?;
     let id = chat.id.to_string();
-    cx.ops.append_live(&id, &entries).await?;
+    cx.ops.append_live(&id, first, last, &json).await?;
     chat.event_seq = last;
     cx.ops.set_event_seq(&id, last).await?;
     cx.notice(&chat, false);
     Ok(first..=last)
 }
 
+/// Appends live parts the worker numbered itself. Each run of consecutive numbers is one
+/// batch row; the event sequence advances past the highest number.
 pub(crate) async fn append_live_entries(
     cx: &mut Ctx<'_>,
     lease: &Lease,
@@ -702,15 +713,26 @@ pub(crate) async fn append_live_entries(
     let mut chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
     check(&chat, Transition::AppendLiveParts)?;
-    let Some(last) = entries.iter().map(|e| e.seq).max() else {
-        return Ok(());
-    };
-    let rows = entries
-        .iter()
-        .map(|e| Ok((e.seq, to_json("live_parts.payload", &e.payload)?)))
-        .collect::<Result<Vec<_>>>()?;
     let id = chat.id.to_string();
-    cx.ops.append_live(&id, &rows).await?;
+    let mut start = 0;
+    while start < entries.len() {
+        let mut end = start + 1;
+        while end < entries.len() && entries[end].seq == entries[end - 1].seq + 1 {
+            end += 1;
+        }
+        let run = &entries[start..end];
+        let payloads: Vec<&Value> = run.iter().map(|e| &e.payload).collect();
+        let json = to_json("live_parts.payloads", &payloads)?;
+        cx.ops
+            .append_live(&id, run[0].seq, run[run.len() - 1].seq, &json)
+            .await?;
+        start = end;
+    }
+    let last = entries
+        .iter()
+        .map(|e| e.seq)
+        .max()
+        .unwrap_or(chat.event_seq);
     if last > chat.event_seq {
         chat.event_seq = last;
         cx.ops.set_event_seq(&id, last).await?;
@@ -732,15 +754,18 @@ pub(crate) async fn commit_step(
         return Err(StoreError::invalid("a committed message needs a role"));
     }
     let mut ids = Vec::with_capacity(messages.len());
+    let mut rows = Vec::with_capacity(messages.len());
     for m in messages {
-        ids.push(cx.insert_message(&mut chat, m).await?.id);
+        let stored = cx.next_message(&mut chat, m)?;
+        ids.push(stored.id);
+        rows.push(MessageCols::from_message(&stored)?);
     }
-    let id = chat.id.to_string();
-    cx.ops.clear_live(&id).await?;
-    // The step's checkpoint is superseded by what was just committed.
-    cx.ops.delete_checkpoint(&id).await?;
     let before = chat.status;
-    cx.save(&mut chat, before, false).await?;
+    cx.stamp(&mut chat, before, false);
+    cx.ops
+        .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
+        .await?;
+    cx.notice(&chat, false);
     Ok(ids)
 }
 

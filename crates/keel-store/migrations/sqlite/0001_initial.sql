@@ -58,11 +58,14 @@ CREATE TABLE queued_messages (
 );
 CREATE INDEX queued_messages_chat ON queued_messages (chat_id, position);
 
+-- The live-part log of the step in progress, one row per appended batch: entry i of a
+-- row has sequence number first_seq + i. Committing the step deletes the chat's rows.
 CREATE TABLE live_parts (
-    chat_id TEXT NOT NULL REFERENCES chats (id) ON DELETE CASCADE,
-    seq     INTEGER NOT NULL,
-    payload TEXT NOT NULL,
-    PRIMARY KEY (chat_id, seq)
+    chat_id   TEXT NOT NULL REFERENCES chats (id) ON DELETE CASCADE,
+    first_seq INTEGER NOT NULL,
+    last_seq  INTEGER NOT NULL,
+    payloads  TEXT NOT NULL,
+    PRIMARY KEY (chat_id, first_seq)
 ) WITHOUT ROWID;
 
 CREATE TABLE tool_records (

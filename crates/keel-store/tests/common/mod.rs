@@ -16,6 +16,35 @@ pub struct TestDb {
     pub clock: Arc<ManualClock>,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
+    /// PostgreSQL: the base URL and the schema to drop afterwards.
+    pg_schema: Option<(String, String)>,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some((base, schema)) = self.pg_schema.take() else {
+            return;
+        };
+        // Best effort, on a thread of its own: Drop cannot await.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&base).await {
+                    // A test that failed mid-transaction must not hang the suite here.
+                    let _ = sqlx::query("SET lock_timeout = '3s'")
+                        .execute(&mut conn)
+                        .await;
+                    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 pub fn options(clock: &Arc<ManualClock>) -> StoreOptions {
@@ -44,6 +73,7 @@ pub async fn sqlite_with(tweak: impl FnOnce(&mut StoreOptions)) -> TestDb {
         clock,
         url,
         _dir: Some(dir),
+        pg_schema: None,
     }
 }
 
@@ -75,6 +105,7 @@ pub async fn postgres_with(tweak: impl FnOnce(&mut StoreOptions)) -> Option<Test
         clock,
         url,
         _dir: None,
+        pg_schema: Some((base, schema)),
     })
 }
 

@@ -17,7 +17,12 @@ fn fresh_database() -> Option<String> {
     };
     let name = format!("keel_e2e_{:016x}", rand::random::<u64>());
     let status = Command::new("psql")
-        .args([base.as_str(), "-q", "-c", &format!("CREATE DATABASE {name}")])
+        .args([
+            base.as_str(),
+            "-q",
+            "-c",
+            &format!("CREATE DATABASE {name}"),
+        ])
         .status()
         .expect("psql runs");
     assert!(status.success(), "creating the test database failed");
@@ -57,7 +62,9 @@ async fn a_client_on_the_non_owner_sees_everything_and_can_interrupt() {
         )
         .await;
     assert_eq!(status, 202);
-    let mut events = client.events(&other, &id, transcript.last_id.as_deref()).await;
+    let mut events = client
+        .events(&other, &id, transcript.last_id.as_deref())
+        .await;
     transcript.follow_parts(&mut events, 3).await;
     let (status, _) = client
         .post(&other.api(&format!("/chats/{id}/interrupt")), json!({}))
