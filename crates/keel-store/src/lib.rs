@@ -42,6 +42,20 @@
 //! | recover stale (lease expired) | `running`, `interrupting` | unchanged, released |
 //! | expire pending action (deadline passed) | `requires_action` | `waiting` (error results) |
 //!
+//! # Fencing
+//!
+//! [`Store::acquire`] hands a worker a [`Lease`]: the chat id, the worker id and the chat's
+//! `history_version` at that moment. Every worker write presents the lease and succeeds
+//! only while the chat is still owned by that worker at that history version; otherwise it
+//! fails with [`StoreError::LostOwnership`] (another worker claimed it, or it was released)
+//! or [`StoreError::Fenced`] (an edit rewrote history, so the write would bring truncated
+//! messages back). The one exception is the partial output of an interrupted step
+//! (messages with `interrupted: true`): it is accepted while the chat is `interrupting`
+//! and either still owned by the worker or released, because the user asked to stop, not
+//! to lose what was already said. An edit still fences it.
+//!
+//! # Notices and ordering
+//!
 //! Every transition is one transaction that locks the chat row, bumps the chat's
 //! snapshot `version`, and after commit publishes a [`ChangeNotice`] (in-process always;
 //! on PostgreSQL also `NOTIFY keel_chat_changes`). All events of a chat (committed

@@ -1,7 +1,7 @@
 //! The chat state machine: what every transition checks and writes.
 //!
 //! Each function runs inside one write transaction (opened and committed by
-//! [`crate::engine`]): it locks the chat row, checks the move against
+//! the engine): it locks the chat row, checks the move against
 //! [`crate::status::allowed`], writes, bumps the snapshot version and records the change
 //! notice to publish after commit. Worker transitions are additionally fenced on the
 //! lease: the worker must own the chat at the history version it claimed.

@@ -30,6 +30,7 @@ both_backends!(
     live_parts_share_the_event_sequence,
     interrupted_persist_is_allowed_while_interrupting,
     idempotent_create_and_send,
+    concurrent_repeats_of_one_key_create_one_chat,
     notices_are_published,
     prompt_history_is_repaired,
     checkpoints_users_and_tool_records,
@@ -676,6 +677,29 @@ async fn idempotent_create_and_send(db: TestDb) {
     assert!(s.purge_idempotency_keys().await.unwrap() >= 1);
     let c = s.create_chat(req).await.unwrap();
     assert_ne!(c.id, a.id);
+}
+
+async fn concurrent_repeats_of_one_key_create_one_chat(db: TestDb) {
+    let req = NewChat {
+        owner: "alice".into(),
+        model: "m".into(),
+        parts: text("hi"),
+        idempotency_key: Some("same".into()),
+        ..NewChat::default()
+    };
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let s = db.store.clone();
+            let req = req.clone();
+            tokio::spawn(async move { s.create_chat(req).await.unwrap().id })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap());
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    assert_eq!(db.store.list_chats(None, None, 10).await.unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
