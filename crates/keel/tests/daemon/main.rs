@@ -4,6 +4,7 @@
 
 mod harness;
 mod replicas;
+mod tools;
 
 use std::time::Duration;
 
