@@ -92,3 +92,60 @@ async fn a_model_calls_a_builtin_and_an_mcp_tool_and_reads_their_results() {
         .unwrap();
     assert_eq!(ready["mcp_servers"][0]["state"], "connected", "{ready}");
 }
+
+#[tokio::test]
+async fn interrupting_a_slow_mcp_call_records_an_interrupted_result_and_cancels_it() {
+    let Some(server) = mcp_test_server() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let config = format!(
+        "[tools]\nbuiltin = []\n\n[[mcp_servers]]\nname = \"test\"\ncommand = \"{}\"\nenv = {{ MCP_TEST_DIR = \"{}\" }}\n",
+        server.display(),
+        marks.display()
+    );
+    let daemon = Daemon::start(
+        dir.path(),
+        &format!("sqlite://{}/keel.db", dir.path().display()),
+        &config,
+    );
+    let client = Client::new();
+    let script = json!({"steps": [{"tool_calls": [{"name": "test__slow", "args": {}}]}]});
+    let id = client
+        .create_chat(&daemon, json!({"text": format!("wait\n#mock {script}")}))
+        .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !marks.join("slow-started").exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slow tool never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (status, _) = client
+        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
+        .await;
+    assert_eq!(status, 202);
+    client.wait_status(&daemon, &id, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    let tool_message = messages
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("a tool message");
+    assert_eq!(tool_message["interrupted"], true);
+    let result = &tool_message["parts"][0];
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["result"].as_str().unwrap().contains("interrupted"),
+        "{result}"
+    );
+    while !marks.join("cancelled-notification").exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never saw the cancellation"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
