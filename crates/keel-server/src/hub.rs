@@ -34,8 +34,9 @@ struct Channel {
     /// Durable frames since the last commit. A subscriber takes them together with its
     /// receiver, so frames not yet flushed to the live-part log are never missed.
     backlog: Vec<Arc<Frame>>,
-    /// A run of this process is streaming into the channel.
-    running: bool,
+    /// Runs of this process streaming into the channel (a superseded run may still be
+    /// finishing while the next one starts).
+    running: usize,
 }
 
 impl Channel {
@@ -43,7 +44,7 @@ impl Channel {
         Self {
             sender: broadcast::channel(SUBSCRIBER_BUFFER).0,
             backlog: Vec::new(),
-            running: false,
+            running: 0,
         }
     }
 }
@@ -81,7 +82,7 @@ impl Hub {
         let channel = channels
             .entry(chat_id.to_owned())
             .or_insert_with(Channel::new);
-        channel.running = true;
+        channel.running += 1;
         channel.backlog.clear();
     }
 
@@ -89,10 +90,12 @@ impl Hub {
     pub fn end_run(&self, chat_id: &str) {
         let mut channels = self.lock();
         if let Some(channel) = channels.get_mut(chat_id) {
-            channel.running = false;
-            channel.backlog.clear();
-            if channel.sender.receiver_count() == 0 {
-                channels.remove(chat_id);
+            channel.running = channel.running.saturating_sub(1);
+            if channel.running == 0 {
+                channel.backlog.clear();
+                if channel.sender.receiver_count() == 0 {
+                    channels.remove(chat_id);
+                }
             }
         }
     }
@@ -111,10 +114,10 @@ impl Hub {
             return;
         };
         let frame = Arc::new(frame);
-        if channel.running && frame.durable && frame.event != "message" {
+        if channel.running > 0 && frame.durable && frame.event != "message" {
             channel.backlog.push(frame.clone());
         }
-        if channel.sender.send(frame).is_err() && !channel.running {
+        if channel.sender.send(frame).is_err() && channel.running == 0 {
             // Nobody listens and nothing streams: drop the channel so idle chats cost nothing.
             channels.remove(chat_id);
         }

@@ -44,9 +44,18 @@ pub enum StopReason {
 
 /// A run in progress on this process.
 struct ActiveRun {
+    /// Tells this run apart from a later run of the same chat.
+    id: u64,
     cancel: Cancel,
     stop: Arc<Mutex<StopReason>>,
     history_version: i64,
+}
+
+/// A registered run's identity and controls.
+pub struct RunSlot {
+    pub id: u64,
+    pub cancel: Cancel,
+    pub stop: Arc<Mutex<StopReason>>,
 }
 
 /// What every run of this process shares.
@@ -61,6 +70,7 @@ pub struct Shared {
     /// Cancelled (with the shutdown cause) when the process stops.
     pub shutdown: Cancel,
     active: Mutex<HashMap<ChatId, ActiveRun>>,
+    next_run: std::sync::atomic::AtomicU64,
     wake: Notify,
 }
 
@@ -70,23 +80,48 @@ impl Shared {
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn register(&self, chat: ChatId, history_version: i64) -> (Cancel, Arc<Mutex<StopReason>>) {
+    fn register(&self, chat: ChatId, history_version: i64) -> RunSlot {
+        let id = self
+            .next_run
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let cancel = self.shutdown.child();
         let stop = Arc::new(Mutex::new(StopReason::None));
         self.active().insert(
             chat,
             ActiveRun {
+                id,
                 cancel: cancel.clone(),
                 stop: stop.clone(),
                 history_version,
             },
         );
-        (cancel, stop)
+        RunSlot { id, cancel, stop }
     }
 
-    fn forget(&self, chat: ChatId) {
-        self.active().remove(&chat);
+    /// Forgets a finished run, unless a later run of the chat already took its place.
+    fn forget(&self, chat: ChatId, run: u64) {
+        let mut active = self.active();
+        if active.get(&chat).is_some_and(|r| r.id == run) {
+            active.remove(&chat);
+        }
+        drop(active);
         self.wake.notify_one();
+    }
+
+    /// Stops the chat's current run from outside the loop.
+    fn stop_run(&self, chat: ChatId, reason: StopReason) {
+        if let Some(run) = self.active().get(&chat) {
+            let mut stop = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
+            if *stop == StopReason::None {
+                *stop = reason;
+            }
+            drop(stop);
+            run.cancel.cancel(CancelCause::Shutdown);
+        }
+    }
+
+    fn is_active(&self, chat: ChatId) -> bool {
+        self.active().contains_key(&chat)
     }
 
     /// Runs of this process right now.
@@ -102,10 +137,8 @@ impl Shared {
         };
         let superseded = notice.deleted || notice.history_version != run.history_version;
         if superseded {
-            let mut stop = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
-            *stop = StopReason::Superseded;
-            drop(stop);
-            run.cancel.cancel(CancelCause::Shutdown);
+            drop(active);
+            self.stop_run(notice.chat_id, StopReason::Superseded);
         } else if notice.status == ChatStatus::Interrupting {
             run.cancel.cancel(CancelCause::Interrupted);
         }
@@ -140,6 +173,7 @@ impl WorkerPool {
                 worker_id,
                 shutdown,
                 active: Mutex::new(HashMap::new()),
+                next_run: std::sync::atomic::AtomicU64::new(0),
                 wake: Notify::new(),
             }),
         }
@@ -200,8 +234,13 @@ async fn claim(shared: &Arc<Shared>) {
         }
     };
     for lease in leases {
-        let (cancel, stop) = shared.register(lease.chat_id, lease.history_version);
-        tokio::spawn(run::run_chat(shared.clone(), lease, cancel, stop));
+        if shared.is_active(lease.chat_id) {
+            // Still finishing a run of this chat (e.g. one an edit superseded): the chat is
+            // claimed again once that run is gone.
+            continue;
+        }
+        let slot = shared.register(lease.chat_id, lease.history_version);
+        tokio::spawn(run::run_chat(shared.clone(), lease, slot));
     }
 }
 

@@ -18,29 +18,21 @@ use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::persist::StorePersister;
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
-use crate::worker::{Shared, StopReason};
+use crate::worker::{RunSlot, Shared, StopReason};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.
-pub async fn run_chat(
-    shared: Arc<Shared>,
-    lease: Lease,
-    cancel: Cancel,
-    stop: Arc<Mutex<StopReason>>,
-) {
+pub async fn run_chat(shared: Arc<Shared>, lease: Lease, slot: RunSlot) {
+    let RunSlot {
+        mut id,
+        mut cancel,
+        mut stop,
+    } = slot;
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
-    let renewer = tokio::spawn(renew_lease(
-        shared.clone(),
-        lease.clone(),
-        cancel.clone(),
-        stop.clone(),
-    ));
+    let renewer = tokio::spawn(renew_lease(shared.clone(), lease.clone()));
     shared.metrics.active_runs.inc();
     shared.hub.begin_run(&chat_id.to_string());
-
-    let mut cancel = cancel;
-    let mut stop = stop;
     loop {
         let span = tracing::info_span!("run", chat = %chat_id);
         let next =
@@ -48,13 +40,13 @@ pub async fn run_chat(
         let Some(next_lease) = next else { break };
         *lease.lock().unwrap_or_else(PoisonError::into_inner) = next_lease.clone();
         // A fresh token for the next run: the previous one may carry an interrupt.
-        (cancel, stop) = shared.register(chat_id, next_lease.history_version);
+        let slot = shared.register(chat_id, next_lease.history_version);
+        (id, cancel, stop) = (slot.id, slot.cancel, slot.stop);
     }
-
     renewer.abort();
     shared.hub.end_run(&chat_id.to_string());
     shared.metrics.active_runs.dec();
-    shared.forget(chat_id);
+    shared.forget(chat_id, id);
 }
 
 /// One run of the loop. Returns the lease to continue with when the queue head starts next.
@@ -367,19 +359,11 @@ async fn commit_recovered_interruption(
     }
 }
 
-/// Keeps the lease alive; a lost lease stops the run.
-async fn renew_lease(
-    shared: Arc<Shared>,
-    lease: SharedLease,
-    cancel: Cancel,
-    stop: Arc<Mutex<StopReason>>,
-) {
+/// Keeps the lease alive for as long as the chat runs here; a lost lease stops the run.
+async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
     let period = shared.config.runs.lease() / 3;
     loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(period) => {}
-        }
+        tokio::time::sleep(period).await;
         let held = current(&lease);
         match shared.store.renew_lease(&held).await {
             Ok(renewed) => {
@@ -389,12 +373,7 @@ async fn renew_lease(
             Err(error) => {
                 tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
                 shared.metrics.lost_leases.inc();
-                let mut reason = stop.lock().unwrap_or_else(PoisonError::into_inner);
-                if *reason == StopReason::None {
-                    *reason = StopReason::LostLease;
-                }
-                drop(reason);
-                cancel.cancel(CancelCause::Shutdown);
+                shared.stop_run(held.chat_id, StopReason::LostLease);
                 return;
             }
         }
