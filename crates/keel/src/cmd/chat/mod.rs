@@ -248,7 +248,9 @@ impl Prompt {
         let mut presses = ctrl_c_presses();
         let mut ticker = tokio::time::interval(SPINNER_TICK);
         let mut stdin_open = true;
-        self.prompt();
+        if self.chat.is_none() {
+            self.prompt();
+        }
         loop {
             let step = tokio::select! {
                 line = lines.recv(), if stdin_open => match line {
@@ -340,7 +342,8 @@ impl Prompt {
         self.feed_tx = feed_tx;
         self.feed = feed;
         self.transcript = Transcript::new();
-        self.was_busy = false;
+        // The replayed history ends with the chat's status; an idle one brings the prompt.
+        self.was_busy = true;
         let end = self.renderer.finish();
         self.write(&end);
         self.notice(&format!("chat {chat}"));
