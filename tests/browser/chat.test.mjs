@@ -70,3 +70,37 @@ test('a streamed reply can be stopped and stays marked interrupted after a reloa
     await browser.close();
   }
 });
+
+test('a client-side tool call is answered from the page', async () => {
+  const script = '#mock {"steps": [{"tool_calls": [{"name": "pick_colour", "args": {"options": ["red", "blue"]}}]}, {"text": "You picked it."}]}';
+  const created = await fetch(`${base}/api/v1/chats`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      text: script,
+      tools: [{ name: 'pick_colour', description: 'Asks the user for a colour', parameters: { type: 'object' } }],
+    }),
+  });
+  assert.equal(created.status, 201);
+  const chat = await created.json();
+  const browser = await chromium.launch({
+    executablePath,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--disable-quic'],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
+    page.setDefaultTimeout(TIMEOUT);
+    await page.goto(`${base}/#chat=${chat.id}`);
+    await page.waitForSelector('#tool-prompt:not([hidden]) textarea');
+    assert.match(await page.textContent('#tool-prompt'), /pick_colour/);
+    await page.fill('#tool-prompt textarea', '"blue"');
+    await page.click('#tool-prompt button');
+    await page.waitForFunction(() => [...document.querySelectorAll('.msg.assistant .text')]
+      .some((node) => node.textContent === 'You picked it.'));
+    assert.match(await page.textContent('.tool-card .result'), /blue/);
+  } finally {
+    await browser.close();
+  }
+});
