@@ -22,9 +22,27 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), "127.0.0.1:0")
+    }
+
+    /// Stops the daemon with SIGTERM (it releases running chats) and starts it again on the
+    /// same address and database.
+    fn restart(mut self) -> Self {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap();
+        let address = self.url.trim_start_matches("http://").to_owned();
         let dir = tempfile::tempdir().unwrap();
+        let dir = std::mem::replace(&mut self._dir, dir);
+        Self::start_in(dir, &address)
+    }
+
+    fn start_in(dir: tempfile::TempDir, address: &str) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", address])
             .current_dir(dir.path())
             .env_remove("KEEL_CONFIG")
             .env_remove("KEEL_LISTEN")
@@ -74,6 +92,24 @@ impl Drop for Daemon {
     }
 }
 
+/// The text without ANSI escape sequences (`ESC [ ... letter`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn words(n: usize) -> String {
     (1..=n)
         .map(|i| format!("word{i}"))
@@ -92,7 +128,7 @@ fn ctrl_c_interrupts_a_streaming_reply_and_exits() {
     chat.expect("> ").unwrap();
 
     let reply = words(40);
-    chat.send_line(format!(r##"#mock {{"text": "{reply}", "rate": 10}}"##))
+    chat.send_line(format!(r##"#mock {{"text": "{reply}", "rate": 5}}"##))
         .unwrap();
     // A few words have streamed: the reply is visibly in progress.
     chat.expect("word1 word2 word3").unwrap();
@@ -186,4 +222,49 @@ fn once_reports_a_failed_run() {
     assert!(!output.status.success(), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("the run failed: auth"), "{stderr}");
+}
+
+#[test]
+fn a_daemon_restart_mid_reply_prints_every_word_once() {
+    let daemon = Daemon::start();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command.args(["chat", "--url", &daemon.url]);
+    command.env_remove("KEEL_TOKEN");
+    let mut chat = Session::spawn(command).unwrap();
+    chat.set_expect_timeout(Some(TIMEOUT));
+    chat.expect("> ").unwrap();
+
+    let reply = words(30);
+    chat.send_line(format!(r##"#mock {{"text": "{reply}", "rate": 5}}"##))
+        .unwrap();
+    let mut seen =
+        String::from_utf8_lossy(chat.expect("word1 word2 word3").unwrap().as_bytes()).into_owned();
+    let daemon = daemon.restart();
+    let rest = chat.expect("word30").unwrap();
+    seen.push_str(&String::from_utf8_lossy(rest.as_bytes()));
+    let rest = chat.expect("> ").unwrap();
+    seen.push_str(&String::from_utf8_lossy(rest.as_bytes()));
+
+    // What follows the typed line (which the terminal may echo) holds the reply: its words
+    // in order, each exactly once, around the reconnection notices.
+    let output = strip_ansi(seen.rsplit("\"rate\": 5}").next().unwrap());
+    let printed: Vec<&str> = output
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|token| token.starts_with("word"))
+        .collect();
+    let expected: Vec<&str> = reply.split(' ').collect();
+    assert_eq!(printed, expected, "{seen:?}");
+    assert!(seen.contains("reconnected"), "{seen:?}");
+    let chats = daemon.get("/chats");
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    let messages = daemon.get(&format!("/chats/{id}/messages"));
+    let last = messages["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["parts"][0]["text"], reply.as_str(), "{last}");
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
 }
