@@ -40,7 +40,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$work" && env -u KEEL_CONFIG -u KEEL_LISTEN -u KEEL_DATABASE_URL -u OPENAI_API_KEY -u ANTHROPIC_API_KEY \
+# `exec` makes the recorded pid keel's own, so the clean-up stops the daemon itself.
+(cd "$work" && exec env -u KEEL_CONFIG -u KEEL_LISTEN -u KEEL_DATABASE_URL -u OPENAI_API_KEY -u ANTHROPIC_API_KEY \
   "$keel" serve --listen 127.0.0.1:0 >"$work/serve.log" 2>&1) &
 server_pid=$!
 
