@@ -9,4 +9,5 @@ pub mod models;
 pub mod resume;
 pub mod serve;
 pub mod tools;
+pub mod web;
 pub mod worker;

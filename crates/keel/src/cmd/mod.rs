@@ -1,5 +1,6 @@
 //! The subcommands and what they share: argument parsing, logging, shutdown signals.
 
+pub mod chat;
 pub mod migrate;
 pub mod mock_provider;
 pub mod serve;
@@ -19,6 +20,8 @@ pub struct Cli {
 pub enum Command {
     /// Start the daemon (HTTP API, live events, workers).
     Serve(serve::Args),
+    /// A terminal client of a running daemon: streams replies, Ctrl-C interrupts.
+    Chat(chat::Args),
     /// Manage API users.
     Users(users::Args),
     /// Bring the database schema up to date.
@@ -32,6 +35,7 @@ impl Command {
     pub async fn run(self) -> anyhow::Result<()> {
         match self {
             Command::Serve(args) => serve::run(args).await,
+            Command::Chat(args) => chat::run(args).await,
             Command::Users(args) => users::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::MockProvider(args) => mock_provider::run(args).await,

@@ -1,0 +1,564 @@
+// Keel's web client: the chat list, a conversation with live streaming, interrupt, edit,
+// queue, client-side tool results and reconnection. It uses only the public API under
+// /api/v1; live events are read with fetch (not EventSource) so the bearer token can be sent.
+'use strict';
+
+const API = '/api/v1';
+const TOKEN_KEY = 'keel-token';
+// Events that take a place in the chat's order and are never to be applied twice.
+const DURABLE = new Set(['part', 'message', 'stream_reset', 'tool_call_cancel']);
+const IDLE = new Set(['waiting', 'error', 'requires_action']);
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === 'class') node.className = value;
+    else if (key.startsWith('on')) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null) node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(typeof child === 'string' ? document.createTextNode(child) : child);
+  }
+  return node;
+}
+
+// ---------------------------------------------------------------- API access
+
+let tokenPrompt = null;
+
+function askToken() {
+  if (!tokenPrompt) {
+    tokenPrompt = new Promise((resolve) => {
+      const dialog = $('token-dialog');
+      $('token-form').onsubmit = () => {
+        localStorage.setItem(TOKEN_KEY, $('token-input').value.trim());
+        tokenPrompt = null;
+        resolve();
+      };
+      dialog.showModal();
+    });
+  }
+  return tokenPrompt;
+}
+
+function authHeaders(extra) {
+  const headers = Object.assign({}, extra);
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = 'Bearer ' + token;
+  return headers;
+}
+
+async function api(method, path, body) {
+  for (;;) {
+    const init = { method, headers: authHeaders(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
+    if (body !== undefined) init.body = JSON.stringify(body);
+    const response = await fetch(API + path, init);
+    if (response.status === 401) {
+      await askToken();
+      continue;
+    }
+    const text = await response.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+    if (!response.ok) {
+      const message = data && data.error ? data.error.message : response.status + ' ' + response.statusText;
+      throw new Error(message);
+    }
+    return data;
+  }
+}
+
+// ---------------------------------------------------------------- state
+
+const view = {
+  chatId: null,
+  status: null,
+  lastEventId: null, // resume position for Last-Event-ID
+  position: 0, // last durable event applied
+  live: [], // parts of the step in progress
+  stream: null, // AbortController of the event stream
+  renderQueued: false,
+};
+
+function isBusy() {
+  return view.status !== null && !IDLE.has(view.status);
+}
+
+function showBanner(text, kind) {
+  const banner = $('banner');
+  banner.textContent = text || '';
+  banner.className = 'banner' + (kind ? ' ' + kind : '');
+  banner.hidden = !text;
+}
+
+function showError(error) {
+  showBanner(String(error && error.message ? error.message : error), 'error');
+}
+
+// ---------------------------------------------------------------- chat list
+
+function chatLabel(chat) {
+  return chat.title || 'Chat of ' + chat.created_at.slice(0, 16).replace('T', ' ');
+}
+
+async function loadChats() {
+  try {
+    const { chats } = await api('GET', '/chats?limit=50');
+    const list = $('chat-list');
+    list.replaceChildren();
+    for (const chat of chats) {
+      list.append(el('li', {
+        class: chat.id === view.chatId ? 'active' : '',
+        'data-id': chat.id,
+        title: chat.id,
+        onclick: () => { openChat(chat.id); $('sidebar').classList.remove('open'); },
+      }, chatLabel(chat), el('span', { class: 'meta' }, chat.status + ' · ' + chat.model)));
+    }
+  } catch (error) {
+    showError(error);
+  }
+}
+
+let chatsRefresh = null;
+function refreshChatsSoon() {
+  clearTimeout(chatsRefresh);
+  chatsRefresh = setTimeout(loadChats, 300);
+}
+
+async function loadModels() {
+  try {
+    const { models } = await api('GET', '/models');
+    const select = $('model');
+    select.replaceChildren(...models.map((m) => el('option', { value: m.id, selected: m.default ? '' : null }, m.id)));
+    select.hidden = models.length < 2;
+  } catch (_) {
+    // The model list is a convenience; the server's default is used without it.
+  }
+}
+
+// ---------------------------------------------------------------- rendering
+
+function partText(part) {
+  return typeof part.text === 'string' ? part.text : '';
+}
+
+function prettyArgs(args) {
+  try { return JSON.stringify(JSON.parse(args), null, 2); } catch (_) { return args || ''; }
+}
+
+function resultText(result) {
+  return typeof result === 'string' ? result : JSON.stringify(result, null, 2);
+}
+
+function toolCard(call) {
+  const card = el('div', { class: 'tool-card' + (call.cancelled ? ' cancelled' : ''), 'data-call': call.tool_call_id },
+    el('div', {}, el('span', { class: 'name' }, call.tool_name || 'tool'),
+      call.complete === false ? ' (streaming arguments…)' : null,
+      call.cancelled ? ' — cancelled: ' + call.cancelled : null),
+    el('pre', { class: 'args' }, prettyArgs(call.args)),
+    el('pre', { class: 'result', hidden: '' }));
+  return card;
+}
+
+function fillResult(card, part) {
+  const node = card.querySelector('.result');
+  node.hidden = false;
+  node.textContent = (part.is_error ? 'error: ' : '→ ') + resultText(part.result);
+  node.classList.toggle('error', !!part.is_error);
+}
+
+function renderPart(part, container) {
+  switch (part.type) {
+    case 'text':
+      container.append(el('div', { class: 'text' }, partText(part)));
+      break;
+    case 'reasoning':
+      container.append(el('details', { class: 'reasoning' }, el('summary', {}, 'Reasoning'),
+        el('div', { class: 'text' }, partText(part))));
+      break;
+    case 'tool_call':
+      container.append(toolCard(part));
+      break;
+    case 'tool_result': {
+      const card = findCard(part.tool_call_id, container);
+      if (card) fillResult(card, part);
+      else {
+        const standalone = toolCard({ tool_call_id: part.tool_call_id, tool_name: part.tool_name, args: '' });
+        fillResult(standalone, part);
+        container.append(standalone);
+      }
+      break;
+    }
+    case 'source':
+      container.append(el('div', { class: 'notice' }, 'source: ' + (part.title || part.url)));
+      break;
+    case 'file':
+      container.append(el('div', { class: 'notice' }, '[file ' + (part.media_type || '') + ']'));
+      break;
+    default:
+      break;
+  }
+}
+
+function findCard(callId, within) {
+  const escaped = CSS.escape(callId || '');
+  return (within && within.querySelector('[data-call="' + escaped + '"]'))
+    || $('messages').querySelector('[data-call="' + escaped + '"]');
+}
+
+function liveContainer() {
+  let live = $('live');
+  if (!live) {
+    live = el('div', { id: 'live', class: 'msg assistant live' });
+  }
+  $('messages').append(live); // keep it last
+  return live;
+}
+
+function userMessage(message) {
+  const text = message.parts.filter((p) => p.type === 'text').map(partText).join('');
+  const node = el('div', { class: 'msg user', 'data-id': message.id },
+    el('div', { class: 'text' }, text));
+  node.append(el('a', { href: '#', class: 'edit-link', onclick: (e) => { e.preventDefault(); editMessage(node, message.id, text); } }, 'edit'));
+  return node;
+}
+
+function committedMessage(message) {
+  if (message.role === 'user') return userMessage(message);
+  const node = el('div', { class: 'msg ' + message.role, 'data-id': message.id });
+  for (const part of message.parts) renderPart(part, node);
+  if (message.interrupted) node.append(el('span', { class: 'badge interrupted' }, 'interrupted'));
+  return node;
+}
+
+function scrollToEnd() {
+  const messages = $('messages');
+  const nearEnd = messages.scrollHeight - messages.scrollTop - messages.clientHeight < 120;
+  if (nearEnd) messages.scrollTop = messages.scrollHeight;
+}
+
+function renderLive() {
+  view.renderQueued = false;
+  const live = liveContainer();
+  live.replaceChildren();
+  for (const part of view.live) {
+    if (part.type === 'tool_result') continue;
+    renderPart(part, live);
+  }
+  for (const part of view.live) {
+    if (part.type === 'tool_result') renderPart(part, live);
+  }
+  if (isBusy() && view.live.length === 0) live.append(el('div', { class: 'notice' }, 'waiting for the model…'));
+  scrollToEnd();
+}
+
+function renderLiveSoon() {
+  if (!view.renderQueued) {
+    view.renderQueued = true;
+    requestAnimationFrame(renderLive);
+  }
+}
+
+// ---------------------------------------------------------------- events
+
+function applyPart(data) {
+  const part = data.part || {};
+  const role = data.role || 'assistant';
+  const last = view.live[view.live.length - 1];
+  showBanner('');
+  if (part.type === 'text' || part.type === 'reasoning') {
+    if (last && last.type === part.type && last.role === role) last.text += partText(part);
+    else view.live.push({ role, type: part.type, text: partText(part) });
+  } else if (part.type === 'tool_call') {
+    let call = view.live.find((p) => p.type === 'tool_call' && p.tool_call_id === part.tool_call_id);
+    if (!call) {
+      call = { role, type: 'tool_call', tool_call_id: part.tool_call_id, tool_name: part.tool_name, args: '', complete: false };
+      view.live.push(call);
+    }
+    call.args += part.args_delta || '';
+    if (part.complete) { call.args = part.args; call.complete = true; }
+  } else {
+    view.live.push(Object.assign({ role }, part));
+  }
+  renderLiveSoon();
+}
+
+function applyMessage(message) {
+  if (message.role === 'system') return;
+  const messages = $('messages');
+  const existing = messages.querySelector('.msg[data-id="' + message.id + '"]');
+  if (existing) {
+    // An edited message: everything after it was deleted with the old version.
+    let node = existing;
+    while (node) {
+      const next = node.nextElementSibling;
+      if (node.id !== 'live') node.remove();
+      node = next;
+    }
+  }
+  view.live = view.live.filter((p) => p.role !== message.role && !(message.role === 'user'));
+  if (message.role === 'tool') {
+    for (const part of message.parts) {
+      const card = part.type === 'tool_result' && findCard(part.tool_call_id);
+      if (card) fillResult(card, part);
+      else renderPart(part, messages.appendChild(el('div', { class: 'msg tool', 'data-id': message.id })));
+    }
+  } else {
+    messages.append(committedMessage(message));
+  }
+  renderLive();
+}
+
+function applyStatus(data) {
+  const before = view.status;
+  view.status = data.status;
+  $('chat-status').textContent = data.status;
+  $('stop').disabled = !(data.status === 'running' || data.status === 'interrupting');
+  $('send').textContent = isBusy() ? 'Queue' : 'Send';
+  if (data.status === 'error' && data.last_error) {
+    showBanner('The run failed: ' + data.last_error.kind + ': ' + data.last_error.message, 'error');
+  } else if (IDLE.has(data.status)) {
+    showBanner('');
+  }
+  if (data.status === 'requires_action') loadPendingTools();
+  else $('tool-prompt').hidden = true;
+  if (before !== data.status) refreshChatsSoon();
+  renderLiveSoon();
+}
+
+function applyQueue(data) {
+  const panel = $('queue');
+  const queued = data.queued || [];
+  panel.hidden = queued.length === 0;
+  panel.replaceChildren(el('strong', {}, 'Queued'), el('ul', {}, ...queued.map((q) => {
+    const text = (q.parts || []).filter((p) => p.type === 'text').map(partText).join('');
+    return el('li', {}, text + ' ', el('button', {
+      type: 'button',
+      onclick: () => api('DELETE', '/chats/' + view.chatId + '/queue/' + q.id).catch(showError),
+    }, 'remove'));
+  })));
+}
+
+function applyEvent(name, id, data) {
+  if (DURABLE.has(name) && id !== null) {
+    if (id <= view.position) return; // already applied before a reconnect
+    view.position = id;
+  }
+  switch (name) {
+    case 'part': applyPart(data); break;
+    case 'message': applyMessage(data); break;
+    case 'stream_reset':
+      view.live = view.live.filter((p) => p.role === 'user');
+      showBanner('The reply restarted from the beginning.');
+      renderLiveSoon();
+      break;
+    case 'tool_call_cancel': {
+      const call = view.live.find((p) => p.type === 'tool_call' && p.tool_call_id === data.tool_call_id);
+      if (call) call.cancelled = data.reason || 'cancelled';
+      renderLiveSoon();
+      break;
+    }
+    case 'status': applyStatus(data); break;
+    case 'retry':
+      showBanner('Retrying (attempt ' + data.attempt + ', ' + data.kind + '), waiting '
+        + (data.delay_ms / 1000).toFixed(1) + ' s' + (data.message ? ': ' + data.message : ''));
+      break;
+    case 'queue': applyQueue(data); break;
+    default: break;
+  }
+}
+
+// Reads one server-sent event stream; calls back per event. Resolves when it ends.
+async function readEvents(body, onEvent) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  let event = { name: 'message', id: null, data: [] };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let newline;
+    while ((newline = buffer.search(/\r\n|\r|\n/)) >= 0) {
+      const line = buffer.slice(0, newline);
+      buffer = buffer.slice(newline + (buffer.startsWith('\r\n', newline) ? 2 : 1));
+      if (line === '') {
+        if (event.data.length) onEvent(event.name, event.id, event.data.join('\n'));
+        event = { name: 'message', id: event.id, data: [] };
+        continue;
+      }
+      if (line.startsWith(':')) continue;
+      const colon = line.indexOf(':');
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? '' : line.slice(colon + 1);
+      if (value.startsWith(' ')) value = value.slice(1);
+      if (field === 'event') event.name = value;
+      else if (field === 'data') event.data.push(value);
+      else if (field === 'id') event.id = value;
+    }
+  }
+}
+
+async function follow(chatId, controller) {
+  let delay = 250;
+  while (!controller.signal.aborted && view.chatId === chatId) {
+    try {
+      const headers = authHeaders({ Accept: 'text/event-stream' });
+      if (view.lastEventId !== null) headers['Last-Event-ID'] = String(view.lastEventId);
+      const response = await fetch(API + '/chats/' + chatId + '/events', { headers, signal: controller.signal });
+      if (response.status === 401) { await askToken(); continue; }
+      if (response.status === 404) { showError('This chat no longer exists.'); return; }
+      if (!response.ok) throw new Error('events: ' + response.status);
+      $('connection').hidden = true;
+      delay = 250;
+      await readEvents(response.body, (name, id, raw) => {
+        if (controller.signal.aborted) return;
+        const number = id !== null && /^\d+$/.test(id) ? Number(id) : null;
+        if (number !== null) view.lastEventId = number;
+        let data = {};
+        try { data = JSON.parse(raw); } catch (_) { return; }
+        applyEvent(name, number, data);
+      });
+    } catch (_) {
+      // A network failure: reconnect below with the last event id.
+    }
+    if (controller.signal.aborted) return;
+    $('connection').hidden = false;
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(delay * 2, 5000);
+  }
+}
+
+// ---------------------------------------------------------------- actions
+
+function openChat(chatId) {
+  if (view.stream) view.stream.abort();
+  Object.assign(view, { chatId, status: null, lastEventId: null, position: 0, live: [], stream: new AbortController() });
+  $('messages').replaceChildren();
+  $('tool-prompt').hidden = true;
+  $('queue').hidden = true;
+  $('connection').hidden = true;
+  showBanner('');
+  $('chat-title').textContent = chatId ? 'Chat' : 'New chat';
+  $('chat-status').textContent = '';
+  $('stop').disabled = true;
+  $('send').textContent = 'Send';
+  for (const item of $('chat-list').children) item.classList.toggle('active', item.dataset.id === chatId);
+  if (!chatId) {
+    history.replaceState(null, '', '#');
+    return;
+  }
+  history.replaceState(null, '', '#chat=' + chatId);
+  api('GET', '/chats/' + chatId).then((chat) => {
+    if (view.chatId === chatId) $('chat-title').textContent = chatLabel(chat);
+  }).catch(showError);
+  follow(chatId, view.stream);
+}
+
+async function send(text) {
+  if (!view.chatId) {
+    const body = { text };
+    const model = $('model').value;
+    if (model) body.model = model;
+    const chat = await api('POST', '/chats', body);
+    openChat(chat.id);
+    loadChats();
+    return;
+  }
+  await api('POST', '/chats/' + view.chatId + '/messages', { text, busy: 'queue' });
+}
+
+function editMessage(node, messageId, text) {
+  const box = el('textarea', { rows: '3' });
+  box.value = text;
+  const restore = () => { form.replaceWith(original); };
+  const original = node.querySelector('.text');
+  const form = el('div', {}, box,
+    el('button', {
+      type: 'button',
+      onclick: async () => {
+        try {
+          await api('PUT', '/chats/' + view.chatId + '/messages/' + messageId, { text: box.value });
+        } catch (error) {
+          showError(error);
+          restore();
+        }
+      },
+    }, 'Save and resend'),
+    el('button', { type: 'button', onclick: restore }, 'Cancel'));
+  original.replaceWith(form);
+  box.focus();
+}
+
+async function loadPendingTools() {
+  const panel = $('tool-prompt');
+  try {
+    const chat = await api('GET', '/chats/' + view.chatId);
+    const calls = chat.pending_tool_calls || [];
+    if (!calls.length) { panel.hidden = true; return; }
+    const inputs = calls.map((call) => {
+      const box = el('textarea', { rows: '2', placeholder: 'Result: JSON or text', 'data-call': call.tool_call_id });
+      const error = el('input', { type: 'checkbox' });
+      return { call, box, error, node: el('div', { class: 'tool-card' },
+        el('div', {}, el('span', { class: 'name' }, call.tool_name), ' wants a result'),
+        el('pre', {}, prettyArgs(call.args)), box,
+        el('label', {}, error, ' is an error')) };
+    });
+    panel.replaceChildren(el('strong', {}, 'The model called a client-side tool'),
+      ...inputs.map((i) => i.node),
+      el('button', {
+        type: 'button',
+        onclick: async () => {
+          const results = inputs.map(({ call, box, error }) => {
+            let result = box.value;
+            try { result = JSON.parse(box.value); } catch (_) { /* plain text stays text */ }
+            return { tool_call_id: call.tool_call_id, result, is_error: error.checked };
+          });
+          try {
+            await api('POST', '/chats/' + view.chatId + '/tool-results', { results });
+            panel.hidden = true;
+          } catch (error) {
+            showError(error);
+          }
+        },
+      }, 'Send results'));
+    panel.hidden = false;
+  } catch (error) {
+    showError(error);
+  }
+}
+
+function start() {
+  $('composer').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const input = $('input');
+    const text = input.value;
+    if (!text.trim()) return;
+    input.value = '';
+    try {
+      await send(text);
+    } catch (error) {
+      input.value = text;
+      showError(error);
+    }
+  });
+  $('input').addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $('composer').requestSubmit();
+    }
+  });
+  $('stop').addEventListener('click', () => {
+    if (view.chatId) api('POST', '/chats/' + view.chatId + '/interrupt').catch(showError);
+  });
+  $('new-chat').addEventListener('click', () => { openChat(null); $('input').focus(); });
+  $('toggle-sidebar').addEventListener('click', () => $('sidebar').classList.toggle('open'));
+  const match = /chat=([0-9a-fA-F-]+)/.exec(location.hash);
+  loadChats();
+  loadModels();
+  openChat(match ? match[1] : null);
+}
+
+start();

@@ -1,0 +1,165 @@
+//! The daemon's HTTP API as `keel chat` uses it.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::transcript::Message;
+
+/// A chat as listed by the API (the fields this client shows).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatSummary {
+    pub id: String,
+    pub title: Option<String>,
+    pub model: String,
+    pub status: String,
+    pub updated_at: String,
+}
+
+/// What `POST .../messages` answered.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Sent {
+    pub message_id: Option<i64>,
+    pub queue_id: Option<String>,
+}
+
+/// A client of one daemon.
+#[derive(Debug, Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Api {
+    pub fn new(url: &str, token: Option<String>) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Self {
+            http,
+            base: format!("{}/api/v1", url.trim_end_matches('/')),
+            token: token.filter(|t| !t.is_empty()),
+        })
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Sends a request and turns any failure into a message that says what went wrong.
+    async fn send(&self, request: RequestBuilder) -> anyhow::Result<Response> {
+        let response = request.send().await.map_err(|error| {
+            anyhow!(
+                "cannot reach keel at {}: {error} (is `keel serve` running?)",
+                self.base.trim_end_matches("/api/v1")
+            )
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let message = body["error"]["message"]
+            .as_str()
+            .unwrap_or("no error message")
+            .to_owned();
+        if status == StatusCode::UNAUTHORIZED {
+            bail!("the server refused the token ({message}); pass --token or set KEEL_TOKEN");
+        }
+        bail!("the server answered {status}: {message}")
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        request: RequestBuilder,
+    ) -> anyhow::Result<T> {
+        self.send(request)
+            .await?
+            .json()
+            .await
+            .context("the server's answer was not the expected JSON")
+    }
+
+    pub async fn create_chat(
+        &self,
+        text: &str,
+        model: Option<&str>,
+    ) -> anyhow::Result<ChatSummary> {
+        let mut body = json!({ "text": text });
+        if let Some(model) = model {
+            body["model"] = json!(model);
+        }
+        self.json(self.request(Method::POST, "/chats").json(&body))
+            .await
+    }
+
+    pub async fn chat(&self, id: &str) -> anyhow::Result<ChatSummary> {
+        self.json(self.request(Method::GET, &format!("/chats/{id}")))
+            .await
+    }
+
+    pub async fn chats(&self) -> anyhow::Result<Vec<ChatSummary>> {
+        #[derive(Deserialize)]
+        struct List {
+            chats: Vec<ChatSummary>,
+        }
+        let list: List = self
+            .json(self.request(Method::GET, "/chats?limit=20"))
+            .await?;
+        Ok(list.chats)
+    }
+
+    pub async fn messages(&self, chat: &str) -> anyhow::Result<Vec<Message>> {
+        #[derive(Deserialize)]
+        struct List {
+            messages: Vec<Message>,
+        }
+        let list: List = self
+            .json(self.request(Method::GET, &format!("/chats/{chat}/messages")))
+            .await?;
+        Ok(list.messages)
+    }
+
+    pub async fn send_message(&self, chat: &str, text: &str, busy: &str) -> anyhow::Result<Sent> {
+        self.json(
+            self.request(Method::POST, &format!("/chats/{chat}/messages"))
+                .json(&json!({ "text": text, "busy": busy })),
+        )
+        .await
+    }
+
+    pub async fn edit_message(&self, chat: &str, id: i64, text: &str) -> anyhow::Result<()> {
+        self.send(
+            self.request(Method::PUT, &format!("/chats/{chat}/messages/{id}"))
+                .json(&json!({ "text": text })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn interrupt(&self, chat: &str) -> anyhow::Result<()> {
+        self.send(self.request(Method::POST, &format!("/chats/{chat}/interrupt")))
+            .await?;
+        Ok(())
+    }
+
+    /// Opens the chat's live events after `last_event_id`.
+    pub async fn events(&self, chat: &str, last_event_id: Option<i64>) -> anyhow::Result<Response> {
+        let mut request = self
+            .request(Method::GET, &format!("/chats/{chat}/events"))
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        self.send(request).await
+    }
+}

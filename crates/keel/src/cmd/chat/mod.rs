@@ -1,0 +1,486 @@
+//! `keel chat`: a terminal client of a running daemon.
+//!
+//! The prompt loop reads lines from standard input, sends them, and prints the chat's live
+//! events through the [`transcript::Transcript`] state machine. Ctrl-C once interrupts the
+//! run; twice within two seconds, or at an idle prompt, exits.
+
+mod client;
+mod commands;
+mod follow;
+mod render;
+mod transcript;
+
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use client::Api;
+use commands::Input;
+use follow::Feed;
+use render::Renderer;
+use transcript::Transcript;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The daemon's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8700")]
+    pub url: String,
+    /// Bearer token, needed when the daemon has users configured.
+    #[arg(long, env = "KEEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Continue this chat instead of starting a new one.
+    #[arg(long)]
+    pub chat: Option<String>,
+    /// Model for new chats (the daemon's default when absent).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Read one question from standard input, print the final reply and exit.
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// A second Ctrl-C within this window exits instead of interrupting again.
+const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
+const SPINNER_TICK: Duration = Duration::from_millis(100);
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let api = Api::new(&args.url, args.token.clone())?;
+    if args.once {
+        return once(&api, &args).await;
+    }
+    Prompt::new(api, args).run().await
+}
+
+/// Forwards Ctrl-C presses; the handler stays installed so a press never kills the process.
+fn ctrl_c_presses() -> mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads standard input on a thread of its own: a blocking read must not hold the runtime,
+/// and a plain thread does not keep the process alive at exit.
+fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(line.clone()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// `--once`: one question from standard input, the final reply on standard output.
+async fn once(api: &Api, args: &Args) -> anyhow::Result<()> {
+    let mut question = String::new();
+    std::io::stdin()
+        .read_to_string(&mut question)
+        .context("cannot read the question from standard input")?;
+    let question = question.trim();
+    if question.is_empty() {
+        bail!("no question on standard input (try: echo \"question\" | keel chat --once)");
+    }
+    let (chat, after) = match &args.chat {
+        Some(chat) => {
+            let before = api.messages(chat).await?.iter().map(|m| m.id).max();
+            api.send_message(chat, question, "queue").await?;
+            (chat.clone(), before.unwrap_or(0))
+        }
+        None => (
+            api.create_chat(question, args.model.as_deref()).await?.id,
+            0,
+        ),
+    };
+    let (tx, mut feed) = mpsc::unbounded_channel();
+    let follower = follow::spawn(api.clone(), chat.clone(), tx);
+    let mut presses = ctrl_c_presses();
+    let mut transcript = Transcript::new();
+    let outcome = loop {
+        tokio::select! {
+            item = feed.recv() => match item {
+                Some(Feed::Event(event)) => {
+                    transcript.apply(&event);
+                    let answered = transcript.last_user_id() > after;
+                    if answered && transcript.status().is_some_and(transcript::is_idle) {
+                        break Ok(());
+                    }
+                }
+                Some(Feed::Failed(message)) => break Err(anyhow::anyhow!(message)),
+                Some(Feed::Lost(_) | Feed::Restored) => {}
+                None => break Err(anyhow::anyhow!("the event stream ended")),
+            },
+            Some(()) = presses.recv() => {
+                let _ = api.interrupt(&chat).await;
+                follower.abort();
+                bail!("interrupted");
+            }
+        }
+    };
+    follower.abort();
+    outcome?;
+    match transcript.status() {
+        Some("error") => bail!(
+            "the run failed: {}",
+            transcript.last_error().unwrap_or("unknown error")
+        ),
+        Some("requires_action") => {
+            bail!("the model called a client-side tool; answer it through the API (chat {chat})")
+        }
+        _ => {}
+    }
+    let reply = transcript
+        .last_assistant()
+        .filter(|m| m.id > transcript.last_user_id())
+        .context("the run ended without a reply")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", reply.text())?;
+    stdout.flush()?;
+    if reply.interrupted {
+        bail!("the reply was interrupted");
+    }
+    Ok(())
+}
+
+/// The interactive prompt.
+struct Prompt {
+    api: Api,
+    args: Args,
+    chat: Option<String>,
+    follower: Option<JoinHandle<()>>,
+    feed_tx: mpsc::UnboundedSender<Feed>,
+    feed: mpsc::UnboundedReceiver<Feed>,
+    transcript: Transcript,
+    renderer: Renderer,
+    tty: bool,
+    interactive: bool,
+    spinner: Option<usize>,
+    last_ctrl_c: Option<Instant>,
+    was_busy: bool,
+    quit_when_idle: bool,
+}
+
+enum Step {
+    Continue,
+    Exit,
+}
+
+impl Prompt {
+    fn new(api: Api, args: Args) -> Self {
+        let tty = std::io::stdout().is_terminal();
+        let (feed_tx, feed) = mpsc::unbounded_channel();
+        Self {
+            api,
+            args,
+            chat: None,
+            follower: None,
+            feed_tx,
+            feed,
+            transcript: Transcript::new(),
+            renderer: Renderer::new(tty),
+            tty,
+            interactive: std::io::stdin().is_terminal(),
+            spinner: None,
+            last_ctrl_c: None,
+            was_busy: false,
+            quit_when_idle: false,
+        }
+    }
+
+    fn write(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let mut stdout = std::io::stdout().lock();
+        if self.spinner.take().is_some() {
+            let _ = stdout.write_all(self.renderer.clear_spinner().as_bytes());
+        }
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
+    }
+
+    fn notice(&mut self, text: &str) {
+        let line = self.renderer.notice(text);
+        self.write(&line);
+    }
+
+    fn error(&mut self, text: &str) {
+        let line = self.renderer.error(text);
+        self.write(&line);
+    }
+
+    fn prompt(&mut self) {
+        if self.interactive {
+            let mut text = self.renderer.finish();
+            text.push_str("> ");
+            self.write(&text);
+        }
+    }
+
+    async fn run(mut self) -> anyhow::Result<()> {
+        if let Some(chat) = self.args.chat.clone() {
+            self.api.chat(&chat).await?;
+            self.switch(chat);
+        } else {
+            // Fail early and clearly when the daemon is not there.
+            self.api.chats().await?;
+        }
+        self.notice(commands::HELP);
+        let mut lines = stdin_lines();
+        let mut presses = ctrl_c_presses();
+        let mut ticker = tokio::time::interval(SPINNER_TICK);
+        let mut stdin_open = true;
+        if self.chat.is_none() {
+            self.prompt();
+        }
+        loop {
+            let step = tokio::select! {
+                line = lines.recv(), if stdin_open => match line {
+                    Some(line) => self.input(&line).await,
+                    None => {
+                        stdin_open = false;
+                        self.quit_when_idle = true;
+                        Step::Continue
+                    }
+                },
+                Some(item) = self.feed.recv() => self.feed_item(item),
+                Some(()) = presses.recv() => self.ctrl_c().await,
+                _ = ticker.tick() => {
+                    self.tick();
+                    Step::Continue
+                }
+            };
+            if matches!(step, Step::Exit) || (self.quit_when_idle && !self.transcript.is_busy()) {
+                break;
+            }
+        }
+        let end = self.renderer.finish();
+        self.write(&end);
+        if let Some(follower) = self.follower.take() {
+            follower.abort();
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self) {
+        if !self.tty || !self.transcript.awaiting_reply() {
+            return;
+        }
+        let frame = self.spinner.map_or(0, |f| f + 1);
+        let text = self.renderer.spinner(frame);
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
+        self.spinner = Some(frame);
+    }
+
+    fn feed_item(&mut self, item: Feed) -> Step {
+        match item {
+            Feed::Event(event) => {
+                let pieces = self.transcript.apply(&event);
+                let text: String = pieces.iter().map(|p| self.renderer.render(p)).collect();
+                self.write(&text);
+                let busy = self.transcript.is_busy();
+                if self.was_busy && !busy {
+                    self.prompt();
+                }
+                self.was_busy = busy;
+            }
+            Feed::Lost(reason) => {
+                self.notice(&format!("connection lost ({reason}); reconnecting…"))
+            }
+            Feed::Restored => self.notice("reconnected"),
+            Feed::Failed(message) => self.error(&format!("cannot follow the chat: {message}")),
+        }
+        Step::Continue
+    }
+
+    async fn ctrl_c(&mut self) -> Step {
+        let now = Instant::now();
+        let repeated = self
+            .last_ctrl_c
+            .replace(now)
+            .is_some_and(|at| now.duration_since(at) < DOUBLE_CTRL_C);
+        let Some(chat) = self.chat.clone() else {
+            return Step::Exit;
+        };
+        if repeated || !self.transcript.is_busy() {
+            return Step::Exit;
+        }
+        match self.api.interrupt(&chat).await {
+            Ok(()) => self.notice("interrupting… (Ctrl-C again to exit)"),
+            Err(error) => self.error(&format!("{error:#}")),
+        }
+        Step::Continue
+    }
+
+    /// Follows `chat` from the start of its history, which is printed as it replays.
+    fn switch(&mut self, chat: String) {
+        if let Some(follower) = self.follower.take() {
+            follower.abort();
+        }
+        // Events of the previous chat still in the channel must not reach the new transcript.
+        let (feed_tx, feed) = mpsc::unbounded_channel();
+        self.feed_tx = feed_tx;
+        self.feed = feed;
+        self.transcript = Transcript::new();
+        // The replayed history ends with the chat's status; an idle one brings the prompt.
+        self.was_busy = true;
+        let end = self.renderer.finish();
+        self.write(&end);
+        self.notice(&format!("chat {chat}"));
+        self.follower = Some(follow::spawn(
+            self.api.clone(),
+            chat.clone(),
+            self.feed_tx.clone(),
+        ));
+        self.chat = Some(chat);
+    }
+
+    async fn input(&mut self, line: &str) -> Step {
+        let result = match commands::parse(line) {
+            Input::Empty => {
+                if !self.transcript.is_busy() {
+                    self.prompt();
+                }
+                Ok(())
+            }
+            Input::Quit => return Step::Exit,
+            Input::Help => {
+                self.notice(commands::HELP);
+                Ok(())
+            }
+            Input::Invalid(message) => {
+                self.error(&message);
+                Ok(())
+            }
+            Input::New => {
+                if let Some(follower) = self.follower.take() {
+                    follower.abort();
+                }
+                self.chat = None;
+                self.transcript = Transcript::new();
+                self.was_busy = false;
+                self.notice("the next message starts a new chat");
+                self.prompt();
+                Ok(())
+            }
+            Input::Chats => self.list_chats().await,
+            Input::Switch(id) => match self.api.chat(&id).await {
+                Ok(chat) => {
+                    self.switch(chat.id);
+                    Ok(())
+                }
+                Err(error) => Err(error),
+            },
+            Input::Message(text) => self.send(&text).await,
+            Input::Queue(text) => self.queue(&text).await,
+            Input::Edit(text) => self.edit(&text).await,
+        };
+        if let Err(error) = result {
+            self.error(&format!("{error:#}"));
+            if !self.transcript.is_busy() {
+                self.prompt();
+            }
+        }
+        Step::Continue
+    }
+
+    async fn list_chats(&mut self) -> anyhow::Result<()> {
+        let chats = self.api.chats().await?;
+        if chats.is_empty() {
+            self.notice("no chats yet");
+        }
+        for chat in chats {
+            let marker = if self.chat.as_deref() == Some(chat.id.as_str()) {
+                "*"
+            } else {
+                " "
+            };
+            let title = chat.title.unwrap_or_default();
+            self.notice(&format!(
+                "{marker} {}  {:<15} {:<10} {}  {title}",
+                chat.id, chat.status, chat.model, chat.updated_at
+            ));
+        }
+        if !self.transcript.is_busy() {
+            self.prompt();
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, text: &str) -> anyhow::Result<()> {
+        let Some(chat) = self.chat.clone() else {
+            let chat = self
+                .api
+                .create_chat(text, self.args.model.as_deref())
+                .await?;
+            self.switch(chat.id);
+            self.transcript.expect_user(text);
+            self.transcript.started_run();
+            self.was_busy = true;
+            return Ok(());
+        };
+        if self.transcript.is_busy() {
+            self.notice("a reply is in progress: /queue TEXT sends after it, Ctrl-C interrupts it");
+            return Ok(());
+        }
+        self.transcript.expect_user(text);
+        let sent = self.api.send_message(&chat, text, "queue").await?;
+        if sent.message_id.is_some() {
+            self.transcript.started_run();
+            self.was_busy = true;
+        }
+        Ok(())
+    }
+
+    async fn queue(&mut self, text: &str) -> anyhow::Result<()> {
+        let Some(chat) = self.chat.clone() else {
+            return self.send(text).await;
+        };
+        self.transcript.expect_user(text);
+        let sent = self.api.send_message(&chat, text, "queue").await?;
+        if sent.queue_id.is_some() {
+            self.notice("queued: it is sent when the current reply ends");
+        } else {
+            self.transcript.started_run();
+            self.was_busy = true;
+        }
+        Ok(())
+    }
+
+    async fn edit(&mut self, text: &str) -> anyhow::Result<()> {
+        let Some(chat) = self.chat.clone() else {
+            bail!("no chat yet: send a message first");
+        };
+        let messages = self.api.messages(&chat).await?;
+        let last_user = messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .context("this chat has no user message to edit")?;
+        self.api.edit_message(&chat, last_user.id, text).await?;
+        self.notice(&format!("edited message {}; replying again", last_user.id));
+        self.transcript.started_run();
+        self.was_busy = true;
+        Ok(())
+    }
+}

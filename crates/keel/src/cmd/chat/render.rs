@@ -1,0 +1,144 @@
+//! Turns transcript pieces into terminal output: line breaks between streamed text and
+//! lines of their own, and ANSI styles when the output is a terminal.
+
+use super::transcript::{LineKind, Piece};
+
+const RESET: &str = "\x1b[0m";
+const DIM: &str = "\x1b[2m";
+
+/// Frames of the spinner shown while waiting for the first token.
+pub const SPINNER: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Text,
+    Reasoning,
+}
+
+/// Keeps track of where the cursor is so that pieces join cleanly.
+#[derive(Debug)]
+pub struct Renderer {
+    color: bool,
+    stream: Option<Stream>,
+}
+
+fn line_style(kind: LineKind) -> &'static str {
+    match kind {
+        LineKind::User => "\x1b[1m",
+        LineKind::ToolCall => "\x1b[36m",
+        LineKind::ToolResult => "\x1b[32m",
+        LineKind::ToolError | LineKind::Error => "\x1b[31m",
+        LineKind::Retry | LineKind::Interrupted => "\x1b[33m",
+        LineKind::Notice => DIM,
+    }
+}
+
+impl Renderer {
+    pub fn new(color: bool) -> Self {
+        Self {
+            color,
+            stream: None,
+        }
+    }
+
+    fn styled(&self, style: &str, text: &str) -> String {
+        if self.color {
+            format!("{style}{text}{RESET}")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// The text to write for one piece.
+    pub fn render(&mut self, piece: &Piece) -> String {
+        match piece {
+            Piece::Text(text) => {
+                let mut out = self.switch_to(Some(Stream::Text));
+                out.push_str(text);
+                out
+            }
+            Piece::Reasoning(text) => {
+                let mut out = self.switch_to(Some(Stream::Reasoning));
+                out.push_str(&self.styled(DIM, text));
+                out
+            }
+            Piece::Line(kind, text) => {
+                let mut out = self.switch_to(None);
+                out.push_str(&self.styled(line_style(*kind), text));
+                out.push('\n');
+                out
+            }
+        }
+    }
+
+    /// Ends any streamed text, so that what follows starts on a fresh line.
+    pub fn finish(&mut self) -> String {
+        self.switch_to(None)
+    }
+
+    /// A styled notice line.
+    pub fn notice(&mut self, text: &str) -> String {
+        self.render(&Piece::Line(LineKind::Notice, text.to_owned()))
+    }
+
+    /// An error line.
+    pub fn error(&mut self, text: &str) -> String {
+        self.render(&Piece::Line(LineKind::Error, text.to_owned()))
+    }
+
+    fn switch_to(&mut self, next: Option<Stream>) -> String {
+        let previous = std::mem::replace(&mut self.stream, next);
+        match previous {
+            Some(previous) if Some(previous) != next => "\n".to_owned(),
+            _ => String::new(),
+        }
+    }
+
+    /// One spinner frame, drawn over the current line.
+    pub fn spinner(&self, frame: usize) -> String {
+        let glyph = SPINNER[frame % SPINNER.len()];
+        format!(
+            "\r{}",
+            self.styled(DIM, &format!("{glyph} waiting for the model…"))
+        )
+    }
+
+    /// Erases the spinner line.
+    pub fn clear_spinner(&self) -> &'static str {
+        "\r\x1b[K"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_start_on_a_fresh_line_after_streamed_text() {
+        let mut r = Renderer::new(false);
+        let out: String = [
+            Piece::Reasoning("hmm".into()),
+            Piece::Text("Hel".into()),
+            Piece::Text("lo".into()),
+            Piece::Line(LineKind::Interrupted, "[interrupted]".into()),
+            Piece::Line(LineKind::Notice, "next".into()),
+        ]
+        .iter()
+        .map(|p| r.render(p))
+        .collect();
+        assert_eq!(out, "hmm\nHello\n[interrupted]\nnext\n");
+        assert_eq!(r.finish(), "");
+    }
+
+    #[test]
+    fn colours_only_when_asked() {
+        let mut plain = Renderer::new(false);
+        assert_eq!(plain.render(&Piece::Reasoning("x".into())), "x");
+        let mut colour = Renderer::new(true);
+        assert_eq!(
+            colour.render(&Piece::Reasoning("x".into())),
+            "\x1b[2mx\x1b[0m"
+        );
+        assert_eq!(colour.finish(), "\n");
+    }
+}

@@ -1,0 +1,776 @@
+//! The transcript: a pure state machine that turns the daemon's live events into what the
+//! terminal prints.
+//!
+//! It keeps what was shown of the step in progress so that a committed `message` (which
+//! replaces the live parts) prints only what was not already on screen, and it remembers
+//! the last durable event id so that a replay after a reconnect prints nothing twice.
+
+use std::collections::VecDeque;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One server-sent event as received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<i64>,
+    pub event: String,
+    pub data: String,
+}
+
+/// Something to print.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    /// Streamed reply text, printed as it comes.
+    Text(String),
+    /// Streamed reasoning, printed dimmed.
+    Reasoning(String),
+    /// A line of its own.
+    Line(LineKind, String),
+}
+
+/// How a line is styled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineKind {
+    User,
+    ToolCall,
+    ToolResult,
+    ToolError,
+    Retry,
+    Notice,
+    Error,
+    Interrupted,
+}
+
+/// A committed message as the API returns it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    pub id: i64,
+    pub role: String,
+    #[serde(default)]
+    pub parts: Vec<Value>,
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+impl Message {
+    /// The concatenated text parts.
+    pub fn text(&self) -> String {
+        self.parts
+            .iter()
+            .filter(|p| p["type"] == "text")
+            .filter_map(|p| p["text"].as_str())
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum BlockKind {
+    Text,
+    Reasoning,
+    ToolCall { id: String, shown: bool },
+    ToolResult { id: String },
+    Other,
+}
+
+/// What the terminal shows of one live part of the step in progress.
+#[derive(Debug, Clone)]
+struct Block {
+    role: String,
+    kind: BlockKind,
+    text: String,
+}
+
+/// Statuses in which no run is active.
+pub fn is_idle(status: &str) -> bool {
+    matches!(status, "waiting" | "error" | "requires_action")
+}
+
+/// The state of one chat's transcript.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    position: i64,
+    live: Vec<Block>,
+    status: Option<String>,
+    queued: Option<usize>,
+    expected_user: VecDeque<String>,
+    awaiting_reply: bool,
+    last_user_id: i64,
+    last_assistant: Option<Message>,
+    last_error: Option<String>,
+}
+
+/// Events that take a place in the chat's event order and are never sent twice.
+fn is_durable(event: &str) -> bool {
+    matches!(
+        event,
+        "part" | "message" | "stream_reset" | "tool_call_cancel"
+    )
+}
+
+const MAX_ARGS_SHOWN: usize = 160;
+const MAX_RESULT_SHOWN: usize = 200;
+
+fn shorten(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+fn tool_call_line(name: &str, args: &str) -> Piece {
+    Piece::Line(
+        LineKind::ToolCall,
+        format!("⚙ {name} {}", shorten(args, MAX_ARGS_SHOWN)),
+    )
+}
+
+fn tool_result_line(part: &Value) -> Piece {
+    let name = part["tool_name"].as_str().unwrap_or("tool");
+    let result = match &part["result"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if part["is_error"].as_bool().unwrap_or(false) {
+        Piece::Line(
+            LineKind::ToolError,
+            format!("✗ {name}: {}", shorten(&result, MAX_RESULT_SHOWN)),
+        )
+    } else {
+        Piece::Line(
+            LineKind::ToolResult,
+            format!("↳ {name}: {}", shorten(&result, MAX_RESULT_SHOWN)),
+        )
+    }
+}
+
+/// The full rendering of one committed part.
+fn part_pieces(part: &Value) -> Vec<Piece> {
+    let text = || part["text"].as_str().unwrap_or_default().to_owned();
+    match part["type"].as_str() {
+        Some("text") => vec![Piece::Text(text())],
+        Some("reasoning") => vec![Piece::Reasoning(text())],
+        Some("tool_call") => vec![tool_call_line(
+            part["tool_name"].as_str().unwrap_or("tool"),
+            part["args"].as_str().unwrap_or_default(),
+        )],
+        Some("tool_result") => vec![tool_result_line(part)],
+        Some("source") => vec![Piece::Line(
+            LineKind::Notice,
+            format!("source: {}", part["url"].as_str().unwrap_or_default()),
+        )],
+        Some("file") => vec![Piece::Line(
+            LineKind::Notice,
+            format!(
+                "[file {}]",
+                part["media_type"].as_str().unwrap_or("unknown type")
+            ),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+impl Transcript {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The chat's status as last announced (or assumed after starting a run).
+    pub fn status(&self) -> Option<&str> {
+        self.status.as_deref()
+    }
+
+    /// True while a run is active.
+    pub fn is_busy(&self) -> bool {
+        self.status.as_deref().is_some_and(|s| !is_idle(s))
+    }
+
+    /// True between sending a message and the first part of the reply.
+    pub fn awaiting_reply(&self) -> bool {
+        self.awaiting_reply && self.is_busy()
+    }
+
+    /// The id of the last committed user message.
+    pub fn last_user_id(&self) -> i64 {
+        self.last_user_id
+    }
+
+    /// The last committed assistant message.
+    pub fn last_assistant(&self) -> Option<&Message> {
+        self.last_assistant.as_ref()
+    }
+
+    /// The last error announced with an `error` status.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    /// Records that this client sent `text`: its echo is not printed again.
+    pub fn expect_user(&mut self, text: &str) {
+        self.expected_user.push_back(text.to_owned());
+    }
+
+    /// Records that a run was started by this client.
+    pub fn started_run(&mut self) {
+        self.status = Some("running".to_owned());
+        self.awaiting_reply = true;
+    }
+
+    /// Applies one event and returns what to print.
+    pub fn apply(&mut self, event: &SseEvent) -> Vec<Piece> {
+        if is_durable(&event.event)
+            && let Some(id) = event.id
+        {
+            if id <= self.position {
+                return Vec::new();
+            }
+            self.position = id;
+        }
+        let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+            return Vec::new();
+        };
+        match event.event.as_str() {
+            "part" => self.part(&data),
+            "message" => match serde_json::from_value::<Message>(data) {
+                Ok(message) => self.message(message),
+                Err(_) => Vec::new(),
+            },
+            "stream_reset" => {
+                self.live.clear();
+                vec![Piece::Line(
+                    LineKind::Notice,
+                    "↻ the reply restarted from the beginning".to_owned(),
+                )]
+            }
+            "tool_call_cancel" => self.tool_call_cancel(&data),
+            "status" => self.status_event(&data),
+            "retry" => vec![Piece::Line(
+                LineKind::Retry,
+                format!(
+                    "retrying: attempt {}, {}, waiting {:.1} s{}",
+                    data["attempt"],
+                    data["kind"].as_str().unwrap_or("unknown"),
+                    data["delay_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+                    data["message"]
+                        .as_str()
+                        .filter(|m| !m.is_empty())
+                        .map(|m| format!(" ({})", shorten(m, MAX_RESULT_SHOWN)))
+                        .unwrap_or_default()
+                ),
+            )],
+            "queue" => {
+                let count = data["queued"].as_array().map_or(0, Vec::len);
+                let before = self.queued.replace(count);
+                if before == Some(count) || (before.is_none() && count == 0) {
+                    Vec::new()
+                } else {
+                    vec![Piece::Line(
+                        LineKind::Notice,
+                        format!("queued messages: {count}"),
+                    )]
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn part(&mut self, data: &Value) -> Vec<Piece> {
+        let role = data["role"].as_str().unwrap_or("assistant").to_owned();
+        let part = &data["part"];
+        self.awaiting_reply = false;
+        match part["type"].as_str() {
+            Some(kind @ ("text" | "reasoning")) => {
+                let delta = part["text"].as_str().unwrap_or_default();
+                let kind = if kind == "text" {
+                    BlockKind::Text
+                } else {
+                    BlockKind::Reasoning
+                };
+                match self.live.last_mut() {
+                    Some(last) if last.kind == kind && last.role == role => {
+                        last.text.push_str(delta);
+                    }
+                    _ => self.live.push(Block {
+                        role,
+                        kind: kind.clone(),
+                        text: delta.to_owned(),
+                    }),
+                }
+                if kind == BlockKind::Text {
+                    vec![Piece::Text(delta.to_owned())]
+                } else {
+                    vec![Piece::Reasoning(delta.to_owned())]
+                }
+            }
+            Some("tool_call") => {
+                let id = part["tool_call_id"].as_str().unwrap_or_default().to_owned();
+                let name = part["tool_name"].as_str().unwrap_or("tool");
+                let complete = part["complete"].as_bool().unwrap_or(false);
+                let index = self.live.iter().position(|b| {
+                    matches!(&b.kind, BlockKind::ToolCall { id: existing, .. } if *existing == id)
+                });
+                let index = match index {
+                    Some(index) => index,
+                    None => {
+                        self.live.push(Block {
+                            role,
+                            kind: BlockKind::ToolCall {
+                                id: id.clone(),
+                                shown: false,
+                            },
+                            text: String::new(),
+                        });
+                        self.live.len() - 1
+                    }
+                };
+                let block = &mut self.live[index];
+                if complete {
+                    block.text = part["args"].as_str().unwrap_or_default().to_owned();
+                    block.kind = BlockKind::ToolCall { id, shown: true };
+                    vec![tool_call_line(name, &block.text)]
+                } else {
+                    block
+                        .text
+                        .push_str(part["args_delta"].as_str().unwrap_or_default());
+                    Vec::new()
+                }
+            }
+            Some("tool_result") => {
+                let id = part["tool_call_id"].as_str().unwrap_or_default().to_owned();
+                self.live.push(Block {
+                    role,
+                    kind: BlockKind::ToolResult { id },
+                    text: String::new(),
+                });
+                vec![tool_result_line(part)]
+            }
+            _ => {
+                self.live.push(Block {
+                    role,
+                    kind: BlockKind::Other,
+                    text: String::new(),
+                });
+                part_pieces(part)
+            }
+        }
+    }
+
+    fn tool_call_cancel(&mut self, data: &Value) -> Vec<Piece> {
+        let id = data["tool_call_id"].as_str().unwrap_or_default();
+        self.live.retain(
+            |b| !matches!(&b.kind, BlockKind::ToolCall { id: existing, .. } if existing == id),
+        );
+        vec![Piece::Line(
+            LineKind::ToolError,
+            format!(
+                "✗ {} cancelled: {}",
+                data["tool_name"].as_str().unwrap_or("tool call"),
+                data["reason"].as_str().unwrap_or("no reason given")
+            ),
+        )]
+    }
+
+    fn status_event(&mut self, data: &Value) -> Vec<Piece> {
+        let Some(status) = data["status"].as_str() else {
+            return Vec::new();
+        };
+        let changed = self.status.as_deref() != Some(status);
+        self.status = Some(status.to_owned());
+        if is_idle(status) {
+            self.awaiting_reply = false;
+        }
+        if !changed {
+            return Vec::new();
+        }
+        match status {
+            "error" => {
+                let error = &data["last_error"];
+                let message = format!(
+                    "{}: {}",
+                    error["kind"].as_str().unwrap_or("error"),
+                    error["message"].as_str().unwrap_or("the run failed")
+                );
+                self.last_error = Some(message.clone());
+                vec![Piece::Line(
+                    LineKind::Error,
+                    format!("the run failed: {message}"),
+                )]
+            }
+            "requires_action" => vec![Piece::Line(
+                LineKind::Notice,
+                "the model called a client-side tool: answer it through the API or the web page"
+                    .to_owned(),
+            )],
+            _ => Vec::new(),
+        }
+    }
+
+    fn message(&mut self, message: Message) -> Vec<Piece> {
+        match message.role.as_str() {
+            "user" => {
+                self.last_user_id = self.last_user_id.max(message.id);
+                self.live.clear();
+                let text = message.text();
+                if self.expected_user.front() == Some(&text) {
+                    self.expected_user.pop_front();
+                    return Vec::new();
+                }
+                vec![Piece::Line(LineKind::User, format!("you: {text}"))]
+            }
+            "assistant" | "tool" => {
+                self.awaiting_reply = false;
+                let mut pieces = self.reconcile(&message);
+                if message.interrupted {
+                    pieces.push(Piece::Line(
+                        LineKind::Interrupted,
+                        "[interrupted]".to_owned(),
+                    ));
+                }
+                if message.role == "assistant" {
+                    self.last_assistant = Some(message);
+                }
+                pieces
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Prints what of a committed message was not already shown live, then forgets the
+    /// live parts it replaces.
+    fn reconcile(&mut self, message: &Message) -> Vec<Piece> {
+        let shown: Vec<Block> = self
+            .live
+            .iter()
+            .filter(|b| b.role == message.role)
+            .cloned()
+            .collect();
+        self.live.retain(|b| b.role != message.role);
+        let mut pieces = Vec::new();
+        let mut diverged = false;
+        for (index, part) in message.parts.iter().enumerate() {
+            let block = if diverged { None } else { shown.get(index) };
+            let kind = part["type"].as_str().unwrap_or_default();
+            let text = part["text"].as_str().unwrap_or_default();
+            match (kind, block.map(|b| &b.kind)) {
+                ("text", Some(BlockKind::Text)) | ("reasoning", Some(BlockKind::Reasoning)) => {
+                    let seen = block.map(|b| b.text.as_str()).unwrap_or_default();
+                    match text.strip_prefix(seen) {
+                        Some(rest) if !rest.is_empty() => pieces.push(if kind == "text" {
+                            Piece::Text(rest.to_owned())
+                        } else {
+                            Piece::Reasoning(rest.to_owned())
+                        }),
+                        Some(_) => {}
+                        None => {
+                            diverged = true;
+                            pieces.push(Piece::Line(
+                                LineKind::Notice,
+                                "(the reply as stored:)".to_owned(),
+                            ));
+                            pieces.extend(part_pieces(part));
+                        }
+                    }
+                }
+                ("tool_call", Some(BlockKind::ToolCall { shown: true, .. }))
+                | ("tool_result", Some(BlockKind::ToolResult { .. }))
+                | ("source" | "file", Some(BlockKind::Other)) => {}
+                _ => {
+                    if block.is_some() && !matches!(kind, "tool_call") {
+                        diverged = true;
+                    }
+                    pieces.extend(part_pieces(part));
+                }
+            }
+        }
+        pieces
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(id: i64, name: &str, data: Value) -> SseEvent {
+        SseEvent {
+            id: Some(id),
+            event: name.to_owned(),
+            data: data.to_string(),
+        }
+    }
+
+    fn text(id: i64, delta: &str) -> SseEvent {
+        event(
+            id,
+            "part",
+            json!({"role": "assistant", "part": {"type": "text", "text": delta}}),
+        )
+    }
+
+    fn message(id: i64, seq: i64, role: &str, parts: Value, interrupted: bool) -> SseEvent {
+        event(
+            seq,
+            "message",
+            json!({"id": id, "role": role, "parts": parts, "created_at": "2026-01-01T00:00:00Z",
+                   "usage": null, "interrupted": interrupted}),
+        )
+    }
+
+    fn printed(pieces: &[Piece]) -> String {
+        pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Text(t) => t.clone(),
+                Piece::Reasoning(t) => format!("<{t}>"),
+                Piece::Line(_, l) => format!("[{l}]"),
+            })
+            .collect()
+    }
+
+    fn feed(t: &mut Transcript, events: &[SseEvent]) -> String {
+        events.iter().map(|e| printed(&t.apply(e))).collect()
+    }
+
+    #[test]
+    fn streamed_text_is_printed_once_and_the_commit_adds_nothing() {
+        let mut t = Transcript::new();
+        let out = feed(
+            &mut t,
+            &[
+                text(2, "Hello"),
+                text(3, " world"),
+                message(
+                    2,
+                    4,
+                    "assistant",
+                    json!([{"type": "text", "text": "Hello world"}]),
+                    false,
+                ),
+            ],
+        );
+        assert_eq!(out, "Hello world");
+        assert_eq!(
+            t.last_assistant().map(Message::text).as_deref(),
+            Some("Hello world")
+        );
+    }
+
+    #[test]
+    fn replayed_events_after_a_reconnect_are_skipped() {
+        let mut t = Transcript::new();
+        let first = feed(&mut t, &[text(2, "one"), text(3, " two")]);
+        // The reconnect resumes from 3 but a server may repeat; ephemeral events repeat ids.
+        let again = feed(
+            &mut t,
+            &[
+                text(3, " two"),
+                event(
+                    3,
+                    "status",
+                    json!({"status": "running", "last_error": null}),
+                ),
+                text(4, " three"),
+            ],
+        );
+        assert_eq!(first + &again, "one two three");
+    }
+
+    #[test]
+    fn a_commit_prints_only_the_missing_tail() {
+        let mut t = Transcript::new();
+        let out = feed(
+            &mut t,
+            &[
+                text(5, "par"),
+                message(
+                    7,
+                    9,
+                    "assistant",
+                    json!([{"type": "text", "text": "partial"}]),
+                    true,
+                ),
+            ],
+        );
+        assert_eq!(out, "partial[[interrupted]]");
+        assert!(t.last_assistant().is_some_and(|m| m.interrupted));
+    }
+
+    #[test]
+    fn a_commit_without_live_parts_prints_everything() {
+        let mut t = Transcript::new();
+        let out = feed(
+            &mut t,
+            &[
+                message(1, 1, "user", json!([{"type": "text", "text": "hi"}]), false),
+                message(
+                    2,
+                    2,
+                    "assistant",
+                    json!([{"type": "reasoning", "text": "think"}, {"type": "text", "text": "hi!"}]),
+                    false,
+                ),
+            ],
+        );
+        assert_eq!(out, "[you: hi]<think>hi!");
+    }
+
+    #[test]
+    fn own_user_messages_are_not_echoed() {
+        let mut t = Transcript::new();
+        t.expect_user("hi");
+        let out = feed(
+            &mut t,
+            &[message(
+                1,
+                1,
+                "user",
+                json!([{"type": "text", "text": "hi"}]),
+                false,
+            )],
+        );
+        assert_eq!(out, "");
+        assert_eq!(t.last_user_id(), 1);
+    }
+
+    #[test]
+    fn stream_reset_voids_the_live_parts() {
+        let mut t = Transcript::new();
+        let out = feed(
+            &mut t,
+            &[
+                text(2, "wrong"),
+                event(3, "stream_reset", json!({})),
+                text(4, "right"),
+                message(
+                    3,
+                    5,
+                    "assistant",
+                    json!([{"type": "text", "text": "right answer"}]),
+                    false,
+                ),
+            ],
+        );
+        assert_eq!(
+            out,
+            "wrong[↻ the reply restarted from the beginning]right answer"
+        );
+    }
+
+    #[test]
+    fn a_commit_that_differs_from_what_was_shown_is_printed_as_stored() {
+        let mut t = Transcript::new();
+        let out = feed(
+            &mut t,
+            &[
+                text(2, "abc"),
+                message(
+                    3,
+                    3,
+                    "assistant",
+                    json!([{"type": "text", "text": "xyz"}]),
+                    false,
+                ),
+            ],
+        );
+        assert_eq!(out, "abc[(the reply as stored:)]xyz");
+    }
+
+    #[test]
+    fn tool_calls_print_when_complete_and_results_once() {
+        let mut t = Transcript::new();
+        let call = |seq, extra: Value| {
+            let mut part =
+                json!({"type": "tool_call", "tool_call_id": "c1", "tool_name": "read_file"});
+            if let (Some(p), Some(e)) = (part.as_object_mut(), extra.as_object()) {
+                p.extend(e.clone());
+            }
+            event(seq, "part", json!({"role": "assistant", "part": part}))
+        };
+        let result = json!({"type": "tool_result", "tool_call_id": "c1", "tool_name": "read_file",
+                            "result": "hello", "is_error": false});
+        let out = feed(
+            &mut t,
+            &[
+                call(2, json!({"args_delta": "{\"path\":"})),
+                call(3, json!({"args_delta": "\"a\"}"})),
+                call(
+                    4,
+                    json!({"args_delta": "", "args": "{\"path\":\"a\"}", "complete": true}),
+                ),
+                event(5, "part", json!({"role": "tool", "part": result})),
+                message(
+                    2,
+                    6,
+                    "assistant",
+                    json!([{"type": "tool_call", "tool_call_id": "c1", "tool_name": "read_file", "args": "{\"path\":\"a\"}"}]),
+                    false,
+                ),
+                message(3, 7, "tool", json!([result]), false),
+            ],
+        );
+        assert_eq!(out, "[⚙ read_file {\"path\":\"a\"}][↳ read_file: hello]");
+    }
+
+    #[test]
+    fn cancelled_tool_calls_and_retries_are_announced() {
+        let mut t = Transcript::new();
+        let out = feed(
+            &mut t,
+            &[
+                event(
+                    2,
+                    "retry",
+                    json!({"attempt": 2, "delay_ms": 1500, "kind": "rate_limit", "message": "slow down"}),
+                ),
+                event(
+                    3,
+                    "tool_call_cancel",
+                    json!({"tool_call_id": "c", "tool_name": "write_file", "reason": "stream cut"}),
+                ),
+            ],
+        );
+        assert_eq!(
+            out,
+            "[retrying: attempt 2, rate_limit, waiting 1.5 s (slow down)][✗ write_file cancelled: stream cut]"
+        );
+    }
+
+    #[test]
+    fn status_tracks_busy_and_reports_errors_once() {
+        let mut t = Transcript::new();
+        t.started_run();
+        assert!(t.is_busy() && t.awaiting_reply());
+        let running = event(
+            0,
+            "status",
+            json!({"status": "running", "last_error": null}),
+        );
+        assert_eq!(feed(&mut t, &[running]), "");
+        let failed = event(
+            0,
+            "status",
+            json!({"status": "error", "last_error": {"kind": "auth", "message": "bad key"}}),
+        );
+        assert_eq!(
+            feed(&mut t, &[failed.clone(), failed]),
+            "[the run failed: auth: bad key]"
+        );
+        assert!(!t.is_busy());
+        assert_eq!(t.last_error(), Some("auth: bad key"));
+    }
+
+    #[test]
+    fn queue_changes_are_announced() {
+        let mut t = Transcript::new();
+        let queue = |n: usize| event(1, "queue", json!({"queued": vec![json!({}); n]}));
+        assert_eq!(
+            feed(&mut t, &[queue(0), queue(1), queue(1), queue(0)]),
+            "[queued messages: 1][queued messages: 0]"
+        );
+    }
+}

@@ -1,0 +1,270 @@
+//! `keel chat` against a `keel serve` child process with the demo model: streaming in a
+//! pseudo-terminal, Ctrl-C interrupting a reply, and `--once` with piped standard input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use expectrl::{ControlCode, Eof, Session};
+use serde_json::Value;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A daemon on a free loopback port, stopped on drop.
+struct Daemon {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start() -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), "127.0.0.1:0")
+    }
+
+    /// Stops the daemon with SIGTERM (it releases running chats) and starts it again on the
+    /// same address and database.
+    fn restart(mut self) -> Self {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap();
+        let address = self.url.trim_start_matches("http://").to_owned();
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::mem::replace(&mut self._dir, dir);
+        Self::start_in(dir, &address)
+    }
+
+    fn start_in(dir: tempfile::TempDir, address: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["serve", "--listen", address])
+            .current_dir(dir.path())
+            .env_remove("KEEL_CONFIG")
+            .env_remove("KEEL_LISTEN")
+            .env_remove("KEEL_DATABASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let url = loop {
+            let line = rx.recv_timeout(TIMEOUT).expect("keel serve did not start");
+            if let Some(rest) = line.split("keel listening on ").nth(1) {
+                break rest
+                    .split(|c: char| c.is_whitespace() || c == ';')
+                    .next()
+                    .unwrap()
+                    .to_owned();
+            }
+        };
+        Self {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let url = format!("{}/api/v1{path}", self.url);
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(async move { reqwest::get(url).await.unwrap().json().await.unwrap() })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The text without ANSI escape sequences (`ESC [ ... letter`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn words(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("word{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn ctrl_c_interrupts_a_streaming_reply_and_exits() {
+    let daemon = Daemon::start();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command.args(["chat", "--url", &daemon.url]);
+    command.env_remove("KEEL_TOKEN");
+    let mut chat = Session::spawn(command).unwrap();
+    chat.set_expect_timeout(Some(TIMEOUT));
+    chat.expect("> ").unwrap();
+
+    let reply = words(40);
+    chat.send_line(format!(r##"#mock {{"text": "{reply}", "rate": 5}}"##))
+        .unwrap();
+    // A few words have streamed: the reply is visibly in progress.
+    chat.expect("word1 word2 word3").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect("[interrupted]").unwrap();
+    chat.expect("> ").unwrap();
+
+    let chats = daemon.get("/chats");
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    let messages = daemon.get(&format!("/chats/{id}/messages"));
+    let last = messages["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["interrupted"], true, "{last}");
+    let text = last["parts"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("word1 word2 word3"), "{text}");
+    assert!(text.len() < reply.len(), "the reply was not cut: {text}");
+
+    // At an idle prompt Ctrl-C exits.
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+    let status = chat.get_process().wait().unwrap();
+    assert!(format!("{status:?}").ends_with(", 0)"), "{status:?}");
+}
+
+#[test]
+fn once_prints_the_final_reply_of_a_piped_question() {
+    let daemon = Daemon::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["chat", "--once", "--url", &daemon.url])
+        .env_remove("KEEL_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"What is six times seven?\n#mock {\"text\": \"The answer is 42.\", \"rate\": 0}\n",
+        )
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "The answer is 42.\n"
+    );
+}
+
+#[test]
+fn once_fails_clearly_without_a_daemon() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["chat", "--once", "--url", "http://127.0.0.1:9"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot reach keel"), "{stderr}");
+}
+
+#[test]
+fn once_reports_a_failed_run() {
+    let daemon = Daemon::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["chat", "--once", "--url", &daemon.url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"x\n#mock {\"error\": {\"status\": 401}}\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the run failed: auth"), "{stderr}");
+}
+
+#[test]
+fn a_daemon_restart_mid_reply_prints_every_word_once() {
+    let daemon = Daemon::start();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command.args(["chat", "--url", &daemon.url]);
+    command.env_remove("KEEL_TOKEN");
+    let mut chat = Session::spawn(command).unwrap();
+    chat.set_expect_timeout(Some(TIMEOUT));
+    chat.expect("> ").unwrap();
+
+    let reply = words(30);
+    chat.send_line(format!(r##"#mock {{"text": "{reply}", "rate": 5}}"##))
+        .unwrap();
+    let mut seen =
+        String::from_utf8_lossy(chat.expect("word1 word2 word3").unwrap().as_bytes()).into_owned();
+    let daemon = daemon.restart();
+    let rest = chat.expect("word30").unwrap();
+    seen.push_str(&String::from_utf8_lossy(rest.as_bytes()));
+    let rest = chat.expect("> ").unwrap();
+    seen.push_str(&String::from_utf8_lossy(rest.as_bytes()));
+
+    // What follows the typed line (which the terminal may echo) holds the reply: its words
+    // in order, each exactly once, around the reconnection notices.
+    let output = strip_ansi(seen.rsplit("\"rate\": 5}").next().unwrap());
+    let printed: Vec<&str> = output
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|token| token.starts_with("word"))
+        .collect();
+    let expected: Vec<&str> = reply.split(' ').collect();
+    assert_eq!(printed, expected, "{seen:?}");
+    assert!(seen.contains("reconnected"), "{seen:?}");
+    let chats = daemon.get("/chats");
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    let messages = daemon.get(&format!("/chats/{id}/messages"));
+    let last = messages["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["parts"][0]["text"], reply.as_str(), "{last}");
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}

@@ -1,0 +1,106 @@
+// Drives the web page in headless Chromium against a running `keel serve` with the demo
+// model: streams a slow reply, stops it mid-stream, reloads and finds it marked interrupted.
+// KEEL_URL names the daemon; CHROMIUM and SCREENSHOT_DIR may override the defaults.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+
+const base = process.env.KEEL_URL;
+const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+const screenshots = process.env.SCREENSHOT_DIR || 'target/browser';
+const TIMEOUT = 30_000;
+
+const words = Array.from({ length: 40 }, (_, i) => `word${i + 1}`).join(' ');
+
+test('a streamed reply can be stopped and stays marked interrupted after a reload', async () => {
+  assert.ok(base, 'KEEL_URL must name the daemon');
+  mkdirSync(screenshots, { recursive: true });
+  const browser = await chromium.launch({
+    executablePath,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--disable-quic'],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
+    page.setDefaultTimeout(TIMEOUT);
+    const foreign = [];
+    page.on('request', (request) => {
+      if (!request.url().startsWith(base)) foreign.push(request.url());
+    });
+    const errors = [];
+    page.on('pageerror', (error) => errors.push(String(error)));
+
+    await page.goto(base);
+    await page.fill('#input', `#mock {"text": "${words}", "rate": 10}`);
+    await page.click('#send');
+
+    // Streamed text appears while the reply is still running.
+    await page.waitForFunction(() => {
+      const live = document.querySelector('#live .text');
+      return live && live.textContent.includes('word1 word2 word3');
+    });
+    await page.waitForSelector('#stop:not([disabled])');
+    await page.click('#stop');
+
+    const badge = '.msg.assistant .badge.interrupted';
+    await page.waitForSelector(badge);
+    const stopped = await page.textContent('.msg.assistant .text');
+    assert.match(stopped, /^word1 word2 word3/);
+    assert.ok(stopped.length < words.length, `the reply was not cut: ${stopped}`);
+    await page.waitForFunction(() => document.querySelector('#chat-status').textContent === 'waiting');
+
+    await page.reload();
+    await page.waitForSelector(badge);
+    const reloaded = await page.textContent('.msg.assistant .text');
+    assert.equal(reloaded, stopped, 'the stored partial reply differs from what was shown');
+    assert.equal(await page.textContent('.msg.user .text'), `#mock {"text": "${words}", "rate": 10}`);
+    await page.screenshot({ path: `${screenshots}/chat.png`, fullPage: true });
+
+    await page.setViewportSize({ width: 390, height: 844 });
+    // On a phone width the chat list slides away; wait until it has.
+    await page.waitForFunction(() => document.querySelector('#sidebar').getBoundingClientRect().right <= 0);
+    assert.ok(await page.isVisible('#toggle-sidebar'));
+    await page.screenshot({ path: `${screenshots}/chat-phone.png` });
+
+    assert.deepEqual(foreign, [], 'the page made requests to other origins');
+    assert.deepEqual(errors, [], 'the page raised errors');
+  } finally {
+    await browser.close();
+  }
+});
+
+test('a client-side tool call is answered from the page', async () => {
+  const script = '#mock {"steps": [{"tool_calls": [{"name": "pick_colour", "args": {"options": ["red", "blue"]}}]}, {"text": "You picked it."}]}';
+  const created = await fetch(`${base}/api/v1/chats`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      text: script,
+      tools: [{ name: 'pick_colour', description: 'Asks the user for a colour', parameters: { type: 'object' } }],
+    }),
+  });
+  assert.equal(created.status, 201);
+  const chat = await created.json();
+  const browser = await chromium.launch({
+    executablePath,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--disable-quic'],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
+    page.setDefaultTimeout(TIMEOUT);
+    await page.goto(`${base}/#chat=${chat.id}`);
+    await page.waitForSelector('#tool-prompt:not([hidden]) textarea');
+    assert.match(await page.textContent('#tool-prompt'), /pick_colour/);
+    await page.fill('#tool-prompt textarea', '"blue"');
+    await page.click('#tool-prompt button');
+    await page.waitForFunction(() => [...document.querySelectorAll('.msg.assistant .text')]
+      .some((node) => node.textContent === 'You picked it.'));
+    assert.match(await page.textContent('.tool-card .result'), /blue/);
+  } finally {
+    await browser.close();
+  }
+});
