@@ -13,6 +13,8 @@
 //! * [`response`] — step content into assistant and tool messages;
 //! * [`execute`] — concurrent tool execution;
 //! * [`context_limit`] — context limit discovery from provider metadata;
+//! * [`compaction`] — when to summarise the history, and the hook that stores a summary;
+//!   `summarize` — streaming and committing the summary;
 //! * `attempt` — one step through failures: retries, watchdogs, recovery, chain healing;
 //! * [`recovery`], [`retry`], [`timeouts`], [`checkpoint`] — the pure decisions and the
 //!   checkpoint interface behind it;
@@ -22,6 +24,7 @@ pub mod accumulate;
 mod attempt;
 pub mod checkpoint;
 pub mod clock;
+pub mod compaction;
 pub mod context_limit;
 pub mod execute;
 pub mod persist;
@@ -30,11 +33,13 @@ pub mod response;
 pub mod retry;
 pub mod run;
 pub mod sink;
+mod summarize;
 pub mod timeouts;
 pub mod tool;
 
 pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StreamCheckpoint};
 pub use clock::{Clock, SystemClock};
+pub use compaction::{Compaction, CompactionHooks, SummaryRecord};
 pub use persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
 pub use recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
 pub use response::INTERRUPTED_RESULT;

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::accumulate::StepAccumulator;
 use crate::checkpoint::CheckpointStore;
 use crate::clock::{Clock, SystemClock};
+use crate::compaction::{Compaction, MAX_REENTRIES, context_tokens, should_compact};
 use crate::context_limit;
 use crate::execute::{FinishedCall, run_batch};
 use crate::persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
@@ -34,6 +35,7 @@ use crate::recovery::StreamSnapshot;
 use crate::response::{assistant_message, for_prompt, tool_message};
 use crate::retry::RetryPolicy;
 use crate::sink::{EventSink, NullSink};
+use crate::summarize::Compacted;
 use crate::timeouts::StreamTimeouts;
 use crate::tool::{ProviderTool, Tool, ToolCallRequest, ToolOutput};
 
@@ -110,6 +112,10 @@ pub struct RunOptions {
     pub chain: ChainHooks,
     /// Seeds the backoff jitter; `None` seeds from the OS.
     pub jitter_seed: Option<u64>,
+    /// Context compaction; `None` never compacts.
+    pub compaction: Option<Compaction>,
+    /// Only summarise the history (a requested compaction); no step is streamed.
+    pub compact_only: bool,
 }
 
 impl RunOptions {
@@ -139,6 +145,8 @@ impl RunOptions {
             checkpointing: None,
             chain: ChainHooks::default(),
             jitter_seed: None,
+            compaction: None,
+            compact_only: false,
         }
     }
 }
@@ -172,6 +180,13 @@ pub enum RunError {
     },
     #[error("persisting the step failed: {0}")]
     Persist(#[source] PersistError),
+    /// Compaction did not bring the context under the limit; compacting again would loop.
+    #[error(
+        "the conversation is still too long after compaction ({tokens} tokens of a {limit}-token context)"
+    )]
+    ContextStillTooLong { tokens: u64, limit: u64 },
+    #[error("compaction failed: {0}")]
+    Compaction(String),
 }
 
 impl RunError {
@@ -251,22 +266,94 @@ impl Runner {
             .filter(|n| *n > 0)
             .unwrap_or(1);
         let mut history = self.options.messages.clone();
-        for step_index in 0..max_steps {
+        if self.options.compact_only {
+            return match self.compact(&mut history).await? {
+                Compacted::Done => Ok(RunOutcome::Completed { steps: 0 }),
+                Compacted::Interrupted => Ok(RunOutcome::Interrupted),
+            };
+        }
+        let mut state = PassState::default();
+        let mut reentries = 0;
+        loop {
+            let last = match self.run_pass(&mut history, max_steps, &mut state).await? {
+                PassEnd::Outcome(outcome) => return Ok(outcome),
+                PassEnd::Final(last) => last,
+            };
+            // The safety net: the final step is never compacted inline.
+            if !self.over_threshold(&last) {
+                return Ok(RunOutcome::Completed {
+                    steps: state.persisted,
+                });
+            }
+            self.check_not_just_compacted(&last, &state)
+                .map_err(|e| *e)?;
+            if let Compacted::Interrupted = self.compact(&mut history).await? {
+                return Ok(RunOutcome::Interrupted);
+            }
+            state.just_compacted = true;
+            if reentries >= MAX_REENTRIES {
+                return Ok(RunOutcome::Completed {
+                    steps: state.persisted,
+                });
+            }
+            // The model stopped with a full context; let it carry on from the summary.
+            reentries += 1;
+        }
+    }
+
+    /// Up to `max_steps` steps: returns the facts of the final step, or how the run ended.
+    async fn run_pass(
+        &mut self,
+        history: &mut Vec<Message>,
+        max_steps: usize,
+        state: &mut PassState,
+    ) -> Result<PassEnd, RunError> {
+        let mut last = StepFacts::default();
+        for _ in 0..max_steps {
+            let step_index = state.next_index;
+            state.next_index += 1;
             let started = Instant::now();
             let mut acc = StepAccumulator::new();
             if self.cancel.is_cancelled() {
-                return self.stop(step_index, &acc, &[], started).await;
+                return self
+                    .stop(step_index, &acc, &[], started)
+                    .await
+                    .map(PassEnd::Outcome);
             }
-            match self.stream_step(step_index, &mut history, &mut acc).await {
-                StepEnd::Finished => {}
-                StepEnd::Cancelled => return self.stop(step_index, &acc, &[], started).await,
-                StepEnd::Failed(error) => {
-                    self.delete_checkpoint().await;
-                    return Err(*error);
+            let mut overflow_retried = false;
+            loop {
+                match self.stream_step(step_index, history, &mut acc).await {
+                    StepEnd::Finished => break,
+                    StepEnd::Cancelled => {
+                        return self
+                            .stop(step_index, &acc, &[], started)
+                            .await
+                            .map(PassEnd::Outcome);
+                    }
+                    StepEnd::Failed(error) => {
+                        self.delete_checkpoint().await;
+                        if !self
+                            .can_compact_overflow(&error, overflow_retried, state)
+                            .map_err(|e| *e)?
+                        {
+                            return Err(*error);
+                        }
+                        // The provider refused the prompt as too long: compact, then try
+                        // the step once more on the summary.
+                        overflow_retried = true;
+                        if let Compacted::Interrupted = self.compact(history).await? {
+                            return Ok(PassEnd::Outcome(RunOutcome::Interrupted));
+                        }
+                        state.just_compacted = true;
+                        acc = StepAccumulator::new();
+                    }
                 }
             }
             if self.cancel.is_cancelled() {
-                return self.stop(step_index, &acc, &[], started).await;
+                return self
+                    .stop(step_index, &acc, &[], started)
+                    .await
+                    .map(PassEnd::Outcome);
             }
 
             let plan = self.plan_calls(&acc);
@@ -280,7 +367,10 @@ impl Runner {
             let mut finished = plan.refused;
             finished.extend(batch.finished);
             if batch.cancelled || self.cancel.is_cancelled() {
-                return self.stop(step_index, &acc, &finished, started).await;
+                return self
+                    .stop(step_index, &acc, &finished, started)
+                    .await
+                    .map(PassEnd::Outcome);
             }
 
             let step = self.build_step(step_index, &acc, &finished, &[], started, false);
@@ -297,23 +387,90 @@ impl Runner {
                 Err(PersistError::Interrupted) => {
                     step.interrupted = true;
                     self.persist_interrupted(step).await;
-                    return Ok(RunOutcome::Interrupted);
+                    return Ok(PassEnd::Outcome(RunOutcome::Interrupted));
                 }
                 Err(error) => return Err(RunError::Persist(error)),
             }
-            if !plan.pending.is_empty() {
-                return Ok(RunOutcome::PendingToolCalls(plan.pending));
+            state.persisted += 1;
+            last = StepFacts {
+                tokens: context_tokens(&step.usage),
+                limit: step.context_limit,
+            };
+            let over = self.over_threshold(&last);
+            if over {
+                self.check_not_just_compacted(&last, state)
+                    .map_err(|e| *e)?;
             }
+            state.just_compacted = false;
             history.extend(messages.iter().map(for_prompt));
+            if !plan.pending.is_empty() {
+                // The run stops here until the client answers: compact now, so the answer
+                // is sent with a context that has room for it.
+                if over && let Compacted::Interrupted = self.compact(history).await? {
+                    return Ok(PassEnd::Outcome(RunOutcome::Interrupted));
+                }
+                return Ok(PassEnd::Outcome(RunOutcome::PendingToolCalls(plan.pending)));
+            }
             let wants_tools = !plan.local.is_empty();
             if !(wants_tools && acc.finish_reason == Some(FinishReason::ToolCalls)) {
-                return Ok(RunOutcome::Completed {
-                    steps: step_index + 1,
-                });
+                return Ok(PassEnd::Final(last));
             }
-            self.leave_chain_mode(&mut history).await;
+            self.leave_chain_mode(history).await;
+            if over {
+                if let Compacted::Interrupted = self.compact(history).await? {
+                    return Ok(PassEnd::Outcome(RunOutcome::Interrupted));
+                }
+                state.just_compacted = true;
+                // Already compacted: nothing left for the safety net to do.
+                last = StepFacts::default();
+            }
         }
-        Ok(RunOutcome::Completed { steps: max_steps })
+        Ok(PassEnd::Final(last))
+    }
+
+    fn over_threshold(&self, facts: &StepFacts) -> bool {
+        self.options
+            .compaction
+            .as_ref()
+            .is_some_and(|c| should_compact(facts.tokens, facts.limit, c.threshold))
+    }
+
+    /// A step right after a compaction that is still over the threshold means the summary
+    /// did not help; compacting again would loop.
+    fn check_not_just_compacted(
+        &self,
+        facts: &StepFacts,
+        state: &PassState,
+    ) -> Result<(), Box<RunError>> {
+        if state.just_compacted {
+            return Err(Box::new(RunError::ContextStillTooLong {
+                tokens: facts.tokens,
+                limit: facts.limit.unwrap_or_default(),
+            }));
+        }
+        Ok(())
+    }
+
+    /// Whether a failed step is a context overflow that compaction may fix.
+    fn can_compact_overflow(
+        &self,
+        error: &RunError,
+        overflow_retried: bool,
+        state: &PassState,
+    ) -> Result<bool, Box<RunError>> {
+        let RunError::Provider(provider) = error else {
+            return Ok(false);
+        };
+        if provider.kind != ErrorKind::ContextOverflow || self.options.compaction.is_none() {
+            return Ok(false);
+        }
+        if overflow_retried || state.just_compacted {
+            return Err(Box::new(RunError::Compaction(format!(
+                "the conversation is still too long after compaction: {}",
+                provider.message
+            ))));
+        }
+        Ok(true)
     }
 
     /// The request for one attempt, built on a copy of the history. With a continuation
@@ -437,6 +594,28 @@ impl Runner {
             }
         }
     }
+}
+
+/// What the compaction decisions need to know about the last persisted step.
+#[derive(Debug, Default, Clone, Copy)]
+struct StepFacts {
+    tokens: u64,
+    limit: Option<u64>,
+}
+
+/// Progress of a run across its passes (a pass re-enters after compaction).
+#[derive(Debug, Default)]
+struct PassState {
+    next_index: usize,
+    persisted: usize,
+    /// The history was compacted and no step has been persisted since.
+    just_compacted: bool,
+}
+
+enum PassEnd {
+    Outcome(RunOutcome),
+    /// The model finished (or the step budget ran out) after this step.
+    Final(StepFacts),
 }
 
 #[derive(Default)]

@@ -24,7 +24,7 @@ pub mod usage;
 
 pub use cancel::{Cancel, CancelCause};
 pub use error::{ErrorKind, ProviderError};
-pub use message::{Message, Part, PartKind, Role};
+pub use message::{Message, Part, PartKind, Role, SUMMARY_PREFIX};
 pub use model::{CallOptions, EventStream, LanguageModel, ModelCall, ToolChoice, ToolDefinition};
 pub use stream::StreamEvent;
 pub use usage::{FinishReason, Usage};

@@ -4,6 +4,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The text that introduces a conversation summary when it is sent to a model.
+pub const SUMMARY_PREFIX: &str = "Summary of the conversation so far:";
+
 /// Who said a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -55,6 +58,12 @@ impl Message {
 
     pub fn assistant(text: impl Into<String>) -> Self {
         Self::new(Role::Assistant, vec![Part::text(text)])
+    }
+
+    /// The user message that carries a conversation summary into a prompt: models follow
+    /// user text more reliably than a system message in the middle of a conversation.
+    pub fn summary(text: &str) -> Self {
+        Self::user(format!("{SUMMARY_PREFIX}\n\n{text}"))
     }
 
     /// The concatenated text of all text parts.

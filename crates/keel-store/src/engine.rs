@@ -12,6 +12,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
+use crate::compaction::prompt_messages;
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps};
 use crate::orphans::repair_orphans;
@@ -19,9 +20,9 @@ use crate::rows::{MessageCols, ToolRecordCols, from_json, from_ms};
 use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, Next,
-    PendingToolCall, QueueId, QueuedMessage, SendOutcome, StoreOptions, StoredMessage, ToolRecord,
-    ToolResultInput, User,
+    Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, MessageKind, NewChat,
+    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, SendOutcome,
+    StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
@@ -139,7 +140,14 @@ impl SqlStore {
         }
     }
 
+    /// The messages clients see: everything but summaries.
     fn messages(rows: Vec<MessageCols>) -> Result<Vec<StoredMessage>> {
+        let mut messages = Self::all_messages(rows)?;
+        messages.retain(|m| m.kind != MessageKind::Summary);
+        Ok(messages)
+    }
+
+    fn all_messages(rows: Vec<MessageCols>) -> Result<Vec<StoredMessage>> {
         rows.into_iter().map(MessageCols::into_message).collect()
     }
 }
@@ -251,6 +259,10 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::delete_chat(&mut cx, chat).await)
     }
 
+    async fn request_compaction(&self, chat: ChatId) -> Result<Chat> {
+        in_tx!(self, |cx| t::request_compaction(&mut cx, chat).await)
+    }
+
     async fn list_messages(
         &self,
         chat: ChatId,
@@ -288,10 +300,11 @@ impl Store for SqlStore {
     }
 
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>> {
-        let messages = self.list_messages(chat, None).await?;
-        Ok(repair_orphans(
-            messages.iter().map(StoredMessage::to_message).collect(),
-        ))
+        let messages = in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            Self::all_messages(ops.messages(&chat.to_string(), 0).await?)
+        })?;
+        Ok(repair_orphans(prompt_messages(&messages)))
     }
 
     async fn acquire(&self, worker_id: &str, limit: usize) -> Result<Vec<Lease>> {
@@ -322,6 +335,10 @@ impl Store for SqlStore {
         messages: Vec<NewMessage>,
     ) -> Result<Vec<MessageId>> {
         in_tx!(self, |cx| t::commit_step(&mut cx, lease, messages).await)
+    }
+
+    async fn commit_summary(&self, lease: &Lease, summary: NewSummary) -> Result<Vec<MessageId>> {
+        in_tx!(self, |cx| t::commit_summary(&mut cx, lease, summary).await)
     }
 
     async fn record_tool(&self, lease: &Lease, record: ToolRecord) -> Result<()> {

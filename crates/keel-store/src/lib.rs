@@ -65,6 +65,7 @@
 #[macro_use]
 mod sql;
 
+pub mod compaction;
 pub mod error;
 pub mod orphans;
 pub mod status;
@@ -80,6 +81,7 @@ mod sqlite;
 
 use std::sync::Arc;
 
+pub use compaction::prompt_messages;
 pub use error::{Result, StoreError};
 pub use orphans::{INTERRUPTED_RESULT, repair_orphans};
 pub use postgres::NOTICE_CHANNEL;

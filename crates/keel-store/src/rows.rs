@@ -11,7 +11,9 @@ use uuid::Uuid;
 
 use crate::error::{Result, StoreError};
 use crate::status::ChatStatus;
-use crate::types::{Chat, LastError, QueuedMessage, StoredMessage, ToolRecord, ToolState};
+use crate::types::{
+    Chat, LastError, MessageKind, QueuedMessage, StoredMessage, ToolRecord, ToolState,
+};
 
 pub(crate) fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
@@ -70,6 +72,7 @@ pub(crate) struct ChatCols {
     pub pending_deadline: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    pub compact_requested: bool,
 }
 
 impl ChatCols {
@@ -101,6 +104,7 @@ impl ChatCols {
             pending_deadline: c.pending_deadline.map(ms),
             created_at: ms(c.created_at),
             updated_at: ms(c.updated_at),
+            compact_requested: c.compact_requested,
         })
     }
 
@@ -143,6 +147,7 @@ impl ChatCols {
             pending_deadline: self.pending_deadline.map(from_ms),
             created_at: from_ms(self.created_at),
             updated_at: from_ms(self.updated_at),
+            compact_requested: self.compact_requested,
             queued: Vec::new(),
         })
     }
@@ -162,6 +167,7 @@ pub(crate) struct MessageCols {
     pub provider_response_id: Option<String>,
     pub event_seq: i64,
     pub created_at: i64,
+    pub kind: String,
 }
 
 impl MessageCols {
@@ -183,6 +189,7 @@ impl MessageCols {
             provider_response_id: m.provider_response_id.clone(),
             event_seq: m.event_seq,
             created_at: ms(m.created_at),
+            kind: m.kind.as_str().to_owned(),
         })
     }
 
@@ -209,6 +216,10 @@ impl MessageCols {
             provider_response_id: self.provider_response_id,
             event_seq: self.event_seq,
             created_at: from_ms(self.created_at),
+            kind: MessageKind::parse(&self.kind).ok_or_else(|| StoreError::Corrupt {
+                what: "messages.kind",
+                source: serde::de::Error::custom(format!("unknown kind {:?}", self.kind)),
+            })?,
         })
     }
 }

@@ -12,14 +12,14 @@ macro_rules! chat_columns {
         "id, owner, title, model, status, archived, max_steps, system_prompt, tools, \
          worker_id, lease_expires_at, version, history_version, event_seq, last_message_id, \
          last_error_kind, last_error_message, retry_state, pending_tool_calls, \
-         pending_deadline, created_at, updated_at"
+         pending_deadline, created_at, updated_at, compact_requested"
     };
 }
 
 macro_rules! message_columns {
     () => {
         "chat_id, id, role, parts, content_version, usage, context_limit, runtime_ms, \
-         interrupted, provider_response_id, event_seq, created_at"
+         interrupted, provider_response_id, event_seq, created_at, kind"
     };
 }
 
@@ -84,7 +84,7 @@ macro_rules! tx_ops {
                     "INSERT INTO chats (",
                     chat_columns!(),
                     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-                     $15, $16, $17, $18, $19, $20, $21, $22)"
+                     $15, $16, $17, $18, $19, $20, $21, $22, $23)"
                 );
                 sqlx::query(SQL)
                     .bind(&c.id)
@@ -109,6 +109,7 @@ macro_rules! tx_ops {
                     .bind(c.pending_deadline)
                     .bind(c.created_at)
                     .bind(c.updated_at)
+                    .bind(c.compact_requested)
                     .execute(self.conn().await?)
                     .await?;
                 Ok(())
@@ -123,8 +124,8 @@ macro_rules! tx_ops {
                     worker_id = $9, lease_expires_at = $10, version = $11, \
                     history_version = $12, event_seq = $13, last_message_id = $14, \
                     last_error_kind = $15, last_error_message = $16, retry_state = $17, \
-                    pending_tool_calls = $18, pending_deadline = $19, updated_at = $20 \
-                    WHERE id = $1";
+                    pending_tool_calls = $18, pending_deadline = $19, updated_at = $20, \
+                    compact_requested = $21 WHERE id = $1";
                 sqlx::query(SQL)
                     .bind(&c.id)
                     .bind(&c.title)
@@ -146,6 +147,7 @@ macro_rules! tx_ops {
                     .bind(&c.pending_tool_calls)
                     .bind(c.pending_deadline)
                     .bind(c.updated_at)
+                    .bind(c.compact_requested)
                     .execute(self.conn().await?)
                     .await?;
                 Ok(())
@@ -249,7 +251,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!(
                     "INSERT INTO messages (",
                     message_columns!(),
-                    ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, FALSE)"
+                    ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, FALSE)"
                 );
                 for m in messages {
                     sqlx::query(SQL)
@@ -265,6 +267,7 @@ macro_rules! tx_ops {
                         .bind(&m.provider_response_id)
                         .bind(m.event_seq)
                         .bind(m.created_at)
+                        .bind(&m.kind)
                         .execute(self.conn().await?)
                         .await?;
                 }

@@ -113,7 +113,7 @@ tx_ops!(
             const SQL: &str = concat!(
                 "INSERT INTO messages (",
                 message_columns!(),
-                ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, FALSE); \
+                ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $32, FALSE); \
                  DELETE FROM live_parts WHERE chat_id = $1; \
                  DELETE FROM checkpoints WHERE chat_id = $1; \
                  UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
@@ -121,7 +121,7 @@ tx_ops!(
                  lease_expires_at = $21, version = $22, history_version = $23, \
                  event_seq = $24, last_message_id = $25, last_error_kind = $26, \
                  last_error_message = $27, retry_state = $28, pending_tool_calls = $29, \
-                 pending_deadline = $30, updated_at = $31 WHERE id = $1"
+                 pending_deadline = $30, updated_at = $31, compact_requested = $33 WHERE id = $1"
             );
             if m.chat_id != c.id {
                 return Err(StoreError::invalid(
@@ -160,6 +160,8 @@ tx_ops!(
                 .bind(&c.pending_tool_calls)
                 .bind(c.pending_deadline)
                 .bind(c.updated_at)
+                .bind(&m.kind)
+                .bind(c.compact_requested)
                 .execute(self.conn().await?)
                 .await?;
             Ok(())

@@ -99,10 +99,12 @@ pub enum Transition {
     ReleaseOnShutdown,
     RecoverStale,
     ExpirePendingAction,
+    RequestCompaction,
+    CommitSummary,
 }
 
 impl Transition {
-    pub const ALL: [Transition; 23] = [
+    pub const ALL: [Transition; 25] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -126,6 +128,8 @@ impl Transition {
         Transition::ReleaseOnShutdown,
         Transition::RecoverStale,
         Transition::ExpirePendingAction,
+        Transition::RequestCompaction,
+        Transition::CommitSummary,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -153,6 +157,8 @@ impl Transition {
             Transition::ReleaseOnShutdown => "release on shutdown",
             Transition::RecoverStale => "recover stale lease",
             Transition::ExpirePendingAction => "expire pending action",
+            Transition::RequestCompaction => "request compaction",
+            Transition::CommitSummary => "commit summary",
         }
     }
 }
@@ -168,7 +174,7 @@ impl fmt::Display for Transition {
 const W: bool = true;
 const X: bool = false;
 #[rustfmt::skip]
-const TABLE: [(Transition, [bool; 5]); 22] = [
+const TABLE: [(Transition, [bool; 5]); 24] = [
     //                                   wait run  intr  req  err
     (Transition::SendMessage,           [W,   W,   W,    W,   W]),
     (Transition::EditMessage,           [W,   W,   W,    W,   W]),
@@ -192,6 +198,8 @@ const TABLE: [(Transition, [bool; 5]); 22] = [
     (Transition::ReleaseOnShutdown,     [X,   W,   W,    X,   X]),
     (Transition::RecoverStale,          [X,   W,   W,    X,   X]),
     (Transition::ExpirePendingAction,   [X,   X,   X,    W,   X]),
+    (Transition::RequestCompaction,     [W,   X,   X,    X,   W]),
+    (Transition::CommitSummary,         [X,   W,   X,    X,   X]),
 ];
 
 fn column(status: ChatStatus) -> usize {
@@ -280,6 +288,8 @@ mod tests {
         only(Transition::ExpirePendingAction, &[RequiresAction]);
         only(Transition::FinishInterruption, &[Interrupting]);
         only(Transition::EnterRequiresAction, &[Running]);
+        only(Transition::RequestCompaction, &[Waiting, Error]);
+        only(Transition::CommitSummary, &[Running]);
         only(Transition::SendMessage, &ChatStatus::ALL);
         only(Transition::EditMessage, &ChatStatus::ALL);
         only(Transition::Interrupt, &ChatStatus::ALL);

@@ -11,8 +11,8 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, Next,
-    PendingToolCall, QueueId, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
+    Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, NewSummary,
+    Next, PendingToolCall, QueueId, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
@@ -56,8 +56,10 @@ pub trait Store: Send + Sync {
     async fn promote_queued(&self, chat: ChatId, queued: QueueId) -> Result<Chat>;
     async fn set_archived(&self, chat: ChatId, archived: bool) -> Result<Chat>;
     async fn delete_chat(&self, chat: ChatId) -> Result<()>;
+    /// Asks for a compaction of an idle (`waiting` or `error`) chat; a conflict otherwise.
+    async fn request_compaction(&self, chat: ChatId) -> Result<Chat>;
 
-    /// Live messages with an id above `after`, in order.
+    /// Live messages with an id above `after`, in order; summaries are not among them.
     async fn list_messages(
         &self,
         chat: ChatId,
@@ -67,7 +69,8 @@ pub trait Store: Send + Sync {
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>>;
     /// The live parts of the step in progress after `after_seq`.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
-    /// Stored history, repaired with [`crate::repair_orphans`], ready for a prompt.
+    /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired
+    /// with [`crate::repair_orphans`], ready for a prompt.
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>>;
 
     // ---- worker ----------------------------------------------------------------
@@ -89,6 +92,9 @@ pub trait Store: Send + Sync {
     /// `interrupted` message is also accepted while the chat is `interrupting` and released.
     async fn commit_step(&self, lease: &Lease, messages: Vec<NewMessage>)
     -> Result<Vec<MessageId>>;
+    /// Commits a compaction boundary (the summary, never listed) and a visible notice that
+    /// the conversation was summarised; clears the live-part log and the compaction request.
+    async fn commit_summary(&self, lease: &Lease, summary: NewSummary) -> Result<Vec<MessageId>>;
     async fn record_tool(&self, lease: &Lease, record: ToolRecord) -> Result<()>;
     async fn tool_records(&self, chat: ChatId) -> Result<Vec<ToolRecord>>;
     async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()>;

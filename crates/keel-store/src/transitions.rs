@@ -21,15 +21,18 @@ use crate::ops::TxOps;
 use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols, from_json, ms, to_json};
 use crate::status::{ChatStatus, Transition, allowed};
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, LastError, Lease, MessageId, NewChat, NewMessage, Next,
-    PendingToolCall, QueueId, QueuedMessage, SendOutcome, StoreOptions, StoredMessage, ToolRecord,
-    ToolResultInput,
+    Busy, ChangeNotice, Chat, ChatId, LastError, Lease, MessageId, MessageKind, NewChat,
+    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, SendOutcome,
+    StoreOptions, StoredMessage, ToolRecord, ToolResultInput,
 };
 
 /// The result given to pending client-side calls when the user interrupts.
 pub const INTERRUPTED_BY_USER: &str = "tool call was interrupted by the user";
 /// The result given to pending client-side calls whose deadline passed.
 pub const DEADLINE_PASSED: &str = "no tool result arrived before the deadline";
+/// The text of the visible record that a conversation was summarised.
+pub const COMPACTION_NOTICE: &str =
+    "The conversation so far was summarised to free space in the model's context.";
 
 /// Most chats one sweep (acquire, stale recovery, expiry) handles.
 const SWEEP_LIMIT: i64 = 100;
@@ -137,6 +140,7 @@ impl<'a> Ctx<'a> {
             provider_response_id: msg.provider_response_id,
             event_seq: chat.event_seq,
             created_at: self.now,
+            kind: msg.kind,
         };
         Ok(stored)
     }
@@ -357,6 +361,7 @@ pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> 
         pending_deadline: None,
         created_at: cx.now,
         updated_at: cx.now,
+        compact_requested: false,
         queued: Vec::new(),
     };
     cx.ops.insert_chat(&ChatCols::from_chat(&chat)?).await?;
@@ -769,6 +774,63 @@ pub(crate) async fn commit_step(
     Ok(ids)
 }
 
+/// Asks for a compaction of an idle chat: it becomes runnable with the request flag set,
+/// and the worker that claims it only summarises the history.
+pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    check(&chat, Transition::RequestCompaction)?;
+    let before = chat.status;
+    chat.status = ChatStatus::Running;
+    chat.compact_requested = true;
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    cx.save(&mut chat, before, false).await?;
+    cx.load_queue(&mut chat).await?;
+    Ok(chat)
+}
+
+/// Commits a summary boundary and the visible notice that the conversation was
+/// summarised, clearing the live-part log the summary streamed into.
+pub(crate) async fn commit_summary(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    summary: NewSummary,
+) -> Result<Vec<MessageId>> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    check(&chat, Transition::CommitSummary)?;
+    if summary.text.trim().is_empty() {
+        return Err(StoreError::invalid("a summary needs text"));
+    }
+    let messages = [
+        NewMessage {
+            usage: Some(summary.usage),
+            context_limit: summary.context_limit,
+            kind: MessageKind::Summary,
+            ..NewMessage::new(Role::Assistant, vec![Part::text(summary.text)])
+        },
+        NewMessage {
+            kind: MessageKind::CompactionNotice,
+            ..NewMessage::new(Role::System, vec![Part::text(COMPACTION_NOTICE)])
+        },
+    ];
+    let mut ids = Vec::with_capacity(messages.len());
+    let mut rows = Vec::with_capacity(messages.len());
+    for m in messages {
+        let stored = cx.next_message(&mut chat, m)?;
+        ids.push(stored.id);
+        rows.push(MessageCols::from_message(&stored)?);
+    }
+    chat.compact_requested = false;
+    let before = chat.status;
+    cx.stamp(&mut chat, before, false);
+    cx.ops
+        .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
+        .await?;
+    cx.notice(&chat, false);
+    Ok(ids)
+}
+
 pub(crate) async fn record_tool(cx: &mut Ctx<'_>, lease: &Lease, record: ToolRecord) -> Result<()> {
     let chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
@@ -805,6 +867,7 @@ async fn end_run(cx: &mut Ctx<'_>, lease: &Lease, transition: Transition) -> Res
     cx.ops.clear_live(&id).await?;
     cx.ops.delete_checkpoint(&id).await?;
     chat.retry_state = None;
+    chat.compact_requested = false;
     let next = match cx.start_queue_head(&mut chat).await? {
         Some(message_id) => {
             chat.status = ChatStatus::Running;
@@ -845,6 +908,7 @@ pub(crate) async fn fail_run(
     let before = chat.status;
     cx.ops.clear_live(&chat.id.to_string()).await?;
     chat.status = ChatStatus::Error;
+    chat.compact_requested = false;
     chat.last_error = Some(LastError { kind, message });
     chat.worker_id = None;
     chat.lease_expires_at = None;

@@ -61,6 +61,8 @@ pub struct Chat {
     pub pending_deadline: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// A compaction was requested; the next run only summarises the history.
+    pub compact_requested: bool,
     /// Queued messages in the order they will run. Filled by reads and API transitions.
     pub queued: Vec<QueuedMessage>,
 }
@@ -82,6 +84,40 @@ pub struct StoredMessage {
     /// The event sequence number the message was (last) committed at.
     pub event_seq: i64,
     pub created_at: DateTime<Utc>,
+    pub kind: MessageKind,
+}
+
+/// What a stored message is to the conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    /// Part of the conversation, shown to clients and sent to the model.
+    #[default]
+    Normal,
+    /// A compaction boundary: the summary the model starts from. Never shown to clients.
+    Summary,
+    /// Tells clients the conversation was summarised. Never sent to the model.
+    CompactionNotice,
+}
+
+impl MessageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageKind::Normal => "normal",
+            MessageKind::Summary => "summary",
+            MessageKind::CompactionNotice => "compaction_notice",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            MessageKind::Normal,
+            MessageKind::Summary,
+            MessageKind::CompactionNotice,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
 }
 
 impl StoredMessage {
@@ -112,6 +148,7 @@ pub struct NewMessage {
     /// Set on the partial output of an interrupted step.
     pub interrupted: bool,
     pub provider_response_id: Option<String>,
+    pub kind: MessageKind,
 }
 
 impl NewMessage {
@@ -122,6 +159,15 @@ impl NewMessage {
             ..Self::default()
         }
     }
+}
+
+/// A conversation summary to commit as a compaction boundary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSummary {
+    pub text: String,
+    /// What the summarising call consumed and produced.
+    pub usage: Usage,
+    pub context_limit: Option<i64>,
 }
 
 /// How a new message treats a chat that is busy.

@@ -209,6 +209,18 @@ pub async fn interrupt(
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
+/// Asks for a compaction of an idle chat; the worker summarises it and it returns to
+/// `waiting`.
+pub async fn compact(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let chat = state.store.request_compaction(chat.id).await?;
+    Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
+}
+
 pub async fn tool_results(
     State(state): State<AppState>,
     caller: Caller,

@@ -33,6 +33,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/chats/{id}/messages"),
     ("put", "/api/v1/chats/{id}/messages/{message_id}"),
     ("post", "/api/v1/chats/{id}/interrupt"),
+    ("post", "/api/v1/chats/{id}/compact"),
     ("post", "/api/v1/chats/{id}/tool-results"),
     ("delete", "/api/v1/chats/{id}/queue/{queue_id}"),
     ("post", "/api/v1/chats/{id}/queue/{queue_id}/promote"),
@@ -64,6 +65,7 @@ pub fn router(state: AppState) -> Router {
             put(chats::edit_message),
         )
         .route("/chats/{id}/interrupt", post(chats::interrupt))
+        .route("/chats/{id}/compact", post(chats::compact))
         .route("/chats/{id}/tool-results", post(chats::tool_results))
         .route("/chats/{id}/queue/{queue_id}", delete(chats::delete_queued))
         .route(

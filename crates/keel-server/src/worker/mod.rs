@@ -7,6 +7,7 @@
 //! client-side calls whose deadline passed.
 
 mod checkpoints;
+mod compaction;
 mod persist;
 mod run;
 mod sink;

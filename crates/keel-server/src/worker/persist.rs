@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use keel_agent::{PersistError, PersistedStep, StepPersister};
 use keel_core::{Cancel, Role};
-use keel_store::{ChatId, NewMessage, Store};
+use keel_store::{ChatId, MessageId, NewMessage, Store};
 
 use crate::api::dto::MessageView;
 use crate::hub::{Frame, Hub};
@@ -51,36 +51,41 @@ impl StepPersister for StorePersister {
             .await
             .map_err(PersistError::other)?;
         self.hub.commit(&self.chat_id.to_string());
-        let Some(first) = ids.first() else {
-            return Ok(());
-        };
-        match self
-            .store
-            .list_messages(self.chat_id, Some(first - 1))
-            .await
-        {
-            Ok(stored) => {
-                for message in &stored {
-                    self.sink.advance_to(message.event_seq);
-                    let data =
-                        serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
-                    self.hub.publish(
-                        &self.chat_id.to_string(),
-                        Frame {
-                            seq: u64::try_from(message.event_seq).unwrap_or_default(),
-                            event: "message",
-                            data,
-                            durable: true,
-                        },
-                    );
-                }
-            }
-            Err(error) => {
-                // The step is committed; subscribers will read it from the store on their
-                // next catch-up.
-                tracing::warn!(chat = %self.chat_id, %error, "reading back committed messages failed");
-            }
+        if let Some(first) = ids.first() {
+            publish_committed(&self.store, &self.hub, &self.sink, self.chat_id, *first).await;
         }
         Ok(())
+    }
+}
+
+/// Announces the messages committed from id `first` on (as the API lists them).
+pub async fn publish_committed(
+    store: &Arc<dyn Store>,
+    hub: &Hub,
+    sink: &LiveSink,
+    chat_id: ChatId,
+    first: MessageId,
+) {
+    match store.list_messages(chat_id, Some(first - 1)).await {
+        Ok(stored) => {
+            for message in &stored {
+                sink.advance_to(message.event_seq);
+                let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
+                hub.publish(
+                    &chat_id.to_string(),
+                    Frame {
+                        seq: u64::try_from(message.event_seq).unwrap_or_default(),
+                        event: "message",
+                        data,
+                        durable: true,
+                    },
+                );
+            }
+        }
+        Err(error) => {
+            // The messages are committed; subscribers will read them from the store on
+            // their next catch-up.
+            tracing::warn!(chat = %chat_id, %error, "reading back committed messages failed");
+        }
     }
 }

@@ -5,16 +5,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use keel_agent::{
-    Checkpointing, PersistError, RetryPolicy, RunError, RunOptions, RunOutcome, StreamTimeouts,
-    Tool,
+    Checkpointing, Compaction, PersistError, RetryPolicy, RunError, RunOptions, RunOutcome,
+    StreamTimeouts, Tool,
 };
-use keel_core::{Cancel, CancelCause, ErrorKind, Message, Part, Role, ToolDefinition};
+use keel_core::{Cancel, CancelCause, ErrorKind, Part, Role, ToolDefinition};
 use keel_store::{Chat, ChatStatus, Lease, NewMessage, Next, PendingToolCall, StoreError};
 
 use crate::api::dto::ClientTool;
 use crate::metrics::{RetryLabels, StepLabels};
 use crate::resume::snapshot_from_log;
 use crate::worker::checkpoints::StoreCheckpoints;
+use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
@@ -217,9 +218,7 @@ async fn prepare(
         .load_prompt_history(chat.id)
         .await
         .map_err(|e| RunError::Persist(PersistError::other(e)))?;
-    if let Some(system) = chat.system.as_deref().filter(|s| !s.trim().is_empty()) {
-        history.insert(0, Message::system(system));
-    }
+    with_system(&mut history, chat.system.as_deref());
     let prior = match shared.store.tool_records(chat.id).await {
         Ok(records) => records
             .into_iter()
@@ -303,6 +302,17 @@ async fn prepare(
         chat_id: chat.id.to_string(),
         every: 4,
     });
+    options.compaction = Some(Compaction {
+        threshold: runs.compaction_threshold,
+        hooks: Arc::new(StoreCompaction {
+            chat_id: chat.id,
+            store: shared.store.clone(),
+            hub: shared.hub.clone(),
+            sink: sink.clone(),
+            system: chat.system.clone(),
+        }),
+    });
+    options.compact_only = chat.compact_requested;
     let chat_id = chat.id;
     options.on_persist_error = Some(Arc::new(move |error| {
         tracing::error!(chat = %chat_id, %error, "the interrupted step could not be saved");
@@ -411,5 +421,8 @@ fn failure_of(error: &RunError) -> (ErrorKind, String) {
             format!("persisting the step failed: {e}"),
         ),
         RunError::Cancelled => (ErrorKind::Cancelled, "cancelled".into()),
+        RunError::ContextStillTooLong { .. } | RunError::Compaction(_) => {
+            (ErrorKind::ContextOverflow, error.to_string())
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use keel_agent::{EventSink, LiveEvent};
-use keel_store::{Lease, LiveEntry, MessageId, NewMessage, Store, StoreError};
+use keel_store::{Lease, LiveEntry, MessageId, NewMessage, NewSummary, Store, StoreError};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -36,6 +36,10 @@ enum LogCommand {
     Append(LiveEntry),
     Commit {
         messages: Vec<NewMessage>,
+        reply: oneshot::Sender<Result<Vec<MessageId>, StoreError>>,
+    },
+    CommitSummary {
+        summary: NewSummary,
         reply: oneshot::Sender<Result<Vec<MessageId>, StoreError>>,
     },
 }
@@ -78,11 +82,23 @@ impl LiveSink {
     /// Commits a step through the log writer (after flushing its pending parts).
     pub async fn commit(&self, messages: Vec<NewMessage>) -> Result<Vec<MessageId>, StoreError> {
         let (reply, answer) = oneshot::channel();
-        if self
-            .log
-            .send(LogCommand::Commit { messages, reply })
-            .is_err()
-        {
+        self.send_commit(LogCommand::Commit { messages, reply }, answer)
+            .await
+    }
+
+    /// Commits a compaction summary through the log writer, like a step.
+    pub async fn commit_summary(&self, summary: NewSummary) -> Result<Vec<MessageId>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.send_commit(LogCommand::CommitSummary { summary, reply }, answer)
+            .await
+    }
+
+    async fn send_commit(
+        &self,
+        command: LogCommand,
+        answer: oneshot::Receiver<Result<Vec<MessageId>, StoreError>>,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        if self.log.send(command).is_err() {
             return Err(StoreError::InvalidInput(
                 "the live-part log writer stopped".into(),
             ));
@@ -200,6 +216,12 @@ impl LogWriter {
                     deadline = None;
                     let lease = current(&self.lease);
                     let _ = reply.send(self.store.commit_step(&lease, messages).await);
+                }
+                Some(LogCommand::CommitSummary { summary, reply }) => {
+                    self.flush(&mut pending).await;
+                    deadline = None;
+                    let lease = current(&self.lease);
+                    let _ = reply.send(self.store.commit_summary(&lease, summary).await);
                 }
             }
         }

@@ -1,0 +1,90 @@
+//! Streaming a summary and committing it as the chat's new starting point.
+//!
+//! The summary is one more model call on the history plus [`SUMMARY_INSTRUCTION`], streamed
+//! through the same attempt machinery as a step (live parts, retries, recovery, interrupts).
+//! Tools stay defined so the prompt matches the chat's other requests, but the model may not
+//! call them. Nothing is committed unless the summary is complete.
+
+use keel_core::{CancelCause, Message, ToolChoice};
+
+use crate::accumulate::StepAccumulator;
+use crate::compaction::{SUMMARY_INSTRUCTION, SummaryRecord};
+use crate::context_limit;
+use crate::persist::PersistError;
+use crate::response::assistant_message;
+use crate::run::{RunError, Runner, StepEnd};
+
+/// How a compaction ended without error.
+pub(crate) enum Compacted {
+    /// The summary is committed; the history now starts from it.
+    Done,
+    /// A user interrupt stopped it; nothing was committed.
+    Interrupted,
+}
+
+impl Runner {
+    /// Summarises `history` and replaces it with the committed prompt history.
+    pub(crate) async fn compact(
+        &mut self,
+        history: &mut Vec<Message>,
+    ) -> Result<Compacted, RunError> {
+        let Some(compaction) = self.options.compaction.clone() else {
+            return Ok(Compacted::Done);
+        };
+        let mut prompt = history.clone();
+        prompt.push(Message::user(SUMMARY_INSTRUCTION));
+
+        // A summary is never resumed from a step checkpoint nor chained onto a stored
+        // response: it must see the whole history and must not call tools.
+        let saved_options = self.options.call_options.clone();
+        let saved_checkpointing = self.options.checkpointing.take();
+        self.options.call_options.tool_choice = ToolChoice::None;
+        self.options.call_options.previous_response_id = None;
+        let mut acc = StepAccumulator::new();
+        let end = self.stream_step(usize::MAX, &mut prompt, &mut acc).await;
+        self.options.call_options = saved_options;
+        self.options.checkpointing = saved_checkpointing;
+
+        match end {
+            StepEnd::Finished => {}
+            StepEnd::Cancelled => return self.cancelled().map_err(|e| *e),
+            StepEnd::Failed(error) => return Err(*error),
+        }
+        if self.cancel.is_cancelled() {
+            return self.cancelled().map_err(|e| *e);
+        }
+        let now = self.options.clock.now();
+        let text = assistant_message(&acc, true, now)
+            .map(|m| m.text())
+            .unwrap_or_default();
+        if text.trim().is_empty() {
+            return Err(RunError::Compaction(
+                "the model returned an empty summary".to_owned(),
+            ));
+        }
+        let record = SummaryRecord {
+            text,
+            usage: acc.usage,
+            context_limit: context_limit::resolve(
+                acc.provider_metadata.as_ref(),
+                self.options.context_limit_fallback,
+            ),
+        };
+        match compaction.hooks.commit_summary(record).await {
+            Ok(fresh) => {
+                *history = fresh;
+                Ok(Compacted::Done)
+            }
+            Err(PersistError::Interrupted) => Ok(Compacted::Interrupted),
+            Err(error) => Err(RunError::Persist(error)),
+        }
+    }
+
+    fn cancelled(&self) -> Result<Compacted, Box<RunError>> {
+        if self.cancel.cause() == Some(CancelCause::Interrupted) {
+            Ok(Compacted::Interrupted)
+        } else {
+            Err(Box::new(RunError::Cancelled))
+        }
+    }
+}
