@@ -153,18 +153,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "prints the schemas"]
-    fn print_schemas() {
-        let dir = tempfile::tempdir().unwrap();
-        for tool in builtin_tools(&names(BUILTIN_NAMES), dir.path()).unwrap() {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&tool.definition()).unwrap()
-            );
-        }
-    }
-
-    #[test]
     fn parameters_match_the_configuration_contract() {
         let dir = tempfile::tempdir().unwrap();
         let tools = builtin_tools(&names(BUILTIN_NAMES), dir.path()).unwrap();
