@@ -557,19 +557,30 @@ pub(crate) async fn submit_tool_results(
     Ok(chat)
 }
 
-pub(crate) async fn delete_queued(
+/// Loads a chat with its queue for a queue transition, and finds the queued message.
+async fn load_queued(
     cx: &mut Ctx<'_>,
     chat_id: ChatId,
     queue_id: QueueId,
-) -> Result<Chat> {
+    transition: Transition,
+) -> Result<(Chat, usize)> {
     let mut chat = cx.load(chat_id).await?;
-    check(&chat, Transition::DeleteQueued)?;
+    check(&chat, transition)?;
     cx.load_queue(&mut chat).await?;
     let index = chat
         .queued
         .iter()
         .position(|q| q.id == queue_id)
         .ok_or(StoreError::not_found("queued message"))?;
+    Ok((chat, index))
+}
+
+pub(crate) async fn delete_queued(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    queue_id: QueueId,
+) -> Result<Chat> {
+    let (mut chat, index) = load_queued(cx, chat_id, queue_id, Transition::DeleteQueued).await?;
     cx.ops.delete_queued(&queue_id.to_string()).await?;
     chat.queued.remove(index);
     let before = chat.status;
@@ -582,14 +593,7 @@ pub(crate) async fn promote_queued(
     chat_id: ChatId,
     queue_id: QueueId,
 ) -> Result<Chat> {
-    let mut chat = cx.load(chat_id).await?;
-    check(&chat, Transition::PromoteQueued)?;
-    cx.load_queue(&mut chat).await?;
-    let index = chat
-        .queued
-        .iter()
-        .position(|q| q.id == queue_id)
-        .ok_or(StoreError::not_found("queued message"))?;
+    let (mut chat, index) = load_queued(cx, chat_id, queue_id, Transition::PromoteQueued).await?;
     let mut item = chat.queued.remove(index);
     item.position = chat
         .queued
