@@ -128,6 +128,14 @@ impl Player {
         for delta in deltas {
             self.faults(reply, encoder, false).await?;
             self.pace(reply.rate).await?;
+            let stamped;
+            let delta = match delta {
+                Piece::TextDelta(token) if reply.stamp => {
+                    stamped = stamp(token);
+                    Piece::TextDelta(&stamped)
+                }
+                other => other,
+            };
             self.send_all(encoder.piece(reply, delta)).await?;
             self.sent += 1;
         }
@@ -219,6 +227,15 @@ impl Player {
     }
 }
 
+/// `token@MICROS`: the token with its send time in microseconds since the Unix epoch.
+fn stamp(token: &str) -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    format!("{token}@{micros}")
+}
+
 fn interval(rate: f64) -> Option<Duration> {
     (rate > 0.0).then(|| Duration::from_secs_f64(1.0 / rate))
 }
@@ -254,4 +271,19 @@ pub(crate) async fn whole(
         return ([(header::CONTENT_TYPE, "application/json")], line.clone()).into_response();
     }
     Json(body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_carry_the_token_and_a_plausible_send_time() {
+        let stamped = stamp(" lorem");
+        let (token, micros) = stamped.rsplit_once('@').unwrap();
+        assert_eq!(token, " lorem");
+        let micros: u128 = micros.parse().unwrap();
+        // After 2020-01-01 and before 2100-01-01.
+        assert!((1_577_836_800_000_000..4_102_444_800_000_000).contains(&micros));
+    }
 }

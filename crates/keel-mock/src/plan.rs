@@ -24,6 +24,8 @@ pub(crate) struct Reply {
     pub faults: Faults,
     /// Tokens per second; 0 means no pacing.
     pub rate: f64,
+    /// Whether text tokens carry their send time (see `Step::stamp`).
+    pub stamp: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -330,5 +332,6 @@ fn build(
         } else {
             0.0
         },
+        stamp: step.stamp,
     }
 }

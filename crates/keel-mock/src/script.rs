@@ -141,6 +141,10 @@ pub struct Step {
     /// Tokens per second; 0 streams as fast as possible. Absent: the server's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
+    /// Appends `@` and the send time (microseconds since the Unix epoch) to every text
+    /// token, so a client on the same machine can measure the latency of each delta.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stamp: bool,
     /// Reasoning text, streamed before the reply text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
@@ -202,6 +206,12 @@ impl Step {
 
     pub fn rate(mut self, tokens_per_second: f64) -> Self {
         self.rate = Some(tokens_per_second);
+        self
+    }
+
+    /// Stamps every text token with its send time (see the field).
+    pub fn stamped(mut self) -> Self {
+        self.stamp = true;
         self
     }
 

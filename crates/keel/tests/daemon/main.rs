@@ -164,6 +164,81 @@ async fn busy_chats_queue_or_interrupt() {
 }
 
 #[tokio::test]
+async fn promoting_a_queued_message_interrupts_the_run_and_runs_it_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&words(200), 20.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut events, 2).await;
+
+    let messages_url = daemon.api(&format!("/chats/{id}/messages"));
+    let mut queue_ids = Vec::new();
+    for answer in ["queued first", "queued second", "queued third"] {
+        let (status, queued) = client
+            .post(&messages_url, json!({"text": scripted(answer, 0.0)}))
+            .await;
+        assert_eq!(status, 202, "{queued}");
+        queue_ids.push(queued["queue_id"].as_str().unwrap().to_owned());
+    }
+    let queue = |queue_id: &str| daemon.api(&format!("/chats/{id}/queue/{queue_id}"));
+
+    // Deleting one removes it for good; deleting it again is a 404.
+    let (status, _) = client
+        .send(reqwest::Method::DELETE, &queue(&queue_ids[0]), None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, body) = client
+        .send(reqwest::Method::DELETE, &queue(&queue_ids[0]), None)
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = client
+        .post(&format!("{}/promote", queue("no-such-entry")), json!({}))
+        .await;
+    assert_eq!(status, 404, "{body}");
+
+    // Promoting the last entry interrupts the reply in progress and runs it before the other.
+    let (status, body) = client
+        .post(&format!("{}/promote", queue(&queue_ids[2])), json!({}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let messages = loop {
+        let messages = client.messages(&daemon, &id).await;
+        let chat = client.chat(&daemon, &id).await;
+        if messages.iter().filter(|m| m["role"] == "assistant").count() == 3
+            && chat["status"] == "waiting"
+        {
+            break messages;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{messages:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let replies: Vec<(String, bool)> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| (text_of(m), m["interrupted"] == true))
+        .collect();
+    assert!(
+        replies[0].1,
+        "the first reply was interrupted: {messages:?}"
+    );
+    assert_eq!(replies[1], ("queued third".to_owned(), false));
+    assert_eq!(replies[2], ("queued second".to_owned(), false));
+    assert!(
+        messages
+            .iter()
+            .all(|m| !text_of(m).contains("queued first")),
+        "a deleted entry never runs: {messages:?}"
+    );
+    let chat = client.chat(&daemon, &id).await;
+    assert!(chat["queued"].as_array().unwrap().is_empty(), "{chat}");
+}
+
+#[tokio::test]
 async fn editing_a_user_message_replaces_later_history() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");

@@ -4,9 +4,7 @@
 //! events through the [`transcript::Transcript`] state machine. Ctrl-C once interrupts the
 //! run; twice within two seconds, or at an idle prompt, exits.
 
-mod client;
 mod commands;
-mod follow;
 mod render;
 mod transcript;
 
@@ -17,9 +15,8 @@ use anyhow::{Context as _, bail};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use client::Api;
+use crate::client::{self, Api, Feed};
 use commands::Input;
-use follow::Feed;
 use render::Renderer;
 use transcript::Transcript;
 
@@ -111,7 +108,7 @@ async fn once(api: &Api, args: &Args) -> anyhow::Result<()> {
         ),
     };
     let (tx, mut feed) = mpsc::unbounded_channel();
-    let follower = follow::spawn(api.clone(), chat.clone(), tx);
+    let follower = client::follow(api.clone(), chat.clone(), tx);
     let mut presses = ctrl_c_presses();
     let mut transcript = Transcript::new();
     let outcome = loop {
@@ -347,7 +344,7 @@ impl Prompt {
         let end = self.renderer.finish();
         self.write(&end);
         self.notice(&format!("chat {chat}"));
-        self.follower = Some(follow::spawn(
+        self.follower = Some(client::follow(
             self.api.clone(),
             chat.clone(),
             self.feed_tx.clone(),

@@ -7,16 +7,9 @@
 
 use std::collections::VecDeque;
 
-use serde::Deserialize;
 use serde_json::Value;
 
-/// One server-sent event as received.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SseEvent {
-    pub id: Option<i64>,
-    pub event: String,
-    pub data: String,
-}
+pub use crate::client::{Message, SseEvent};
 
 /// Something to print.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,28 +33,6 @@ pub enum LineKind {
     Notice,
     Error,
     Interrupted,
-}
-
-/// A committed message as the API returns it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Message {
-    pub id: i64,
-    pub role: String,
-    #[serde(default)]
-    pub parts: Vec<Value>,
-    #[serde(default)]
-    pub interrupted: bool,
-}
-
-impl Message {
-    /// The concatenated text parts.
-    pub fn text(&self) -> String {
-        self.parts
-            .iter()
-            .filter(|p| p["type"] == "text")
-            .filter_map(|p| p["text"].as_str())
-            .collect()
-    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,4 +1,4 @@
-//! The daemon's HTTP API as `keel chat` uses it.
+//! The daemon's HTTP API: one method per call a client makes.
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::transcript::Message;
+use super::Message;
 
 /// A chat as listed by the API (the fields this client shows).
 #[derive(Debug, Clone, Deserialize)]

@@ -1,5 +1,5 @@
 //! Follows one chat's live events, reconnecting with `Last-Event-ID` when the connection
-//! drops, and hands every event to the prompt loop.
+//! drops, and hands every event to its consumer.
 
 use std::time::Duration;
 
@@ -8,8 +8,7 @@ use futures::StreamExt as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::client::Api;
-use super::transcript::SseEvent;
+use super::{Api, SseEvent};
 
 /// What the follower reports.
 #[derive(Debug)]

@@ -1,0 +1,411 @@
+//! `keel bench load`: N concurrent chats against a real daemon and mock provider, measuring
+//! throughput, per-delta latency, CPU and memory, interrupt latency and kill -9 recovery.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail, ensure};
+use keel_mock::{Script, Step};
+use tokio::sync::Barrier;
+use tokio::task::JoinSet;
+
+use super::live::Live;
+use super::processes::{DaemonSetup, Process, start_mock};
+use super::stats::{Spread, mib, micros};
+use crate::client::Api;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Concurrent chats.
+    #[arg(long, default_value_t = 100)]
+    pub chats: usize,
+    /// Text tokens in each chat's measured reply.
+    #[arg(long, default_value_t = 200)]
+    pub tokens: u32,
+    /// Tokens per second the mock provider streams each reply at; 0: as fast as it can.
+    #[arg(long, default_value_t = 50.0)]
+    pub rate: f64,
+    /// Chats interrupted mid-reply to measure interrupt → committed (0 skips).
+    #[arg(long, default_value_t = 20)]
+    pub interrupts: usize,
+    /// Chats streaming when the daemon is killed with SIGKILL and restarted (0 skips).
+    #[arg(long, default_value_t = 20)]
+    pub kills: usize,
+    /// Database URL; default: a fresh SQLite file in a temporary directory.
+    #[arg(long)]
+    pub database: Option<String>,
+    /// Relay the daemon's and mock's logs.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// Timeouts for a benchmark: generous, since nothing here stalls on purpose.
+const RUNS: &str = "startup_timeout_ms = 10000\nidle_timeout_ms = 10000\nlease_ms = 3000";
+
+/// How long a chat may stay silent before the benchmark gives up on it.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    ensure!(args.chats > 0, "--chats must be at least 1");
+    ensure!(args.tokens > 0, "--tokens must be at least 1");
+    ensure!(
+        args.rate.is_finite() && args.rate >= 0.0,
+        "--rate must be >= 0"
+    );
+    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let mock = start_mock(dir.path(), args.verbose)?;
+    let setup = DaemonSetup {
+        dir: dir.path().to_owned(),
+        database: args
+            .database
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}/keel.db", dir.path().display())),
+        mock_url: mock.url.clone(),
+        workers: args.chats.max(args.kills).max(64),
+        verbose: args.verbose,
+    };
+    let config = setup.write_config(RUNS)?;
+    let (mut daemon, cold_start) = setup.start(&config, "127.0.0.1:0").await?;
+    let api = Api::new(&daemon.url, None)?;
+    println!(
+        "keel bench load: {} chats x {} tokens at {} tokens/s; daemon pid {}",
+        args.chats,
+        args.tokens,
+        args.rate,
+        daemon.pid()
+    );
+    println!(
+        "cold start to ready     {:.1} ms",
+        cold_start.as_secs_f64() * 1e3
+    );
+    let idle_rss = daemon.rss()?;
+
+    let chats = create_chats(&api, args.chats).await?;
+    let throughput = measure_throughput(&api, &daemon, &mock, &chats, &args).await?;
+    throughput.print(idle_rss, args.chats);
+
+    if args.interrupts > 0 {
+        let mut latencies =
+            interrupt_latencies(&api, &chats[..args.interrupts.min(chats.len())], args.rate)
+                .await?;
+        println!(
+            "interrupt -> committed  {} (p50 / p99 / max, n = {})",
+            Spread::of(&mut latencies).millis(),
+            latencies.len()
+        );
+    }
+    if args.kills > 0 {
+        let sample = &chats[..args.kills.min(chats.len())];
+        let recovery = kill_and_resume(&setup, &config, &mut daemon, sample, args.rate).await?;
+        recovery.print();
+    }
+    println!(
+        "daemon at the end: rss {:.1} MiB, {} open fds, {} threads",
+        mib(daemon.rss()?),
+        daemon.open_fds()?,
+        daemon.threads()?
+    );
+    Ok(())
+}
+
+/// Creates `n` chats and waits until each has answered a short first message.
+async fn create_chats(api: &Api, n: usize) -> anyhow::Result<Vec<String>> {
+    let mut tasks = JoinSet::new();
+    for i in 0..n {
+        let api = api.clone();
+        tasks.spawn(async move {
+            let text = Script::new(Step::text("ready").rate(0.0)).message(&format!("chat {i}"));
+            let chat = api.create_chat(&text, None).await?.id;
+            wait_idle(&api, &chat).await?;
+            anyhow::Ok(chat)
+        });
+    }
+    let mut chats = Vec::with_capacity(n);
+    while let Some(chat) = tasks.join_next().await {
+        chats.push(chat??);
+    }
+    Ok(chats)
+}
+
+async fn wait_idle(api: &Api, chat: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let status = api.chat(chat).await?.status;
+        match status.as_str() {
+            "waiting" => return Ok(()),
+            "running" | "interrupting" if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => bail!("chat {chat} is {other}"),
+        }
+    }
+}
+
+struct Throughput {
+    wall: Duration,
+    parts: u64,
+    latency: Spread,
+    daemon_cpu: Duration,
+    mock_cpu: Duration,
+    peak_rss: u64,
+}
+
+impl Throughput {
+    fn print(&self, idle_rss: u64, chats: usize) {
+        let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / self.parts.max(1) as f64;
+        println!(
+            "parts received          {} in {:.2} s = {:.0} parts/s",
+            self.parts,
+            self.wall.as_secs_f64(),
+            self.parts as f64 / self.wall.as_secs_f64()
+        );
+        println!(
+            "added latency per part  {} (p50 / p99 / max)",
+            self.latency.millis()
+        );
+        println!(
+            "daemon CPU per 1k parts {:.3} s (mock provider: {:.3} s)",
+            per_thousand(self.daemon_cpu),
+            per_thousand(self.mock_cpu)
+        );
+        let per_chat = self.peak_rss.saturating_sub(idle_rss) / chats.max(1) as u64;
+        println!(
+            "daemon RSS              idle {:.1} MiB, peak {:.1} MiB, {:.1} KiB per chat",
+            mib(idle_rss),
+            mib(self.peak_rss),
+            per_chat as f64 / 1024.0
+        );
+    }
+}
+
+/// Every chat streams one stamped reply at once; each delta's latency is its receive time
+/// minus the send time the mock stamped into it.
+async fn measure_throughput(
+    api: &Api,
+    daemon: &Process,
+    mock: &Process,
+    chats: &[String],
+    args: &Args,
+) -> anyhow::Result<Throughput> {
+    let start = Arc::new(Barrier::new(chats.len() + 1));
+    let mut tasks = JoinSet::new();
+    let text =
+        Script::new(Step::echo().tokens(args.tokens).rate(args.rate).stamped()).message("measure");
+    for chat in chats {
+        let (api, chat, start, text) = (api.clone(), chat.clone(), start.clone(), text.clone());
+        tasks.spawn(async move {
+            let mut live = Live::open(&api, &chat, None).await?;
+            // Skip the history: the first exchange.
+            while !live.next(PATIENCE).await?.is_assistant_message() {}
+            start.wait().await;
+            api.send_message(&chat, &text, "queue").await?;
+            let mut latencies = Vec::new();
+            loop {
+                let event = live.next(PATIENCE).await?;
+                if let Some(delta) = event.text_delta() {
+                    let now = unix_micros();
+                    latencies.extend(stamps(delta).map(|sent| now.saturating_sub(sent)));
+                } else if event.is_assistant_message() {
+                    return anyhow::Ok(latencies);
+                }
+            }
+        });
+    }
+    start.wait().await;
+    let began = Instant::now();
+    let (cpu_before, mock_before) = (daemon.cpu()?, mock.cpu()?);
+    let mut peak_rss = daemon.rss()?;
+    let mut latencies = Vec::new();
+    let mut sampler = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                Some(result) => latencies.extend(result??),
+                None => break,
+            },
+            _ = sampler.tick() => peak_rss = peak_rss.max(daemon.rss()?),
+        }
+    }
+    let wall = began.elapsed();
+    let parts = latencies.len() as u64;
+    let expected = u64::from(args.tokens) * chats.len() as u64;
+    ensure!(
+        parts == expected,
+        "received {parts} stamped tokens live, expected {expected}"
+    );
+    Ok(Throughput {
+        wall,
+        parts,
+        latency: Spread::of(&mut latencies),
+        daemon_cpu: daemon.cpu()?.saturating_sub(cpu_before),
+        mock_cpu: mock.cpu()?.saturating_sub(mock_before),
+        peak_rss: peak_rss.max(daemon.rss()?),
+    })
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(micros)
+        .unwrap_or(0)
+}
+
+/// The send times stamped into a delta (it may hold several tokens).
+fn stamps(delta: &str) -> impl Iterator<Item = u64> + '_ {
+    delta
+        .split_whitespace()
+        .filter_map(|token| token.rsplit_once('@'))
+        .filter_map(|(_, micros)| micros.parse().ok())
+}
+
+/// Each sample chat starts a long reply; after a few deltas the client interrupts and times
+/// how long until the partial reply arrives committed.
+async fn interrupt_latencies(api: &Api, chats: &[String], rate: f64) -> anyhow::Result<Vec<u64>> {
+    let mut tasks = JoinSet::new();
+    let text =
+        Script::new(Step::echo().tokens(1_000_000).rate(rate.max(20.0))).message("interrupt me");
+    for chat in chats {
+        let (api, chat, text) = (api.clone(), chat.clone(), text.clone());
+        tasks.spawn(async move {
+            let mut live = Live::open(&api, &chat, None).await?;
+            let mut committed = 0;
+            while committed < 2 {
+                committed += usize::from(live.next(PATIENCE).await?.is_assistant_message());
+            }
+            api.send_message(&chat, &text, "queue").await?;
+            let mut deltas = 0;
+            while deltas < 3 {
+                deltas += usize::from(live.next(PATIENCE).await?.text_delta().is_some());
+            }
+            let asked = Instant::now();
+            api.interrupt(&chat).await?;
+            loop {
+                let event = live.next(PATIENCE).await?;
+                if event.is_assistant_message() {
+                    ensure!(
+                        event.data["interrupted"] == true,
+                        "the reply was not marked interrupted"
+                    );
+                    return anyhow::Ok(micros(asked.elapsed()));
+                }
+            }
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        latencies.push(result??);
+    }
+    Ok(latencies)
+}
+
+struct Recovery {
+    restart_to_ready: Duration,
+    resumed: Spread,
+    chats: usize,
+}
+
+impl Recovery {
+    fn print(&self) {
+        println!(
+            "kill -9: restart ready  {:.1} ms",
+            self.restart_to_ready.as_secs_f64() * 1e3
+        );
+        println!(
+            "kill -9 -> resumed      {} (first new delta after the kill; n = {})",
+            self.resumed.millis(),
+            self.chats
+        );
+        println!(
+            "kill -9 outcome         {} of {} replies complete, nothing lost or doubled",
+            self.chats, self.chats
+        );
+    }
+}
+
+/// The sample chats stream a known reply; the daemon is killed with SIGKILL mid-reply and
+/// restarted on the same address and database. Each client reconnects where it was and
+/// times the first new delta; every reply must end up committed exactly as scripted.
+async fn kill_and_resume(
+    setup: &DaemonSetup,
+    config: &std::path::Path,
+    daemon: &mut Process,
+    chats: &[String],
+    rate: f64,
+) -> anyhow::Result<Recovery> {
+    let rate = rate.max(20.0);
+    let reply_tokens = (rate * 4.0) as u32;
+    let expected: String = (1..=reply_tokens)
+        .map(|i| format!("w{i} "))
+        .collect::<String>()
+        .trim_end()
+        .to_owned();
+    let api = Api::new(&daemon.url, None)?;
+    let mut positions = Vec::new();
+    for chat in chats {
+        let text = Script::new(Step::text(expected.clone()).rate(rate)).message("survive");
+        let mut live = Live::open(&api, chat, None).await?;
+        let mut committed = 0;
+        while committed < 3 {
+            committed += usize::from(live.next(PATIENCE).await?.is_assistant_message());
+        }
+        api.send_message(chat, &text, "queue").await?;
+        let mut deltas = 0;
+        while deltas < 3 {
+            deltas += usize::from(live.next(PATIENCE).await?.text_delta().is_some());
+        }
+        positions.push(live.last_id);
+    }
+    let address = daemon.url.trim_start_matches("http://").to_owned();
+    daemon.kill();
+    let killed = Instant::now();
+    let (restarted, _) = setup.start(config, &address).await?;
+    *daemon = restarted;
+    let restart_to_ready = killed.elapsed();
+
+    let mut tasks = JoinSet::new();
+    for (chat, after) in chats.iter().cloned().zip(positions) {
+        let api = api.clone();
+        let expected = expected.clone();
+        tasks.spawn(async move {
+            let mut live = Live::open(&api, &chat, after).await?;
+            let mut resumed = None;
+            loop {
+                let event = live.next(PATIENCE).await?;
+                if event.text_delta().is_some() || event.is_assistant_message() {
+                    resumed.get_or_insert_with(|| killed.elapsed());
+                }
+                if event.is_assistant_message() {
+                    break;
+                }
+            }
+            let messages = api.messages(&chat).await?;
+            let last = messages.last().map(|m| m.text()).unwrap_or_default();
+            ensure!(
+                last == expected,
+                "chat {chat}: the resumed reply differs from the script:\n{last}"
+            );
+            anyhow::Ok(micros(resumed.unwrap_or_default()))
+        });
+    }
+    let mut resumed = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        resumed.push(result??);
+    }
+    Ok(Recovery {
+        restart_to_ready,
+        chats: resumed.len(),
+        resumed: Spread::of(&mut resumed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_every_stamp_of_a_delta() {
+        let sent: Vec<u64> = stamps(" lorem@1700000000000001 ipsum@1700000000000002").collect();
+        assert_eq!(sent, vec![1_700_000_000_000_001, 1_700_000_000_000_002]);
+        assert_eq!(stamps("plain words").count(), 0);
+    }
+}

@@ -1,0 +1,34 @@
+//! `keel bench`: measurements of a real daemon, started from this executable together with
+//! a mock provider: `load` (throughput, latency, CPU, memory, interrupt and kill -9 recovery)
+//! and `soak` (random faults, interrupts, reconnects and kills, with every chat's outcome
+//! checked).
+
+mod live;
+mod load;
+mod processes;
+mod scenario;
+mod soak;
+mod stats;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// N concurrent chats at a set token rate: parts/s, added latency, CPU, RSS per chat,
+    /// interrupt → committed, kill -9 → resumed.
+    Load(load::Args),
+    /// Chats with random faults, interrupts, reconnects and kill -9s; checks every chat's
+    /// end state and exits non-zero (printing the seed) on any violation.
+    Soak(soak::Args),
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        Command::Load(args) => load::run(args).await,
+        Command::Soak(args) => soak::run(args).await,
+    }
+}
