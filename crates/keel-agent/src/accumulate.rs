@@ -237,8 +237,30 @@ impl StepAccumulator {
             .rposition(|b| matches!(b, Block::Text(_)));
     }
 
+    /// Tells clients that the step now holds exactly this content: a `stream_reset`, then
+    /// the text and complete tool calls. A resumed step starts with it, because what clients
+    /// saw of the step before (from a process that died, or a snapshot that lags or leads
+    /// what they were sent) need not match what the step continues from.
+    pub fn republish(&self, sink: &dyn EventSink) {
+        sink.publish(LiveEvent::StreamReset);
+        for block in &self.blocks {
+            match block {
+                Block::Text(text) if !text.is_empty() => sink.publish(LiveEvent::TextDelta {
+                    delta: text.clone(),
+                }),
+                Block::ToolCall(call) if call.complete => sink.publish(LiveEvent::ToolCall {
+                    tool_call_id: call.tool_call_id.clone(),
+                    tool_name: call.tool_name.clone(),
+                    args: call.args.clone(),
+                    provider_executed: call.provider_executed,
+                }),
+                _ => {}
+            }
+        }
+    }
+
     /// Rebuilds step content from a snapshot (e.g. a checkpoint of a crashed process) without
-    /// publishing it again: the user already saw it.
+    /// publishing it; [`Self::republish`] does that once the recovery plan has trimmed it.
     pub fn restore(&mut self, snapshot: &crate::recovery::StreamSnapshot, clock: &Arc<dyn Clock>) {
         *self = Self::default();
         if !snapshot.partial_text.is_empty() {

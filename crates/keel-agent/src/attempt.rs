@@ -40,17 +40,21 @@ impl Runner {
         {
             let snapshot = checkpoint.snapshot();
             acc.restore(&snapshot, &self.options.clock);
-            match choose_plan(&snapshot) {
+            let plan = choose_plan(&snapshot);
+            match &plan {
                 RecoveryPlan::SynthesizeToolUse { .. } => {
                     acc.finish_reason = Some(FinishReason::ToolCalls);
-                    return StepEnd::Finished;
                 }
                 RecoveryPlan::ContinueText { prefix }
                 | RecoveryPlan::TruncateBeforeTool { prefix, .. } => {
                     acc.continue_text();
-                    continuation = Some(prefix);
+                    continuation = Some(prefix.clone());
                 }
                 RecoveryPlan::WholeRestart => *acc = StepAccumulator::new(),
+            }
+            acc.republish(self.options.sink.as_ref());
+            if matches!(plan, RecoveryPlan::SynthesizeToolUse { .. }) {
+                return StepEnd::Finished;
             }
         }
 

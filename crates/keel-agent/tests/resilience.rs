@@ -577,10 +577,16 @@ async fn resume_from_text_checkpoint_continues_and_deletes_it() {
     assert!(store.get("chat-1").is_none());
     assert_eq!(
         sink.events(),
-        vec![LiveEvent::TextDelta {
-            delta: " world".into()
-        }],
-        "what was seen before the crash is not published again"
+        vec![
+            LiveEvent::StreamReset,
+            LiveEvent::TextDelta {
+                delta: "Hello".into()
+            },
+            LiveEvent::TextDelta {
+                delta: " world".into()
+            }
+        ],
+        "clients' view of the step is reset to what it resumes from, then continues"
     );
 }
 

@@ -6,6 +6,8 @@
 
 use keel_agent::StreamSnapshot;
 use keel_agent::recovery::{CapturedCall, args_are_json};
+use keel_core::{Part, PartKind, Role};
+use keel_store::PendingToolCall;
 use serde_json::Value;
 
 use crate::live::from_log;
@@ -44,6 +46,34 @@ pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> S
         }
     }
     snapshot
+}
+
+/// The client-side tool calls a crashed owner committed but never handed to the client: the
+/// last message is the model's, and it calls client tools that have no result yet. The
+/// resumed run hands them over (enters `requires_action`) instead of calling the model.
+pub fn unhanded_client_calls(
+    last: Option<(Role, &[Part])>,
+    client_tools: &[String],
+) -> Vec<PendingToolCall> {
+    let Some((Role::Assistant, parts)) = last else {
+        return Vec::new();
+    };
+    parts
+        .iter()
+        .filter_map(|part| match &part.kind {
+            PartKind::ToolCall {
+                tool_call_id,
+                tool_name,
+                args,
+                provider_executed: false,
+            } if client_tools.contains(tool_name) => Some(PendingToolCall {
+                tool_call_id: tool_call_id.clone(),
+                tool_name: tool_name.clone(),
+                args: args.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 fn apply_part(data: &Value, text: &mut String, calls: &mut Vec<(CapturedCall, bool)>) {
@@ -151,5 +181,25 @@ mod tests {
         assert_eq!(snapshot.partial_text, "kept");
         assert!(snapshot.in_flight.is_none());
         assert!(snapshot.completed_calls.is_empty());
+    }
+
+    #[test]
+    fn client_calls_left_without_results_are_handed_over() {
+        let tools = vec!["ask".to_owned()];
+        let parts = vec![
+            Part::text("let me ask"),
+            Part::tool_call("c1", "ask", "{}", false),
+            Part::tool_call("c2", "read_file", "{}", false),
+            Part::tool_call("c3", "ask", "{}", true),
+        ];
+        let calls = unhanded_client_calls(Some((Role::Assistant, &parts)), &tools);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            (calls[0].tool_call_id.as_str(), calls[0].tool_name.as_str()),
+            ("c1", "ask")
+        );
+        // Answered already (the last message is the tool's), or not the model's turn.
+        assert!(unhanded_client_calls(Some((Role::Tool, &parts)), &tools).is_empty());
+        assert!(unhanded_client_calls(None, &tools).is_empty());
     }
 }

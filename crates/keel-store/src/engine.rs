@@ -374,7 +374,7 @@ impl Store for SqlStore {
         lease: &Lease,
         calls: Vec<PendingToolCall>,
         deadline: Option<DateTime<Utc>>,
-    ) -> Result<()> {
+    ) -> Result<Next> {
         in_tx!(self, |cx| t::enter_requires_action(
             &mut cx, lease, calls, deadline
         )

@@ -87,6 +87,7 @@ pub use orphans::{INTERRUPTED_RESULT, repair_orphans};
 pub use postgres::NOTICE_CHANNEL;
 pub use status::{ChatStatus, Transition, allowed};
 pub use store::Store;
+pub use transitions::RECOVERY_SEQ_GAP;
 pub use types::*;
 
 /// Which database a URL names.

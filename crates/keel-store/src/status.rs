@@ -194,7 +194,7 @@ const TABLE: [(Transition, [bool; 5]); 24] = [
     (Transition::FinishInterruption,    [X,   X,   W,    X,   X]),
     (Transition::FinishRun,             [X,   W,   W,    X,   X]),
     (Transition::FailRun,               [X,   W,   W,    X,   X]),
-    (Transition::EnterRequiresAction,   [X,   W,   X,    X,   X]),
+    (Transition::EnterRequiresAction,   [X,   W,   W,    X,   X]),
     (Transition::ReleaseOnShutdown,     [X,   W,   W,    X,   X]),
     (Transition::RecoverStale,          [X,   W,   W,    X,   X]),
     (Transition::ExpirePendingAction,   [X,   X,   X,    W,   X]),
@@ -287,7 +287,7 @@ mod tests {
         only(Transition::SubmitToolResults, &[RequiresAction]);
         only(Transition::ExpirePendingAction, &[RequiresAction]);
         only(Transition::FinishInterruption, &[Interrupting]);
-        only(Transition::EnterRequiresAction, &[Running]);
+        only(Transition::EnterRequiresAction, &[Running, Interrupting]);
         only(Transition::RequestCompaction, &[Waiting, Error]);
         only(Transition::CommitSummary, &[Running]);
         only(Transition::SendMessage, &ChatStatus::ALL);

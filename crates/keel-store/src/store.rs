@@ -106,7 +106,7 @@ pub trait Store: Send + Sync {
         lease: &Lease,
         calls: Vec<PendingToolCall>,
         deadline: Option<DateTime<Utc>>,
-    ) -> Result<()>;
+    ) -> Result<Next>;
     async fn release_on_shutdown(&self, lease: &Lease) -> Result<()>;
     /// Releases chats whose lease expired; returns them.
     async fn recover_stale(&self) -> Result<Vec<ChatId>>;

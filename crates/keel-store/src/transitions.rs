@@ -667,12 +667,30 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
         {
             continue;
         }
-        let lease = cx.renewed_lease(&mut chat, worker_id);
+        // Each acquisition gets an owner token of its own: a run of this same worker that
+        // lost the lease (say, its renewal came late and the chat was claimed again) is
+        // fenced out instead of writing beside the new run.
+        if chat.worker_id.is_some() {
+            skip_unflushed_numbers(&mut chat);
+        }
+        let owner = format!("{worker_id}.{}", Uuid::new_v4().simple());
+        let lease = cx.renewed_lease(&mut chat, &owner);
         let before = chat.status;
         cx.save(&mut chat, before, false).await?;
         leases.push(lease);
     }
     Ok(leases)
+}
+
+/// How far the event sequence jumps when a chat is taken from an owner that died or lost
+/// its lease. That owner may have sent clients numbered parts its log never received (they
+/// wait up to one batch window); the next owner numbers above all of them, so a client
+/// resuming from such a number misses nothing. No step streams a million parts between two
+/// flushes of its log.
+pub const RECOVERY_SEQ_GAP: i64 = 1_000_000;
+
+fn skip_unflushed_numbers(chat: &mut Chat) {
+    chat.event_seq = chat.event_seq.saturating_add(RECOVERY_SEQ_GAP);
 }
 
 pub(crate) async fn renew_lease(cx: &mut Ctx<'_>, lease: &Lease) -> Result<Lease> {
@@ -863,9 +881,15 @@ pub(crate) async fn set_retry_state(
 /// Ends a run: the queue head starts next (same worker, chat stays `running`), or the
 /// chat goes `waiting` and is released.
 async fn end_run(cx: &mut Ctx<'_>, lease: &Lease, transition: Transition) -> Result<Next> {
-    let mut chat = cx.load(lease.chat_id).await?;
+    let chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
     check(&chat, transition)?;
+    end_loaded_run(cx, chat, lease).await
+}
+
+/// Ends the run of a loaded, fenced chat: the live-part log and checkpoint are void, and the
+/// queue head starts the next run, or the chat waits.
+async fn end_loaded_run(cx: &mut Ctx<'_>, mut chat: Chat, lease: &Lease) -> Result<Next> {
     let before = chat.status;
     let id = chat.id.to_string();
     cx.ops.clear_live(&id).await?;
@@ -920,12 +944,15 @@ pub(crate) async fn fail_run(
     cx.save(&mut chat, before, false).await
 }
 
+/// The step ended with client-side tool calls. Normally the chat waits for their results;
+/// when the user interrupted meanwhile, the calls are answered as interrupted at once (as an
+/// interrupt of a `requires_action` chat would) and the run ends like any interrupted one.
 pub(crate) async fn enter_requires_action(
     cx: &mut Ctx<'_>,
     lease: &Lease,
     calls: Vec<PendingToolCall>,
     deadline: Option<DateTime<Utc>>,
-) -> Result<()> {
+) -> Result<Next> {
     let mut chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
     check(&chat, Transition::EnterRequiresAction)?;
@@ -934,6 +961,12 @@ pub(crate) async fn enter_requires_action(
             "requires_action needs pending tool calls",
         ));
     }
+    if chat.status == ChatStatus::Interrupting {
+        chat.pending_tool_calls = calls;
+        cx.answer_pending_with_errors(&mut chat, INTERRUPTED_BY_USER)
+            .await?;
+        return end_loaded_run(cx, chat, lease).await;
+    }
     let before = chat.status;
     chat.status = ChatStatus::RequiresAction;
     chat.pending_tool_calls = calls;
@@ -941,7 +974,8 @@ pub(crate) async fn enter_requires_action(
     chat.worker_id = None;
     chat.lease_expires_at = None;
     chat.retry_state = None;
-    cx.save(&mut chat, before, false).await
+    cx.save(&mut chat, before, false).await?;
+    Ok(Next::Idle)
 }
 
 /// The worker stops without finishing: the chat stays runnable and unowned, so another
@@ -970,6 +1004,7 @@ pub(crate) async fn recover_stale(cx: &mut Ctx<'_>) -> Result<Vec<ChatId>> {
         }
         chat.worker_id = None;
         chat.lease_expires_at = None;
+        skip_unflushed_numbers(&mut chat);
         let before = chat.status;
         cx.save(&mut chat, before, false).await?;
         done.push(chat.id);

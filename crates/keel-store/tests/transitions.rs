@@ -24,6 +24,9 @@ both_backends!(
     acquire_is_exclusive_until_the_lease_expires,
     renew_and_release,
     recover_stale_leases,
+    a_lease_is_one_acquisition,
+    taking_over_a_dead_owner_numbers_above_its_unflushed_parts,
+    client_tool_calls_made_while_interrupting_are_answered_at_once,
     expire_pending_actions,
     fail_run_then_recover,
     disallowed_worker_moves,
@@ -104,7 +107,8 @@ async fn busy_queue_and_interrupt(db: TestDb) {
     };
     let c = s.get_chat(chat.id).await.unwrap();
     assert_eq!(c.status, ChatStatus::Running);
-    assert_eq!(c.worker_id.as_deref(), Some("w1"));
+    assert_eq!(c.worker_id.as_deref(), Some(lease.worker_id.as_str()));
+    assert!(lease.worker_id.starts_with("w1."), "{}", lease.worker_id);
     assert_eq!(c.queued.len(), 1);
     let msgs = s.list_messages(chat.id, None).await.unwrap();
     assert_eq!(msgs.last().unwrap().id, message_id);
@@ -447,6 +451,69 @@ async fn recover_stale_leases(db: TestDb) {
     assert_eq!((c.status, c.worker_id), (ChatStatus::Running, None));
 }
 
+async fn a_lease_is_one_acquisition(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let first = claim(s, "w", chat.id).await;
+    db.clock.advance(chrono::Duration::minutes(5));
+    // The same worker claims the chat again after its lease expired: the first run is
+    // fenced out, it cannot write beside the second.
+    let second = claim(s, "w", chat.id).await;
+    assert_ne!(first.worker_id, second.worker_id);
+    let err = s
+        .append_live_parts(&first, &[json!({"event": "part"})])
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    assert!(s.renew_lease(&first).await.is_err());
+    s.renew_lease(&second).await.unwrap();
+}
+
+async fn taking_over_a_dead_owner_numbers_above_its_unflushed_parts(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.append_live_parts(&lease, &[json!({"event": "part"})])
+        .await
+        .unwrap();
+    let flushed = s.get_chat(chat.id).await.unwrap().event_seq;
+    // Expired and taken over directly...
+    db.clock.advance(chrono::Duration::minutes(5));
+    claim(s, "b", chat.id).await;
+    let taken = s.get_chat(chat.id).await.unwrap().event_seq;
+    assert!(
+        taken >= flushed + keel_store::RECOVERY_SEQ_GAP,
+        "{taken} after {flushed}"
+    );
+    // ...or swept first: either way the numbers jump once per dead owner.
+    db.clock.advance(chrono::Duration::minutes(5));
+    assert_eq!(s.recover_stale().await.unwrap(), vec![chat.id]);
+    let swept = s.get_chat(chat.id).await.unwrap().event_seq;
+    assert!(swept >= taken + keel_store::RECOVERY_SEQ_GAP);
+    claim(s, "c", chat.id).await;
+    assert!(s.get_chat(chat.id).await.unwrap().event_seq < swept + keel_store::RECOVERY_SEQ_GAP);
+}
+
+async fn client_tool_calls_made_while_interrupting_are_answered_at_once(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w", chat.id).await;
+    s.interrupt(chat.id).await.unwrap();
+    enter_ra(s, &lease).await;
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!((c.status, c.worker_id.clone()), (ChatStatus::Waiting, None));
+    assert!(c.pending_tool_calls.is_empty());
+    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.role, Role::Tool);
+    assert_eq!(last.parts.len(), 2);
+    assert!(
+        last.parts
+            .iter()
+            .all(|p| matches!(p.kind, PartKind::ToolResult { is_error: true, .. }))
+    );
+}
+
 async fn expire_pending_actions(db: TestDb) {
     let s = &db.store;
     let chat = create(s, "hi").await;
@@ -520,28 +587,6 @@ async fn disallowed_worker_moves(db: TestDb) {
         "{err}"
     );
     s.interrupt(chat.id).await.unwrap();
-    let err = s
-        .enter_requires_action(
-            &lease,
-            vec![PendingToolCall {
-                tool_call_id: "c".into(),
-                tool_name: "t".into(),
-                args: "{}".into(),
-            }],
-            None,
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            StoreError::Conflict {
-                status: ChatStatus::Interrupting,
-                ..
-            }
-        ),
-        "{err}"
-    );
     let err = s
         .enter_requires_action(&lease, vec![], None)
         .await

@@ -13,7 +13,7 @@ use keel_store::{Chat, ChatStatus, Lease, NewMessage, Next, PendingToolCall, Sto
 
 use crate::api::dto::ClientTool;
 use crate::metrics::{RetryLabels, StepLabels};
-use crate::resume::snapshot_from_log;
+use crate::resume::{snapshot_from_log, unhanded_client_calls};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
@@ -72,11 +72,20 @@ async fn run_once(
             Vec::new()
         }
     };
-    if !recovered_log.is_empty() {
-        shared.metrics.recovered_runs.inc();
-    }
     let from_log = (!recovered_log.is_empty())
         .then(|| snapshot_from_log(recovered_log.iter().map(|e| &e.payload)));
+    if let Some(snapshot) = &from_log {
+        shared.metrics.recovered_runs.inc();
+        tracing::info!(
+            chat = %chat_id,
+            entries = recovered_log.len(),
+            first_seq = recovered_log.first().map(|e| e.seq),
+            last_seq = recovered_log.last().map(|e| e.seq),
+            text_bytes = snapshot.partial_text.len(),
+            completed_calls = snapshot.completed_calls.len(),
+            "resuming a step from its live-part log"
+        );
+    }
     let last_seq = recovered_log
         .last()
         .map_or(chat.event_seq, |e| e.seq.max(chat.event_seq));
@@ -93,7 +102,16 @@ async fn run_once(
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
-    let outcome = if chat.status == ChatStatus::Interrupting {
+    let unhanded = if recovered_log.is_empty() {
+        unhanded_client_tool_calls(shared, &chat).await
+    } else {
+        Vec::new()
+    };
+    let outcome = if !unhanded.is_empty() {
+        // The previous owner died between committing the step and handing its client-side
+        // calls over; hand them over now (or, when interrupting, answer them as interrupted).
+        Ok(RunOutcome::PendingToolCalls(unhanded))
+    } else if chat.status == ChatStatus::Interrupting {
         // The previous owner died while committing an interrupt: commit what clients saw.
         commit_recovered_interruption(&sink, from_log.as_ref()).await;
         Ok(RunOutcome::Interrupted)
@@ -150,7 +168,6 @@ async fn run_once(
                 .store
                 .enter_requires_action(&held, calls, Some(deadline))
                 .await
-                .map(|()| Next::Idle)
         }
         Err(RunError::Cancelled) => {
             let mut reason = *stop.lock().unwrap_or_else(PoisonError::into_inner);
@@ -197,6 +214,35 @@ async fn run_once(
             None
         }
     }
+}
+
+/// The client-side calls of the last committed step that never reached `requires_action`.
+async fn unhanded_client_tool_calls(
+    shared: &Arc<Shared>,
+    chat: &Chat,
+) -> Vec<keel_agent::PendingToolCall> {
+    let client_tools: Vec<ClientTool> =
+        serde_json::from_value(chat.tools.clone()).unwrap_or_default();
+    if client_tools.is_empty() {
+        return Vec::new();
+    }
+    let names: Vec<String> = client_tools.into_iter().map(|t| t.name).collect();
+    let messages = match shared.store.list_messages(chat.id, None).await {
+        Ok(messages) => messages,
+        Err(error) => {
+            tracing::warn!(chat = %chat.id, %error, "reading history failed");
+            return Vec::new();
+        }
+    };
+    let last = messages.last().map(|m| (m.role, m.parts.as_slice()));
+    unhanded_client_calls(last, &names)
+        .into_iter()
+        .map(|c| keel_agent::PendingToolCall {
+            tool_call_id: c.tool_call_id,
+            tool_name: c.tool_name,
+            args: c.args,
+        })
+        .collect()
 }
 
 /// Builds the loop's options for a chat.

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::hub::{Frame, Hub};
-use crate::live::{logged, payload};
+use crate::live::{LivePayload, logged, payload};
 use crate::metrics::Metrics;
 
 /// Parts per batch at most.
@@ -137,9 +137,8 @@ impl LiveSink {
     }
 }
 
-impl EventSink for LiveSink {
-    fn publish(&self, event: LiveEvent) {
-        let payload = payload(&event);
+impl LiveSink {
+    fn publish_payload(&self, payload: LivePayload) {
         if !payload.durable {
             self.hub.publish(
                 &self.chat_id,
@@ -171,6 +170,12 @@ impl EventSink for LiveSink {
             seq,
             payload: logged(&payload),
         }));
+    }
+}
+
+impl EventSink for LiveSink {
+    fn publish(&self, event: LiveEvent) {
+        self.publish_payload(payload(&event));
     }
 }
 

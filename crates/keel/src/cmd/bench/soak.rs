@@ -307,7 +307,9 @@ async fn drive(shared: &Soak, scenario: &Scenario, behaviour: &Behaviour) -> any
     }
     // Read what is left of the stream so the client's view is complete, then compare.
     catch_up(shared, &chat, &mut seen, last_id).await?;
-    verify(shared, &chat, scenario, &seen).await
+    verify(shared, &chat, scenario, &seen)
+        .await
+        .with_context(|| format!("chat {chat}"))
 }
 
 /// Whether the chat has reached its end state; answers client-side tool calls on the way.
@@ -358,8 +360,17 @@ async fn catch_up(
     seen: &mut Seen,
     after: Option<i64>,
 ) -> anyhow::Result<()> {
-    let api = shared.target.read().await.api.clone();
-    let mut live = Live::open(&api, chat, after).await?;
+    let mut live = loop {
+        ensure!(
+            Instant::now() < shared.deadline,
+            "chat {chat}: cannot reopen its events"
+        );
+        let api = shared.target.read().await.api.clone();
+        match Live::open(&api, chat, after).await {
+            Ok(live) => break live,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
     while let Ok(event) = live.next(Duration::from_millis(300)).await {
         if event.kind == "message" {
             let id = event.data["id"]
@@ -428,7 +439,11 @@ async fn verify(shared: &Soak, chat: &str, scenario: &Scenario, seen: &Seen) -> 
                 "expected status waiting, found {status} ({})",
                 state["last_error"]
             );
-            let last = last_assistant.context("no assistant reply")?;
+            let Some(last) = last_assistant else {
+                // An interrupt that lands before the first delta leaves nothing to keep.
+                ensure!(seen.interrupted, "no assistant reply");
+                return Ok(());
+            };
             let text = text_of(last);
             if last["interrupted"] == true {
                 ensure!(
