@@ -4,8 +4,8 @@
 //! a failure prints the seed that reproduces the soak.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
@@ -32,6 +32,10 @@ pub struct Args {
     /// Times the daemon is killed with SIGKILL (at random moments) and restarted.
     #[arg(long, default_value_t = 0)]
     pub kills: usize,
+    /// Waves of `--chats` chats, one after another; the daemon's memory, file descriptors
+    /// and threads are printed after each, so a leak shows as growth.
+    #[arg(long, default_value_t = 1)]
+    pub waves: usize,
     /// Share of chats whose user interrupts the reply.
     #[arg(long, default_value_t = 0.15)]
     pub interrupts: f64,
@@ -66,6 +70,8 @@ struct Target {
 /// Everything the chat tasks share.
 struct Soak {
     target: RwLock<Target>,
+    /// The daemon process; the kill task replaces it with each restart.
+    daemon: Mutex<Process>,
     server_errors: AtomicUsize,
     deadline: Instant,
 }
@@ -81,8 +87,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match &outcome {
         Ok(()) => println!("soak passed (seed {seed})"),
         Err(error) => println!(
-            "soak FAILED: {error:#}\nreproduce with: keel bench soak --chats {} --kills {} --seed {seed}",
-            args.chats, args.kills
+            "soak FAILED: {error:#}\nreproduce with: keel bench soak --chats {} --waves {} --kills {} --seed {seed}",
+            args.chats, args.waves, args.kills
         ),
     }
     outcome
@@ -91,7 +97,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let mock = start_mock(dir.path(), args.verbose)?;
-    let setup = DaemonSetup {
+    let setup = Arc::new(DaemonSetup {
         dir: dir.path().to_owned(),
         database: args
             .database
@@ -100,80 +106,73 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         mock_url: mock.url.clone(),
         workers: args.chats.min(256),
         verbose: args.verbose,
-    };
-    let config = setup.write_config(RUNS)?;
+    });
+    let config = Arc::new(setup.write_config(RUNS)?);
     let (daemon, _) = setup.start(&config, "127.0.0.1:0").await?;
-    let started_rss = daemon.rss()?;
+    println!("wave 0: {}", vitals(&daemon)?);
     let shared = Arc::new(Soak {
         target: RwLock::new(Target {
             api: Api::new(&daemon.url, None)?,
             url: daemon.url.clone(),
         }),
+        daemon: Mutex::new(daemon),
         server_errors: AtomicUsize::new(0),
         deadline: Instant::now() + Duration::from_secs(args.timeout_secs),
     });
-
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut tasks = JoinSet::new();
-    let mut chosen = BTreeMap::<&str, usize>::new();
-    for index in 0..args.chats {
-        let scenario = scenario::choose(&mut rng, &format!("soak-{seed}-{index}"));
-        *chosen.entry(scenario.name).or_default() += 1;
-        let behaviour = Behaviour {
-            interrupt_after: rng
-                .random_bool(args.interrupts.clamp(0.0, 1.0))
-                .then(|| rng.random_range(0..8)),
-            disconnect_every: rng
-                .random_bool(args.disconnects.clamp(0.0, 1.0))
-                .then(|| rng.random_range(2..12)),
-            idempotency_key: format!("soak-{seed}-{index}"),
-        };
-        let shared = shared.clone();
-        tasks.spawn(async move {
-            let verdict = drive(&shared, &scenario, &behaviour).await;
-            (index, scenario, verdict)
-        });
-    }
-    println!("scenarios: {chosen:?}");
-
-    let (killer, mut daemon_alive) = if args.kills > 0 {
-        let shared = shared.clone();
-        let kills = args.kills;
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x6b69_6c6c);
-        let task = tokio::spawn(async move {
-            kill_repeatedly(&shared, &setup, &config, daemon, kills, &mut rng).await
-        });
-        (Some(task), None)
-    } else {
-        (None, Some(daemon))
-    };
-
     let mut failures = Vec::new();
-    let mut settled = 0;
-    while let Some(joined) = tasks.join_next().await {
-        let (index, scenario, verdict) = joined.context("a chat task panicked")?;
-        match verdict {
-            Ok(()) => settled += 1,
-            Err(error) => failures.push(format!("chat #{index} ({}): {error:#}", scenario.name)),
+    for wave in 1..=args.waves.max(1) {
+        let mut tasks = JoinSet::new();
+        let mut chosen = BTreeMap::<&str, usize>::new();
+        for index in (wave - 1) * args.chats..wave * args.chats {
+            let scenario = scenario::choose(&mut rng, &format!("soak-{seed}-{index}"));
+            *chosen.entry(scenario.name).or_default() += 1;
+            let behaviour = Behaviour {
+                interrupt_after: rng
+                    .random_bool(args.interrupts.clamp(0.0, 1.0))
+                    .then(|| rng.random_range(1..8)),
+                disconnect_every: rng
+                    .random_bool(args.disconnects.clamp(0.0, 1.0))
+                    .then(|| rng.random_range(2..12)),
+                idempotency_key: format!("soak-{seed}-{index}"),
+            };
+            let shared = shared.clone();
+            tasks.spawn(async move {
+                let verdict = drive(&shared, &scenario, &behaviour).await;
+                (index, scenario, verdict)
+            });
         }
-    }
-    if let Some(killer) = killer {
-        daemon_alive = Some(killer.await.context("the kill task panicked")??);
-    }
-    let server_errors = shared.server_errors.load(Ordering::Relaxed);
-    if let Some(daemon) = &daemon_alive {
+        if wave == 1 {
+            println!("scenarios of wave 1: {chosen:?}");
+        }
+        let killer = (args.kills > 0).then(|| {
+            let (shared, setup, config) = (shared.clone(), setup.clone(), config.clone());
+            let (kills, mut rng) = (args.kills, StdRng::seed_from_u64(seed ^ wave as u64));
+            tokio::spawn(
+                async move { kill_repeatedly(&shared, &setup, &config, kills, &mut rng).await },
+            )
+        });
+        let mut settled = 0;
+        while let Some(joined) = tasks.join_next().await {
+            let (index, scenario, verdict) = joined.context("a chat task panicked")?;
+            match verdict {
+                Ok(()) => settled += 1,
+                Err(error) => {
+                    failures.push(format!("chat #{index} ({}): {error:#}", scenario.name))
+                }
+            }
+        }
+        if let Some(killer) = killer {
+            killer.await.context("the kill task panicked")??;
+        }
+        let vitals = vitals(&shared.daemon.lock().unwrap_or_else(PoisonError::into_inner))?;
         println!(
-            "daemon: rss {:.1} MiB at start, {:.1} MiB at the end; {} open fds; {} threads",
-            mib(started_rss),
-            mib(daemon.rss()?),
-            daemon.open_fds()?,
-            daemon.threads()?
+            "wave {wave}: {settled} of {} chats met every invariant; {vitals}",
+            args.chats
         );
     }
-    println!(
-        "{settled} of {} chats met every invariant; {server_errors} 5xx answers",
-        args.chats
-    );
+    let server_errors = shared.server_errors.load(Ordering::Relaxed);
+    println!("{server_errors} 5xx answers");
     if server_errors > 0 {
         failures.push(format!("{server_errors} answers were 5xx"));
     }
@@ -184,6 +183,16 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         println!("  {failure}");
     }
     bail!("{} invariant violations", failures.len())
+}
+
+/// The daemon's memory, file descriptors and threads: flat across waves, or leaking.
+fn vitals(daemon: &Process) -> anyhow::Result<String> {
+    Ok(format!(
+        "daemon rss {:.1} MiB, {} open fds, {} threads",
+        mib(daemon.rss()?),
+        daemon.open_fds()?,
+        daemon.threads()?
+    ))
 }
 
 /// What the simulated user does besides reading.
@@ -547,15 +556,14 @@ async fn call(
 }
 
 /// Kills the daemon with SIGKILL `kills` times at random moments, restarting it on the same
-/// address each time; returns the last incarnation.
+/// address each time.
 async fn kill_repeatedly(
     shared: &Soak,
     setup: &DaemonSetup,
     config: &std::path::Path,
-    mut daemon: Process,
     kills: usize,
     rng: &mut StdRng,
-) -> anyhow::Result<Process> {
+) -> anyhow::Result<()> {
     for kill in 1..=kills {
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..3_000))).await;
         let address = shared
@@ -565,13 +573,17 @@ async fn kill_repeatedly(
             .url
             .trim_start_matches("http://")
             .to_owned();
-        daemon.kill();
+        shared
+            .daemon
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .kill();
         let (restarted, ready) = setup.start(config, &address).await?;
         println!(
             "kill {kill}: restarted, ready in {:.0} ms",
             ready.as_secs_f64() * 1e3
         );
-        daemon = restarted;
+        *shared.daemon.lock().unwrap_or_else(PoisonError::into_inner) = restarted;
     }
-    Ok(daemon)
+    Ok(())
 }

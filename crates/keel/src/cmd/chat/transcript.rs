@@ -52,6 +52,20 @@ struct Block {
     text: String,
 }
 
+impl Block {
+    /// The block printed again after a reset; tool lines were printed when they arrived and
+    /// are not repeated.
+    fn pieces(&self) -> Vec<Piece> {
+        match self.kind {
+            BlockKind::Text if !self.text.is_empty() => vec![Piece::Text(self.text.clone())],
+            BlockKind::Reasoning if !self.text.is_empty() => {
+                vec![Piece::Reasoning(self.text.clone())]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// Statuses in which no run is active.
 pub fn is_idle(status: &str) -> bool {
     matches!(status, "waiting" | "error" | "requires_action")
@@ -69,6 +83,49 @@ pub struct Transcript {
     last_user_id: i64,
     last_assistant: Option<Message>,
     last_error: Option<String>,
+    /// What was on screen of the step when a `stream_reset` voided it. A resumed step
+    /// starts with a reset and then repeats what it continues from; while the new parts
+    /// only repeat what is on screen, nothing is printed, so a recovery is invisible.
+    echo: Option<Vec<Block>>,
+}
+
+/// How the parts after a reset relate to what was on screen before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Overlap {
+    /// They repeat (a prefix of) what is on screen.
+    Covered,
+    /// They repeat all of it and go on.
+    Extends,
+    /// They differ.
+    Diverged,
+}
+
+fn same_kind(a: &BlockKind, b: &BlockKind) -> bool {
+    match (a, b) {
+        (BlockKind::ToolCall { id: x, .. }, BlockKind::ToolCall { id: y, .. })
+        | (BlockKind::ToolResult { id: x }, BlockKind::ToolResult { id: y }) => x == y,
+        _ => a == b,
+    }
+}
+
+fn overlap(screen: &[Block], live: &[Block]) -> Overlap {
+    for (index, block) in live.iter().enumerate() {
+        let Some(shown) = screen.get(index) else {
+            return Overlap::Extends;
+        };
+        if shown.role != block.role || !same_kind(&shown.kind, &block.kind) {
+            return Overlap::Diverged;
+        }
+        let last = index + 1 == live.len();
+        if shown.text.starts_with(&block.text) && (last || shown.text == block.text) {
+            continue;
+        }
+        if last && index + 1 == screen.len() && block.text.starts_with(&shown.text) {
+            return Overlap::Extends;
+        }
+        return Overlap::Diverged;
+    }
+    Overlap::Covered
 }
 
 /// Events that take a place in the chat's event order and are never sent twice.
@@ -212,11 +269,11 @@ impl Transcript {
                 Err(_) => Vec::new(),
             },
             "stream_reset" => {
-                self.live.clear();
-                vec![Piece::Line(
-                    LineKind::Notice,
-                    "↻ the reply restarted from the beginning".to_owned(),
-                )]
+                let shown = std::mem::take(&mut self.live);
+                if !shown.is_empty() {
+                    self.echo = Some(shown);
+                }
+                Vec::new()
             }
             "tool_call_cancel" => self.tool_call_cancel(&data),
             "status" => self.status_event(&data),
@@ -251,6 +308,43 @@ impl Transcript {
     }
 
     fn part(&mut self, data: &Value) -> Vec<Piece> {
+        let pieces = self.apply_part(data);
+        let Some(screen) = &self.echo else {
+            return pieces;
+        };
+        match overlap(screen, &self.live) {
+            Overlap::Covered => Vec::new(),
+            Overlap::Extends => {
+                let screen = self.echo.take().unwrap_or_default();
+                match (screen.last(), self.live.get(screen.len().saturating_sub(1))) {
+                    // The block on screen grew: print only what it did not show.
+                    (Some(shown), Some(block))
+                        if self.live.len() == screen.len()
+                            && matches!(block.kind, BlockKind::Text | BlockKind::Reasoning) =>
+                    {
+                        let rest = block.text[shown.text.len()..].to_owned();
+                        if block.kind == BlockKind::Text {
+                            vec![Piece::Text(rest)]
+                        } else {
+                            vec![Piece::Reasoning(rest)]
+                        }
+                    }
+                    _ => pieces,
+                }
+            }
+            Overlap::Diverged => {
+                self.echo = None;
+                let mut out = vec![Piece::Line(
+                    LineKind::Notice,
+                    "↻ the reply restarted from the beginning".to_owned(),
+                )];
+                out.extend(self.live.iter().flat_map(Block::pieces));
+                out
+            }
+        }
+    }
+
+    fn apply_part(&mut self, data: &Value) -> Vec<Piece> {
         let role = data["role"].as_str().unwrap_or("assistant").to_owned();
         let part = &data["part"];
         self.awaiting_reply = false;
@@ -395,6 +489,12 @@ impl Transcript {
             }
             "assistant" | "tool" => {
                 self.awaiting_reply = false;
+                // A reset not followed by anything new: the screen still shows the step.
+                if let Some(screen) = self.echo.take()
+                    && overlap(&screen, &self.live) == Overlap::Covered
+                {
+                    self.live = screen;
+                }
                 let mut pieces = self.reconcile(&message);
                 if message.interrupted {
                     pieces.push(Piece::Line(
@@ -630,6 +730,51 @@ mod tests {
             out,
             "wrong[↻ the reply restarted from the beginning]right answer"
         );
+    }
+
+    #[test]
+    fn a_resumed_step_that_repeats_the_screen_prints_only_what_is_new() {
+        let mut t = Transcript::new();
+        let out = feed(
+            &mut t,
+            &[
+                text(2, "one two"),
+                text(3, " three"),
+                // The new owner logged less than the screen shows, then continues.
+                event(1_000_004, "stream_reset", json!({})),
+                text(1_000_005, "one two"),
+                text(1_000_006, " three"),
+                text(1_000_007, " four"),
+                message(
+                    3,
+                    1_000_008,
+                    "assistant",
+                    json!([{"type": "text", "text": "one two three four"}]),
+                    false,
+                ),
+            ],
+        );
+        assert_eq!(out, "one two three four");
+    }
+
+    #[test]
+    fn a_reset_then_the_commit_alone_prints_nothing_twice() {
+        let mut t = Transcript::new();
+        let out = feed(
+            &mut t,
+            &[
+                text(2, "one two"),
+                event(3, "stream_reset", json!({})),
+                message(
+                    3,
+                    4,
+                    "assistant",
+                    json!([{"type": "text", "text": "one two three"}]),
+                    false,
+                ),
+            ],
+        );
+        assert_eq!(out, "one two three");
     }
 
     #[test]
