@@ -389,6 +389,14 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::recover_stale(&mut cx).await)
     }
 
+    async fn chat_owners(&self, prefix: &str) -> Result<Vec<String>> {
+        in_tx!(self, |cx| t::chat_owners(&mut cx, prefix).await)
+    }
+
+    async fn release_owners(&self, owners: &[String]) -> Result<Vec<ChatId>> {
+        in_tx!(self, |cx| t::release_owners(&mut cx, owners).await)
+    }
+
     async fn expire_pending_actions(&self) -> Result<Vec<ChatId>> {
         in_tx!(self, |cx| t::expire_pending_actions(&mut cx).await)
     }

@@ -36,6 +36,12 @@ pub(crate) trait TxOps: Send {
     async fn claimable_chats(&mut self, now: i64, limit: i64) -> Result<Vec<String>>;
     /// Ids of owned chats whose lease expired, locked like [`TxOps::claimable_chats`].
     async fn stale_chats(&mut self, now: i64, limit: i64) -> Result<Vec<String>>;
+    /// Ids and owners of chats whose owner token starts with `prefix`, locked likewise.
+    async fn owned_with_prefix(
+        &mut self,
+        prefix: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>>;
     /// Ids of `requires_action` chats whose deadline passed, locked likewise.
     async fn expired_actions(&mut self, now: i64, limit: i64) -> Result<Vec<String>>;
 

@@ -227,6 +227,22 @@ macro_rules! tx_ops {
                     .await?)
             }
 
+            async fn owned_with_prefix(
+                &mut self,
+                prefix: &str,
+                limit: i64,
+            ) -> $crate::error::Result<Vec<(String, String)>> {
+                const SQL: &str = concat!(
+                    "SELECT id, worker_id FROM chats WHERE worker_id LIKE $1 LIMIT $2",
+                    $skip
+                );
+                Ok(sqlx::query_as(SQL)
+                    .bind(format!("{prefix}%"))
+                    .bind(limit)
+                    .fetch_all(self.conn().await?)
+                    .await?)
+            }
+
             async fn expired_actions(
                 &mut self,
                 now: i64,

@@ -110,6 +110,11 @@ pub trait Store: Send + Sync {
     async fn release_on_shutdown(&self, lease: &Lease) -> Result<()>;
     /// Releases chats whose lease expired; returns them.
     async fn recover_stale(&self) -> Result<Vec<ChatId>>;
+    /// The distinct owner tokens starting with `prefix` that hold chats now.
+    async fn chat_owners(&self, prefix: &str) -> Result<Vec<String>>;
+    /// Releases the chats held by exactly these owners (processes known to be gone) without
+    /// waiting for their leases; returns them.
+    async fn release_owners(&self, owners: &[String]) -> Result<Vec<ChatId>>;
     /// Answers overdue client-side calls with error results and sets `waiting`.
     async fn expire_pending_actions(&self) -> Result<Vec<ChatId>>;
 

@@ -1012,6 +1012,45 @@ pub(crate) async fn recover_stale(cx: &mut Ctx<'_>) -> Result<Vec<ChatId>> {
     Ok(done)
 }
 
+/// The distinct owners of chats whose token starts with `prefix` (a write transaction: the
+/// listing locks rows as the other sweeps do).
+pub(crate) async fn chat_owners(cx: &mut Ctx<'_>, prefix: &str) -> Result<Vec<String>> {
+    let owned = cx.ops.owned_with_prefix(prefix, SWEEP_LIMIT).await?;
+    let mut owners: Vec<String> = owned.into_iter().map(|(_, owner)| owner).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    Ok(owners)
+}
+
+/// Releases the chats held by exactly these owner tokens (processes known to be gone),
+/// without waiting for their leases to expire.
+pub(crate) async fn release_owners(cx: &mut Ctx<'_>, owners: &[String]) -> Result<Vec<ChatId>> {
+    let mut done = Vec::new();
+    for owner in owners {
+        for (id, held_by) in cx.ops.owned_with_prefix(owner, SWEEP_LIMIT).await? {
+            if held_by != *owner {
+                continue;
+            }
+            let Some(cols) = cx.ops.lock_chat(&id).await? else {
+                continue;
+            };
+            let mut chat = cols.into_chat()?;
+            if chat.worker_id.as_deref() != Some(owner.as_str())
+                || !allowed(Some(chat.status), Transition::RecoverStale)
+            {
+                continue;
+            }
+            chat.worker_id = None;
+            chat.lease_expires_at = None;
+            skip_unflushed_numbers(&mut chat);
+            let before = chat.status;
+            cx.save(&mut chat, before, false).await?;
+            done.push(chat.id);
+        }
+    }
+    Ok(done)
+}
+
 pub(crate) async fn expire_pending_actions(cx: &mut Ctx<'_>) -> Result<Vec<ChatId>> {
     let ids = cx.ops.expired_actions(ms(cx.now), SWEEP_LIMIT).await?;
     let mut done = Vec::new();

@@ -25,6 +25,7 @@ both_backends!(
     renew_and_release,
     recover_stale_leases,
     a_lease_is_one_acquisition,
+    owners_known_to_be_gone_are_released_at_once,
     taking_over_a_dead_owner_numbers_above_its_unflushed_parts,
     client_tool_calls_made_while_interrupting_are_answered_at_once,
     expire_pending_actions,
@@ -468,6 +469,35 @@ async fn a_lease_is_one_acquisition(db: TestDb) {
     assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
     assert!(s.renew_lease(&first).await.is_err());
     s.renew_lease(&second).await.unwrap();
+}
+
+async fn owners_known_to_be_gone_are_released_at_once(db: TestDb) {
+    let s = &db.store;
+    let gone = create(s, "gone").await;
+    let gone_lease = claim(s, "host~node~7", gone.id).await;
+    let alive = create(s, "alive").await;
+    let alive_lease = claim(s, "host~node~8", alive.id).await;
+    let before = s.get_chat(gone.id).await.unwrap().event_seq;
+    let owners = s.chat_owners("host~node~").await.unwrap();
+    assert_eq!(owners.len(), 2, "{owners:?}");
+    assert!(s.chat_owners("other~").await.unwrap().is_empty());
+    // Leases still valid: only the named owner loses its chat, and at once.
+    let released = s
+        .release_owners(std::slice::from_ref(&gone_lease.worker_id))
+        .await
+        .unwrap();
+    assert_eq!(released, vec![gone.id]);
+    let c = s.get_chat(gone.id).await.unwrap();
+    assert_eq!((c.status, c.worker_id), (ChatStatus::Running, None));
+    assert!(c.event_seq >= before + keel_store::RECOVERY_SEQ_GAP);
+    assert!(s.renew_lease(&gone_lease).await.is_err());
+    s.renew_lease(&alive_lease).await.unwrap();
+    assert!(
+        s.release_owners(&["host~node~7".into()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn taking_over_a_dead_owner_numbers_above_its_unflushed_parts(db: TestDb) {

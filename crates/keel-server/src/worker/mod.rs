@@ -8,6 +8,7 @@
 
 mod checkpoints;
 mod compaction;
+mod identity;
 mod persist;
 mod run;
 mod sink;
@@ -27,6 +28,7 @@ use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::ModelRegistry;
 use crate::tools::ToolSet;
+use crate::worker::identity::Identity;
 
 pub use persist::new_messages;
 pub use sink::{BATCH_PARTS, BATCH_WINDOW};
@@ -68,6 +70,8 @@ pub struct Shared {
     pub tools: Arc<ToolSet>,
     pub config: Arc<Config>,
     pub worker_id: String,
+    /// This process as an owner, to recognise chats left by a dead process of this machine.
+    pub identity: Identity,
     /// Cancelled (with the shutdown cause) when the process stops.
     pub shutdown: Cancel,
     active: Mutex<HashMap<ChatId, ActiveRun>>,
@@ -162,7 +166,8 @@ impl WorkerPool {
         config: Arc<Config>,
         shutdown: Cancel,
     ) -> Self {
-        let worker_id = format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple());
+        let identity = Identity::current();
+        let worker_id = identity.worker_id();
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -172,6 +177,7 @@ impl WorkerPool {
                 tools,
                 config,
                 worker_id,
+                identity,
                 shutdown,
                 active: Mutex::new(HashMap::new()),
                 next_run: std::sync::atomic::AtomicU64::new(0),
@@ -279,10 +285,43 @@ async fn route_notices(shared: Arc<Shared>) {
     }
 }
 
+/// Releases at once the chats held by a process of this machine that no longer runs (a
+/// daemon killed and restarted here), rather than after their leases expire.
+async fn release_dead_local_owners(shared: &Shared) {
+    let Some(prefix) = shared.identity.node_prefix() else {
+        return;
+    };
+    let owners = match shared.store.chat_owners(&prefix).await {
+        Ok(owners) => owners,
+        Err(error) => {
+            tracing::warn!(%error, "listing chat owners failed");
+            return;
+        }
+    };
+    let dead: Vec<String> = owners
+        .into_iter()
+        .filter(|owner| shared.identity.owner_is_dead(owner))
+        .collect();
+    if dead.is_empty() {
+        return;
+    }
+    match shared.store.release_owners(&dead).await {
+        Ok(chats) => {
+            tracing::info!(
+                count = chats.len(),
+                "released chats of a dead process of this machine"
+            );
+            shared.wake.notify_one();
+        }
+        Err(error) => tracing::warn!(%error, "releasing chats of dead processes failed"),
+    }
+}
+
 /// Every lease period: release chats whose owner died; expire overdue client-side calls.
 async fn sweep(shared: Arc<Shared>) {
     let period = shared.config.runs.lease();
     loop {
+        release_dead_local_owners(&shared).await;
         match shared.store.recover_stale().await {
             Ok(chats) if !chats.is_empty() => {
                 tracing::info!(count = chats.len(), "released chats of a dead owner");
@@ -296,11 +335,4 @@ async fn sweep(shared: Arc<Shared>) {
         }
         tokio::time::sleep(period).await;
     }
-}
-
-fn hostname() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "keel".to_owned())
 }

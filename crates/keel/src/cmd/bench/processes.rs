@@ -50,16 +50,14 @@ impl Process {
         std::thread::spawn(move || {
             let mut found = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !found {
-                    if let Some(rest) = line.split(&marker).nth(1) {
-                        found = true;
-                        let url: String = rest
-                            .chars()
-                            .take_while(|c| !c.is_whitespace() && *c != ';')
-                            .collect();
-                        let _ = tx.send(url.trim_end_matches("/v1").to_owned());
-                        continue;
-                    }
+                if !found && let Some(rest) = line.split(&marker).nth(1) {
+                    found = true;
+                    let url: String = rest
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && *c != ';')
+                        .collect();
+                    let _ = tx.send(url.trim_end_matches("/v1").to_owned());
+                    continue;
                 }
                 if verbose || line.contains("ERROR") || line.contains("WARN") {
                     eprintln!("    [{}] {line}", child_name(&marker));
