@@ -15,6 +15,7 @@ use super::stats::{Spread, mib, micros};
 use crate::client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_override_self = true)]
 pub struct Args {
     /// Concurrent chats.
     #[arg(long, default_value_t = 100)]
@@ -311,7 +312,7 @@ impl Recovery {
             self.restart_to_ready.as_secs_f64() * 1e3
         );
         println!(
-            "kill -9 -> resumed      {} (first new delta after the kill; n = {})",
+            "kill -9 -> resumed      {} (kill to the resumed step's first event; n = {})",
             self.resumed.millis(),
             self.chats
         );
@@ -323,8 +324,9 @@ impl Recovery {
 }
 
 /// The sample chats stream a known reply; the daemon is killed with SIGKILL mid-reply and
-/// restarted on the same address and database. Each client reconnects where it was and
-/// times the first new delta; every reply must end up committed exactly as scripted.
+/// restarted on the same address and database. Each client reads until the connection
+/// dies, reconnects where it was, and times the first event of the resumed step; every
+/// reply must end up committed exactly as scripted.
 async fn kill_and_resume(
     setup: &DaemonSetup,
     config: &std::path::Path,
@@ -334,49 +336,47 @@ async fn kill_and_resume(
 ) -> anyhow::Result<Recovery> {
     let rate = rate.max(20.0);
     let reply_tokens = (rate * 4.0) as u32;
-    let expected: String = (1..=reply_tokens)
-        .map(|i| format!("w{i} "))
-        .collect::<String>()
-        .trim_end()
-        .to_owned();
+    let expected = (1..=reply_tokens)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
     let api = Api::new(&daemon.url, None)?;
-    let mut positions = Vec::new();
-    for chat in chats {
-        let text = Script::new(Step::text(expected.clone()).rate(rate)).message("survive");
-        let mut live = Live::open(&api, chat, None).await?;
-        let mut committed = 0;
-        while committed < 3 {
-            committed += usize::from(live.next(PATIENCE).await?.is_assistant_message());
-        }
-        api.send_message(chat, &text, "queue").await?;
-        let mut deltas = 0;
-        while deltas < 3 {
-            deltas += usize::from(live.next(PATIENCE).await?.text_delta().is_some());
-        }
-        positions.push(live.last_id);
-    }
-    let address = daemon.url.trim_start_matches("http://").to_owned();
-    daemon.kill();
-    let killed = Instant::now();
-    let (restarted, _) = setup.start(config, &address).await?;
-    *daemon = restarted;
-    let restart_to_ready = killed.elapsed();
-
+    let killed_at = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let streaming = Arc::new(Barrier::new(chats.len() + 1));
     let mut tasks = JoinSet::new();
-    for (chat, after) in chats.iter().cloned().zip(positions) {
-        let api = api.clone();
-        let expected = expected.clone();
+    for chat in chats {
+        let (api, chat, expected) = (api.clone(), chat.clone(), expected.clone());
+        let (killed_at, streaming) = (killed_at.clone(), streaming.clone());
         tasks.spawn(async move {
-            let mut live = Live::open(&api, &chat, after).await?;
-            let mut resumed = None;
-            loop {
+            let text = Script::new(Step::text(expected.clone()).rate(rate)).message("survive");
+            api.send_message(&chat, &text, "queue").await?;
+            let mut live = Live::open(&api, &chat, None).await?;
+            // Skip the history up to this reply's first deltas.
+            let mut deltas = 0;
+            let mut asked = false;
+            while deltas < 3 {
                 let event = live.next(PATIENCE).await?;
-                if event.text_delta().is_some() || event.is_assistant_message() {
-                    resumed.get_or_insert_with(|| killed.elapsed());
+                if event.kind == "message" && event.data["role"] == "user" {
+                    asked = event.data.to_string().contains("survive");
+                } else if asked && event.text_delta().is_some() {
+                    deltas += 1;
                 }
-                if event.is_assistant_message() {
-                    break;
+            }
+            streaming.wait().await;
+            // Read on until the daemon dies under us.
+            while live.next(PATIENCE).await.is_ok() {}
+            let after = live.last_id;
+            let mut live = loop {
+                match Live::open(&api, &chat, after).await {
+                    Ok(live) => break live,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
                 }
+            };
+            let first = live.next(PATIENCE).await?;
+            let resumed = killed_at.get().map(Instant::elapsed).unwrap_or_default();
+            let mut event = first;
+            while !event.is_assistant_message() {
+                event = live.next(PATIENCE).await?;
             }
             let messages = api.messages(&chat).await?;
             let last = messages.last().map(|m| m.text()).unwrap_or_default();
@@ -384,9 +384,17 @@ async fn kill_and_resume(
                 last == expected,
                 "chat {chat}: the resumed reply differs from the script:\n{last}"
             );
-            anyhow::Ok(micros(resumed.unwrap_or_default()))
+            anyhow::Ok(micros(resumed))
         });
     }
+    streaming.wait().await;
+    let address = daemon.url.trim_start_matches("http://").to_owned();
+    killed_at.get_or_init(Instant::now);
+    daemon.kill();
+    let (restarted, _) = setup.start(config, &address).await?;
+    *daemon = restarted;
+    let restart_to_ready = killed_at.get().map(Instant::elapsed).unwrap_or_default();
+
     let mut resumed = Vec::new();
     while let Some(result) = tasks.join_next().await {
         resumed.push(result??);

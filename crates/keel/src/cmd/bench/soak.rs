@@ -22,6 +22,7 @@ use super::stats::mib;
 use crate::client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_override_self = true)]
 pub struct Args {
     /// Chats, all started at once.
     #[arg(long, default_value_t = 100)]
