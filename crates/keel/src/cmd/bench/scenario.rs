@@ -60,6 +60,7 @@ pub const NAMES: &[&str] = &[
     "cut_mid_text",
     "cut_mid_tool_args",
     "stall_mid_text",
+    "stall_mid_tool_args",
     "malformed_line",
     "stream_error_event",
     "chain_broken",
@@ -141,6 +142,15 @@ pub fn choose(rng: &mut impl Rng, id: &str) -> Scenario {
             Script::new(
                 text_step().stall(Stall::after(after, Duration::from_millis(2_500)).times(1)),
             ),
+            Expect::Reply(reply.clone()),
+            model,
+        ),
+        "stall_mid_tool_args" => (
+            Script::new(
+                Step::tool_call("list_dir", json!({"path": "."}))
+                    .stall(Stall::after(1, Duration::from_millis(2_500)).times(1)),
+            )
+            .then(text_step()),
             Expect::Reply(reply.clone()),
             model,
         ),
