@@ -123,6 +123,18 @@ impl Hub {
         }
     }
 
+    /// A subscriber left: drops the chat's channel when nothing streams into it and nobody
+    /// else listens, so finished chats keep no frames in memory.
+    pub fn prune(&self, chat_id: &str) {
+        let mut channels = self.lock();
+        let idle = channels
+            .get(chat_id)
+            .is_some_and(|c| c.running == 0 && c.sender.receiver_count() == 0);
+        if idle {
+            channels.remove(chat_id);
+        }
+    }
+
     /// Number of chats with live channels.
     pub fn channel_count(&self) -> usize {
         self.lock().len()
@@ -192,5 +204,20 @@ mod tests {
         let (_rx, backlog) = hub.subscribe("c");
         assert!(backlog.is_empty());
         hub.end_run("c");
+    }
+
+    #[test]
+    fn a_finished_chat_keeps_no_channel_once_its_last_subscriber_leaves() {
+        let hub = Hub::new();
+        let (rx, _) = hub.subscribe("c");
+        hub.begin_run("c");
+        hub.publish("c", frame(1));
+        hub.end_run("c");
+        assert_eq!(hub.channel_count(), 1, "a subscriber is still connected");
+        hub.prune("c");
+        assert_eq!(hub.channel_count(), 1, "it still holds its receiver");
+        drop(rx);
+        hub.prune("c");
+        assert_eq!(hub.channel_count(), 0);
     }
 }

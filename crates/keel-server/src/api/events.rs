@@ -183,6 +183,14 @@ impl Follower {
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
 async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
     let chat_key = chat.id.to_string();
+    let hub = state.hub.clone();
+    feed(state, chat, position, tx).await;
+    // The connection's receiver is gone now; the chat's channel may be too.
+    hub.prune(&chat_key);
+}
+
+async fn feed(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
+    let chat_key = chat.id.to_string();
     let (mut live, backlog) = state.hub.subscribe(&chat_key);
     let mut notices = state.store.subscribe();
     let mut follower = Follower {
