@@ -39,6 +39,8 @@ pub struct Metrics {
     pub stream_retries: Family<RetryLabels, Counter>,
     pub steps: Family<StepLabels, Counter>,
     pub active_runs: Gauge,
+    /// Chats with an in-process live channel (set when metrics are read).
+    pub live_channels: Gauge,
     pub time_to_first_part: Histogram,
     pub tool_calls: Family<ToolLabels, Counter>,
     pub lease_renewals: Counter,
@@ -73,6 +75,12 @@ impl Metrics {
             "keel_active_runs",
             "Runs executing now",
             active_runs.clone(),
+        );
+        let live_channels = Gauge::default();
+        registry.register(
+            "keel_live_channels",
+            "Chats with live subscribers or a run streaming in this process",
+            live_channels.clone(),
         );
         let time_to_first_part =
             Histogram::new([0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]);
@@ -140,6 +148,7 @@ impl Metrics {
             stream_retries,
             steps,
             active_runs,
+            live_channels,
             time_to_first_part,
             tool_calls,
             lease_renewals,

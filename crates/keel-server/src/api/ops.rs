@@ -30,6 +30,8 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    let channels = i64::try_from(state.hub.channel_count()).unwrap_or(i64::MAX);
+    state.metrics.live_channels.set(channels);
     (
         [(
             header::CONTENT_TYPE,
