@@ -5,15 +5,20 @@
 #
 #   scripts/schemathesis.sh [EXTRA SCHEMATHESIS ARGS...]
 #
-# KEEL_SCHEMATHESIS_EXAMPLES caps the examples per operation (default 100).
+# KEEL_SCHEMATHESIS_EXAMPLES caps the examples per operation (default 100); KEEL_BIN tests an
+# already built binary instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 target="${CARGO_TARGET_DIR:-$root/target}"
 examples="${KEEL_SCHEMATHESIS_EXAMPLES:-100}"
 
-cargo build -p keel
-keel="$target/debug/keel"
+if [[ -n "${KEEL_BIN:-}" ]]; then
+    keel="$KEEL_BIN"
+else
+    cargo build -p keel
+    keel="$target/debug/keel"
+fi
 
 venv="$target/schemathesis-venv"
 if [[ ! -x "$venv/bin/schemathesis" ]]; then

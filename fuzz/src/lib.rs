@@ -1,8 +1,6 @@
 //! Shared pieces of the fuzz targets: replaying bytes through a provider decoder and the
 //! invariants every decoded stream must keep, whatever the provider sent.
 
-use std::collections::HashSet;
-
 use futures::StreamExt;
 use keel_core::{Cancel, StreamEvent};
 use keel_providers::ErrorContext;
@@ -39,8 +37,9 @@ pub fn split(bytes: &[u8], cuts: &[u16]) -> Vec<Vec<u8>> {
 }
 
 /// What the agent loop relies on from any decoded stream: it ends with exactly one terminal
-/// event (a finish or an error) and nothing after it, and every delta or end names a block
-/// that was started and is still open.
+/// event (a finish or an error) and nothing after it. Block ids are not checked: they echo
+/// the provider's item ids, and the accumulator already tolerates repeated starts, deltas
+/// without a start and ends of unknown blocks.
 pub fn check_stream(events: &[StreamEvent]) {
     let terminal = events
         .iter()
@@ -54,47 +53,6 @@ pub fn check_stream(events: &[StreamEvent]) {
         ),
         "the terminal event is not last: {events:#?}"
     );
-    let mut text = HashSet::new();
-    let mut reasoning = HashSet::new();
-    let mut tools = HashSet::new();
-    for event in events {
-        match event {
-            StreamEvent::TextStart { id } => {
-                assert!(text.insert(id.clone()), "text {id} started twice: {events:#?}")
-            }
-            StreamEvent::TextDelta { id, .. } => {
-                assert!(text.contains(id), "delta of unopened text {id}: {events:#?}")
-            }
-            StreamEvent::TextEnd { id } => {
-                assert!(text.remove(id), "end of unopened text {id}: {events:#?}")
-            }
-            StreamEvent::ReasoningStart { id, .. } => assert!(
-                reasoning.insert(id.clone()),
-                "reasoning {id} started twice: {events:#?}"
-            ),
-            StreamEvent::ReasoningDelta { id, .. } => assert!(
-                reasoning.contains(id),
-                "delta of unopened reasoning {id}: {events:#?}"
-            ),
-            StreamEvent::ReasoningEnd { id, .. } => assert!(
-                reasoning.remove(id),
-                "end of unopened reasoning {id}: {events:#?}"
-            ),
-            StreamEvent::ToolInputStart { id, .. } => assert!(
-                tools.insert(id.clone()),
-                "tool input {id} started twice: {events:#?}"
-            ),
-            StreamEvent::ToolInputDelta { id, .. } => assert!(
-                tools.contains(id),
-                "delta of unopened tool input {id}: {events:#?}"
-            ),
-            StreamEvent::ToolInputEnd { id } => assert!(
-                tools.remove(id),
-                "end of unopened tool input {id}: {events:#?}"
-            ),
-            _ => {}
-        }
-    }
 }
 
 /// Replays `data` whole and cut at `cuts`, checks the invariants on the whole replay and that
