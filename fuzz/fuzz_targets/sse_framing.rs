@@ -31,8 +31,14 @@ fuzz_target!(|data: &[u8]| {
     let whole = replay(Echo, vec![body.to_vec()]);
     for event in &whole {
         if let StreamEvent::TextDelta { id, delta } = event {
-            assert!(!id.contains(['\r', '\n']), "event name keeps a line break: {id:?}");
-            assert!(!delta.contains('\r'), "data keeps a carriage return: {delta:?}");
+            assert!(
+                !id.contains(['\r', '\n']),
+                "event name keeps a line break: {id:?}"
+            );
+            assert!(
+                !delta.contains('\r'),
+                "data keeps a carriage return: {delta:?}"
+            );
         }
     }
     let chunked = replay(Echo, split(body, &cuts));

@@ -101,11 +101,42 @@ const ROUTES: &[(&str, &str)] = &[
 /// Field names and values of the request bodies, so generated JSON reaches validation rather
 /// than stopping at `deny_unknown_fields`.
 const WORDS: &[&str] = &[
-    "text", "parts", "model", "title", "system", "tools", "max_steps", "busy", "results",
-    "type", "tool_call_id", "tool_name", "name", "description", "parameters", "media_type",
-    "data", "url", "result", "is_error", "id", "args", "demo", "file", "tool_call",
-    "tool_result", "reasoning", "queue", "interrupt", "reject", "image/png", "object",
-    "provider_executed", "metadata", "signature", "",
+    "text",
+    "parts",
+    "model",
+    "title",
+    "system",
+    "tools",
+    "max_steps",
+    "busy",
+    "results",
+    "type",
+    "tool_call_id",
+    "tool_name",
+    "name",
+    "description",
+    "parameters",
+    "media_type",
+    "data",
+    "url",
+    "result",
+    "is_error",
+    "id",
+    "args",
+    "demo",
+    "file",
+    "tool_call",
+    "tool_result",
+    "reasoning",
+    "queue",
+    "interrupt",
+    "reject",
+    "image/png",
+    "object",
+    "provider_executed",
+    "metadata",
+    "signature",
+    "",
 ];
 
 #[derive(Debug, Arbitrary)]
@@ -214,7 +245,9 @@ impl ApiInput {
             Id::Unknown(n) => format!("{:032x}", n),
             Id::Raw(raw) => escape(raw),
         };
-        let mut uri = template.replace("{id}", &id).replace("{sub}", &escape(&self.sub));
+        let mut uri = template
+            .replace("{id}", &id)
+            .replace("{sub}", &escape(&self.sub));
         if let Some(query) = &self.query {
             uri.push('?');
             uri.push_str(&escape(query).replace("%3D", "=").replace("%26", "&"));

@@ -169,7 +169,9 @@ fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<
     match number.as_f64() {
         // The bounds keep the cast exact: every f64 in them with no fraction is an i64.
         Some(f) if f.fract() == 0.0 && (-9.0e18..=9.0e18).contains(&f) => Ok(Some(f as i64)),
-        _ => Err(D::Error::custom(format!("expected an integer, found {number}"))),
+        _ => Err(D::Error::custom(format!(
+            "expected an integer, found {number}"
+        ))),
     }
 }
 
@@ -232,9 +234,18 @@ mod tests {
     #[test]
     fn max_steps_takes_integral_numbers_in_either_spelling() {
         assert_eq!(max_steps(r#"{"text":"hi"}"#).unwrap(), None);
-        assert_eq!(max_steps(r#"{"text":"hi","max_steps":null}"#).unwrap(), None);
-        assert_eq!(max_steps(r#"{"text":"hi","max_steps":24}"#).unwrap(), Some(24));
-        assert_eq!(max_steps(r#"{"text":"hi","max_steps":24.0}"#).unwrap(), Some(24));
+        assert_eq!(
+            max_steps(r#"{"text":"hi","max_steps":null}"#).unwrap(),
+            None
+        );
+        assert_eq!(
+            max_steps(r#"{"text":"hi","max_steps":24}"#).unwrap(),
+            Some(24)
+        );
+        assert_eq!(
+            max_steps(r#"{"text":"hi","max_steps":24.0}"#).unwrap(),
+            Some(24)
+        );
         assert!(max_steps(r#"{"text":"hi","max_steps":24.5}"#).is_err());
         assert!(max_steps(r#"{"text":"hi","max_steps":1e300}"#).is_err());
         assert!(max_steps(r#"{"text":"hi","max_steps":"24"}"#).is_err());
