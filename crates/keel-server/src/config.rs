@@ -56,6 +56,16 @@ pub struct FileConfig {
     pub users: Vec<UserEntry>,
 }
 
+impl FileConfig {
+    /// Parses the text of a config file; `path` only names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderEntry {
@@ -249,10 +259,7 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })
+        FileConfig::parse(&text, path)
     }
 
     /// Applies precedence, defaults and validation to a parsed file.
@@ -816,5 +823,92 @@ workspace = "./workspace"
             Some("http://127.0.0.1:1")
         );
         assert_eq!(config.default_model(), Some("claude-sonnet-4-5"));
+    }
+
+    const KEYS: &[&str] = &[
+        "api_key_env",
+        "args",
+        "base_url",
+        "builtin",
+        "command",
+        "compaction_threshold",
+        "context_limit",
+        "database",
+        "default",
+        "env",
+        "id",
+        "idle_timeout_ms",
+        "include_usage",
+        "kind",
+        "lease_ms",
+        "listen",
+        "max_body_bytes",
+        "max_output_tokens",
+        "max_steps",
+        "model",
+        "name",
+        "pending_action_timeout_ms",
+        "provider",
+        "queue_max",
+        "reasoning_effort",
+        "retry_initial_delay_ms",
+        "retry_max_attempts",
+        "retry_max_delay_ms",
+        "startup_timeout_ms",
+        "store",
+        "temperature",
+        "thinking_budget_tokens",
+        "token_sha256",
+        "top_p",
+        "url",
+        "workers",
+        "workspace",
+    ];
+
+    /// Lines a config file is made of, so generated files get past the TOML parser and into
+    /// validation.
+    fn config_line() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just("[[providers]]".to_owned()),
+            Just("[[models]]".to_owned()),
+            Just("[runs]".to_owned()),
+            Just("[tools]".to_owned()),
+            Just("[[users]]".to_owned()),
+            Just("[[mcp_servers]]".to_owned()),
+            (
+                proptest::sample::select(KEYS),
+                prop_oneof![
+                    "-?[0-9]{1,21}",
+                    "-?[0-9]{1,4}\\.[0-9]{1,4}(e[0-9]{1,4})?",
+                    "\"[ -~]{0,24}\"",
+                    Just("true".to_owned()),
+                    Just("[]".to_owned()),
+                    Just("inf".to_owned()),
+                    Just("nan".to_owned()),
+                ],
+            )
+                .prop_map(|(k, v)| format!("{k} = {v}")),
+            "\\PC{0,40}",
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_text_is_a_config_or_an_error(
+            lines in proptest::collection::vec(config_line(), 0..24),
+        ) {
+            let text = lines.join("\n");
+            if let Ok(file) = FileConfig::parse(&text, Path::new("prop.toml")) {
+                let _ = Config::resolve(
+                    file,
+                    None,
+                    &Overrides::default(),
+                    &env(&[("OPENAI_API_KEY", "k"), ("KEY", "v")]),
+                );
+            }
+        }
     }
 }

@@ -157,6 +157,9 @@ pub async fn list_messages(
     query: Result<Query<ListMessagesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    if query.after.is_some_and(|a| a < 0) {
+        return Err(ApiError::invalid("`after` must be a non-negative integer"));
+    }
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
     let messages = state.store.list_messages(chat.id, query.after).await?;
     let views: Vec<MessageView> = messages.iter().map(MessageView::from).collect();

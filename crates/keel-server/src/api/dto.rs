@@ -112,6 +112,7 @@ impl From<&StoredMessage> for MessageView {
 #[serde(deny_unknown_fields)]
 pub struct ContentInput {
     pub text: Option<String>,
+    #[serde(default, deserialize_with = "user_parts")]
     pub parts: Option<Vec<Part>>,
 }
 
@@ -120,13 +121,58 @@ pub struct ContentInput {
 #[serde(deny_unknown_fields)]
 pub struct CreateChatRequest {
     pub text: Option<String>,
+    #[serde(default, deserialize_with = "user_parts")]
     pub parts: Option<Vec<Part>>,
     pub model: Option<String>,
     pub title: Option<String>,
     pub system: Option<String>,
     #[serde(default)]
     pub tools: Vec<ClientTool>,
+    #[serde(default, deserialize_with = "integral")]
     pub max_steps: Option<i64>,
+}
+
+/// Parts as the contract writes them. serde would also take a variant's index as the `type`
+/// tag (`"type": 0` for text), which the contract does not allow and no client should rely on.
+fn user_parts<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<Part>>, D::Error> {
+    use serde::de::Error;
+    let Some(values) = Option::<Vec<Value>>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| {
+            if !value.get("type").is_some_and(Value::is_string) {
+                return Err(D::Error::custom(format!(
+                    "parts[{i}]: `type` must be a string"
+                )));
+            }
+            serde_json::from_value(value).map_err(|e| D::Error::custom(format!("parts[{i}]: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// An optional integer that may be written as `24.0`: JSON has one number type, and clients
+/// (JavaScript's among them) do not always keep the two spellings apart.
+fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    if let Some(n) = number.as_i64() {
+        return Ok(Some(n));
+    }
+    match number.as_f64() {
+        // The bounds keep the cast exact: every f64 in them with no fraction is an i64.
+        Some(f) if f.fract() == 0.0 && (-9.0e18..=9.0e18).contains(&f) => Ok(Some(f as i64)),
+        _ => Err(D::Error::custom(format!(
+            "expected an integer, found {number}"
+        ))),
+    }
 }
 
 /// A client-side tool given at chat creation.
@@ -145,6 +191,7 @@ pub struct ClientTool {
 #[serde(deny_unknown_fields)]
 pub struct SendMessageRequest {
     pub text: Option<String>,
+    #[serde(default, deserialize_with = "user_parts")]
     pub parts: Option<Vec<Part>>,
     #[serde(default)]
     pub busy: keel_store::Busy,
@@ -174,4 +221,45 @@ pub struct ListMessagesQuery {
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     pub after: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn max_steps(body: &str) -> Result<Option<i64>, serde_json::Error> {
+        serde_json::from_str::<CreateChatRequest>(body).map(|r| r.max_steps)
+    }
+
+    #[test]
+    fn max_steps_takes_integral_numbers_in_either_spelling() {
+        assert_eq!(max_steps(r#"{"text":"hi"}"#).unwrap(), None);
+        assert_eq!(
+            max_steps(r#"{"text":"hi","max_steps":null}"#).unwrap(),
+            None
+        );
+        assert_eq!(
+            max_steps(r#"{"text":"hi","max_steps":24}"#).unwrap(),
+            Some(24)
+        );
+        assert_eq!(
+            max_steps(r#"{"text":"hi","max_steps":24.0}"#).unwrap(),
+            Some(24)
+        );
+        assert!(max_steps(r#"{"text":"hi","max_steps":24.5}"#).is_err());
+        assert!(max_steps(r#"{"text":"hi","max_steps":1e300}"#).is_err());
+        assert!(max_steps(r#"{"text":"hi","max_steps":"24"}"#).is_err());
+    }
+
+    #[test]
+    fn a_part_type_is_a_string_not_a_variant_index() {
+        let parts = |body: &str| serde_json::from_str::<SendMessageRequest>(body).map(|r| r.parts);
+        assert!(parts(r#"{"parts":[{"type":0,"text":"0"}]}"#).is_err());
+        assert!(parts(r#"{"parts":[{"text":"0"}]}"#).is_err());
+        assert_eq!(
+            parts(r#"{"parts":[{"type":"text","text":"0"}]}"#).unwrap(),
+            Some(vec![Part::text("0")])
+        );
+        assert_eq!(parts(r#"{"parts":null}"#).unwrap(), None);
+    }
 }

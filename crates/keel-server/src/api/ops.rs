@@ -62,13 +62,41 @@ pub async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
 /// The OpenAPI 3.1 description of this API, kept in sync with the router by a test.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
-pub async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+/// The document as this daemon serves it: a chat's `model` must be one of the configured
+/// ids, which only the running daemon knows, so it fills them in as an enum.
+pub async fn openapi(State(state): State<AppState>) -> Response {
+    let ids: Vec<&str> = state.models.list().map(|m| m.id.as_str()).collect();
+    match document_for(&ids) {
+        Some(doc) => ([(header::CONTENT_TYPE, "application/json")], doc).into_response(),
+        None => ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response(),
+    }
+}
+
+/// [`OPENAPI`] with `CreateChat.model` limited to `ids` (or null, the default model).
+fn document_for(ids: &[&str]) -> Option<String> {
+    let mut doc: serde_json::Value = serde_json::from_str(OPENAPI).ok()?;
+    let model = doc
+        .pointer_mut("/components/schemas/CreateChat/properties/model")?
+        .as_object_mut()?;
+    let mut values: Vec<serde_json::Value> = ids.iter().map(|id| json!(id)).collect();
+    values.push(serde_json::Value::Null);
+    model.insert("enum".to_owned(), serde_json::Value::Array(values));
+    serde_json::to_string(&doc).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_served_document_names_the_configured_models() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&document_for(&["demo", "gpt"]).unwrap()).unwrap();
+        assert_eq!(
+            doc["components"]["schemas"]["CreateChat"]["properties"]["model"]["enum"],
+            json!(["demo", "gpt", null])
+        );
+    }
 
     #[test]
     fn openapi_describes_exactly_the_routes_served() {
