@@ -67,6 +67,10 @@ curl -fsS "$base/readyz" >/dev/null
 #   accepts requests without a token; the document still declares bearer auth for the
 #   multi-user mode, so "a request without credentials was accepted" is the intended
 #   behaviour here, not a finding.
+# * positive_data_acceptance: it expects every body the schema allows to be accepted, but
+#   some rules of the contract are beyond JSON Schema: client tool names must be unique
+#   within a chat, and tool results must answer exactly the calls the chat is waiting for
+#   (which depends on the chat's state). Those bodies get a clear 400, as they should.
 #
 # GET /api/v1/chats/{id}/events is excluded: it is a Server-Sent Events stream that stays
 # open for as long as the client listens, so every request to an existing chat would end in
@@ -74,7 +78,7 @@ curl -fsS "$base/readyz" >/dev/null
 set +e
 "$venv/bin/schemathesis" run "$base/api/v1/openapi.json" \
     --checks all \
-    --exclude-checks ignored_auth \
+    --exclude-checks ignored_auth,positive_data_acceptance \
     --exclude-path-regex '/events$' \
     --max-examples "$examples" \
     --request-timeout 10 \

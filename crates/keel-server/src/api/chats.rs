@@ -15,6 +15,15 @@ use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
 use crate::api::state::AppState;
 
+/// 1 to 255 visible ASCII characters, spaces allowed inside (as the OpenAPI pattern says).
+fn is_idempotency_key(key: &str) -> bool {
+    let visible = |c: char| c.is_ascii_graphic();
+    (1..=255).contains(&key.len())
+        && key.chars().all(|c| c == ' ' || visible(c))
+        && key.starts_with(visible)
+        && key.ends_with(visible)
+}
+
 fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
@@ -22,7 +31,7 @@ fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String
     let key = value
         .to_str()
         .ok()
-        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .filter(|k| is_idempotency_key(k))
         .ok_or_else(|| ApiError::invalid("Idempotency-Key must be 1 to 255 visible characters"))?;
     Ok(Some(format!("{}:{key}", caller.0)))
 }
@@ -262,4 +271,18 @@ pub async fn promote_queued(
         .promote_queued(chat.id, parse_id(&queue_id, "queued message")?)
         .await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_idempotency_key;
+
+    #[test]
+    fn idempotency_keys_are_visible_ascii_with_inner_spaces() {
+        assert!(is_idempotency_key("a"));
+        assert!(is_idempotency_key("order 42/retry"));
+        for bad in ["", " a", "a ", "a\tb", "é", &"x".repeat(256)] {
+            assert!(!is_idempotency_key(bad), "{bad:?}");
+        }
+    }
 }
