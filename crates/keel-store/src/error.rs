@@ -61,6 +61,47 @@ impl StoreError {
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         StoreError::InvalidInput(msg.into())
     }
+
+    /// A failure of the database or the way to it that may pass if the call is repeated
+    /// later: no free connection, a dropped connection, a busy SQLite file, a PostgreSQL
+    /// serialization failure, deadlock or server restart. Nothing was written.
+    pub fn is_transient(&self) -> bool {
+        let StoreError::Database(error) = self else {
+            return false;
+        };
+        match error {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| transient_code(&code)),
+            _ => false,
+        }
+    }
+}
+
+/// SQLite result codes and PostgreSQL SQLSTATEs of failures worth repeating.
+fn transient_code(code: &str) -> bool {
+    matches!(
+        code,
+        // SQLite: SQLITE_BUSY, SQLITE_LOCKED (and their extended codes end in the same byte).
+        "5" | "6" | "261" | "262" | "517" | "773"
+        // PostgreSQL: serialization failure, deadlock, admin/crash shutdown, cannot connect now.
+        | "40001" | "40P01" | "57P01" | "57P02" | "57P03"
+    ) || code.starts_with("08")
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failures_worth_repeating_are_transient() {
+        assert!(StoreError::Database(sqlx::Error::PoolTimedOut).is_transient());
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(StoreError::Database(sqlx::Error::Io(io)).is_transient());
+        assert!(!StoreError::Database(sqlx::Error::RowNotFound).is_transient());
+        assert!(!StoreError::not_found("chat").is_transient());
+        assert!(transient_code("40001") && transient_code("08006") && transient_code("5"));
+        assert!(!transient_code("23505") && !transient_code("42P01"));
+    }
+}

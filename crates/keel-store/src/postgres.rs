@@ -9,6 +9,7 @@ use futures::stream::BoxStream;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Postgres};
+use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::ops::{Backend, TxOps, notice_payload, parse_notice};
@@ -63,6 +64,49 @@ async fn notify_replicas(conn: &mut PgConnection, notice: &ChangeNotice) -> Resu
 
 pub(crate) struct PgBackend {
     pool: PgPool,
+    /// Other replicas' notices, from one `LISTEN` connection shared by every subscriber of
+    /// this process (started by the first): a connection per subscriber would drain the pool.
+    remote: tokio::sync::OnceCell<broadcast::Sender<ChangeNotice>>,
+}
+
+/// Notices a slow subscriber may fall behind by; beyond it, it misses some (every user of
+/// remote notices also polls, so a missed notice only delays).
+const REMOTE_BUFFER: usize = 4096;
+
+impl PgBackend {
+    async fn remote_notices(&self) -> Result<broadcast::Sender<ChangeNotice>> {
+        let sender = self
+            .remote
+            .get_or_try_init(|| async {
+                let mut listener = PgListener::connect_with(&self.pool).await?;
+                listener.listen(NOTICE_CHANNEL).await?;
+                let (sender, _) = broadcast::channel(REMOTE_BUFFER);
+                tokio::spawn(relay_notices(listener, sender.clone()));
+                Ok::<_, crate::error::StoreError>(sender)
+            })
+            .await?;
+        Ok(sender.clone())
+    }
+}
+
+/// Forwards `LISTEN` notifications to the process's subscribers for as long as the process
+/// runs. `PgListener` reconnects by itself after a lost connection; notices sent meanwhile
+/// are lost, which the subscribers' polling covers.
+async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<ChangeNotice>) {
+    loop {
+        match listener.recv().await {
+            Ok(notification) => {
+                if let Some(notice) = parse_notice(notification.payload()) {
+                    // No subscriber at the moment is fine: the next one starts from now.
+                    let _ = sender.send(notice);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "listening for other replicas' changes failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    }
 }
 
 pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend> {
@@ -72,7 +116,10 @@ pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend>
         .connect_with(options)
         .await?;
     MIGRATOR.run(&pool).await?;
-    Ok(PgBackend { pool })
+    Ok(PgBackend {
+        pool,
+        remote: tokio::sync::OnceCell::new(),
+    })
 }
 
 #[async_trait]
@@ -86,12 +133,17 @@ impl Backend for PgBackend {
     }
 
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
-        listener.listen(NOTICE_CHANNEL).await?;
-        let stream = listener
-            .into_stream()
-            .filter_map(|n| async move { n.ok().and_then(|n| parse_notice(n.payload())) })
-            .boxed();
+        let receiver = self.remote_notices().await?.subscribe();
+        let stream = futures::stream::unfold(receiver, |mut receiver| async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(notice) => return Some((notice, receiver)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed();
         Ok(Some(stream))
     }
 }

@@ -188,6 +188,18 @@ async fn run_once(
             }
         }
         Err(RunError::Persist(error)) if is_ownership_loss(&error) => Ok(Next::Idle),
+        Err(RunError::Persist(error)) if is_transient(&error) => {
+            // The database failed for a moment: the chat is not broken. Give it back (still
+            // `running`, its live-part log kept) so a claim resumes the step shortly.
+            count("released");
+            tracing::warn!(chat = %chat_id, %error, "the database failed mid-run; releasing the chat to resume it");
+            tokio::time::sleep(TRANSIENT_BACKOFF).await;
+            shared
+                .store
+                .release_on_shutdown(&held)
+                .await
+                .map(|()| Next::Idle)
+        }
         Err(error) => {
             count("error");
             let (kind, message) = failure_of(&error);
@@ -426,6 +438,10 @@ async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
                 shared.metrics.lease_renewals.inc();
                 *lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
             }
+            Err(error) if error.is_transient() => {
+                // The lease may well still be ours; try again at the next period.
+                tracing::warn!(chat = %held.chat_id, %error, "renewing the lease failed; retrying");
+            }
             Err(error) => {
                 tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
                 shared.metrics.lost_leases.inc();
@@ -433,6 +449,19 @@ async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
                 return;
             }
         }
+    }
+}
+
+/// How long a run waits before giving its chat back after a transient database failure, so
+/// a database that is down is not hammered by immediate re-claims.
+const TRANSIENT_BACKOFF: Duration = Duration::from_secs(1);
+
+fn is_transient(error: &PersistError) -> bool {
+    match error {
+        PersistError::Other(inner) => inner
+            .downcast_ref::<StoreError>()
+            .is_some_and(StoreError::is_transient),
+        PersistError::Interrupted => false,
     }
 }
 

@@ -121,6 +121,9 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         deadline: Instant::now() + Duration::from_secs(args.timeout_secs),
     });
     let mut rng = StdRng::seed_from_u64(seed);
+    // Keys unique to this soak, so a reused database never answers with an earlier soak's
+    // chats; they play no part in any random choice.
+    let run: u64 = rand::random();
     let mut failures = Vec::new();
     for wave in 1..=args.waves.max(1) {
         let mut tasks = JoinSet::new();
@@ -135,7 +138,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
                 disconnect_every: rng
                     .random_bool(args.disconnects.clamp(0.0, 1.0))
                     .then(|| rng.random_range(2..12)),
-                idempotency_key: format!("soak-{seed}-{index}"),
+                idempotency_key: format!("soak-{run}-{index}"),
             };
             let shared = shared.clone();
             tasks.spawn(async move {
