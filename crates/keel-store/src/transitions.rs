@@ -682,8 +682,8 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
     Ok(leases)
 }
 
-/// How far the event sequence jumps when a chat is taken from an owner that died or lost
-/// its lease. That owner may have sent clients numbered parts its log never received (they
+/// How far the event sequence jumps when a chat is taken from an owner that died, lost its
+/// lease or gave it back (shutdown, database failure). That owner may have sent clients numbered parts its log never received (they
 /// wait up to one batch window); the next owner numbers above all of them, so a client
 /// resuming from such a number misses nothing. No step streams a million parts between two
 /// flushes of its log.
@@ -986,6 +986,8 @@ pub(crate) async fn release_on_shutdown(cx: &mut Ctx<'_>, lease: &Lease) -> Resu
     check(&chat, Transition::ReleaseOnShutdown)?;
     chat.worker_id = None;
     chat.lease_expires_at = None;
+    // A run released after a database failure may have sent parts its log never got.
+    skip_unflushed_numbers(&mut chat);
     let before = chat.status;
     cx.save(&mut chat, before, false).await
 }

@@ -521,8 +521,12 @@ async fn taking_over_a_dead_owner_numbers_above_its_unflushed_parts(db: TestDb) 
     assert_eq!(s.recover_stale().await.unwrap(), vec![chat.id]);
     let swept = s.get_chat(chat.id).await.unwrap().event_seq;
     assert!(swept >= taken + keel_store::RECOVERY_SEQ_GAP);
-    claim(s, "c", chat.id).await;
+    let lease = claim(s, "c", chat.id).await;
     assert!(s.get_chat(chat.id).await.unwrap().event_seq < swept + keel_store::RECOVERY_SEQ_GAP);
+    // Given back (a shutdown, or a database failure mid-run): the same jump.
+    s.release_on_shutdown(&lease).await.unwrap();
+    let released = s.get_chat(chat.id).await.unwrap().event_seq;
+    assert!(released >= swept + keel_store::RECOVERY_SEQ_GAP);
 }
 
 async fn client_tool_calls_made_while_interrupting_are_answered_at_once(db: TestDb) {

@@ -384,7 +384,27 @@ async fn catch_up(
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };
-    while let Ok(event) = live.next(Duration::from_millis(300)).await {
+    // The chat is settled: its history is final. Read until the stream has delivered all of
+    // it (or stays silent for long: then the comparison in `verify` reports what is missing).
+    let listed = call(
+        shared,
+        reqwest::Method::GET,
+        &format!("/chats/{chat}/messages"),
+        None,
+        None,
+    )
+    .await?;
+    let committed: Vec<i64> = listed["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_i64())
+        .collect();
+    let patience = Duration::from_secs(10);
+    while !committed.iter().all(|id| seen.messages.contains_key(id)) {
+        let Ok(event) = live.next(patience).await else {
+            break;
+        };
         if event.kind == "message" {
             let id = event.data["id"]
                 .as_i64()
