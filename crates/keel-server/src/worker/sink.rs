@@ -195,7 +195,8 @@ impl LogWriter {
                 Some(at) => tokio::select! {
                     command = self.rx.recv() => command,
                     _ = tokio::time::sleep_until(at) => {
-                        self.flush(&mut pending).await;
+                        // A failure is logged; what is kept is retried with the next batch.
+                        let _ = self.flush(&mut pending).await;
                         deadline = None;
                         continue;
                     }
@@ -204,42 +205,65 @@ impl LogWriter {
             };
             match command {
                 None => {
-                    self.flush(&mut pending).await;
+                    let _ = self.flush(&mut pending).await;
                     return;
                 }
                 Some(LogCommand::Append(entry)) => {
                     pending.push(entry);
                     if pending.len() >= BATCH_PARTS {
-                        self.flush(&mut pending).await;
+                        let _ = self.flush(&mut pending).await;
                         deadline = None;
                     } else if deadline.is_none() {
                         deadline = Some(Instant::now() + BATCH_WINDOW);
                     }
                 }
                 Some(LogCommand::Commit { messages, reply }) => {
-                    self.flush(&mut pending).await;
                     deadline = None;
-                    let lease = current(&self.lease);
-                    let _ = reply.send(self.store.commit_step(&lease, messages).await);
+                    let result = match self.flush(&mut pending).await {
+                        Ok(()) => {
+                            let lease = current(&self.lease);
+                            self.store.commit_step(&lease, messages).await
+                        }
+                        Err(error) => Err(error),
+                    };
+                    let _ = reply.send(result);
                 }
                 Some(LogCommand::CommitSummary { summary, reply }) => {
-                    self.flush(&mut pending).await;
                     deadline = None;
-                    let lease = current(&self.lease);
-                    let _ = reply.send(self.store.commit_summary(&lease, summary).await);
+                    let result = match self.flush(&mut pending).await {
+                        Ok(()) => {
+                            let lease = current(&self.lease);
+                            self.store.commit_summary(&lease, summary).await
+                        }
+                        Err(error) => Err(error),
+                    };
+                    let _ = reply.send(result);
                 }
             }
         }
     }
 
-    async fn flush(&self, pending: &mut Vec<LiveEntry>) {
+    /// Appends the pending parts. A transient failure keeps them for the next try; any
+    /// other drops them (the run lost its chat, and its commit fails too). The error is
+    /// returned so that a commit never lands while parts clients were sent are missing from
+    /// the log: the message would be numbered below them and those clients would skip it.
+    async fn flush(&self, pending: &mut Vec<LiveEntry>) -> Result<(), StoreError> {
         if pending.is_empty() {
-            return;
+            return Ok(());
         }
         let lease = current(&self.lease);
-        if let Err(error) = self.store.append_live_entries(&lease, pending).await {
-            tracing::warn!(chat = %lease.chat_id, %error, parts = pending.len(), "appending live parts failed");
+        match self.store.append_live_entries(&lease, pending).await {
+            Ok(()) => {
+                pending.clear();
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(chat = %lease.chat_id, %error, parts = pending.len(), "appending live parts failed");
+                if !error.is_transient() {
+                    pending.clear();
+                }
+                Err(error)
+            }
         }
-        pending.clear();
     }
 }
