@@ -216,6 +216,8 @@ struct Seen {
     duplicates: Vec<i64>,
     interrupted: bool,
     answered_tool_calls: usize,
+    /// The event id the client had reached when it last (re)connected.
+    position: Option<i64>,
 }
 
 /// Creates the chat, follows it to the end like a client would (resuming across dropped
@@ -319,6 +321,7 @@ async fn drive(shared: &Soak, scenario: &Scenario, behaviour: &Behaviour) -> any
         }
     }
     // Read what is left of the stream so the client's view is complete, then compare.
+    seen.position = last_id;
     catch_up(shared, &chat, &mut seen, last_id).await?;
     verify(shared, &chat, scenario, &seen)
         .await
@@ -373,19 +376,9 @@ async fn catch_up(
     seen: &mut Seen,
     after: Option<i64>,
 ) -> anyhow::Result<()> {
-    let mut live = loop {
-        ensure!(
-            Instant::now() < shared.deadline,
-            "chat {chat}: cannot reopen its events"
-        );
-        let api = shared.target.read().await.api.clone();
-        match Live::open(&api, chat, after).await {
-            Ok(live) => break live,
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    };
     // The chat is settled: its history is final. Read until the stream has delivered all of
-    // it (or stays silent for long: then the comparison in `verify` reports what is missing).
+    // it, resuming across broken connections (the daemon may be killed meanwhile), or until
+    // nothing new arrives for long: then the comparison in `verify` reports what is missing.
     let listed = call(
         shared,
         reqwest::Method::GET,
@@ -400,17 +393,31 @@ async fn catch_up(
         .flatten()
         .filter_map(|m| m["id"].as_i64())
         .collect();
+    let mut position = after;
+    let mut last_progress = Instant::now();
     let patience = Duration::from_secs(10);
-    while !committed.iter().all(|id| seen.messages.contains_key(id)) {
-        let Ok(event) = live.next(patience).await else {
-            break;
+    while !committed.iter().all(|id| seen.messages.contains_key(id))
+        && last_progress.elapsed() < patience
+        && Instant::now() < shared.deadline
+    {
+        let api = shared.target.read().await.api.clone();
+        let Ok(mut live) = Live::open(&api, chat, position).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
         };
-        if event.kind == "message" {
-            let id = event.data["id"]
-                .as_i64()
-                .context("a message event without an id")?;
-            if seen.messages.insert(id, event.data.clone()).is_some() {
-                seen.duplicates.push(id);
+        while let Ok(event) = live.next(patience).await {
+            position = live.last_id;
+            if event.kind == "message" {
+                last_progress = Instant::now();
+                let id = event.data["id"]
+                    .as_i64()
+                    .context("a message event without an id")?;
+                if seen.messages.insert(id, event.data.clone()).is_some() {
+                    seen.duplicates.push(id);
+                }
+            }
+            if committed.iter().all(|id| seen.messages.contains_key(id)) {
+                break;
             }
         }
     }
@@ -447,12 +454,15 @@ async fn verify(shared: &Soak, chat: &str, scenario: &Scenario, seen: &Seen) -> 
         .iter()
         .filter_map(|m| Some((m["id"].as_i64()?, m)))
         .collect();
-    ensure!(
-        committed.keys().eq(seen.messages.keys()),
-        "the client saw messages {:?}, the chat has {:?}",
-        seen.messages.keys().collect::<Vec<_>>(),
-        committed.keys().collect::<Vec<_>>()
-    );
+    if !committed.keys().eq(seen.messages.keys()) {
+        bail!(
+            "the client saw messages {:?}, the chat has {:?} (client at event {:?}; the messages' event ids: {:?})",
+            seen.messages.keys().collect::<Vec<_>>(),
+            committed.keys().collect::<Vec<_>>(),
+            seen.position,
+            message_event_ids(shared, chat).await
+        );
+    }
     for (id, message) in &committed {
         let delivered = &seen.messages[id];
         ensure!(
@@ -496,6 +506,21 @@ async fn verify(shared: &Soak, chat: &str, scenario: &Scenario, seen: &Seen) -> 
         }
     }
     Ok(())
+}
+
+/// Message id → event id, read from a fresh connection, to explain a miss.
+async fn message_event_ids(shared: &Soak, chat: &str) -> Vec<(i64, Option<i64>)> {
+    let api = shared.target.read().await.api.clone();
+    let Ok(mut live) = Live::open(&api, chat, None).await else {
+        return Vec::new();
+    };
+    let mut ids = Vec::new();
+    while let Ok(event) = live.next(Duration::from_secs(1)).await {
+        if event.kind == "message" {
+            ids.push((event.data["id"].as_i64().unwrap_or(-1), live.last_id));
+        }
+    }
+    ids
 }
 
 /// Every tool call has exactly one result, and every result answers a call.
