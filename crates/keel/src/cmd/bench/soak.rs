@@ -215,9 +215,21 @@ struct Seen {
     messages: BTreeMap<i64, Value>,
     duplicates: Vec<i64>,
     interrupted: bool,
-    answered_tool_calls: usize,
     /// The event id the client had reached when it last (re)connected.
     position: Option<i64>,
+}
+
+impl Seen {
+    /// A committed message as a `message` event delivered it; a second delivery is noted.
+    fn record_message(&mut self, data: &Value) -> anyhow::Result<()> {
+        let id = data["id"]
+            .as_i64()
+            .context("a message event without an id")?;
+        if self.messages.insert(id, data.clone()).is_some() {
+            self.duplicates.push(id);
+        }
+        Ok(())
+    }
 }
 
 /// Creates the chat, follows it to the end like a client would (resuming across dropped
@@ -272,7 +284,7 @@ async fn drive(shared: &Soak, scenario: &Scenario, behaviour: &Behaviour) -> any
                 // A broken or silent stream: resume it, and look at the chat meanwhile.
                 last_id = connection.last_id;
                 live = None;
-                if settle(shared, &chat, scenario, &mut seen).await? {
+                if settle(shared, &chat, scenario).await? {
                     break;
                 }
                 continue;
@@ -281,14 +293,7 @@ async fn drive(shared: &Soak, scenario: &Scenario, behaviour: &Behaviour) -> any
         last_id = connection.last_id;
         events_on_connection += 1;
         match event.kind.as_str() {
-            "message" => {
-                let id = event.data["id"]
-                    .as_i64()
-                    .context("a message event without an id")?;
-                if seen.messages.insert(id, event.data.clone()).is_some() {
-                    seen.duplicates.push(id);
-                }
-            }
+            "message" => seen.record_message(&event.data)?,
             "part" => {
                 deltas += 1;
                 if behaviour.interrupt_after == Some(deltas) && !seen.interrupted {
@@ -306,7 +311,7 @@ async fn drive(shared: &Soak, scenario: &Scenario, behaviour: &Behaviour) -> any
             "status" => {
                 let status = event.data["status"].as_str().unwrap_or_default();
                 if matches!(status, "waiting" | "error" | "requires_action")
-                    && settle(shared, &chat, scenario, &mut seen).await?
+                    && settle(shared, &chat, scenario).await?
                 {
                     break;
                 }
@@ -329,12 +334,7 @@ async fn drive(shared: &Soak, scenario: &Scenario, behaviour: &Behaviour) -> any
 }
 
 /// Whether the chat has reached its end state; answers client-side tool calls on the way.
-async fn settle(
-    shared: &Soak,
-    chat: &str,
-    scenario: &Scenario,
-    seen: &mut Seen,
-) -> anyhow::Result<bool> {
+async fn settle(shared: &Soak, chat: &str, scenario: &Scenario) -> anyhow::Result<bool> {
     let state = call(
         shared,
         reqwest::Method::GET,
@@ -352,7 +352,6 @@ async fn settle(
                 .flatten()
                 .map(|call| json!({"tool_call_id": call["tool_call_id"], "result": {"meaning": 42}, "is_error": false}))
                 .collect();
-            seen.answered_tool_calls += results.len();
             call(
                 shared,
                 reqwest::Method::POST,
@@ -409,12 +408,7 @@ async fn catch_up(
             position = live.last_id;
             if event.kind == "message" {
                 last_progress = Instant::now();
-                let id = event.data["id"]
-                    .as_i64()
-                    .context("a message event without an id")?;
-                if seen.messages.insert(id, event.data.clone()).is_some() {
-                    seen.duplicates.push(id);
-                }
+                seen.record_message(&event.data)?;
             }
             if committed.iter().all(|id| seen.messages.contains_key(id)) {
                 break;
