@@ -12,7 +12,6 @@ use anyhow::{Context as _, bail, ensure};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use tokio::sync::RwLock;
 use tokio::task::JoinSet;
 
 use super::live::Live;
@@ -62,15 +61,11 @@ retry_initial_delay_ms = 20
 retry_max_delay_ms = 200
 lease_ms = 1500";
 
-/// The daemon's address and the API client, replaced while the daemon restarts.
-struct Target {
-    api: Api,
-    url: String,
-}
-
 /// Everything the chat tasks share.
 struct Soak {
-    target: RwLock<Target>,
+    /// The daemon's API; a restarted daemon listens on the same address.
+    api: Api,
+    url: String,
     /// The daemon process; the kill task replaces it with each restart.
     daemon: Mutex<Process>,
     server_errors: AtomicUsize,
@@ -112,10 +107,8 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     let (daemon, _) = setup.start(&config, "127.0.0.1:0").await?;
     println!("wave 0: {}", vitals(&daemon)?);
     let shared = Arc::new(Soak {
-        target: RwLock::new(Target {
-            api: Api::new(&daemon.url, None)?,
-            url: daemon.url.clone(),
-        }),
+        api: Api::new(&daemon.url, None)?,
+        url: daemon.url.clone(),
         daemon: Mutex::new(daemon),
         server_errors: AtomicUsize::new(0),
         deadline: Instant::now() + Duration::from_secs(args.timeout_secs),
@@ -265,7 +258,7 @@ async fn drive(shared: &Soak, scenario: &Scenario, behaviour: &Behaviour) -> any
         let connection = match &mut live {
             Some(connection) => connection,
             None => {
-                let api = shared.target.read().await.api.clone();
+                let api = shared.api.clone();
                 match Live::open(&api, &chat, last_id).await {
                     Ok(connection) => {
                         events_on_connection = 0;
@@ -399,7 +392,7 @@ async fn catch_up(
         && last_progress.elapsed() < patience
         && Instant::now() < shared.deadline
     {
-        let api = shared.target.read().await.api.clone();
+        let api = shared.api.clone();
         let Ok(mut live) = Live::open(&api, chat, position).await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
@@ -504,7 +497,7 @@ async fn verify(shared: &Soak, chat: &str, scenario: &Scenario, seen: &Seen) -> 
 
 /// Message id → event id, read from a fresh connection, to explain a miss.
 async fn message_event_ids(shared: &Soak, chat: &str) -> Vec<(i64, Option<i64>)> {
-    let api = shared.target.read().await.api.clone();
+    let api = shared.api.clone();
     let Ok(mut live) = Live::open(&api, chat, None).await else {
         return Vec::new();
     };
@@ -567,7 +560,7 @@ async fn call(
             Instant::now() < shared.deadline,
             "out of time calling {method} {path}"
         );
-        let url = format!("{}/api/v1{path}", shared.target.read().await.url);
+        let url = format!("{}/api/v1{path}", shared.url);
         let mut request = reqwest::Client::new()
             .request(method.clone(), url)
             .timeout(Duration::from_secs(30));
@@ -609,13 +602,7 @@ async fn kill_repeatedly(
 ) -> anyhow::Result<()> {
     for kill in 1..=kills {
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..3_000))).await;
-        let address = shared
-            .target
-            .read()
-            .await
-            .url
-            .trim_start_matches("http://")
-            .to_owned();
+        let address = shared.url.trim_start_matches("http://").to_owned();
         shared
             .daemon
             .lock()
