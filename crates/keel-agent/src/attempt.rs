@@ -35,9 +35,11 @@ impl Runner {
         acc: &mut StepAccumulator,
     ) -> StepEnd {
         let mut continuation: Option<String> = None;
+        let mut resumed = false;
         if step_index == 0
             && let Some(checkpoint) = self.load_checkpoint().await
         {
+            resumed = true;
             let snapshot = checkpoint.snapshot();
             acc.restore(&snapshot, &self.options.clock);
             let plan = choose_plan(&snapshot);
@@ -54,6 +56,7 @@ impl Runner {
             }
             acc.republish(self.options.sink.as_ref());
             if matches!(plan, RecoveryPlan::SynthesizeToolUse { .. }) {
+                acc.response_id = None;
                 return StepEnd::Finished;
             }
         }
@@ -65,7 +68,15 @@ impl Runner {
             attempts += 1;
             let call = self.model_call(history, continuation.as_deref());
             let error = match self.attempt(call, acc).await {
-                AttemptEnd::Finished => return StepEnd::Finished,
+                AttemptEnd::Finished => {
+                    if !finished_in_one_attempt(attempts, resumed) {
+                        // The provider stored only the last attempt's part of this step (or
+                        // a response whose content differs from what was kept): chaining
+                        // onto it would lose or repeat content.
+                        acc.response_id = None;
+                    }
+                    return StepEnd::Finished;
+                }
                 AttemptEnd::Cancelled => return StepEnd::Cancelled,
                 AttemptEnd::Failed(error) => error,
             };
@@ -106,6 +117,7 @@ impl Runner {
                         self.cancel_call(acc, &call.tool_call_id, &call.tool_name, &error);
                     }
                     acc.finish_reason = Some(FinishReason::ToolCalls);
+                    acc.response_id = None;
                     return StepEnd::Finished;
                 }
                 RecoveryPlan::ContinueText { prefix } => {
@@ -334,5 +346,25 @@ impl Runner {
         {
             tracing::warn!(%error, "deleting the stream checkpoint failed");
         }
+    }
+}
+
+/// Whether a finished step may be chained onto (OpenAI Responses `previous_response_id`):
+/// only a step the provider produced whole, in one attempt of this run. A retried attempt,
+/// a continuation or a resumed checkpoint leaves a stored response that holds only part of
+/// what the step kept.
+pub(crate) fn finished_in_one_attempt(attempts: u32, resumed: bool) -> bool {
+    attempts == 1 && !resumed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_single_fresh_attempt_may_be_chained_onto() {
+        assert!(finished_in_one_attempt(1, false));
+        assert!(!finished_in_one_attempt(2, false), "a retried step");
+        assert!(!finished_in_one_attempt(1, true), "a resumed step");
     }
 }
