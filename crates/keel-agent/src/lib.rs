@@ -44,7 +44,9 @@ pub use persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
 pub use recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
 pub use response::INTERRUPTED_RESULT;
 pub use retry::RetryPolicy;
-pub use run::{ChainHooks, Checkpointing, RetryNotice, RunError, RunOptions, RunOutcome, run};
+pub use run::{
+    ChainHooks, Checkpointing, ReloadHistory, RetryNotice, RunError, RunOptions, RunOutcome, run,
+};
 pub use sink::{EventSink, LiveEvent, NullSink};
 pub use timeouts::StreamTimeouts;
 pub use tool::{ProviderTool, Tool, ToolCallRequest, ToolError, ToolOutput};

@@ -255,7 +255,9 @@ async fn a_retried_step_records_no_response_id_to_chain_onto() {
 async fn a_continued_step_records_no_response_id_to_chain_onto() {
     let cut = Reply::Stream(
         [
-            vec![keel_core::StreamEvent::ResponseId { id: "resp_a".into() }],
+            vec![keel_core::StreamEvent::ResponseId {
+                id: "resp_a".into(),
+            }],
             text("t", "Hello wor"),
         ]
         .concat(),
