@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chain;
 mod compaction;
 mod harness;
 mod replicas;
