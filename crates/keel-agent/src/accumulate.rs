@@ -263,6 +263,12 @@ impl StepAccumulator {
     /// publishing it; [`Self::republish`] does that once the recovery plan has trimmed it.
     pub fn restore(&mut self, snapshot: &crate::recovery::StreamSnapshot, clock: &Arc<dyn Clock>) {
         *self = Self::default();
+        for reasoning in &snapshot.reasoning {
+            self.blocks.push(Block::Reasoning {
+                text: reasoning.text.clone(),
+                metadata: reasoning.provider_metadata.clone(),
+            });
+        }
         if !snapshot.partial_text.is_empty() {
             self.blocks.push(Block::Text(snapshot.partial_text.clone()));
         }

@@ -42,7 +42,7 @@ impl Runner {
             resumed = true;
             let snapshot = checkpoint.snapshot();
             acc.restore(&snapshot, &self.options.clock);
-            let plan = choose_plan(&snapshot);
+            let plan = choose_plan(&snapshot, self.signed_reasoning());
             match &plan {
                 RecoveryPlan::SynthesizeToolUse { .. } => {
                     acc.finish_reason = Some(FinishReason::ToolCalls);
@@ -111,7 +111,7 @@ impl Runner {
                     attempts,
                 }));
             }
-            match choose_plan(&snapshot) {
+            match choose_plan(&snapshot, self.signed_reasoning()) {
                 RecoveryPlan::SynthesizeToolUse { cancelled } => {
                     if let Some(call) = cancelled {
                         self.cancel_call(acc, &call.tool_call_id, &call.tool_name, &error);
@@ -210,6 +210,13 @@ impl Runner {
         } else {
             AttemptEnd::Finished
         }
+    }
+
+    /// Whether the model rejects a tool-use turn sent back without its signed reasoning.
+    fn signed_reasoning(&self) -> bool {
+        self.options
+            .model
+            .requires_signed_reasoning(&self.options.call_options)
     }
 
     fn watchdog_error(&self, kind: ErrorKind, waited: std::time::Duration) -> ProviderError {
@@ -330,6 +337,7 @@ impl Runner {
             run_id: checkpointing.run_id.clone(),
             chat_id: checkpointing.chat_id.clone(),
             model: self.options.model.model().to_owned(),
+            reasoning: snapshot.reasoning,
             partial_text: snapshot.partial_text,
             completed_calls: snapshot.completed_calls,
             in_flight: snapshot.in_flight,

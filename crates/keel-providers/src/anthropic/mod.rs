@@ -6,7 +6,9 @@ mod decode;
 mod request;
 
 use async_trait::async_trait;
-use keel_core::{Cancel, EventStream, LanguageModel, Message, ModelCall, ProviderError};
+use keel_core::{
+    CallOptions, Cancel, EventStream, LanguageModel, Message, ModelCall, ProviderError,
+};
 
 pub use cache::mark_cache_breakpoints;
 pub use decode::AnthropicDecoder;
@@ -42,6 +44,10 @@ impl LanguageModel for Anthropic {
 
     fn supports_prefill(&self) -> bool {
         true
+    }
+
+    fn requires_signed_reasoning(&self, options: &CallOptions) -> bool {
+        options.thinking_budget_tokens.is_some_and(|b| b > 0)
     }
 
     fn prepare_prompt(&self, messages: &mut [Message]) {

@@ -58,7 +58,9 @@ async fn send(client: &Client, daemon: &Daemon, id: &str, text: &str) {
 
 #[tokio::test]
 async fn a_stored_model_chains_each_turn_onto_the_last_response() {
-    let mock = keel_mock::spawn(keel_mock::MockConfig::fast()).await.unwrap();
+    let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let daemon = chained_daemon(dir.path(), &mock);
     let client = Client::new();
@@ -121,7 +123,10 @@ async fn a_broken_chain_heals_once_with_the_full_history() {
     // turn finishes in one attempt, and the one after chains again.
     send(&client, &daemon, &first, "three").await;
     let unchained = responses_requests(&mock).last().cloned().unwrap();
-    assert!(unchained.get("previous_response_id").is_none(), "{unchained}");
+    assert!(
+        unchained.get("previous_response_id").is_none(),
+        "{unchained}"
+    );
     send(&client, &daemon, &first, "four").await;
     let chained = responses_requests(&mock).last().cloned().unwrap();
     assert!(chained["previous_response_id"].is_string(), "{chained}");

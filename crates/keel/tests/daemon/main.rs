@@ -6,6 +6,7 @@ mod chain;
 mod compaction;
 mod harness;
 mod replicas;
+mod thinking;
 mod tools;
 
 use std::time::Duration;
