@@ -17,6 +17,7 @@ use crate::accumulate::StepAccumulator;
 use crate::checkpoint::StreamCheckpoint;
 use crate::recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
 use crate::run::{RetryNotice, RunError, Runner, StepEnd};
+use crate::seam::{SeamCheck, SeamVerdict};
 use crate::sink::LiveEvent;
 
 /// How one attempt ended.
@@ -24,6 +25,9 @@ enum AttemptEnd {
     Finished,
     Cancelled,
     Failed(ProviderError),
+    /// A continuation started the reply over instead of continuing it
+    /// ([`crate::seam::restarts_reply`]).
+    Restarted,
 }
 
 impl Runner {
@@ -67,7 +71,11 @@ impl Runner {
         loop {
             attempts += 1;
             let call = self.model_call(history, continuation.as_deref());
-            let error = match self.attempt(call, acc).await {
+            // Continued by instruction, a model may start over; with prefill it cannot.
+            let seam = continuation
+                .as_deref()
+                .filter(|_| !self.options.model.supports_prefill());
+            let error = match self.attempt(call, acc, seam).await {
                 AttemptEnd::Finished => {
                     if !finished_in_one_attempt(attempts, resumed) {
                         // The provider stored only the last attempt's part of this step (or
@@ -78,6 +86,14 @@ impl Runner {
                     return StepEnd::Finished;
                 }
                 AttemptEnd::Cancelled => return StepEnd::Cancelled,
+                AttemptEnd::Restarted => {
+                    // Never stitch a restart onto the prefix: R4, the step from scratch.
+                    tracing::warn!("the continuation restarted the reply; restarting the step");
+                    self.options.sink.publish(LiveEvent::StreamReset);
+                    *acc = StepAccumulator::new();
+                    continuation = None;
+                    continue;
+                }
                 AttemptEnd::Failed(error) => error,
             };
             self.save_checkpoint(acc).await;
@@ -142,7 +158,14 @@ impl Runner {
     }
 
     /// One provider attempt with its startup and idle watchdogs.
-    async fn attempt(&mut self, call: ModelCall, acc: &mut StepAccumulator) -> AttemptEnd {
+    /// With `seam` (the prefix a continuation by instruction follows), the first characters
+    /// of the continuation are held back until [`restarts_reply`] has judged them.
+    async fn attempt(
+        &mut self,
+        call: ModelCall,
+        acc: &mut StepAccumulator,
+        seam: Option<&str>,
+    ) -> AttemptEnd {
         let attempt_cancel = self.cancel.child();
         let startup = self.options.timeouts.startup;
         let idle = self
@@ -167,6 +190,7 @@ impl Runner {
         };
         let mut first_event = true;
         let mut checkpointed_at = acc.content_events;
+        let mut seam = seam.map(SeamCheck::new);
         loop {
             let (limit, kind) = if first_event {
                 (
@@ -187,28 +211,72 @@ impl Runner {
                 }
             };
             first_event = false;
-            match event {
+            let event = match event {
                 None => break,
                 Some(StreamEvent::Error(_)) if self.cancel.is_cancelled() => {
                     return AttemptEnd::Cancelled;
                 }
-                Some(StreamEvent::Error(error)) => return AttemptEnd::Failed(error),
-                Some(event) => {
-                    acc.apply(event, self.options.sink.as_ref(), &self.options.clock);
-                    if let Some(every) = self.options.checkpointing.as_ref().map(|c| c.every)
-                        && acc.content_events >= checkpointed_at + every.max(1)
-                    {
-                        checkpointed_at = acc.content_events;
-                        self.save_checkpoint(acc).await;
+                Some(StreamEvent::Error(error)) => {
+                    // What arrived before the failure is judged like a short continuation.
+                    if let Some(mut check) = seam.take() {
+                        let Some(events) = check.decide() else {
+                            return AttemptEnd::Restarted;
+                        };
+                        for event in events {
+                            self.apply_event(acc, event, &mut checkpointed_at).await;
+                        }
+                    }
+                    return AttemptEnd::Failed(error);
+                }
+                Some(event) => event,
+            };
+            let Some(check) = seam.as_mut() else {
+                self.apply_event(acc, event, &mut checkpointed_at).await;
+                continue;
+            };
+            match check.push(event) {
+                SeamVerdict::Hold => {}
+                SeamVerdict::Restart => {
+                    attempt_cancel.cancel(CancelCause::Shutdown);
+                    return AttemptEnd::Restarted;
+                }
+                SeamVerdict::Continue(events) => {
+                    seam = None;
+                    for event in events {
+                        self.apply_event(acc, event, &mut checkpointed_at).await;
                     }
                 }
             }
         }
         // A provider that silently ends the body when cancelled yields no error event.
         if self.cancel.is_cancelled() {
-            AttemptEnd::Cancelled
-        } else {
-            AttemptEnd::Finished
+            return AttemptEnd::Cancelled;
+        }
+        // A short continuation is judged on all there is.
+        if let Some(mut check) = seam {
+            let Some(events) = check.decide() else {
+                return AttemptEnd::Restarted;
+            };
+            for event in events {
+                self.apply_event(acc, event, &mut checkpointed_at).await;
+            }
+        }
+        AttemptEnd::Finished
+    }
+
+    /// Applies one event to the step (publishing it) and checkpoints on cadence.
+    async fn apply_event(
+        &self,
+        acc: &mut StepAccumulator,
+        event: StreamEvent,
+        checkpointed_at: &mut u64,
+    ) {
+        acc.apply(event, self.options.sink.as_ref(), &self.options.clock);
+        if let Some(every) = self.options.checkpointing.as_ref().map(|c| c.every)
+            && acc.content_events >= *checkpointed_at + every.max(1)
+        {
+            *checkpointed_at = acc.content_events;
+            self.save_checkpoint(acc).await;
         }
     }
 

@@ -707,3 +707,67 @@ async fn a_resumed_tool_step_without_its_signature_restarts_instead_of_sending_i
     assert!(steps[0].messages[0].tool_calls().next().is_none());
     assert_eq!(sink.events()[0], LiveEvent::StreamReset);
 }
+
+fn cut_after(text_so_far: &str) -> Reply {
+    Reply::Stream(
+        vec![StreamEvent::TextDelta {
+            id: "t".into(),
+            delta: text_so_far.into(),
+        }],
+        Ending::Fail(connection_reset()),
+    )
+}
+
+fn answering(text: &str) -> Reply {
+    Reply::Stream(
+        [
+            vec![StreamEvent::TextDelta {
+                id: "t2".into(),
+                delta: text.into(),
+            }],
+            vec![finish(FinishReason::Stop)],
+        ]
+        .concat(),
+        Ending::Done,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_continuation_that_restarts_the_reply_is_never_stitched_on() {
+    let full = "The leaves fall, adding to the forest floor.";
+    let model = ScriptedModel::new(vec![
+        cut_after("The leaves fall, adding to the"),
+        answering("The forest transforms into gold."),
+        answering(full),
+    ]);
+    let persister = RecordingPersister::new();
+    let mut options = options(model.clone(), persister.clone());
+    let sink = with_sink(&mut options);
+    run(options, Cancel::new()).await.unwrap();
+
+    assert_eq!(final_text(&persister), full, "no stitched restart");
+    let calls = model.calls();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls[2].messages.len(), 1, "the step from scratch");
+    let events = sink.events();
+    assert!(events.contains(&LiveEvent::StreamReset));
+    assert!(
+        !events.contains(&LiveEvent::TextDelta {
+            delta: "The forest transforms into gold.".into()
+        }),
+        "the restarted continuation was never shown"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_continuation_that_brings_the_seam_whitespace_again_is_not_doubled() {
+    let model = ScriptedModel::new(vec![
+        cut_after("Hello "),
+        answering(" world, and everyone in it."),
+    ]);
+    let persister = RecordingPersister::new();
+    run(options(model, persister.clone()), Cancel::new())
+        .await
+        .unwrap();
+    assert_eq!(final_text(&persister), "Hello world, and everyone in it.");
+}

@@ -17,7 +17,9 @@ fn thinking_config(mock: &keel_mock::MockServer) -> String {
 
 #[tokio::test]
 async fn kill_9_mid_tool_arguments_resumes_with_the_signed_thinking_block_first() {
-    let mock = keel_mock::spawn(keel_mock::MockConfig::fast()).await.unwrap();
+    let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
     std::fs::write(dir.path().join("workspace/a.txt"), "alpha").unwrap();
