@@ -12,7 +12,7 @@ use keel_core::{
 
 pub use cache::mark_cache_breakpoints;
 pub use decode::AnthropicDecoder;
-pub use request::{DEFAULT_MAX_TOKENS, METADATA_KEY, build as build_request};
+pub use request::{DEFAULT_MAX_TOKENS, METADATA_KEY, build as build_request, build_continuing};
 
 use crate::http::Endpoint;
 use crate::sse::decode_stream;
@@ -24,11 +24,22 @@ pub const API_VERSION: &str = "2023-06-01";
 #[derive(Debug, Clone)]
 pub struct Anthropic {
     endpoint: Endpoint,
+    prefill: bool,
 }
 
 impl Anthropic {
     pub fn new(endpoint: Endpoint) -> Self {
-        Self { endpoint }
+        Self {
+            endpoint,
+            prefill: true,
+        }
+    }
+
+    /// Continue cut replies as a final assistant turn (the default) or by instruction
+    /// (`continuation = "prompt"`).
+    pub fn with_prefill(mut self, prefill: bool) -> Self {
+        self.prefill = prefill;
+        self
     }
 }
 
@@ -43,7 +54,7 @@ impl LanguageModel for Anthropic {
     }
 
     fn supports_prefill(&self) -> bool {
-        true
+        self.prefill
     }
 
     fn requires_signed_reasoning(&self, options: &CallOptions) -> bool {
@@ -55,7 +66,7 @@ impl LanguageModel for Anthropic {
     }
 
     async fn stream(&self, call: ModelCall, cancel: Cancel) -> Result<EventStream, ProviderError> {
-        let body = build_request(&call, self.endpoint.model());
+        let body = build_continuing(&call, self.endpoint.model(), self.prefill);
         let response = self.endpoint.post("messages", &body, &cancel).await?;
         let ctx = self.endpoint.ctx.clone();
         Ok(decode_stream(
