@@ -5,6 +5,7 @@
 //! Every rule cites the public API reference page it comes from.
 
 pub(crate) mod chain;
+pub(crate) mod prefill;
 pub(crate) mod thinking;
 
 use axum::Json;
