@@ -26,7 +26,9 @@ fn chat_requests(mock: &keel_mock::MockServer) -> Vec<Value> {
 
 #[tokio::test]
 async fn prefill_continues_a_cut_reply_natively() {
-    let mock = keel_mock::spawn(keel_mock::MockConfig::fast()).await.unwrap();
+    let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let daemon = chat_daemon(dir.path(), &mock, "continuation = \"prefill\"");
     let client = Client::new();
@@ -53,7 +55,9 @@ async fn prefill_continues_a_cut_reply_natively() {
 
 #[tokio::test]
 async fn a_continuation_that_restarts_the_reply_is_replaced_by_a_whole_restart() {
-    let mock = keel_mock::spawn(keel_mock::MockConfig::fast()).await.unwrap();
+    let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let daemon = chat_daemon(dir.path(), &mock, "");
     let client = Client::new();
@@ -79,7 +83,11 @@ async fn a_continuation_that_restarts_the_reply_is_replaced_by_a_whole_restart()
     let messages = client.messages(&daemon, &id).await;
     assert_eq!(text_of(messages.last().unwrap()), reply);
     let requests = chat_requests(&mock);
-    assert_eq!(requests.len(), 3, "cut, restarted continuation, whole restart");
+    assert_eq!(
+        requests.len(),
+        3,
+        "cut, restarted continuation, whole restart"
+    );
     let last = requests[2]["messages"].as_array().unwrap().last().unwrap();
     assert_eq!(last["role"], "user", "the restart is not a continuation");
 }
