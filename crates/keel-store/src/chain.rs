@@ -4,9 +4,10 @@
 //! A step's response id is stored only when the step finished cleanly in one attempt (the
 //! provider then holds exactly what the step kept). A prompt chains onto the last assistant
 //! message of the prompt history when it carries such an id, and sends only what follows
-//! it. Anything else — no assistant message since the latest summary, or a last assistant
-//! message that was interrupted, retried, continued or resumed — sends the full history:
-//! chaining onto an earlier response would drop what the provider never saw.
+//! it. Anything else — no assistant message since the latest summary, a last assistant
+//! message that was interrupted, retried, continued or resumed, or nothing after it — sends
+//! the full history: chaining onto an earlier response would drop what the provider never
+//! saw, and chaining onto the last message itself would send it twice.
 
 use keel_core::Role;
 
@@ -19,10 +20,15 @@ pub fn chain_anchor(stored: &[StoredMessage]) -> Option<String> {
         .iter()
         .rposition(|m| m.kind == MessageKind::Summary)
         .map_or(0, |i| i + 1);
-    let last = stored[since..]
+    let normal: Vec<&StoredMessage> = stored[since..]
         .iter()
-        .rfind(|m| m.kind == MessageKind::Normal && m.role == Role::Assistant)?;
-    if last.interrupted {
+        .filter(|m| m.kind == MessageKind::Normal)
+        .collect();
+    let at = normal.iter().rposition(|m| m.role == Role::Assistant)?;
+    let last = normal[at];
+    // A prompt that ends with that very reply continues it as a partial reply the provider
+    // never stored; chaining onto the reply would send it twice.
+    if last.interrupted || at + 1 == normal.len() {
         return None;
     }
     last.provider_response_id
@@ -108,7 +114,18 @@ mod tests {
         assert_eq!(chain_anchor(&history), None);
         let mut carried_on = history.to_vec();
         carried_on.push(stored(6, Role::Assistant, Some("resp_3"), N));
+        carried_on.push(stored(7, Role::User, None, N));
         assert_eq!(chain_anchor(&carried_on).as_deref(), Some("resp_3"));
+    }
+
+    #[test]
+    fn a_prompt_that_ends_with_the_reply_itself_does_not_chain() {
+        let history = [
+            stored(1, Role::User, None, N),
+            stored(2, Role::Assistant, Some("resp_1"), N),
+            stored(3, Role::System, None, MessageKind::CompactionNotice),
+        ];
+        assert_eq!(chain_anchor(&history), None);
     }
 
     #[test]
