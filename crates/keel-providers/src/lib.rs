@@ -50,7 +50,9 @@ pub mod openai_responses;
 pub mod sse;
 pub mod tls;
 
-pub use config::{ProviderBuildError, ProviderKind, ProviderSettings, build_model, http_client};
+pub use config::{
+    Continuation, ProviderBuildError, ProviderKind, ProviderSettings, build_model, http_client,
+};
 pub use http::ErrorContext;
 /// The HTTP client crate the adapters are built on, so callers construct a compatible
 /// [`reqwest::Client`].

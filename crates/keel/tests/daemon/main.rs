@@ -2,9 +2,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chain;
 mod compaction;
+mod continuation;
 mod harness;
 mod replicas;
+mod thinking;
 mod tools;
 
 use std::time::Duration;
