@@ -10,6 +10,8 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::ModelRegistry;
+use crate::net::hosts::AllowedHosts;
+use crate::net::sse_slots::SseSlots;
 
 /// How callers are identified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +37,10 @@ pub struct AppState {
     pub dependencies: Arc<dyn Fn() -> Vec<serde_json::Value> + Send + Sync>,
     /// Cancelled when the process stops: live event streams end so shutdown is not held up.
     pub shutdown: keel_core::Cancel,
+    /// The names requests may carry as `Host` and `Origin`.
+    pub allowed_hosts: Arc<AllowedHosts>,
+    /// Open live event streams, capped per user and in all.
+    pub sse_slots: Arc<SseSlots>,
 }
 
 impl AppState {
