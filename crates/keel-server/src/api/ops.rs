@@ -12,10 +12,24 @@ pub async fn healthz() -> StatusCode {
     StatusCode::OK
 }
 
+/// How long `/readyz` waits for the database.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `200` when the database answers. Anyone who can reach the daemon may ask, so a failure
 /// is answered with its kind and the request id only; the error itself goes to the log.
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let database = state.store.list_chats(Some(""), None, 1).await;
+    // A database that does not answer is as unready as one that fails; the pool would
+    // otherwise keep retrying for its whole acquire timeout.
+    let database = match tokio::time::timeout(
+        READY_TIMEOUT,
+        state.store.list_chats(Some(""), None, 1),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {READY_TIMEOUT:?}")),
+    };
     let dependencies = public_dependencies((state.dependencies)());
     let backend = state.store.backend();
     match database {

@@ -5,6 +5,7 @@
 mod compaction;
 mod harness;
 mod replicas;
+mod security;
 mod tools;
 
 use std::time::Duration;
