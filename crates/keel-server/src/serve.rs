@@ -8,7 +8,7 @@ use keel_core::{Cancel, CancelCause};
 use keel_store::StoreOptions;
 use tokio::task::JoinHandle;
 
-use crate::api::state::{AppState, AuthMode};
+use crate::api::state::{AppState, AuthMode, LiveAuth};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
@@ -172,7 +172,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         metrics: metrics.clone(),
         models,
         config: config.clone(),
-        auth,
+        auth: Arc::new(LiveAuth::new(auth)),
         dependencies,
         shutdown: shutdown.clone(),
         allowed_hosts: Arc::new(AllowedHosts::new(addr, &config.server.allowed_hosts)),

@@ -103,7 +103,11 @@ pub fn router(state: AppState) -> Router {
 
 /// Identifies the caller: the local user, or the owner of a valid bearer token.
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let caller = match state.auth {
+    let mode = match state.auth.mode(state.store.as_ref()).await {
+        Ok(mode) => mode,
+        Err(error) => return ApiError::from(error).into_response(),
+    };
+    let caller = match mode {
         AuthMode::SingleUser => Some(LOCAL_USER.to_owned()),
         AuthMode::Tokens => {
             let token = request
