@@ -40,7 +40,8 @@ pub async fn events(
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
-    let slot = state.sse_slots.take(&caller.0).map_err(|refusal| {
+    let user = state.auth.requires_tokens().then_some(caller.0.as_str());
+    let slot = state.sse_slots.take(user).map_err(|refusal| {
         state.metrics.refused(refusal.reason());
         let message = match refusal {
             SlotRefusal::User => format!(

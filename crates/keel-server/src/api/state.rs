@@ -47,6 +47,11 @@ impl LiveAuth {
         }
     }
 
+    /// Whether callers are told apart by their tokens (as last seen).
+    pub fn requires_tokens(&self) -> bool {
+        self.tokens.load(Ordering::Acquire)
+    }
+
     /// The mode for the request at hand.
     pub async fn mode(&self, store: &dyn Store) -> Result<AuthMode, keel_store::StoreError> {
         if self.tokens.load(Ordering::Acquire) {
