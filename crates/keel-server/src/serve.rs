@@ -188,7 +188,9 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let stop = shutdown.clone();
     let header_read_timeout = config.server.header_read_timeout();
     let task = tokio::spawn(async move {
-        let served = crate::net::server::serve(listener, router, header_read_timeout, stop).await;
+        let served =
+            crate::net::server::serve(listener, router, header_read_timeout, stop, SHUTDOWN_GRACE)
+                .await;
         let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), workers).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), maintenance).await;
         served.map_err(ServeError::Http)

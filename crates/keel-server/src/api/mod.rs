@@ -22,7 +22,7 @@ use crate::api::state::{AppState, AuthMode, LOCAL_USER};
 use crate::auth::bearer;
 use crate::net::guard::{self, Guard};
 use crate::net::request_id;
-use crate::net::server::limit_in_flight;
+use crate::net::server::{body_timeout, limit_in_flight};
 
 /// Every route of the API, as (method, path) pairs; the OpenAPI test checks each is described.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -49,7 +49,8 @@ pub const ROUTES: &[(&str, &str)] = &[
 ];
 
 /// The application's router. Layers, outermost first: a request id; the `Host`/`Origin`
-/// guard; the limit on requests in flight; the body limit; then the routes.
+/// guard; the limit on requests in flight; the body-read timeout; the body limit; then the
+/// routes.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.runs.max_body_bytes;
     let guard = Guard {
@@ -95,6 +96,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.config.server.header_read_timeout(),
+            body_timeout,
+        ))
         .with_state(state);
     limit_in_flight(routes, in_flight, metrics)
         .layer(middleware::from_fn_with_state(guard, guard::guard))

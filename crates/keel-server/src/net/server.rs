@@ -6,19 +6,24 @@
 //!   next request's headers are awaited the same way — so slow-header clients cannot hold
 //!   connections open. `axum::serve` gives hyper no timer, so without this loop the timeout
 //!   would not run at all.
+//! * **Body reads**: the same timeout bounds the wait for each piece of a request's body,
+//!   so a client that sends headers and then stalls cannot hold a request in flight.
 //! * **Requests in flight** (`[server] max_requests_in_flight`): tower's global concurrency
 //!   limit behind a load shedder, so a request beyond the limit is answered `503` at once
 //!   instead of queueing without bound. A live event stream holds its place only until its
 //!   headers are sent; [`super::sse_slots`] caps open streams.
 //!
 //! Shutdown: when `shutdown` is cancelled the listener closes, every connection finishes its
-//! request in progress and closes, and [`serve`] returns when all have.
+//! request in progress and closes, and [`serve`] returns when all have or `grace` is over.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -29,9 +34,21 @@ use tokio::sync::watch;
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::load_shed::LoadShedLayer;
+use tower_http::timeout::TimeoutBody;
 
 use crate::api::error::{ApiError, Code};
 use crate::metrics::Metrics;
+
+/// Bounds the wait for each piece of a request's body; a stalled body fails to read, which
+/// the extractors answer with `400`.
+pub async fn body_timeout(
+    State(timeout): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    next.run(request.map(|body| Body::new(TimeoutBody::new(timeout, body))))
+        .await
+}
 
 /// `router` with the limit on requests in flight: beyond `max`, `503` at once.
 pub fn limit_in_flight(router: Router, max: usize, metrics: Arc<Metrics>) -> Router {
@@ -61,12 +78,14 @@ fn overloaded(metrics: &Metrics) -> Response {
     response
 }
 
-/// Serves `router` on `listener` until `shutdown` is cancelled and every connection closed.
+/// Serves `router` on `listener` until `shutdown` is cancelled and every connection closed
+/// (or `grace` passed since).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     header_read_timeout: Duration,
     shutdown: Cancel,
+    grace: Duration,
 ) -> std::io::Result<()> {
     // Each connection task holds a receiver; all are gone when `closed()` completes.
     let (all_closed, connection_alive) = watch::channel(());
@@ -111,6 +130,11 @@ pub async fn serve(
     }
     drop(listener);
     drop(connection_alive);
-    all_closed.closed().await;
+    if tokio::time::timeout(grace, all_closed.closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace period; leaving them");
+    }
     Ok(())
 }

@@ -356,7 +356,7 @@ async fn ten_thousand_live_event_streams_beyond_the_caps_get_429_and_the_daemon_
 }
 
 #[tokio::test]
-async fn a_client_that_sends_its_headers_too_slowly_is_disconnected() {
+async fn a_client_that_sends_its_headers_or_body_too_slowly_is_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(
         dir.path(),
@@ -377,6 +377,22 @@ async fn a_client_that_sends_its_headers_too_slowly_is_disconnected() {
     assert!(started.elapsed() >= Duration::from_millis(250));
     let (status, _) = Client::new().get(&format!("{}/healthz", daemon.url)).await;
     assert_eq!(status, 200);
+
+    // A body that stalls as long is given up on too: the request ends with a 400.
+    let mut stalled = TcpStream::connect(("127.0.0.1", daemon.port()))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /api/v1/chats HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"text\":",
+        daemon.port()
+    );
+    stalled.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(WAIT, stalled.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the stalled body was waited for without end");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(chat_count(&daemon).await, 0);
 }
 
 #[tokio::test]
