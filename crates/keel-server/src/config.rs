@@ -54,6 +54,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub tools: ToolsConfig,
     #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
     pub users: Vec<UserEntry>,
 }
 
@@ -150,6 +152,45 @@ impl RunsConfig {
     }
 }
 
+/// `[server]`: who may talk to the daemon and how much of it one client may take.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Names the daemon answers to besides its own address and the loopback names, as
+    /// `HOST` (any port) or `HOST:PORT`: what a reverse proxy forwards as `Host`, or the
+    /// name in a browser's `Origin` when the page is reached through it.
+    pub allowed_hosts: Vec<String>,
+    /// Live event streams one user may hold open at once.
+    pub sse_max_per_user: usize,
+    /// Live event streams the daemon holds open at once, all users together.
+    pub sse_max_total: usize,
+    /// A connection that does not finish sending a request's headers within this is
+    /// closed (also bounds how long an idle kept-alive connection is held); a request
+    /// whose body pauses this long fails with `400`.
+    pub header_read_timeout_ms: u64,
+    /// Requests being handled at once; beyond it a request is answered `503` at once.
+    /// A live event stream counts only until its headers are sent.
+    pub max_requests_in_flight: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: Vec::new(),
+            sse_max_per_user: 32,
+            sse_max_total: 1024,
+            header_read_timeout_ms: 30_000,
+            max_requests_in_flight: 1024,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerEntry {
@@ -224,6 +265,7 @@ pub struct Config {
     pub runs: RunsConfig,
     pub mcp_servers: Vec<McpServerEntry>,
     pub tools: ToolsConfig,
+    pub server: ServerConfig,
     pub users: Vec<UserEntry>,
     /// No provider was configured: the built-in demo model serves `demo`.
     pub demo: bool,
@@ -299,6 +341,7 @@ impl Config {
         validate_runs(&file.runs)?;
         validate_mcp(&file.mcp_servers)?;
         validate_tools(&file.tools)?;
+        validate_server(&file.server)?;
         validate_users(&file.users)?;
         let demo = providers.is_empty();
 
@@ -310,6 +353,7 @@ impl Config {
             runs: file.runs,
             mcp_servers: file.mcp_servers,
             tools: file.tools,
+            server: file.server,
             users: file.users,
             demo,
             allow_unauthenticated_public: overrides.allow_unauthenticated_public,
@@ -361,7 +405,10 @@ fn validate_database(database: &str) -> Result<(), ConfigError> {
     } else {
         Err(ConfigError::invalid(
             "database",
-            format!("`{database}` must start with sqlite:// or postgres://"),
+            format!(
+                "`{}` must start with sqlite:// or postgres://",
+                keel_store::redact_url(database)
+            ),
         ))
     }
 }
@@ -586,6 +633,34 @@ fn validate_tools(tools: &ToolsConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+fn validate_server(server: &ServerConfig) -> Result<(), ConfigError> {
+    for (i, entry) in server.allowed_hosts.iter().enumerate() {
+        crate::net::hosts::parse_allowed_entry(entry).map_err(|message| {
+            ConfigError::invalid(format!("server.allowed_hosts[{i}]"), message)
+        })?;
+    }
+    let positive = [
+        ("server.sse_max_per_user", server.sse_max_per_user),
+        ("server.sse_max_total", server.sse_max_total),
+        (
+            "server.max_requests_in_flight",
+            server.max_requests_in_flight,
+        ),
+    ];
+    for (key, value) in positive {
+        if value == 0 {
+            return Err(ConfigError::invalid(key, "must be at least 1"));
+        }
+    }
+    if server.header_read_timeout_ms == 0 {
+        return Err(ConfigError::invalid(
+            "server.header_read_timeout_ms",
+            "must be positive",
+        ));
+    }
+    Ok(())
+}
+
 fn validate_users(users: &[UserEntry]) -> Result<(), ConfigError> {
     let mut names = HashSet::new();
     for (i, user) in users.iter().enumerate() {
@@ -726,6 +801,9 @@ name    = "files"
 command = "npx"
 args    = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/project"]
 
+[server]
+allowed_hosts = []
+
 [tools]
 builtin   = ["read_file", "write_file", "edit_file", "list_dir", "run_command"]
 workspace = "./workspace"
@@ -777,6 +855,15 @@ workspace = "./workspace"
                 "models[0].provider",
             ),
             ("[[mcp_servers]]\nname = \"x\"", "mcp_servers[0].command"),
+            (
+                "[server]\nallowed_hosts = [\"http://proxy.example\"]",
+                "server.allowed_hosts[0]",
+            ),
+            ("[server]\nsse_max_total = 0", "server.sse_max_total"),
+            (
+                "[server]\nheader_read_timeout_ms = 0",
+                "server.header_read_timeout_ms",
+            ),
             (
                 "[[users]]\nname = \"a\"\ntoken_sha256 = \"zz\"",
                 "users[0].token_sha256",
@@ -897,6 +984,11 @@ workspace = "./workspace"
         "url",
         "workers",
         "workspace",
+        "allowed_hosts",
+        "sse_max_per_user",
+        "sse_max_total",
+        "header_read_timeout_ms",
+        "max_requests_in_flight",
     ];
 
     /// Lines a config file is made of, so generated files get past the TOML parser and into
@@ -908,6 +1000,7 @@ workspace = "./workspace"
             Just("[[models]]".to_owned()),
             Just("[runs]".to_owned()),
             Just("[tools]".to_owned()),
+            Just("[server]".to_owned()),
             Just("[[users]]".to_owned()),
             Just("[[mcp_servers]]".to_owned()),
             (

@@ -453,6 +453,21 @@ impl Store for SqlStore {
         Ok(in_read!(self, |ops| ops.count_users().await)? > 0)
     }
 
+    async fn remove_user(&self, name: &str) -> Result<bool> {
+        in_tx!(self, |cx| t::remove_user(&mut cx, name).await)
+    }
+
+    async fn list_users(&self) -> Result<Vec<User>> {
+        let rows = in_read!(self, |ops| ops.list_users().await)?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, created)| User {
+                name,
+                created_at: from_ms(created),
+            })
+            .collect())
+    }
+
     async fn purge_idempotency_keys(&self) -> Result<u64> {
         in_tx!(self, |cx| t::purge_idempotency_keys(&mut cx).await)
     }

@@ -9,6 +9,7 @@
 //! * [`status`]: statuses, transitions and the table of allowed moves;
 //! * [`transitions`]: what each transition checks and writes (the state machine);
 //! * [`orphans`]: repair of unpaired tool calls and results before prompts;
+//! * [`redact`]: database URLs with their passwords masked, for messages and logs;
 //! * [`store`]: the [`Store`] trait; `engine`: its implementation over a backend;
 //! * `sqlite`, `postgres`, `sql`, `ops`, `rows`: the backends, their shared SQL and row
 //!   format; [`error`]: [`StoreError`]; [`types`]: records and requests.
@@ -69,6 +70,7 @@ pub mod chain;
 pub mod compaction;
 pub mod error;
 pub mod orphans;
+pub mod redact;
 pub mod status;
 pub mod store;
 pub mod transitions;
@@ -87,6 +89,7 @@ pub use compaction::prompt_messages;
 pub use error::{Result, StoreError};
 pub use orphans::{INTERRUPTED_RESULT, repair_orphans};
 pub use postgres::NOTICE_CHANNEL;
+pub use redact::redact_url;
 pub use status::{ChatStatus, Transition, allowed};
 pub use store::Store;
 pub use transitions::RECOVERY_SEQ_GAP;
@@ -105,7 +108,8 @@ fn kind(url: &str) -> Result<Kind> {
         Ok(Kind::Postgres)
     } else {
         Err(StoreError::invalid(format!(
-            "unsupported database URL {url:?}: use sqlite://PATH or postgres://..."
+            "unsupported database URL {:?}: use sqlite://PATH or postgres://...",
+            redact_url(url)
         )))
     }
 }

@@ -93,6 +93,10 @@ pub(crate) trait TxOps: Send {
     async fn insert_user(&mut self, name: &str, token_sha256: &str, now: i64) -> Result<()>;
     async fn user_by_token(&mut self, token_sha256: &str) -> Result<Option<(String, i64)>>;
     async fn count_users(&mut self) -> Result<i64>;
+    /// Deletes the user; `false` when there was none of that name.
+    async fn delete_user(&mut self, name: &str) -> Result<bool>;
+    /// Every user as (name, created at), by name.
+    async fn list_users(&mut self) -> Result<Vec<(String, i64)>>;
 
     /// A remembered response created at or after `since`.
     async fn idem_get(&mut self, user: &str, key: &str, since: i64) -> Result<Option<String>>;

@@ -603,6 +603,22 @@ macro_rules! tx_ops {
                     .await?)
             }
 
+            async fn delete_user(&mut self, name: &str) -> $crate::error::Result<bool> {
+                let done = sqlx::query("DELETE FROM users WHERE name = $1")
+                    .bind(name)
+                    .execute(self.conn().await?)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn list_users(&mut self) -> $crate::error::Result<Vec<(String, i64)>> {
+                Ok(
+                    sqlx::query_as("SELECT name, created_at FROM users ORDER BY name")
+                        .fetch_all(self.conn().await?)
+                        .await?,
+                )
+            }
+
             async fn idem_get(
                 &mut self,
                 user: &str,

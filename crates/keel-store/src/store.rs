@@ -133,6 +133,11 @@ pub trait Store: Send + Sync {
     async fn upsert_user(&self, name: &str, token: &str) -> Result<()>;
     async fn user_by_token(&self, token: &str) -> Result<Option<User>>;
     async fn has_users(&self) -> Result<bool>;
+    /// Deletes the user, so its token stops working at once; `false` when there was none.
+    /// Its chats stay stored under its name.
+    async fn remove_user(&self, name: &str) -> Result<bool>;
+    /// Every user, by name.
+    async fn list_users(&self) -> Result<Vec<User>>;
     /// Forgets idempotency keys older than their time to live.
     async fn purge_idempotency_keys(&self) -> Result<u64>;
 

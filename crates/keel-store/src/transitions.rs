@@ -1096,6 +1096,10 @@ pub(crate) async fn upsert_user(cx: &mut Ctx<'_>, name: &str, token_sha256: &str
     cx.ops.insert_user(name, token_sha256, ms(cx.now)).await
 }
 
+pub(crate) async fn remove_user(cx: &mut Ctx<'_>, name: &str) -> Result<bool> {
+    cx.ops.delete_user(name).await
+}
+
 pub(crate) async fn purge_idempotency_keys(cx: &mut Ctx<'_>) -> Result<u64> {
     let before = ms(cx.now - cx.opts.idempotency_ttl);
     cx.ops.idem_purge(before).await

@@ -916,6 +916,29 @@ async fn checkpoints_users_and_tool_records(db: TestDb) {
         "alice"
     );
     assert!(s.user_by_token("wrong").await.unwrap().is_none());
+    s.upsert_user("bob", "bob-token").await.unwrap();
+    let names: Vec<String> = s
+        .list_users()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.name)
+        .collect();
+    assert_eq!(names, ["alice", "bob"]);
+    assert!(s.remove_user("alice").await.unwrap());
+    assert!(
+        !s.remove_user("alice").await.unwrap(),
+        "a second removal finds nobody"
+    );
+    assert!(s.user_by_token("secret-token").await.unwrap().is_none());
+    assert_eq!(
+        s.user_by_token("bob-token").await.unwrap().unwrap().name,
+        "bob"
+    );
+    assert!(s.remove_user("bob").await.unwrap());
+    assert!(!s.has_users().await.unwrap());
+    assert!(s.list_users().await.unwrap().is_empty());
+    s.upsert_user("alice", "secret-token").await.unwrap();
 
     let lease = claim(s, "a", chat.id).await;
     let now = db.clock_now();

@@ -5,6 +5,9 @@
 //! sequence number as SSE id and are never sent twice (anything at or below the position
 //! already sent is skipped); ephemeral ones (`status`, `queue`, `retry`) repeat the current
 //! position. A client that falls too far behind is disconnected and resumes with its last id.
+//!
+//! Each open stream holds a slot of [`crate::net::sse_slots`]; a connection beyond the
+//! user's or the daemon's cap is answered `429` before anything is read from the store.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -19,11 +22,12 @@ use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::api::dto::{EventsQuery, LastErrorView, MessageView, QueuedView};
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, Code};
 use crate::api::extract::{Caller, parse_id};
 use crate::api::state::AppState;
 use crate::hub::Frame;
 use crate::live::from_log;
+use crate::net::sse_slots::SlotRefusal;
 
 /// Events buffered for a client between the follower task and the socket.
 const CLIENT_BUFFER: usize = 256;
@@ -36,6 +40,21 @@ pub async fn events(
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let user = state.auth.requires_tokens().then_some(caller.0.as_str());
+    let slot = state.sse_slots.take(user).map_err(|refusal| {
+        state.metrics.refused(refusal.reason());
+        let message = match refusal {
+            SlotRefusal::User => format!(
+                "this user already has {} live event streams open ([server] sse_max_per_user)",
+                state.config.server.sse_max_per_user
+            ),
+            SlotRefusal::Total => format!(
+                "the daemon already has {} live event streams open ([server] sse_max_total)",
+                state.config.server.sse_max_total
+            ),
+        };
+        ApiError::refused(Code::TooManyRequests, refusal.reason(), message)
+    })?;
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
     let header_position = match headers.get("last-event-id") {
         Some(value) => Some(
@@ -58,8 +77,9 @@ pub async fn events(
     }
     let (tx, rx) = mpsc::channel::<Event>(CLIENT_BUFFER);
     tokio::spawn(follow(state, chat, position.unwrap_or(0), tx));
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|event| (Ok(event), rx))
+    // The slot lives as long as the stream: dropping it (the client left) frees it.
+    let stream = futures::stream::unfold((rx, slot), |(mut rx, slot)| async move {
+        rx.recv().await.map(|event| (Ok(event), (rx, slot)))
     });
     Ok(Sse::new(stream).keep_alive(
         KeepAlive::new()

@@ -20,6 +20,9 @@ use crate::api::error::{ApiError, Code};
 use crate::api::extract::Caller;
 use crate::api::state::{AppState, AuthMode, LOCAL_USER};
 use crate::auth::bearer;
+use crate::net::guard::{self, Guard};
+use crate::net::request_id;
+use crate::net::server::{body_timeout, limit_in_flight};
 
 /// Every route of the API, as (method, path) pairs; the OpenAPI test checks each is described.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -45,9 +48,17 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/metrics"),
 ];
 
-/// The application's router.
+/// The application's router. Layers, outermost first: a request id; the `Host`/`Origin`
+/// guard; the limit on requests in flight; the body-read timeout; the body limit; then the
+/// routes.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.runs.max_body_bytes;
+    let guard = Guard {
+        hosts: state.allowed_hosts.clone(),
+        metrics: state.metrics.clone(),
+    };
+    let in_flight = state.config.server.max_requests_in_flight;
+    let metrics = state.metrics.clone();
     let api = Router::new()
         .route("/chats", post(chats::create_chat).get(chats::list_chats))
         .route(
@@ -76,7 +87,7 @@ pub fn router(state: AppState) -> Router {
         .route("/models", get(ops::models))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .route("/openapi.json", get(ops::openapi));
-    Router::new()
+    let routes = Router::new()
         .nest("/api/v1", api)
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
@@ -85,12 +96,23 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(
+            state.config.server.header_read_timeout(),
+            body_timeout,
+        ))
+        .with_state(state);
+    limit_in_flight(routes, in_flight, metrics)
+        .layer(middleware::from_fn_with_state(guard, guard::guard))
+        .layer(middleware::from_fn(request_id::assign))
 }
 
 /// Identifies the caller: the local user, or the owner of a valid bearer token.
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let caller = match state.auth {
+    let mode = match state.auth.mode(state.store.as_ref()).await {
+        Ok(mode) => mode,
+        Err(error) => return ApiError::from(error).into_response(),
+    };
+    let caller = match mode {
         AuthMode::SingleUser => Some(LOCAL_USER.to_owned()),
         AuthMode::Tokens => {
             let token = request

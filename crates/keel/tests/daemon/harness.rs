@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
@@ -16,6 +16,8 @@ pub const WAIT: Duration = Duration::from_secs(30);
 pub struct Daemon {
     child: Option<Child>,
     pub url: String,
+    /// Every line the daemon logged so far.
+    pub log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Daemon {
@@ -44,9 +46,12 @@ impl Daemon {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[keel] {line}");
+                lines.lock().unwrap().push(line.clone());
                 let _ = tx.send(line);
             }
         });
@@ -65,6 +70,7 @@ impl Daemon {
         Daemon {
             child: Some(child),
             url,
+            log,
         }
     }
 
@@ -75,6 +81,16 @@ impl Daemon {
             .text()
             .await
             .unwrap()
+    }
+
+    /// The daemon's log so far, as one text.
+    pub fn logged(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// The port the daemon listens on.
+    pub fn port(&self) -> u16 {
+        self.url.rsplit(':').next().unwrap().parse().unwrap()
     }
 
     pub fn api(&self, path: &str) -> String {

@@ -7,6 +7,7 @@ mod compaction;
 mod continuation;
 mod harness;
 mod replicas;
+mod security;
 mod thinking;
 mod tools;
 
