@@ -97,8 +97,7 @@ pub(crate) trait TxOps: Send {
     /// The chat a client-chosen name of `owner` stands for.
     async fn alias_get(&mut self, owner: &str, alias: &str) -> Result<Option<String>>;
     /// Gives the name to `chat` unless it already names one.
-    async fn alias_insert(&mut self, owner: &str, alias: &str, chat: &str, now: i64)
-    -> Result<()>;
+    async fn alias_insert(&mut self, owner: &str, alias: &str, chat: &str, now: i64) -> Result<()>;
 
     /// A remembered response created at or after `since`.
     async fn idem_get(&mut self, user: &str, key: &str, since: i64) -> Result<Option<String>>;

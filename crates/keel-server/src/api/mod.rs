@@ -2,6 +2,7 @@
 //! contract folder): routes, authentication, body limits and error mapping.
 
 pub mod chats;
+pub mod compat;
 pub mod dto;
 pub mod error;
 pub mod events;
@@ -39,6 +40,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/chats/{id}/queue/{queue_id}/promote"),
     ("get", "/api/v1/chats/{id}/events"),
     ("get", "/api/v1/models"),
+    ("post", "/api/v1/ai-sdk/chat"),
+    ("get", "/api/v1/ai-sdk/chat/{id}/stream"),
+    ("get", "/api/v1/ai-sdk/chat/{id}/messages"),
+    ("post", "/api/v1/ai-sdk/chat/{id}/stop"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -74,6 +79,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/chats/{id}/events", get(events::events))
         .route("/models", get(ops::models))
+        .merge(compat::api_routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .route("/openapi.json", get(ops::openapi));
     Router::new()
