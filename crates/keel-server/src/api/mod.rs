@@ -44,6 +44,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/ai-sdk/chat/{id}/stream"),
     ("get", "/api/v1/ai-sdk/chat/{id}/messages"),
     ("post", "/api/v1/ai-sdk/chat/{id}/stop"),
+    ("post", "/v1/responses"),
+    ("get", "/v1/responses/{id}"),
+    ("post", "/v1/responses/{id}/cancel"),
+    ("get", "/v1/responses/{id}/input_items"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -82,8 +86,11 @@ pub fn router(state: AppState) -> Router {
         .merge(compat::api_routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .route("/openapi.json", get(ops::openapi));
+    let v1 = compat::v1_routes()
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .nest("/api/v1", api)
+        .nest("/v1", v1)
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -3,12 +3,14 @@
 //!
 //! * [`reply`]: one reply as Keel's events build it, which every protocol translates;
 //! * [`sse`]: streaming a reply in a protocol's framing;
-//! * [`ai_sdk`]: the AI SDK UI message stream (`useChat`, `DefaultChatTransport`).
+//! * [`ai_sdk`]: the AI SDK UI message stream (`useChat`, `DefaultChatTransport`);
+//! * [`responses`]: the OpenAI Responses API (`/v1/responses`, the official OpenAI SDKs).
 //!
 //! The mapping tables are in `docs/compat.md` and in each module's documentation.
 
 pub mod ai_sdk;
 pub mod reply;
+pub mod responses;
 pub mod sse;
 
 use axum::Router;
@@ -23,4 +25,13 @@ pub fn api_routes() -> Router<AppState> {
         .route("/ai-sdk/chat/{id}/stream", get(ai_sdk::resume))
         .route("/ai-sdk/chat/{id}/messages", get(ai_sdk::history))
         .route("/ai-sdk/chat/{id}/stop", post(ai_sdk::stop))
+}
+
+/// Routes under `/v1` (the OpenAI SDKs' base path), authenticated like `/api/v1`.
+pub fn v1_routes() -> Router<AppState> {
+    Router::new()
+        .route("/responses", post(responses::create))
+        .route("/responses/{id}", get(responses::retrieve))
+        .route("/responses/{id}/cancel", post(responses::cancel))
+        .route("/responses/{id}/input_items", get(responses::input_items))
 }

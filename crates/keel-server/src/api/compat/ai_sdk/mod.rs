@@ -162,6 +162,8 @@ pub async fn chat(
                 ));
             };
             let position = position_of(&state, chat.id, message_id).await?;
+            // The follower announces the status it is given first: it must be the current one.
+            let chat = state.store.get_chat(chat.id).await?;
             Ok(ui_stream(
                 state,
                 chat,
