@@ -185,8 +185,9 @@ pub fn parse_input(input: &Value) -> std::result::Result<Input, String> {
                 });
             }
             (None | Some("message"), Some(role)) => {
-                let text = content_text(item.get("content"))
-                    .ok_or(format!("input[{i}].content must be a string or a list of text parts"))?;
+                let text = content_text(item.get("content")).ok_or(format!(
+                    "input[{i}].content must be a string or a list of text parts"
+                ))?;
                 match role {
                     "user" => texts.push(text),
                     "system" | "developer" => out.system.push(text),
@@ -312,7 +313,10 @@ async fn stored_reply(state: &AppState, chat: &Chat, position: i64) -> Result<Re
         .last_error
         .as_ref()
         .map(|e| json!({"kind": e.kind.as_str(), "message": e.message}));
-    reply.apply("status", &json!({"status": status, "last_error": last_error}));
+    reply.apply(
+        "status",
+        &json!({"status": status, "last_error": last_error}),
+    );
     Ok(reply)
 }
 
@@ -350,10 +354,19 @@ pub async fn create(
         Some(previous) => {
             let (chat, _) = owned(&state, &caller, previous).await?;
             let position = continue_chat(&state, &chat, input).await?;
-            (state.store.get_chat(chat.id).await?, position, Some(previous.clone()))
+            (
+                state.store.get_chat(chat.id).await?,
+                position,
+                Some(previous.clone()),
+            )
         }
     };
-    let mut meta = meta(&chat, response_id(chat.id, position), created_at, request.background);
+    let mut meta = meta(
+        &chat,
+        response_id(chat.id, position),
+        created_at,
+        request.background,
+    );
     meta.previous_response_id = previous;
     if request.stream {
         return Ok(event_stream(
@@ -402,7 +415,11 @@ async fn start(
             ));
         }
         tools.push(ClientTool {
-            name: tool.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            name: tool
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
             description: tool
                 .get("description")
                 .and_then(Value::as_str)
@@ -423,17 +440,28 @@ async fn start(
         max_steps: None,
     };
     headers.remove("idempotency-key");
-    let response =
-        chats::create_chat(State(state.clone()), caller.clone(), headers, ApiJson(create)).await?;
+    let response = chats::create_chat(
+        State(state.clone()),
+        caller.clone(),
+        headers,
+        ApiJson(create),
+    )
+    .await?;
     let body = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
-        .map_err(|e| OpenAiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+        .map_err(|e| {
+            OpenAiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+        })?;
     let id = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned))
         .and_then(|id| ChatId::parse_str(&id).ok())
         .ok_or_else(|| {
-            OpenAiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "created chat has no id")
+            OpenAiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "created chat has no id",
+            )
         })?;
     let chat = state.store.get_chat(id).await?;
     let first = state
@@ -442,7 +470,13 @@ async fn start(
         .await?
         .into_iter()
         .next()
-        .ok_or_else(|| OpenAiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no first message"))?;
+        .ok_or_else(|| {
+            OpenAiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "no first message",
+            )
+        })?;
     Ok((chat, first.event_seq))
 }
 
@@ -456,9 +490,17 @@ async fn continue_chat(state: &AppState, chat: &Chat, input: Input) -> Result<i6
                 "no function call of this conversation is waiting for output",
             ));
         }
-        let position = chat.event_seq;
-        state.store.submit_tool_results(chat.id, input.outputs).await?;
-        return Ok(position);
+        let before = chat.event_seq;
+        state
+            .store
+            .submit_tool_results(chat.id, input.outputs)
+            .await?;
+        // The response starts at the stored results (its input).
+        let after = state.store.messages_after_seq(chat.id, before).await?;
+        return Ok(after
+            .iter()
+            .find(|m| m.role == Role::Tool)
+            .map_or(before, |m| m.event_seq));
     }
     let busy = match chat.status {
         ChatStatus::Running | ChatStatus::Interrupting => return Err(OpenAiError::busy()),
@@ -468,7 +510,10 @@ async fn continue_chat(state: &AppState, chat: &Chat, input: Input) -> Result<i6
     let parts = user_parts(Some(input.text), None)?;
     match state.store.send_message(chat.id, parts, busy, None).await? {
         SendOutcome::Started { message_id } => {
-            let messages = state.store.list_messages(chat.id, Some(message_id - 1)).await?;
+            let messages = state
+                .store
+                .list_messages(chat.id, Some(message_id - 1))
+                .await?;
             messages
                 .iter()
                 .find(|m| m.id == message_id)
@@ -544,7 +589,10 @@ pub async fn input_items(
     Path(id): Path<String>,
 ) -> Result<Response> {
     let (chat, position) = owned(&state, &caller, &id).await?;
-    let messages = state.store.messages_after_seq(chat.id, position - 1).await?;
+    let messages = state
+        .store
+        .messages_after_seq(chat.id, position - 1)
+        .await?;
     let mut data = Vec::new();
     if let Some(input) = messages.first().filter(|m| m.event_seq == position) {
         for (i, part) in input.parts.iter().enumerate() {
@@ -565,8 +613,14 @@ pub async fn input_items(
             }
         }
     }
-    let first = data.first().and_then(|d| d["id"].as_str()).map(str::to_owned);
-    let last = data.last().and_then(|d| d["id"].as_str()).map(str::to_owned);
+    let first = data
+        .first()
+        .and_then(|d| d["id"].as_str())
+        .map(str::to_owned);
+    let last = data
+        .last()
+        .and_then(|d| d["id"].as_str())
+        .map(str::to_owned);
     Ok(Json(json!({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": false}))
         .into_response())
 }

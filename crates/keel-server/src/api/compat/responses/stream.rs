@@ -119,14 +119,16 @@ fn text_of(value: &Value) -> String {
     }
 }
 
-/// An item as the Responses API shows it; `done` gives its final status.
-fn item_json(meta: &Meta, index: usize, item: &Item, done: bool) -> Value {
+/// An item as the Responses API shows it; `done` gives its final status. A message in
+/// progress shows its text so far only `with_partial` (a retrieved response, not the
+/// `output_item.added` event, which starts empty as the reference has it).
+fn item_json(meta: &Meta, index: usize, item: &Item, done: bool, with_partial: bool) -> Value {
     let id = item_id(meta, &item.kind, index);
     let status = if done { "completed" } else { "in_progress" };
     match item.kind {
         Kind::Message => json!({
             "id": id, "type": "message", "role": "assistant", "status": status,
-            "content": if done { json!([{"type": "output_text", "text": item.text, "annotations": [], "logprobs": []}]) } else { json!([]) },
+            "content": if done || with_partial { json!([{"type": "output_text", "text": item.text, "annotations": [], "logprobs": []}]) } else { json!([]) },
         }),
         Kind::Function => json!({
             "id": id, "type": "function_call", "call_id": item.call_id, "name": item.name,
@@ -162,7 +164,7 @@ pub fn response_object(meta: &Meta, reply: &Reply) -> Value {
     let output: Vec<Value> = items
         .iter()
         .enumerate()
-        .map(|(i, item)| item_json(meta, i, item, item.closed || ended))
+        .map(|(i, item)| item_json(meta, i, item, item.closed || ended, true))
         .collect();
     let output_text: String = items
         .iter()
@@ -340,8 +342,13 @@ impl ResponsesStream {
             Kind::Message => {
                 if !added {
                     added = true;
-                    self.push(out, json!({"type": "response.output_item.added", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, false)}), 1, None);
+                    self.push(
+                        out,
+                        json!({"type": "response.output_item.added", "output_index": output_index,
+                                          "item": item_json(&meta, index, item, false, false)}),
+                        1,
+                        None,
+                    );
                     self.push(out, json!({"type": "response.content_part.added", "item_id": id,
                                           "output_index": output_index, "content_index": 0,
                                           "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}), 1, None);
@@ -349,49 +356,89 @@ impl ResponsesStream {
                 if item.text.len() > sent.len() && item.text.starts_with(sent.as_str()) {
                     let delta = item.text[sent.len()..].to_owned();
                     let units = delta.chars().count() as u64;
-                    self.push(out, json!({"type": "response.output_text.delta", "item_id": id,
+                    self.push(
+                        out,
+                        json!({"type": "response.output_text.delta", "item_id": id,
                                           "output_index": output_index, "content_index": 0,
-                                          "delta": delta, "logprobs": []}), units, Some("delta"));
+                                          "delta": delta, "logprobs": []}),
+                        units,
+                        Some("delta"),
+                    );
                     sent.push_str(&delta);
                 }
                 if item.closed {
-                    self.push(out, json!({"type": "response.output_text.done", "item_id": id,
+                    self.push(
+                        out,
+                        json!({"type": "response.output_text.done", "item_id": id,
                                           "output_index": output_index, "content_index": 0,
-                                          "text": item.text, "logprobs": []}), 1, None);
+                                          "text": item.text, "logprobs": []}),
+                        1,
+                        None,
+                    );
                     self.push(out, json!({"type": "response.content_part.done", "item_id": id,
                                           "output_index": output_index, "content_index": 0,
                                           "part": {"type": "output_text", "text": item.text, "annotations": [], "logprobs": []}}), 1, None);
-                    self.push(out, json!({"type": "response.output_item.done", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, true)}), 1, None);
+                    self.push(
+                        out,
+                        json!({"type": "response.output_item.done", "output_index": output_index,
+                                          "item": item_json(&meta, index, item, true, false)}),
+                        1,
+                        None,
+                    );
                 }
             }
             Kind::Function => {
                 if !added {
                     added = true;
-                    self.push(out, json!({"type": "response.output_item.added", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, false)}), 1, None);
+                    self.push(
+                        out,
+                        json!({"type": "response.output_item.added", "output_index": output_index,
+                                          "item": item_json(&meta, index, item, false, false)}),
+                        1,
+                        None,
+                    );
                 }
                 if item.text.len() > sent.len() && item.text.starts_with(sent.as_str()) {
                     let delta = item.text[sent.len()..].to_owned();
                     let units = delta.chars().count() as u64;
-                    self.push(out, json!({"type": "response.function_call_arguments.delta", "item_id": id,
-                                          "output_index": output_index, "delta": delta}), units, Some("delta"));
+                    self.push(
+                        out,
+                        json!({"type": "response.function_call_arguments.delta", "item_id": id,
+                                          "output_index": output_index, "delta": delta}),
+                        units,
+                        Some("delta"),
+                    );
                     sent.push_str(&delta);
                 }
                 if item.closed {
                     self.push(out, json!({"type": "response.function_call_arguments.done", "item_id": id,
                                           "output_index": output_index, "name": item.name, "arguments": item.text}), 1, None);
-                    self.push(out, json!({"type": "response.output_item.done", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, true)}), 1, None);
+                    self.push(
+                        out,
+                        json!({"type": "response.output_item.done", "output_index": output_index,
+                                          "item": item_json(&meta, index, item, true, false)}),
+                        1,
+                        None,
+                    );
                 }
             }
             Kind::Mcp => {
                 if item.closed {
                     added = true;
-                    self.push(out, json!({"type": "response.output_item.added", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, false)}), 1, None);
-                    self.push(out, json!({"type": "response.output_item.done", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, true)}), 1, None);
+                    self.push(
+                        out,
+                        json!({"type": "response.output_item.added", "output_index": output_index,
+                                          "item": item_json(&meta, index, item, false, false)}),
+                        1,
+                        None,
+                    );
+                    self.push(
+                        out,
+                        json!({"type": "response.output_item.done", "output_index": output_index,
+                                          "item": item_json(&meta, index, item, true, false)}),
+                        1,
+                        None,
+                    );
                 }
             }
         }
@@ -476,17 +523,20 @@ mod tests {
         reply.apply("part", &text("Hel"));
         let seen = live.update(&reply);
         assert_eq!(seen[4]["delta"], "Hel");
-        assert_eq!(seen[4]["sequence_number"], 5);
+        assert_eq!(seen[4]["sequence_number"], 6);
         reply.apply("part", &text("lo world"));
         let missed = live.update(&reply);
-        // Resumed from 5 after the step was stored (the live parts are gone).
-        let mut resumed = ResponsesStream::new(meta(), Some(5));
+        // Resumed from 6 after the step was stored (the live parts are gone).
+        let mut resumed = ResponsesStream::new(meta(), Some(6));
         let events = resumed.update(&finished_reply(&["Hello world"]));
-        assert_eq!(events[0]["delta"], "lo world", "the rest, cut where the client was");
+        assert_eq!(
+            events[0]["delta"], "lo world",
+            "the rest, cut where the client was"
+        );
         assert_eq!(events[0]["sequence_number"], missed[0]["sequence_number"]);
         let numbers = numbers(&events);
         assert!(numbers.windows(2).all(|w| w[0] < w[1]));
-        assert!(numbers[0] > 5);
+        assert!(numbers[0] > 6);
     }
 
     #[test]
@@ -526,7 +576,11 @@ mod tests {
         assert_eq!(object["output"][1]["call_id"], "c1");
         assert_eq!(object["output"][1]["arguments"], "{\"q\":1}");
         let events = ResponsesStream::new(meta(), None).update(&reply);
-        assert!(events.iter().any(|e| e["type"] == "response.function_call_arguments.done"));
+        assert!(
+            events
+                .iter()
+                .any(|e| e["type"] == "response.function_call_arguments.done")
+        );
         assert_eq!(events.last().unwrap()["type"], "response.completed");
     }
 
