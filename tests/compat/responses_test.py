@@ -32,26 +32,28 @@ class Daemon:
                if k not in ("KEEL_CONFIG", "KEEL_LISTEN", "KEEL_DATABASE_URL",
                             "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
         env["RUST_LOG"] = "info"
-        self.proc = subprocess.Popen(
-            [os.environ["KEEL_BIN"], "serve", "--listen", self.listen,
-             "--database", f"sqlite://{self.dir}/keel.db"],
-            cwd=self.dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        log_path = os.path.join(self.dir, "serve.log")
+        with open(log_path, "a") as log:
+            offset = log.tell()
+            self.proc = subprocess.Popen(
+                [os.environ["KEEL_BIN"], "serve", "--listen", self.listen,
+                 "--database", f"sqlite://{self.dir}/keel.db"],
+                cwd=self.dir, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        text = ""
         deadline = time.time() + 30
-        log = ""
         while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            log += line
-            match = re.search(r"listening on (http://[0-9.:]+)", line)
+            with open(log_path) as log:
+                log.seek(offset)
+                text = log.read()
+            match = re.search(r"listening on (http://[0-9.:]+)", text)
             if match:
                 self.url = match.group(1)
                 self.listen = self.url.removeprefix("http://")
-                # Keep draining stderr so the daemon never blocks on a full pipe.
-                import threading
-                threading.Thread(target=self.proc.stderr.read, daemon=True).start()
                 return
             if self.proc.poll() is not None:
                 break
-        raise RuntimeError(f"keel serve did not start:\n{log}")
+            time.sleep(0.02)
+        raise RuntimeError(f"keel serve did not start:\n{text}")
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)
