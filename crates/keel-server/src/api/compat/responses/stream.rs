@@ -80,7 +80,7 @@ fn items(reply: &Reply, client_tools: &[String]) -> Vec<Item> {
                     closed: later || step.committed || ended,
                 },
                 Block::Call(call) => {
-                    let client = client_tools.iter().any(|t| *t == call.name);
+                    let client = client_tools.contains(&call.name);
                     Item {
                         kind: if client { Kind::Function } else { Kind::Mcp },
                         text: call.args.clone(),
