@@ -191,6 +191,18 @@ test("a client-side tool answered with addToolResult continues the reply", async
   assert.equal(textOf(stored[1]), "Blue it is.");
 });
 
+test("regenerate answers the last user message again, replacing the reply", async () => {
+  const id = chatId();
+  const chat = new Chat({ id, transport: transport() });
+  await chat.sendMessage({ text: mock("say it twice", { rate: 0 }) });
+  assert.equal(textOf(chat.messages[1]), "say it twice");
+  await chat.regenerate();
+  assert.equal(chat.messages.length, 2);
+  assert.equal(textOf(chat.messages[1]), "say it twice");
+  const stored = await history(id);
+  assert.deepEqual(stored.map((m) => m.role), ["user", "assistant"]);
+});
+
 test("resume of an unknown chat id is 204 and its history is empty", async () => {
   const id = chatId();
   assert.equal((await fetch(`${api}/${id}/stream`)).status, 204);
