@@ -202,6 +202,11 @@ class Lifecycle(unittest.TestCase):
         self.assertEqual(second.output_text, "Sunny in Oslo.")
         self.assertEqual(sdk.responses.input_items.list(second.id).data[0].type,
                          "function_call_output")
+        # The first response still ends at its call, streamed or not.
+        replay = list(sdk.responses.retrieve(first.id, stream=True))
+        self.assertEqual(replay[-1].type, "response.completed")
+        self.assertEqual(text_deltas(replay), "")
+        self.assertEqual([i.type for i in sdk.responses.retrieve(first.id).output], ["function_call"])
 
 
 class Errors(unittest.TestCase):

@@ -16,6 +16,7 @@
 //! | `message` assistant | the step in progress becomes exactly the stored parts and is committed |
 //! | `message` tool | results of the calls with those ids |
 //! | `message` user (after the reply began) | the reply is over (`Done`) |
+//! | `message` tool answering a client-side call, with [`Reply::ending_at_answers_to`] | the reply is over (`ToolCalls`): the answers start the next turn |
 //! | `stream_reset` | the step in progress loses its blocks (what follows republishes them) |
 //! | `tool_call_cancel` | the call leaves the step in progress |
 //! | `status` waiting / requires_action / error | the reply ends: `Done` or `Interrupted`, `ToolCalls`, `Failed` |
@@ -77,6 +78,9 @@ pub struct Reply {
     pub end: Option<End>,
     /// A committed message of this reply was cut short by an interrupt.
     interrupted: bool,
+    /// Client-side tools whose stored answers end the reply (see
+    /// [`Reply::ending_at_answers_to`]).
+    client_tools: Vec<String>,
 }
 
 impl Reply {
@@ -91,6 +95,15 @@ impl Reply {
             }
         }
         reply
+    }
+
+    /// A reply that ends where the answers to these client-side tools were stored: for a
+    /// protocol where those answers start the next turn (OpenAI Responses).
+    pub fn ending_at_answers_to(client_tools: Vec<String>) -> Self {
+        Self {
+            client_tools,
+            ..Self::default()
+        }
     }
 
     /// Applies one Keel live event (its name and JSON data). Events after the end change
@@ -135,6 +148,9 @@ impl Reply {
                     self.interrupted = true;
                 }
                 self.commit(&parts);
+            }
+            Some("tool") if self.begun() && self.answers_client(&parts) => {
+                self.end = Some(End::ToolCalls);
             }
             Some("tool") => self.results(&parts),
             Some("user") if self.begun() => self.end = Some(End::Done),
@@ -183,6 +199,12 @@ impl Reply {
             step.committed = true;
         }
         self.results(&provider_results);
+    }
+
+    fn answers_client(&self, parts: &[Part]) -> bool {
+        parts.iter().any(|p| {
+            matches!(&p.kind, PartKind::ToolResult { tool_name, .. } if self.client_tools.contains(tool_name))
+        })
     }
 
     fn results(&mut self, parts: &[Part]) {
@@ -421,6 +443,27 @@ mod tests {
         reply.apply("part", &text("a"));
         reply.apply("message", &user);
         assert_eq!(reply.end, Some(End::Done));
+    }
+
+    #[test]
+    fn answers_to_client_side_calls_can_end_the_reply() {
+        let call = json!({"role": "assistant", "parts": [{"type": "tool_call", "tool_call_id": "c",
+                          "tool_name": "ask", "args": "{}"}]});
+        let answer = json!({"role": "tool", "parts": [{"type": "tool_result", "tool_call_id": "c",
+                            "tool_name": "ask", "result": "yes"}]});
+        let mut reply = Reply::ending_at_answers_to(vec!["ask".into()]);
+        reply.apply("message", &call);
+        reply.apply("message", &answer);
+        assert_eq!(reply.end, Some(End::ToolCalls));
+        // By default the answer is part of the reply, which goes on.
+        let mut reply = Reply::default();
+        reply.apply("message", &call);
+        reply.apply("message", &answer);
+        assert_eq!(reply.end, None);
+        let Block::Call(call) = &reply.steps[0].blocks[0] else {
+            panic!("a call block");
+        };
+        assert!(call.result.is_some());
     }
 
     #[test]

@@ -41,11 +41,17 @@ struct Feed<T> {
     done: bool,
 }
 
-/// The streamed body of a reply whose events come after `position`.
-pub fn body<T: Translator>(state: AppState, chat: Chat, position: i64, translator: T) -> Body {
+/// The streamed body of a reply (empty so far) whose events come after `position`.
+pub fn body<T: Translator>(
+    state: AppState,
+    chat: Chat,
+    position: i64,
+    reply: Reply,
+    translator: T,
+) -> Body {
     let feed = Feed {
         events: follow_chat(state, chat, position),
-        reply: Reply::default(),
+        reply,
         translator,
         pending: VecDeque::new(),
         opened: false,

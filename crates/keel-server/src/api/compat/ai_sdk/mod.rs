@@ -112,7 +112,13 @@ fn ui_stream(
     position: i64,
     message_id: String,
 ) -> Response {
-    let body = sse::body(state, chat, position, UiStream::new(message_id));
+    let body = sse::body(
+        state,
+        chat,
+        position,
+        Reply::default(),
+        UiStream::new(message_id),
+    );
     (
         [
             ("content-type", "text/event-stream"),

@@ -256,7 +256,8 @@ impl Translator for ResponsesStream {
 }
 
 fn event_stream(state: AppState, chat: Chat, position: i64, stream: ResponsesStream) -> Response {
-    let body = sse::body(state, chat, position, stream);
+    let reply = Reply::ending_at_answers_to(client_tool_names(&chat));
+    let body = sse::body(state, chat, position, reply, stream);
     (
         [
             ("content-type", "text/event-stream"),
@@ -285,18 +286,8 @@ async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<(Chat, i64
 /// The reply of the response starting at `position`, as stored now: messages after it up to
 /// the next input, the step in progress, and the chat's status.
 async fn stored_reply(state: &AppState, chat: &Chat, position: i64) -> Result<Reply> {
-    let tools = client_tool_names(chat);
-    let mut reply = Reply::default();
+    let mut reply = Reply::ending_at_answers_to(client_tool_names(chat));
     for message in state.store.messages_after_seq(chat.id, position).await? {
-        // Results of client-side calls are the next response's input.
-        let answers_client = message.role == Role::Tool
-            && message.parts.iter().any(|p| {
-                matches!(&p.kind, keel_core::PartKind::ToolResult { tool_name, .. } if tools.contains(tool_name))
-            });
-        if answers_client {
-            reply.apply("status", &json!({"status": "requires_action"}));
-            return Ok(reply);
-        }
         let view = serde_json::to_value(MessageView::from(&message)).unwrap_or(Value::Null);
         reply.apply("message", &view);
         if reply.end.is_some() {
@@ -322,8 +313,8 @@ async fn stored_reply(state: &AppState, chat: &Chat, position: i64) -> Result<Re
 
 /// Follows a reply until it ends (a request that is neither streamed nor in the background).
 async fn wait_for_end(state: &AppState, chat: Chat, position: i64) -> Reply {
+    let mut reply = Reply::ending_at_answers_to(client_tool_names(&chat));
     let mut events = crate::api::events::follow_chat(state.clone(), chat, position);
-    let mut reply = Reply::default();
     let deadline = tokio::time::Instant::now() + WAIT;
     while reply.end.is_none() {
         match tokio::time::timeout_at(deadline, events.recv()).await {
