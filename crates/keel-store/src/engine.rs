@@ -468,6 +468,16 @@ impl Store for SqlStore {
             .collect())
     }
 
+    async fn chat_by_alias(&self, owner: &str, alias: &str) -> Result<Option<ChatId>> {
+        let id = in_read!(self, |ops| ops.alias_get(owner, alias).await)?;
+        id.map(|id| crate::rows::uuid("chat_aliases.chat_id", &id))
+            .transpose()
+    }
+
+    async fn claim_alias(&self, owner: &str, alias: &str, chat: ChatId) -> Result<ChatId> {
+        in_tx!(self, |cx| t::claim_alias(&mut cx, owner, alias, chat).await)
+    }
+
     async fn purge_idempotency_keys(&self) -> Result<u64> {
         in_tx!(self, |cx| t::purge_idempotency_keys(&mut cx).await)
     }

@@ -98,6 +98,11 @@ pub(crate) trait TxOps: Send {
     /// Every user as (name, created at), by name.
     async fn list_users(&mut self) -> Result<Vec<(String, i64)>>;
 
+    /// The chat a client-chosen name of `owner` stands for.
+    async fn alias_get(&mut self, owner: &str, alias: &str) -> Result<Option<String>>;
+    /// Gives the name to `chat` unless it already names one.
+    async fn alias_insert(&mut self, owner: &str, alias: &str, chat: &str, now: i64) -> Result<()>;
+
     /// A remembered response created at or after `since`.
     async fn idem_get(&mut self, user: &str, key: &str, since: i64) -> Result<Option<String>>;
     /// Remembers a response, replacing an expired one. `false` when a live entry exists.

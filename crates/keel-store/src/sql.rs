@@ -619,6 +619,40 @@ macro_rules! tx_ops {
                 )
             }
 
+            async fn alias_get(
+                &mut self,
+                owner: &str,
+                alias: &str,
+            ) -> $crate::error::Result<Option<String>> {
+                Ok(sqlx::query_scalar(
+                    "SELECT chat_id FROM chat_aliases WHERE owner = $1 AND alias = $2",
+                )
+                .bind(owner)
+                .bind(alias)
+                .fetch_optional(self.conn().await?)
+                .await?)
+            }
+
+            async fn alias_insert(
+                &mut self,
+                owner: &str,
+                alias: &str,
+                chat: &str,
+                now: i64,
+            ) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "INSERT INTO chat_aliases (owner, alias, chat_id, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (owner, alias) DO NOTHING",
+                )
+                .bind(owner)
+                .bind(alias)
+                .bind(chat)
+                .bind(now)
+                .execute(self.conn().await?)
+                .await?;
+                Ok(())
+            }
+
             async fn idem_get(
                 &mut self,
                 user: &str,

@@ -138,6 +138,11 @@ pub trait Store: Send + Sync {
     async fn remove_user(&self, name: &str) -> Result<bool>;
     /// Every user, by name.
     async fn list_users(&self) -> Result<Vec<User>>;
+    /// The chat `owner` named `alias` (a client-chosen chat id), if it still exists.
+    async fn chat_by_alias(&self, owner: &str, alias: &str) -> Result<Option<ChatId>>;
+    /// Names `chat` `alias` for `owner` unless the name is taken; returns the chat the name
+    /// stands for afterwards (another one when a concurrent request named it first).
+    async fn claim_alias(&self, owner: &str, alias: &str, chat: ChatId) -> Result<ChatId>;
     /// Forgets idempotency keys older than their time to live.
     async fn purge_idempotency_keys(&self) -> Result<u64>;
 

@@ -1100,6 +1100,28 @@ pub(crate) async fn remove_user(cx: &mut Ctx<'_>, name: &str) -> Result<bool> {
     cx.ops.delete_user(name).await
 }
 
+/// Names `chat` for `owner` unless the name is taken (it is never moved to another chat);
+/// the chat the name stands for afterwards.
+pub(crate) async fn claim_alias(
+    cx: &mut Ctx<'_>,
+    owner: &str,
+    alias: &str,
+    chat: ChatId,
+) -> Result<ChatId> {
+    if alias.is_empty() {
+        return Err(StoreError::invalid("a chat alias must not be empty"));
+    }
+    cx.ops
+        .alias_insert(owner, alias, &chat.to_string(), ms(cx.now))
+        .await?;
+    let named = cx
+        .ops
+        .alias_get(owner, alias)
+        .await?
+        .ok_or(StoreError::not_found("chat alias"))?;
+    crate::rows::uuid("chat_aliases.chat_id", &named)
+}
+
 pub(crate) async fn purge_idempotency_keys(cx: &mut Ctx<'_>) -> Result<u64> {
     let before = ms(cx.now - cx.opts.idempotency_ttl);
     cx.ops.idem_purge(before).await

@@ -75,11 +75,16 @@ pub async fn events(
     if position.is_some() {
         state.metrics.sse_reconnects.inc();
     }
-    let (tx, rx) = mpsc::channel::<Event>(CLIENT_BUFFER);
-    tokio::spawn(follow(state, chat, position.unwrap_or(0), tx));
+    let rx = follow_chat(state, chat, position.unwrap_or(0));
     // The slot lives as long as the stream: dropping it (the client left) frees it.
     let stream = futures::stream::unfold((rx, slot), |(mut rx, slot)| async move {
-        rx.recv().await.map(|event| (Ok(event), (rx, slot)))
+        rx.recv().await.map(|item| {
+            let event = Event::default()
+                .id(item.id.to_string())
+                .event(item.event)
+                .data(item.data);
+            (Ok(event), (rx, slot))
+        })
     });
     Ok(Sse::new(stream).keep_alive(
         KeepAlive::new()
@@ -88,11 +93,29 @@ pub async fn events(
     ))
 }
 
+/// One event of a chat as the contract names it: its id (the position it carries), name and
+/// JSON data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveItem {
+    pub id: i64,
+    pub event: &'static str,
+    pub data: String,
+}
+
+/// Follows a chat's events after `position` (committed messages, the step in progress, then
+/// live events) until the receiver is dropped, the client falls too far behind, the chat is
+/// deleted or the process stops.
+pub fn follow_chat(state: AppState, chat: Chat, position: i64) -> mpsc::Receiver<LiveItem> {
+    let (tx, rx) = mpsc::channel::<LiveItem>(CLIENT_BUFFER);
+    tokio::spawn(follow(state, chat, position, tx));
+    rx
+}
+
 /// What one connection has sent so far.
 struct Follower {
     state: AppState,
     chat_id: ChatId,
-    tx: mpsc::Sender<Event>,
+    tx: mpsc::Sender<LiveItem>,
     position: i64,
     status: Option<(ChatStatus, Option<String>)>,
     queue: Option<String>,
@@ -100,26 +123,29 @@ struct Follower {
 
 impl Follower {
     /// Sends an event; false when the client is gone or too slow.
-    async fn send(&self, event: Event) -> bool {
-        self.tx.send(event).await.is_ok()
+    async fn send(&self, item: LiveItem) -> bool {
+        self.tx.send(item).await.is_ok()
     }
 
-    async fn durable(&mut self, seq: i64, name: &str, data: String) -> bool {
+    async fn durable(&mut self, seq: i64, name: &'static str, data: String) -> bool {
         if seq <= self.position {
             return true;
         }
         self.position = seq;
-        self.send(Event::default().id(seq.to_string()).event(name).data(data))
-            .await
+        self.send(LiveItem {
+            id: seq,
+            event: name,
+            data,
+        })
+        .await
     }
 
-    async fn ephemeral(&self, name: &str, data: String) -> bool {
-        self.send(
-            Event::default()
-                .id(self.position.to_string())
-                .event(name)
-                .data(data),
-        )
+    async fn ephemeral(&self, name: &'static str, data: String) -> bool {
+        self.send(LiveItem {
+            id: self.position,
+            event: name,
+            data,
+        })
         .await
     }
 
@@ -201,7 +227,7 @@ impl Follower {
 }
 
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
-async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
+async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<LiveItem>) {
     let chat_key = chat.id.to_string();
     let hub = state.hub.clone();
     feed(state, chat, position, tx).await;
@@ -209,7 +235,7 @@ async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Eve
     hub.prune(&chat_key);
 }
 
-async fn feed(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
+async fn feed(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<LiveItem>) {
     let chat_key = chat.id.to_string();
     let (mut live, backlog) = state.hub.subscribe(&chat_key);
     let mut notices = state.store.subscribe();

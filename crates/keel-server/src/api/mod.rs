@@ -2,6 +2,7 @@
 //! and error mapping.
 
 pub mod chats;
+pub mod compat;
 pub mod dto;
 pub mod error;
 pub mod events;
@@ -42,6 +43,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/chats/{id}/queue/{queue_id}/promote"),
     ("get", "/api/v1/chats/{id}/events"),
     ("get", "/api/v1/models"),
+    ("post", "/api/v1/ai-sdk/chat"),
+    ("get", "/api/v1/ai-sdk/chat/{id}/stream"),
+    ("get", "/api/v1/ai-sdk/chat/{id}/messages"),
+    ("post", "/api/v1/ai-sdk/chat/{id}/stop"),
+    ("post", "/v1/responses"),
+    ("get", "/v1/responses/{id}"),
+    ("post", "/v1/responses/{id}/cancel"),
+    ("get", "/v1/responses/{id}/input_items"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -85,10 +94,14 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/chats/{id}/events", get(events::events))
         .route("/models", get(ops::models))
+        .merge(compat::api_routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .route("/openapi.json", get(ops::openapi));
+    let v1 = compat::v1_routes()
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     let routes = Router::new()
         .nest("/api/v1", api)
+        .nest("/v1", v1)
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -4,6 +4,7 @@
 
 mod chain;
 mod compaction;
+mod compat;
 mod continuation;
 mod harness;
 mod replicas;
