@@ -9,6 +9,7 @@ use super::config::{McpConfigError, McpServerConfig, validate};
 use super::server::{Server, spawn_refresher};
 use super::status::McpServerStatus;
 use super::tool::McpTool;
+use crate::timeout::DEFAULT_TOOL_TIMEOUT;
 
 /// How long a server may take to start and answer `initialize` (and `tools/list`).
 /// `npx` fetching a package on first use can take a while.
@@ -18,12 +19,15 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct McpOptions {
     pub connect_timeout: Duration,
+    /// The limit on one tool call of a server whose entry sets no `timeout_ms`.
+    pub call_timeout: Duration,
 }
 
 impl Default for McpOptions {
     fn default() -> Self {
         Self {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            call_timeout: DEFAULT_TOOL_TIMEOUT,
         }
     }
 }
@@ -62,7 +66,11 @@ impl McpManager {
         Ok(Self {
             servers: configs
                 .iter()
-                .map(|config| Arc::new(Server::new(config.clone(), options.connect_timeout)))
+                .map(|config| Arc::new(Server::new(
+                        config.clone(),
+                        options.connect_timeout,
+                        options.call_timeout,
+                    )))
                 .collect(),
             refreshers: Mutex::new(Vec::new()),
         })
