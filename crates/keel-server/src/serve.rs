@@ -120,7 +120,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let hub = Arc::new(Hub::new());
     let metrics = Arc::new(Metrics::new());
     let tools = Arc::new(
-        ToolSet::build(&config, &metrics)
+        ToolSet::build(&config, &metrics, has_users)
             .await
             .map_err(ServeError::Tools)?,
     );

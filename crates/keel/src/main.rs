@@ -6,9 +6,15 @@ mod cmd;
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = cmd::Cli::parse();
+    if let cmd::Command::SandboxExec(args) = cli.command {
+        // Before any runtime thread exists: see `cmd::sandbox_exec`.
+        return cmd::sandbox_exec::run(args);
+    }
     cmd::init_logging();
-    cli.command.run().await
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(cli.command.run())
 }
