@@ -377,7 +377,9 @@ mod tests {
         assert!(step.tool_calls.is_empty());
         assert_eq!(
             step.text.as_deref(),
-            Some("I cannot use `run_command`: it is not enabled here. Enabled tools: read_file, list_dir.")
+            Some(
+                "I cannot use `run_command`: it is not enabled here. Enabled tools: read_file, list_dir."
+            )
         );
         let step = unscripted_step(&offering(&[]), "/write_file", 0);
         assert_eq!(

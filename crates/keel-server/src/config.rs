@@ -175,7 +175,10 @@ pub struct ToolsConfig {
 impl Default for ToolsConfig {
     fn default() -> Self {
         Self {
-            builtin: READ_ONLY_NAMES.iter().map(|&name| name.to_owned()).collect(),
+            builtin: READ_ONLY_NAMES
+                .iter()
+                .map(|&name| name.to_owned())
+                .collect(),
             workspace: PathBuf::from("./workspace"),
             timeout_ms: 120_000,
         }
@@ -552,7 +555,10 @@ fn validate_mcp(servers: &[McpServerEntry]) -> Result<(), ConfigError> {
             _ => {}
         }
         if server.timeout_ms == Some(0) {
-            return Err(ConfigError::invalid(key("timeout_ms"), "must be at least 1"));
+            return Err(ConfigError::invalid(
+                key("timeout_ms"),
+                "must be at least 1",
+            ));
         }
         if server.url.is_some() && !server.env_passthrough.is_empty() {
             return Err(ConfigError::invalid(

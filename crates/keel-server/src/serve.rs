@@ -76,6 +76,7 @@ fn store_options(config: &Config) -> StoreOptions {
 
 /// Starts the daemon with `config`.
 pub async fn start(config: Config) -> Result<Running, ServeError> {
+    crate::tools::check_workspace(&config).map_err(ServeError::Tools)?;
     let config = Arc::new(config);
     let store = keel_store::open_with(&config.database, store_options(&config))
         .await

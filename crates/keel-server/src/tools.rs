@@ -54,9 +54,7 @@ impl ToolSet {
         };
         let builtin = Builtins::new(&config.tools.builtin, &config.tools.workspace, options)
             .map_err(|e| format!("config key `tools`: {e}"))?;
-        if let Some(root) = builtin.root() {
-            check_outside(root, config).map_err(|e| e.to_string())?;
-        }
+
         let servers: Vec<McpServerConfig> = config
             .mcp_servers
             .iter()
@@ -165,7 +163,18 @@ impl ToolSet {
     }
 }
 
-/// Refuses a workspace that contains the SQLite database's directory or the configuration file.
+/// Refuses a workspace that contains the SQLite database's directory or the configuration
+/// file (when any built-in tool is enabled; the workspace is created if missing). Runs before
+/// anything else at start-up.
+pub fn check_workspace(config: &Config) -> Result<(), String> {
+    if config.tools.builtin.is_empty() {
+        return Ok(());
+    }
+    let root = keel_tools::Workspace::new(&config.tools.workspace)
+        .map_err(|e| format!("config key `tools.workspace`: {e}"))?;
+    check_outside(&root, config).map_err(|e| e.to_string())
+}
+
 fn check_outside(root: &keel_tools::Workspace, config: &Config) -> Result<(), WorkspaceOverlap> {
     let mut guarded: Vec<(&'static str, PathBuf)> = Vec::new();
     if let Some(file) = sqlite_file(&config.database) {
@@ -206,8 +215,14 @@ mod tests {
     #[test]
     fn the_sqlite_file_is_read_from_the_url() {
         let file = |url: &str| sqlite_file(url).map(|p| p.display().to_string());
-        assert_eq!(file("sqlite://keel-data/keel.db").as_deref(), Some("keel-data/keel.db"));
-        assert_eq!(file("sqlite:///var/lib/keel/k.db?mode=rwc").as_deref(), Some("/var/lib/keel/k.db"));
+        assert_eq!(
+            file("sqlite://keel-data/keel.db").as_deref(),
+            Some("keel-data/keel.db")
+        );
+        assert_eq!(
+            file("sqlite:///var/lib/keel/k.db?mode=rwc").as_deref(),
+            Some("/var/lib/keel/k.db")
+        );
         assert_eq!(file("sqlite:k.db").as_deref(), Some("k.db"));
         assert_eq!(file("postgres://u@h/db"), None);
         assert_eq!(file("sqlite://"), None);

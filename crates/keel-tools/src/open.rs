@@ -42,11 +42,7 @@ pub fn read(path: &Path, shown: &str) -> Result<File, OpenError> {
 /// Opens a regular file for writing, creating it when missing and truncating it.
 pub fn write(path: &Path, shown: &str) -> Result<File, OpenError> {
     // Truncation waits until the type is known: truncating a device is not harmless.
-    let file = open(
-        OpenOptions::new().write(true).create(true),
-        path,
-        shown,
-    )?;
+    let file = open(OpenOptions::new().write(true).create(true), path, shown)?;
     file.set_len(0).map_err(|source| OpenError::Io {
         path: shown.to_owned(),
         source,
@@ -71,10 +67,12 @@ pub async fn read_to_end(path: PathBuf, shown: String, max: u64) -> Result<Vec<u
         Ok(bytes)
     })
     .await
-    .map_err(|e| ReadError::Open(OpenError::Io {
-        path: String::new(),
-        source: io::Error::other(e),
-    }))?
+    .map_err(|e| {
+        ReadError::Open(OpenError::Io {
+            path: String::new(),
+            source: io::Error::other(e),
+        })
+    })?
 }
 
 /// Writes `bytes` as the whole content of a regular file, off the async threads.

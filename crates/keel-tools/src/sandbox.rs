@@ -66,7 +66,11 @@ pub fn policy(workspace: &Path) -> Vec<(PathBuf, Grant)> {
         .iter()
         .map(|dir| (PathBuf::from(dir), Grant::Read))
         .collect();
-    rules.extend(DEVICES.iter().map(|dev| (PathBuf::from(dev), Grant::Device)));
+    rules.extend(
+        DEVICES
+            .iter()
+            .map(|dev| (PathBuf::from(dev), Grant::Device)),
+    );
     rules.push((workspace.to_path_buf(), Grant::Full));
     rules
 }
@@ -162,7 +166,9 @@ mod tests {
             .collect();
         assert_eq!(writable, [ws]);
         for (path, grant) in &rules {
-            for secret in ["/proc", "/tmp", "/root", "/home", "/var", "/srv", "/sys", "/run"] {
+            for secret in [
+                "/proc", "/tmp", "/root", "/home", "/var", "/srv", "/sys", "/run",
+            ] {
                 assert!(
                     path == ws || !Path::new(secret).starts_with(path) && !path.starts_with(secret),
                     "{path:?} ({grant:?}) reaches {secret}"

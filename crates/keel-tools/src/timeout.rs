@@ -95,7 +95,10 @@ mod tests {
         let tool = Timed::new(Arc::new(Hangs), Duration::from_millis(250));
         let started = tokio::time::Instant::now();
         let err = tool.call(request("{}"), Cancel::new()).await.unwrap_err();
-        assert_eq!(err.0, "tool `hangs` did not finish within 250 ms and was stopped");
+        assert_eq!(
+            err.0,
+            "tool `hangs` did not finish within 250 ms and was stopped"
+        );
         assert_eq!(started.elapsed(), Duration::from_millis(250));
         let out = tool.call(request("quick"), Cancel::new()).await.unwrap();
         assert_eq!(out, ToolOutput::Text("done".into()));

@@ -195,10 +195,8 @@ impl Workspace {
 pub fn user_dir_name(user: &str) -> String {
     let mut out = String::with_capacity(user.len());
     for (i, byte) in user.bytes().enumerate() {
-        let plain = byte.is_ascii_alphanumeric()
-            || byte == b'-'
-            || byte == b'_'
-            || (byte == b'.' && i > 0);
+        let plain =
+            byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' || (byte == b'.' && i > 0);
         if plain {
             out.push(char::from(byte));
         } else {

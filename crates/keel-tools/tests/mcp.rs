@@ -417,7 +417,10 @@ async fn a_hanging_call_ends_with_an_error_after_the_servers_timeout() {
     let manager = McpManager::start(&[config]).await.unwrap();
     let slow = tool(&manager.tools(), "s__slow");
     let err = call(slow.as_ref(), "{}").await.unwrap_err();
-    assert_eq!(err.0, "tool `s__slow` did not finish within 300 ms and was stopped");
+    assert_eq!(
+        err.0,
+        "tool `s__slow` did not finish within 300 ms and was stopped"
+    );
     // Dropping the request cancels it on the server.
     wait_for_file(&dir.path().join("slow-cancelled")).await;
     manager.shutdown().await;

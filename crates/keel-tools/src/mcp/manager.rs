@@ -66,11 +66,13 @@ impl McpManager {
         Ok(Self {
             servers: configs
                 .iter()
-                .map(|config| Arc::new(Server::new(
+                .map(|config| {
+                    Arc::new(Server::new(
                         config.clone(),
                         options.connect_timeout,
                         options.call_timeout,
-                    )))
+                    ))
+                })
                 .collect(),
             refreshers: Mutex::new(Vec::new()),
         })

@@ -284,7 +284,10 @@ impl Server {
                     // environment (API keys).
                     cmd.args(&self.config.args)
                         .env_clear()
-                        .envs(env::for_server(&self.config.env_passthrough, &self.config.env));
+                        .envs(env::for_server(
+                            &self.config.env_passthrough,
+                            &self.config.env,
+                        ));
                     let mut cmd = CommandWrap::from(cmd);
                     // Its own group, so stopping it also stops what it started (npx → node).
                     cmd.wrap(ProcessGroup::leader());

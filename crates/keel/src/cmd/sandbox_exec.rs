@@ -23,7 +23,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("no program to run");
     };
     let error = keel_tools::sandbox::exec_confined(&args.workspace, program, rest);
-    eprintln!("keel sandbox-exec: cannot run {}: {error}", program.to_string_lossy());
+    eprintln!(
+        "keel sandbox-exec: cannot run {}: {error}",
+        program.to_string_lossy()
+    );
     // 126: the shell's "found but could not be executed".
     std::process::exit(126)
 }

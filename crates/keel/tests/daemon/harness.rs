@@ -21,9 +21,15 @@ pub struct Daemon {
 impl Daemon {
     /// Starts a daemon with the demo model on a free port. `config` is extra TOML.
     pub fn start(dir: &Path, database: &str, config: &str) -> Daemon {
+        Self::start_with_env(dir, database, config, &[])
+    }
+
+    /// The `keel serve` command line of [`Daemon::start`].
+    fn command(dir: &Path, database: &str, config: &str, env: &[(&str, &str)]) -> Command {
         let config_path = dir.join("keel.toml");
         std::fs::write(&config_path, format!("[runs]\nlease_ms = 2000\n{config}")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+        command
             .args([
                 "serve",
                 "--listen",
@@ -38,10 +44,20 @@ impl Daemon {
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("KEEL_CONFIG")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// Like [`Daemon::start`], with extra environment variables.
+    pub fn start_with_env(
+        dir: &Path,
+        database: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        let mut child = Self::command(dir, database, config, env).spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -66,6 +82,13 @@ impl Daemon {
             child: Some(child),
             url,
         }
+    }
+
+    /// Runs a daemon that must refuse to start; returns what it printed.
+    pub fn refused(dir: &Path, database: &str, config: &str) -> String {
+        let output = Self::command(dir, database, config, &[]).output().unwrap();
+        assert!(!output.status.success(), "keel serve started");
+        String::from_utf8_lossy(&output.stderr).into_owned()
     }
 
     pub async fn metrics(&self) -> String {
