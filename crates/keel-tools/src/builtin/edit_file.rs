@@ -55,9 +55,14 @@ impl Tool for EditFile {
             .workspace
             .resolve_existing(&args.path)
             .map_err(|e| ToolError(e.to_string()))?;
-        let bytes = open::read_to_end(path.clone(), args.path.clone(), MAX_FILE_BYTES)
-            .await
-            .map_err(|e| ToolError(format!("cannot edit `{}`: {e}", args.path)))?;
+        let bytes = open::read_to_end(
+            self.workspace.root().to_path_buf(),
+            path.clone(),
+            args.path.clone(),
+            MAX_FILE_BYTES,
+        )
+        .await
+        .map_err(|e| ToolError(format!("cannot edit `{}`: {e}", args.path)))?;
         let text = String::from_utf8(bytes)
             .map_err(|e| ToolError(format!("cannot read `{}` as text: {e}", args.path)))?;
         let edited = replace_unique(&text, &args.old, &args.new).map_err(|count| {
@@ -71,9 +76,14 @@ impl Tool for EditFile {
                 )
             })
         })?;
-        open::write_all(path.clone(), args.path.clone(), edited.into_bytes())
-            .await
-            .map_err(|e| ToolError(e.to_string()))?;
+        open::write_all(
+            self.workspace.root().to_path_buf(),
+            path.clone(),
+            args.path.clone(),
+            edited.into_bytes(),
+        )
+        .await
+        .map_err(|e| ToolError(e.to_string()))?;
         Ok(ToolOutput::Text(format!(
             "edited {}",
             self.workspace.display(&path)

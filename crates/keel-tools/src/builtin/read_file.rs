@@ -69,16 +69,21 @@ impl Tool for ReadFile {
                 args.path
             )));
         }
-        let bytes = open::read_to_end(path, args.path.clone(), MAX_FILE_BYTES)
-            .await
-            .map_err(|e| match e {
-                ReadError::TooLarge { size } => ToolError(format!(
-                    "`{}` is {size} bytes, more than read_file reads ({MAX_FILE_BYTES}); use \
+        let bytes = open::read_to_end(
+            self.workspace.root().to_path_buf(),
+            path,
+            args.path.clone(),
+            MAX_FILE_BYTES,
+        )
+        .await
+        .map_err(|e| match e {
+            ReadError::TooLarge { size } => ToolError(format!(
+                "`{}` is {size} bytes, more than read_file reads ({MAX_FILE_BYTES}); use \
                      run_command with head, tail or sed -n to read parts of it",
-                    args.path
-                )),
-                ReadError::Open(e) => ToolError(e.to_string()),
-            })?;
+                args.path
+            )),
+            ReadError::Open(e) => ToolError(e.to_string()),
+        })?;
         // Invalid UTF-8 is shown with replacement characters rather than refused: a mostly
         // textual file with a stray byte is still worth reading.
         let text = String::from_utf8_lossy(&bytes);

@@ -66,9 +66,14 @@ impl Tool for WriteFile {
             })?;
         }
         let written = args.content.len();
-        open::write_all(path.clone(), args.path.clone(), args.content.into_bytes())
-            .await
-            .map_err(|e| ToolError(e.to_string()))?;
+        open::write_all(
+            self.workspace.root().to_path_buf(),
+            path.clone(),
+            args.path.clone(),
+            args.content.into_bytes(),
+        )
+        .await
+        .map_err(|e| ToolError(e.to_string()))?;
         Ok(ToolOutput::Text(format!(
             "wrote {} bytes to {}",
             written,
