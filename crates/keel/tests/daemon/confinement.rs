@@ -145,6 +145,49 @@ async fn a_model_command_gets_nothing_from_the_daemon_environment_or_the_databas
 }
 
 #[tokio::test]
+async fn the_daemon_is_not_dumpable_so_its_environment_is_unreadable_to_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+
+    // A process of the daemon's own user reads a dumpable process's environment; root reads
+    // every one, so as root the daemon and the reader run as `nobody`.
+    let user = nix::unistd::geteuid().is_root().then_some(65534);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let daemon = Daemon::start_as(
+        dir.path(),
+        &sqlite(dir.path()),
+        "",
+        &[("KEEL_TEST_API_KEY", "sk-secret")],
+        user,
+    );
+    let reads_environment = |pid: u32| {
+        let mut cat = std::process::Command::new("cat");
+        cat.arg(format!("/proc/{pid}/environ"));
+        if let Some(uid) = user {
+            cat.uid(uid).gid(uid);
+        }
+        let output = cat.output().unwrap();
+        output.status.success() && !output.stdout.is_empty()
+    };
+    assert!(
+        !reads_environment(daemon.pid()),
+        "the daemon's environment is readable"
+    );
+    // The same reader does read an ordinary process of the same user.
+    let mut sleep = std::process::Command::new("sleep");
+    sleep.arg("30");
+    if let Some(uid) = user {
+        sleep.uid(uid).gid(uid);
+    }
+    let mut sleeper = sleep.spawn().unwrap();
+    let readable = reads_environment(sleeper.id());
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert!(readable, "the check itself cannot read a dumpable process");
+}
+
+#[tokio::test]
 async fn a_model_in_one_users_chat_cannot_read_a_file_written_in_another_users_chat() {
     let dir = tempfile::tempdir().unwrap();
     let database = sqlite(dir.path());

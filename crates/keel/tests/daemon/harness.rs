@@ -24,8 +24,19 @@ impl Daemon {
         Self::start_with_env(dir, database, config, &[])
     }
 
+    /// The process id of `keel serve`.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     /// The `keel serve` command line of [`Daemon::start`].
-    fn command(dir: &Path, database: &str, config: &str, env: &[(&str, &str)]) -> Command {
+    fn command(
+        dir: &Path,
+        database: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        uid: Option<u32>,
+    ) -> Command {
         let config_path = dir.join("keel.toml");
         std::fs::write(&config_path, format!("[runs]\nlease_ms = 2000\n{config}")).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
@@ -47,6 +58,10 @@ impl Daemon {
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut command, uid);
+            std::os::unix::process::CommandExt::gid(&mut command, uid);
+        }
         command
     }
 
@@ -57,7 +72,20 @@ impl Daemon {
         config: &str,
         env: &[(&str, &str)],
     ) -> Daemon {
-        let mut child = Self::command(dir, database, config, env).spawn().unwrap();
+        Self::start_as(dir, database, config, env, None)
+    }
+
+    /// Like [`Daemon::start_with_env`], as the user `uid` (group `uid` too) when given.
+    pub fn start_as(
+        dir: &Path,
+        database: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        uid: Option<u32>,
+    ) -> Daemon {
+        let mut child = Self::command(dir, database, config, env, uid)
+            .spawn()
+            .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -86,7 +114,9 @@ impl Daemon {
 
     /// Runs a daemon that must refuse to start; returns what it printed.
     pub fn refused(dir: &Path, database: &str, config: &str) -> String {
-        let output = Self::command(dir, database, config, &[]).output().unwrap();
+        let output = Self::command(dir, database, config, &[], None)
+            .output()
+            .unwrap();
         assert!(!output.status.success(), "keel serve started");
         String::from_utf8_lossy(&output.stderr).into_owned()
     }
