@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use keel_providers::Continuation;
+use keel_tools::{BUILTIN_NAMES, READ_ONLY_NAMES};
 use serde::Deserialize;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
@@ -200,30 +201,40 @@ pub struct McpServerEntry {
     pub args: Vec<String>,
     #[serde(default)]
     pub env: HashMap<String, String>,
+    /// Variables of the daemon's environment passed to the server by name.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
     pub url: Option<String>,
+    /// The limit on one call of this server's tools, instead of `[tools] timeout_ms`.
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
+    /// Absent: only the tools that read (`read_file`, `list_dir`); the others are opt-in.
     pub builtin: Vec<String>,
     pub workspace: PathBuf,
+    /// The limit on one tool call; MCP servers may set their own.
+    pub timeout_ms: u64,
 }
 
 impl Default for ToolsConfig {
     fn default() -> Self {
         Self {
-            builtin: [
-                "read_file",
-                "write_file",
-                "edit_file",
-                "list_dir",
-                "run_command",
-            ]
-            .map(String::from)
-            .to_vec(),
+            builtin: READ_ONLY_NAMES
+                .iter()
+                .map(|&name| name.to_owned())
+                .collect(),
             workspace: PathBuf::from("./workspace"),
+            timeout_ms: 120_000,
         }
+    }
+}
+
+impl ToolsConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
     }
 }
 
@@ -271,6 +282,9 @@ pub struct Config {
     pub demo: bool,
     pub allow_unauthenticated_public: bool,
     pub source: Option<PathBuf>,
+    /// How `run_command` starts commands confined to the workspace (Landlock); set by the
+    /// `keel` binary when the kernel offers it, `None` runs them unconfined.
+    pub command_sandbox: Option<keel_tools::sandbox::Launcher>,
 }
 
 /// Reads the environment; injectable so tests need not touch the process environment.
@@ -358,6 +372,7 @@ impl Config {
             demo,
             allow_unauthenticated_public: overrides.allow_unauthenticated_public,
             source,
+            command_sandbox: None,
         };
         config.check_exposure()?;
         Ok(config)
@@ -609,26 +624,36 @@ fn validate_mcp(servers: &[McpServerEntry]) -> Result<(), ConfigError> {
             }
             _ => {}
         }
+        if server.timeout_ms == Some(0) {
+            return Err(ConfigError::invalid(
+                key("timeout_ms"),
+                "must be at least 1",
+            ));
+        }
+        if server.url.is_some() && !server.env_passthrough.is_empty() {
+            return Err(ConfigError::invalid(
+                key("env_passthrough"),
+                "only applies to a command (stdio) server",
+            ));
+        }
     }
     Ok(())
 }
 
-pub const BUILTIN_TOOLS: [&str; 5] = [
-    "read_file",
-    "write_file",
-    "edit_file",
-    "list_dir",
-    "run_command",
-];
-
 fn validate_tools(tools: &ToolsConfig) -> Result<(), ConfigError> {
     for (i, name) in tools.builtin.iter().enumerate() {
-        if !BUILTIN_TOOLS.contains(&name.as_str()) {
+        if !BUILTIN_NAMES.contains(&name.as_str()) {
             return Err(ConfigError::invalid(
                 format!("tools.builtin[{i}]"),
-                format!("`{name}` is not one of {}", BUILTIN_TOOLS.join(", ")),
+                format!("`{name}` is not one of {}", BUILTIN_NAMES.join(", ")),
             ));
         }
+    }
+    if tools.timeout_ms == 0 {
+        return Err(ConfigError::invalid(
+            "tools.timeout_ms",
+            "must be at least 1",
+        ));
     }
     Ok(())
 }
@@ -767,6 +792,22 @@ mod tests {
     }
 
     #[test]
+    fn without_a_tools_table_only_the_read_only_builtins_are_enabled() {
+        for text in ["", "[tools]\nworkspace = \"/srv/ws\""] {
+            let config = resolve(text, &env(&[])).unwrap();
+            assert_eq!(config.tools.builtin, ["read_file", "list_dir"], "{text}");
+            assert_eq!(config.tools.timeout(), Duration::from_secs(120));
+        }
+        let config = resolve(
+            "[tools]\nbuiltin = [\"run_command\"]\ntimeout_ms = 500",
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(config.tools.builtin, ["run_command"]);
+        assert_eq!(config.tools.timeout(), Duration::from_millis(500));
+    }
+
+    #[test]
     fn the_contract_example_parses() {
         let text = r#"
 listen   = "127.0.0.1:8700"
@@ -834,6 +875,15 @@ workspace = "./workspace"
             ("listen = \"nowhere\"", "listen"),
             ("database = \"mysql://x\"", "database"),
             ("[tools]\nbuiltin = [\"rm_rf\"]", "tools.builtin[0]"),
+            ("[tools]\ntimeout_ms = 0", "tools.timeout_ms"),
+            (
+                "[[mcp_servers]]\nname = \"x\"\ncommand = \"y\"\ntimeout_ms = 0",
+                "mcp_servers[0].timeout_ms",
+            ),
+            (
+                "[[mcp_servers]]\nname = \"x\"\nurl = \"http://h/\"\nenv_passthrough = [\"A\"]",
+                "mcp_servers[0].env_passthrough",
+            ),
             (
                 "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"http://h\"\ncontinuation = \"guess\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
                 "providers[0].continuation",

@@ -79,6 +79,7 @@ fn store_options(config: &Config) -> StoreOptions {
 
 /// Starts the daemon with `config`.
 pub async fn start(config: Config) -> Result<Running, ServeError> {
+    crate::tools::check_workspace(&config).map_err(ServeError::Tools)?;
     let config = Arc::new(config);
     let store = keel_store::open_with(&config.database, store_options(&config))
         .await
@@ -123,7 +124,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let hub = Arc::new(Hub::new());
     let metrics = Arc::new(Metrics::new());
     let tools = Arc::new(
-        ToolSet::build(&config, &metrics)
+        ToolSet::build(&config, &metrics, has_users)
             .await
             .map_err(ServeError::Tools)?,
     );

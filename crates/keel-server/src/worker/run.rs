@@ -290,7 +290,15 @@ async fn prepare(
     };
     let prior = Arc::new(prior);
     let budget = keel_tools::budget_for(model.context_limit);
-    let tools: Vec<Arc<dyn Tool>> = keel_tools::limit_all(shared.tools.current(), budget)
+    // A workspace that cannot be opened fails the run with a message saying why, rather
+    // than running without the tools the model expects.
+    let offered = shared.tools.for_owner(&chat.owner).map_err(|e| {
+        RunError::Provider(keel_core::ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!("the tools' workspace cannot be used: {e}"),
+        ))
+    })?;
+    let tools: Vec<Arc<dyn Tool>> = keel_tools::limit_all(offered, budget)
         .into_iter()
         .map(|tool| {
             Arc::new(DurableTool {

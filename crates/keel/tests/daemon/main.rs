@@ -5,6 +5,7 @@
 mod chain;
 mod compaction;
 mod compat;
+mod confinement;
 mod continuation;
 mod harness;
 mod replicas;
