@@ -401,13 +401,20 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::expire_pending_actions(&mut cx).await)
     }
 
-    async fn put_checkpoint(&self, chat: ChatId, data: Value) -> Result<()> {
-        in_tx!(self, |cx| t::put_checkpoint(&mut cx, chat, &data).await)
+    async fn put_checkpoint(&self, lease: &Lease, data: Value) -> Result<()> {
+        in_tx!(self, |cx| t::put_checkpoint(&mut cx, lease, data).await)
     }
 
     async fn get_checkpoint(&self, chat: ChatId) -> Result<Option<Value>> {
-        let data = in_read!(self, |ops| ops.get_checkpoint(&chat.to_string()).await)?;
-        data.map(|s| from_json("checkpoints.data", &s)).transpose()
+        let (chat, data) = in_read!(self, |ops| async {
+            let chat = Self::read_chat(ops, chat).await?;
+            let data = ops.get_checkpoint(&chat.id.to_string()).await?;
+            Ok::<_, StoreError>((chat, data))
+        }
+        .await)?;
+        let Some(data) = data else { return Ok(None) };
+        let stored: t::StoredCheckpoint = from_json("checkpoints.data", &data)?;
+        Ok(stored.current_for(&chat))
     }
 
     async fn delete_checkpoint(&self, chat: ChatId) -> Result<()> {
@@ -443,6 +450,10 @@ impl Store for SqlStore {
 
     async fn purge_idempotency_keys(&self) -> Result<u64> {
         in_tx!(self, |cx| t::purge_idempotency_keys(&mut cx).await)
+    }
+
+    async fn purge_tool_records(&self) -> Result<u64> {
+        in_tx!(self, |cx| t::purge_tool_records(&mut cx).await)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeNotice> {

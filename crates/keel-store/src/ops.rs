@@ -106,6 +106,9 @@ pub(crate) trait TxOps: Send {
         expired_before: i64,
     ) -> Result<bool>;
     async fn idem_purge(&mut self, before: i64) -> Result<u64>;
+    /// Deletes the records of tool calls that finished before `before` in chats that are
+    /// not running: no run will resume them.
+    async fn purge_tool_records(&mut self, before: i64) -> Result<u64>;
 
     /// Sends a change notice to other replicas when the transaction commits.
     async fn notify(&mut self, notice: &ChangeNotice) -> Result<()>;

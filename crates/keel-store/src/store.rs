@@ -119,7 +119,10 @@ pub trait Store: Send + Sync {
     async fn expire_pending_actions(&self) -> Result<Vec<ChatId>>;
 
     // ---- checkpoints, users, housekeeping ----------------------------------------
-    async fn put_checkpoint(&self, chat: ChatId, data: Value) -> Result<()>;
+    /// Saves the step's checkpoint, fenced on the lease like every other write of a run.
+    async fn put_checkpoint(&self, lease: &Lease, data: Value) -> Result<()>;
+    /// The checkpoint of the step in progress: `None` when none was saved, or when the
+    /// one stored belongs to an older step or history (a write that raced a commit).
     async fn get_checkpoint(&self, chat: ChatId) -> Result<Option<Value>>;
     async fn delete_checkpoint(&self, chat: ChatId) -> Result<()>;
     /// Creates the user or replaces its token, given only the token's SHA-256 (hex), as a
@@ -131,6 +134,9 @@ pub trait Store: Send + Sync {
     async fn has_users(&self) -> Result<bool>;
     /// Forgets idempotency keys older than their time to live.
     async fn purge_idempotency_keys(&self) -> Result<u64>;
+    /// Forgets records of tool calls that finished longer ago than the idempotency time to
+    /// live, in chats that are not running.
+    async fn purge_tool_records(&self) -> Result<u64>;
 
     // ---- notices ---------------------------------------------------------------
     /// Notices of changes committed by this process.

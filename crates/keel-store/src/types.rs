@@ -222,6 +222,9 @@ pub struct Lease {
     /// The chat's history version when claimed; an edit makes the lease stale.
     pub history_version: i64,
     pub expires_at: DateTime<Utc>,
+    /// The chat's status when the lease was taken or last renewed: a renewal tells the run
+    /// of an interrupt even when every change notice was lost.
+    pub status: ChatStatus,
 }
 
 /// What a worker does after a run ends.

@@ -383,7 +383,6 @@ async fn archive_and_delete(db: TestDb) {
     let again = s.set_archived(chat.id, true).await.unwrap();
     assert_eq!(again.version, a.version);
     assert!(!s.set_archived(chat.id, false).await.unwrap().archived);
-    s.put_checkpoint(chat.id, json!({"k": 1})).await.unwrap();
     s.delete_chat(chat.id).await.unwrap();
     assert!(matches!(
         s.get_chat(chat.id).await.unwrap_err(),
@@ -827,7 +826,6 @@ async fn bad_input_changes_nothing() {
             s.interrupt(unknown).await.map(|_| ()).unwrap_err(),
             s.get_chat(unknown).await.map(|_| ()).unwrap_err(),
             s.set_archived(unknown, true).await.map(|_| ()).unwrap_err(),
-            s.put_checkpoint(unknown, json!(1)).await.unwrap_err(),
         ];
         for e in not_found {
             assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
@@ -899,8 +897,9 @@ async fn checkpoints_users_and_tool_records(db: TestDb) {
     let s = &db.store;
     let chat = create(s, "hi").await;
     assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
-    s.put_checkpoint(chat.id, json!({"step": 1})).await.unwrap();
-    s.put_checkpoint(chat.id, json!({"step": 2})).await.unwrap();
+    let lease = claim(s, "w", chat.id).await;
+    s.put_checkpoint(&lease, json!({"step": 1})).await.unwrap();
+    s.put_checkpoint(&lease, json!({"step": 2})).await.unwrap();
     assert_eq!(
         s.get_checkpoint(chat.id).await.unwrap(),
         Some(json!({"step": 2}))

@@ -37,27 +37,29 @@ pub async fn events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let header_position = match headers.get("last-event-id") {
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<i64>().ok())
-                .filter(|v| *v >= 0)
-                .ok_or_else(|| ApiError::invalid("Last-Event-ID must be a non-negative integer"))?,
-        ),
-        None => None,
-    };
+    // A malformed Last-Event-ID is no reason to refuse the stream: like a position the chat
+    // never reached, it gets a `stream_reset` and the step in progress from its start.
+    let header_position = headers.get("last-event-id").map(|value| {
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .filter(|v| *v >= 0)
+    });
     if query.after.is_some_and(|a| a < 0) {
         return Err(ApiError::invalid("`after` must be a non-negative integer"));
     }
-    let position = header_position.or(query.after);
+    let position = match header_position {
+        Some(Some(position)) => Requested::At(position),
+        Some(None) => Requested::Unknown,
+        None => query.after.map_or(Requested::Start, Requested::At),
+    };
     state.metrics.sse_connections.inc();
-    if position.is_some() {
+    if position != Requested::Start {
         state.metrics.sse_reconnects.inc();
     }
     let (tx, rx) = mpsc::channel::<Event>(CLIENT_BUFFER);
-    tokio::spawn(follow(state, chat, position.unwrap_or(0), tx));
+    tokio::spawn(follow(state, chat, position, tx));
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|event| (Ok(event), rx))
     });
@@ -66,6 +68,29 @@ pub async fn events(
             .interval(Duration::from_secs(15))
             .text(" keep-alive"),
     ))
+}
+
+/// Where a client asked to resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Requested {
+    /// No position: everything from the start.
+    Start,
+    At(i64),
+    /// A Last-Event-ID that is not an event id.
+    Unknown,
+}
+
+/// Where a connection starts and whether it opens with `stream_reset`. `known_end` is the
+/// highest event id the chat has given out (committed, logged or sent live); `step_start`
+/// the position just before the step in progress. A position beyond `known_end` (a stale id,
+/// another chat's) or an unknown one replays the step in progress from its start after a
+/// reset; the client keeps its committed messages and rebuilds the step.
+fn resume_from(requested: Requested, known_end: i64, step_start: i64) -> (i64, bool) {
+    match requested {
+        Requested::Start => (0, false),
+        Requested::At(position) if position <= known_end => (position, false),
+        Requested::At(_) | Requested::Unknown => (step_start.min(known_end), true),
+    }
 }
 
 /// What one connection has sent so far.
@@ -180,8 +205,27 @@ impl Follower {
     }
 }
 
+/// The highest event id the chat gave out, and the position just before its step in
+/// progress (the chat's sequence when nothing is in progress). Read after subscribing, so
+/// nothing published in between is missed.
+async fn where_the_step_starts(
+    state: &AppState,
+    chat: &Chat,
+    backlog: &[Arc<Frame>],
+) -> Result<(i64, i64), keel_store::StoreError> {
+    let current = state.store.get_chat(chat.id).await?;
+    let logged = state.store.live_parts_after(chat.id, 0).await?;
+    let live = backlog
+        .iter()
+        .map(|f| i64::try_from(f.seq).unwrap_or(i64::MAX));
+    let first_live = logged.iter().map(|e| e.seq).chain(live.clone()).min();
+    let known_end = live.max().unwrap_or(0).max(current.event_seq);
+    let step_start = first_live.map_or(current.event_seq, |seq| seq - 1);
+    Ok((known_end, step_start))
+}
+
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
-async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
+async fn follow(state: AppState, chat: Chat, position: Requested, tx: mpsc::Sender<Event>) {
     let chat_key = chat.id.to_string();
     let hub = state.hub.clone();
     feed(state, chat, position, tx).await;
@@ -189,10 +233,29 @@ async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Eve
     hub.prune(&chat_key);
 }
 
-async fn feed(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
+async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sender<Event>) {
     let chat_key = chat.id.to_string();
     let (mut live, backlog) = state.hub.subscribe(&chat_key);
     let mut notices = state.store.subscribe();
+    let (position, reset) = match requested {
+        Requested::Start => (0, false),
+        _ => match where_the_step_starts(&state, &chat, &backlog).await {
+            Ok((known_end, step_start)) => resume_from(requested, known_end, step_start),
+            Err(error) => {
+                tracing::warn!(chat = %chat.id, %error, "reading the chat's position failed");
+                return;
+            }
+        },
+    };
+    if reset {
+        let event = Event::default()
+            .id(position.to_string())
+            .event("stream_reset")
+            .data("{}");
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
     let mut follower = Follower {
         state: state.clone(),
         chat_id: chat.id,
@@ -282,5 +345,27 @@ async fn feed(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event
             Err(keel_store::StoreError::NotFound { .. }) => return,
             Err(error) => tracing::warn!(chat = %chat.id, %error, "reading chat status failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_known_position_resumes_where_it_is() {
+        assert_eq!(resume_from(Requested::Start, 40, 30), (0, false));
+        assert_eq!(resume_from(Requested::At(35), 40, 30), (35, false));
+        assert_eq!(resume_from(Requested::At(40), 40, 30), (40, false));
+        assert_eq!(resume_from(Requested::At(0), 40, 30), (0, false));
+    }
+
+    #[test]
+    fn an_unknown_position_replays_the_step_after_a_reset() {
+        assert_eq!(resume_from(Requested::At(41), 40, 30), (30, true));
+        assert_eq!(resume_from(Requested::At(i64::MAX), 40, 30), (30, true));
+        assert_eq!(resume_from(Requested::Unknown, 40, 30), (30, true));
+        // Nothing in progress: the step starts at the chat's sequence.
+        assert_eq!(resume_from(Requested::Unknown, 40, 40), (40, true));
     }
 }

@@ -52,7 +52,13 @@ struct ActiveRun {
     cancel: Cancel,
     stop: Arc<Mutex<StopReason>>,
     history_version: i64,
+    /// Closed when the task running the chat ends (see [`Finished`]).
+    finished: tokio::sync::watch::Receiver<()>,
 }
+
+/// Held by the task running a chat for as long as it runs; a later run of the same chat
+/// (after an edit superseded this one) waits for it to close before it starts.
+pub type Finished = tokio::sync::watch::Sender<()>;
 
 /// A registered run's identity and controls.
 pub struct RunSlot {
@@ -85,22 +91,49 @@ impl Shared {
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn register(&self, chat: ChatId, history_version: i64) -> RunSlot {
+    /// Registers a run of the chat by the task holding `finished`. Returns its slot and,
+    /// when another task still runs the chat (superseded, unwinding), what closes when that
+    /// task ends.
+    fn register(
+        &self,
+        chat: ChatId,
+        history_version: i64,
+        finished: &Finished,
+    ) -> (RunSlot, Option<tokio::sync::watch::Receiver<()>>) {
         let id = self
             .next_run
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let cancel = self.shutdown.child();
         let stop = Arc::new(Mutex::new(StopReason::None));
-        self.active().insert(
+        let previous = self.active().insert(
             chat,
             ActiveRun {
                 id,
                 cancel: cancel.clone(),
                 stop: stop.clone(),
                 history_version,
+                finished: finished.subscribe(),
             },
         );
-        RunSlot { id, cancel, stop }
+        let previous = previous.filter(|run| !run.finished.same_channel(&finished.subscribe()));
+        if let Some(run) = &previous {
+            // A new claim means the old run lost the chat (an edit released it); stop it
+            // even if the notice that says so has not been routed yet.
+            let mut reason = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
+            if *reason == StopReason::None {
+                *reason = StopReason::Superseded;
+            }
+            drop(reason);
+            run.cancel.cancel(CancelCause::Shutdown);
+        }
+        (RunSlot { id, cancel, stop }, previous.map(|run| run.finished))
+    }
+
+    /// Cancels the chat's current run with the interrupt cause.
+    fn interrupt_run(&self, chat: ChatId) {
+        if let Some(run) = self.active().get(&chat) {
+            run.cancel.cancel(CancelCause::Interrupted);
+        }
     }
 
     /// Forgets a finished run, unless a later run of the chat already took its place.
@@ -123,10 +156,6 @@ impl Shared {
             drop(stop);
             run.cancel.cancel(CancelCause::Shutdown);
         }
-    }
-
-    fn is_active(&self, chat: ChatId) -> bool {
-        self.active().contains_key(&chat)
     }
 
     /// Runs of this process right now.
@@ -241,13 +270,18 @@ async fn claim(shared: &Arc<Shared>) {
         }
     };
     for lease in leases {
-        if shared.is_active(lease.chat_id) {
-            // Still finishing a run of this chat (e.g. one an edit superseded): the chat is
-            // claimed again once that run is gone.
-            continue;
-        }
-        let slot = shared.register(lease.chat_id, lease.history_version);
-        tokio::spawn(run::run_chat(shared.clone(), lease, slot));
+        // A run of this chat that an edit superseded may still be unwinding here: the new
+        // run takes the chat's place at once (notices reach it, its lease is renewed) and
+        // starts streaming once the old one is gone.
+        let (finished, _) = tokio::sync::watch::channel(());
+        let (slot, previous) = shared.register(lease.chat_id, lease.history_version, &finished);
+        tokio::spawn(run::run_chat(
+            shared.clone(),
+            lease,
+            slot,
+            finished,
+            previous,
+        ));
     }
 }
 

@@ -19,11 +19,17 @@ use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
-use crate::worker::{RunSlot, Shared, StopReason};
+use crate::worker::{Finished, RunSlot, Shared, StopReason};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.
-pub async fn run_chat(shared: Arc<Shared>, lease: Lease, slot: RunSlot) {
+pub async fn run_chat(
+    shared: Arc<Shared>,
+    lease: Lease,
+    slot: RunSlot,
+    finished: Finished,
+    previous: Option<tokio::sync::watch::Receiver<()>>,
+) {
     let RunSlot {
         mut id,
         mut cancel,
@@ -32,6 +38,11 @@ pub async fn run_chat(shared: Arc<Shared>, lease: Lease, slot: RunSlot) {
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
     let renewer = tokio::spawn(renew_lease(shared.clone(), lease.clone()));
+    if let Some(mut previous) = previous {
+        // Superseded and unwinding: it writes nothing more (its lease is fenced) but still
+        // holds the chat's live channel until it ends.
+        let _ = previous.changed().await;
+    }
     shared.metrics.active_runs.inc();
     shared.hub.begin_run(&chat_id.to_string());
     loop {
@@ -41,7 +52,7 @@ pub async fn run_chat(shared: Arc<Shared>, lease: Lease, slot: RunSlot) {
         let Some(next_lease) = next else { break };
         *lease.lock().unwrap_or_else(PoisonError::into_inner) = next_lease.clone();
         // A fresh token for the next run: the previous one may carry an interrupt.
-        let slot = shared.register(chat_id, next_lease.history_version);
+        let (slot, _) = shared.register(chat_id, next_lease.history_version, &finished);
         (id, cancel, stop) = (slot.id, slot.cancel, slot.stop);
     }
     renewer.abort();
@@ -96,6 +107,7 @@ async fn run_once(
         shared.store.clone(),
         lease.clone(),
         shared.metrics.clone(),
+        stop.clone(),
     );
     let writer = tokio::spawn(writer.run());
 
@@ -352,6 +364,7 @@ async fn prepare(
         store: Arc::new(StoreCheckpoints {
             chat_id: chat.id,
             store: shared.store.clone(),
+            lease: lease.clone(),
             from_log,
             run_id: run_id.clone(),
             model: model.model.model().to_owned(),
@@ -436,7 +449,13 @@ async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
         match shared.store.renew_lease(&held).await {
             Ok(renewed) => {
                 shared.metrics.lease_renewals.inc();
+                let interrupting = renewed.status == ChatStatus::Interrupting;
                 *lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
+                if interrupting {
+                    // Seen here even when every change notice of the interrupt was lost
+                    // (another replica's NOTIFY during a reconnect, a lagging subscriber).
+                    shared.interrupt_run(held.chat_id);
+                }
             }
             Err(error) if error.is_transient() => {
                 // The lease may well still be ours; try again at the next period.

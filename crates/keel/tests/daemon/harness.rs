@@ -22,7 +22,13 @@ impl Daemon {
     /// Starts a daemon with the demo model on a free port. `config` is extra TOML.
     pub fn start(dir: &Path, database: &str, config: &str) -> Daemon {
         let config_path = dir.join("keel.toml");
-        std::fs::write(&config_path, format!("[runs]\nlease_ms = 2000\n{config}")).unwrap();
+        // A short lease unless the test sets its own.
+        let lease = if config.contains("lease_ms") {
+            ""
+        } else {
+            "lease_ms = 2000\n"
+        };
+        std::fs::write(&config_path, format!("[runs]\n{lease}{config}")).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
             .args([
                 "serve",

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod compaction;
+mod concurrency;
 mod harness;
 mod replicas;
 mod tools;
