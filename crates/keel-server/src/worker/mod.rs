@@ -351,10 +351,34 @@ async fn release_dead_local_owners(shared: &Shared) {
     }
 }
 
-/// Every lease period: release chats whose owner died; expire overdue client-side calls.
+/// How often the sweeper forgets old idempotency keys and finished tool records.
+const PURGE_EVERY: Duration = Duration::from_secs(600);
+
+/// Forgets idempotency keys past their time to live and the records of tool calls that
+/// finished that long ago in chats that are not running; both only grow otherwise.
+async fn purge(shared: &Shared) {
+    match shared.store.purge_idempotency_keys().await {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "purged old idempotency keys"),
+        Err(error) => tracing::warn!(%error, "purging idempotency keys failed"),
+    }
+    match shared.store.purge_tool_records().await {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "purged finished tool records"),
+        Err(error) => tracing::warn!(%error, "purging tool records failed"),
+    }
+}
+
+/// Every lease period: release chats whose owner died; expire overdue client-side calls;
+/// every [`PURGE_EVERY`] (and at start): purge what only grows.
 async fn sweep(shared: Arc<Shared>) {
     let period = shared.config.runs.lease();
+    let mut last_purge: Option<tokio::time::Instant> = None;
     loop {
+        if last_purge.is_none_or(|at| at.elapsed() >= PURGE_EVERY) {
+            purge(&shared).await;
+            last_purge = Some(tokio::time::Instant::now());
+        }
         release_dead_local_owners(&shared).await;
         match shared.store.recover_stale().await {
             Ok(chats) if !chats.is_empty() => {
