@@ -115,7 +115,8 @@ pub trait Store: Send + Sync {
     /// Releases the chats held by exactly these owners (processes known to be gone) without
     /// waiting for their leases; returns them.
     async fn release_owners(&self, owners: &[String]) -> Result<Vec<ChatId>>;
-    /// Answers overdue client-side calls with error results and sets `waiting`.
+    /// Answers overdue client-side calls with error results; the queue head runs next
+    /// (`running`, unowned), else the chat waits.
     async fn expire_pending_actions(&self) -> Result<Vec<ChatId>>;
 
     // ---- checkpoints, users, housekeeping ----------------------------------------

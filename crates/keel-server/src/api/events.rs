@@ -82,7 +82,7 @@ enum Requested {
 
 /// Where a connection starts and whether it opens with `stream_reset`. `known_end` is the
 /// highest event id the chat has given out (committed, logged or sent live); `step_start`
-/// the position just before the step in progress. A position beyond `known_end` (a stale id,
+/// the position just before the current step (the one in progress, else the last committed). A position beyond `known_end` (a stale id,
 /// another chat's) or an unknown one replays the step in progress from its start after a
 /// reset; the client keeps its committed messages and rebuilds the step.
 fn resume_from(requested: Requested, known_end: i64, step_start: i64) -> (i64, bool) {
@@ -220,8 +220,26 @@ async fn where_the_step_starts(
         .map(|f| i64::try_from(f.seq).unwrap_or(i64::MAX));
     let first_live = logged.iter().map(|e| e.seq).chain(live.clone()).min();
     let known_end = live.max().unwrap_or(0).max(current.event_seq);
-    let step_start = first_live.map_or(current.event_seq, |seq| seq - 1);
+    let step_start = match first_live {
+        Some(seq) => seq - 1,
+        None => last_step_start(state, &current).await?,
+    };
     Ok((known_end, step_start))
+}
+
+/// With nothing in progress, the current step is the last committed one: its assistant
+/// message (and the tool results that follow it), or else the last message.
+async fn last_step_start(state: &AppState, chat: &Chat) -> Result<i64, keel_store::StoreError> {
+    let recent = state
+        .store
+        .list_messages(chat.id, Some(chat.last_message_id.saturating_sub(2)))
+        .await?;
+    let start = recent
+        .iter()
+        .rev()
+        .find(|m| m.role == keel_core::Role::Assistant)
+        .or(recent.last());
+    Ok(start.map_or(chat.event_seq, |m| m.event_seq - 1))
 }
 
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
