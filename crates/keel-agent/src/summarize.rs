@@ -41,6 +41,7 @@ impl Runner {
         self.options.call_options.tool_choice = ToolChoice::None;
         self.options.call_options.previous_response_id = None;
         let mut acc = StepAccumulator::new();
+        compaction.hooks.summary_started();
         let end = self.stream_step(usize::MAX, &mut prompt, &mut acc).await;
         self.options.call_options = saved_options;
         self.options.checkpointing = saved_checkpointing;

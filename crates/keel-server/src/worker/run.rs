@@ -13,7 +13,7 @@ use keel_store::{Chat, ChatStatus, Lease, NewMessage, Next, PendingToolCall, Sto
 
 use crate::api::dto::ClientTool;
 use crate::metrics::{RetryLabels, StepLabels};
-use crate::resume::{snapshot_from_log, unhanded_client_calls};
+use crate::resume::{LastStep, is_summary_log, last_step, snapshot_from_log};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
@@ -83,7 +83,10 @@ async fn run_once(
             Vec::new()
         }
     };
-    let from_log = (!recovered_log.is_empty())
+    // A log a compaction summary streamed into is not a reply to resume: the step runs
+    // afresh (after a reset that voids those parts for clients) and compacts again if due.
+    let summary_log = is_summary_log(recovered_log.iter().map(|e| &e.payload));
+    let from_log = (!recovered_log.is_empty() && !summary_log)
         .then(|| snapshot_from_log(recovered_log.iter().map(|e| &e.payload)));
     if let Some(snapshot) = &from_log {
         shared.metrics.recovered_runs.inc();
@@ -111,18 +114,33 @@ async fn run_once(
     );
     let writer = tokio::spawn(writer.run());
 
+    if summary_log {
+        keel_agent::EventSink::publish(sink.as_ref(), keel_agent::LiveEvent::StreamReset);
+    }
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
-    let unhanded = if recovered_log.is_empty() {
-        unhanded_client_tool_calls(shared, &chat).await
+    let last = if recovered_log.is_empty() && !chat.compact_requested {
+        last_committed_step(shared, &chat).await
     } else {
-        Vec::new()
+        LastStep::Continue
     };
-    let outcome = if !unhanded.is_empty() {
+    let outcome = if let LastStep::Unhanded(unhanded) = last {
         // The previous owner died between committing the step and handing its client-side
         // calls over; hand them over now (or, when interrupting, answer them as interrupted).
-        Ok(RunOutcome::PendingToolCalls(unhanded))
+        let calls = unhanded
+            .into_iter()
+            .map(|c| keel_agent::PendingToolCall {
+                tool_call_id: c.tool_call_id,
+                tool_name: c.tool_name,
+                args: c.args,
+            })
+            .collect();
+        Ok(RunOutcome::PendingToolCalls(calls))
+    } else if last == LastStep::Final && chat.status == ChatStatus::Running {
+        // The previous owner died between committing the final reply and finishing the
+        // run: finish it; calling the model again would reply twice.
+        Ok(RunOutcome::Completed { steps: 0 })
     } else if chat.status == ChatStatus::Interrupting {
         // The previous owner died while committing an interrupt: commit what clients saw.
         commit_recovered_interruption(&sink, from_log.as_ref()).await;
@@ -240,33 +258,24 @@ async fn run_once(
     }
 }
 
-/// The client-side calls of the last committed step that never reached `requires_action`.
-async fn unhanded_client_tool_calls(
-    shared: &Arc<Shared>,
-    chat: &Chat,
-) -> Vec<keel_agent::PendingToolCall> {
+/// What the end of the committed history says the run should do (see [`last_step`]).
+async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
     let client_tools: Vec<ClientTool> =
         serde_json::from_value(chat.tools.clone()).unwrap_or_default();
-    if client_tools.is_empty() {
-        return Vec::new();
-    }
     let names: Vec<String> = client_tools.into_iter().map(|t| t.name).collect();
-    let messages = match shared.store.list_messages(chat.id, None).await {
+    let after = chat.last_message_id.saturating_sub(2);
+    let messages = match shared.store.list_messages(chat.id, Some(after)).await {
         Ok(messages) => messages,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "reading history failed");
-            return Vec::new();
+            return LastStep::Continue;
         }
     };
-    let last = messages.last().map(|m| (m.role, m.parts.as_slice()));
-    unhanded_client_calls(last, &names)
-        .into_iter()
-        .map(|c| keel_agent::PendingToolCall {
-            tool_call_id: c.tool_call_id,
-            tool_name: c.tool_name,
-            args: c.args,
-        })
-        .collect()
+    let recent: Vec<(keel_core::Role, &[Part])> = messages
+        .iter()
+        .map(|m| (m.role, m.parts.as_slice()))
+        .collect();
+    last_step(&recent, &names)
 }
 
 /// Builds the loop's options for a chat.

@@ -189,6 +189,21 @@ impl LiveSink {
     }
 }
 
+impl LiveSink {
+    /// Records in the log (not for clients) that a compaction summary streams from here on,
+    /// so that a run resuming after a crash discards it instead of continuing it as a reply.
+    pub fn mark_summary(&self) {
+        if self.superseded() {
+            return;
+        }
+        let seq = self.last_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = self.log.send(LogCommand::Append(LiveEntry {
+            seq,
+            payload: serde_json::json!({"event": crate::resume::SUMMARY_MARK, "data": {}}),
+        }));
+    }
+}
+
 impl EventSink for LiveSink {
     fn publish(&self, event: LiveEvent) {
         self.publish_payload(payload(&event));
