@@ -21,7 +21,7 @@ use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, MessageKind, NewChat,
-    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, SendOutcome,
+    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, RemoteNotice, SendOutcome,
     StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
@@ -460,18 +460,16 @@ impl Store for SqlStore {
         self.notices.subscribe()
     }
 
-    async fn subscribe_remote(&self) -> Result<BoxStream<'static, ChangeNotice>> {
+    async fn subscribe_remote(&self) -> Result<BoxStream<'static, RemoteNotice>> {
         if let Some(stream) = self.backend.subscribe_remote().await? {
             return Ok(stream);
         }
         let rx = self.notices.subscribe();
         Ok(futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(n) => return Some((n, rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
+            match rx.recv().await {
+                Ok(n) => Some((RemoteNotice::Changed(n), rx)),
+                Err(broadcast::error::RecvError::Lagged(_)) => Some((RemoteNotice::Missed, rx)),
+                Err(broadcast::error::RecvError::Closed) => None,
             }
         })
         .boxed())

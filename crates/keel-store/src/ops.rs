@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols};
-use crate::types::ChangeNotice;
+use crate::types::{ChangeNotice, RemoteNotice};
 
 #[async_trait]
 pub(crate) trait TxOps: Send {
@@ -125,7 +125,7 @@ pub(crate) trait Backend: Send + Sync {
     async fn begin_write(&self) -> Result<Box<dyn TxOps>>;
     async fn begin_read(&self) -> Result<Box<dyn TxOps>>;
     /// Notices from every replica, when the backend has a channel for them.
-    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>>;
+    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>>;
 }
 
 /// The JSON payload of a notice sent between replicas.

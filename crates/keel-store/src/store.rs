@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 use crate::error::Result;
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, NewSummary,
-    Next, PendingToolCall, QueueId, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
+    Next, PendingToolCall, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
@@ -144,5 +144,5 @@ pub trait Store: Send + Sync {
     fn subscribe(&self) -> broadcast::Receiver<ChangeNotice>;
     /// Notices of changes committed by any replica (PostgreSQL `LISTEN`); on SQLite, the
     /// same as [`Store::subscribe`].
-    async fn subscribe_remote(&self) -> Result<BoxStream<'static, ChangeNotice>>;
+    async fn subscribe_remote(&self) -> Result<BoxStream<'static, RemoteNotice>>;
 }

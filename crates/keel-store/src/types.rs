@@ -287,6 +287,15 @@ pub struct ChangeNotice {
     pub deleted: bool,
 }
 
+/// What a subscriber to every replica's changes hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteNotice {
+    Changed(ChangeNotice),
+    /// Notices may have been lost (the `LISTEN` connection was re-established, or this
+    /// subscriber fell behind): whatever the subscriber follows must be read again.
+    Missed,
+}
+
 /// Where the store gets the time from; tests and simulations move it by hand.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> DateTime<Utc>;

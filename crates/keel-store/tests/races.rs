@@ -244,3 +244,67 @@ async fn old_idempotency_keys_and_finished_tool_records_are_purged(db: TestDb) {
     assert_eq!(s.purge_idempotency_keys().await.unwrap(), 1);
     assert_eq!(s.purge_idempotency_keys().await.unwrap(), 0);
 }
+
+/// A fresh PostgreSQL database of its own (so its connections can be told apart), or
+/// `None` when no server is configured.
+async fn own_postgres_database() -> Option<(String, String)> {
+    let Ok(base) = std::env::var("KEEL_TEST_DATABASE_URL") else {
+        eprintln!("KEEL_TEST_DATABASE_URL is unset: skipping");
+        return None;
+    };
+    use sqlx::Connection;
+    let name = format!("keel_listen_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let (prefix, _) = base.rsplit_once('/').unwrap();
+    Some((format!("{prefix}/{name}"), name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listen_connection_tells_subscribers_to_resync() {
+    use futures::StreamExt;
+    use keel_store::RemoteNotice;
+    use sqlx::Connection;
+    let Some((url, name)) = own_postgres_database().await else {
+        return;
+    };
+    let replica = keel_store::open(&url).await.unwrap();
+    let other = keel_store::open(&url).await.unwrap();
+    let mut remote = replica.subscribe_remote().await.unwrap();
+
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let killed: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = $1 AND query LIKE 'LISTEN%'",
+    )
+    .bind(&name)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(killed.len(), 1, "one LISTEN connection per process");
+
+    let wait = std::time::Duration::from_secs(10);
+    let first = tokio::time::timeout(wait, remote.next()).await.unwrap();
+    assert_eq!(first, Some(RemoteNotice::Missed));
+    // Listening again: another replica's change arrives.
+    let chat = create(&other, "hi").await;
+    let heard = tokio::time::timeout(wait, async {
+        loop {
+            if let Some(RemoteNotice::Changed(n)) = remote.next().await
+                && n.chat_id == chat.id
+            {
+                return n;
+            }
+        }
+    })
+    .await
+    .expect("a notice after the reconnect");
+    assert_eq!(heard.status, ChatStatus::Running);
+    drop((remote, replica, other));
+    let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await;
+}

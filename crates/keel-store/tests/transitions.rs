@@ -855,8 +855,10 @@ async fn notices_are_published(db: TestDb) {
     use futures::StreamExt;
     let got = tokio::time::timeout(std::time::Duration::from_secs(5), async {
         loop {
-            let n = remote.next().await.unwrap();
-            if n.chat_id == chat.id && n.version == 2 {
+            if let keel_store::RemoteNotice::Changed(n) = remote.next().await.unwrap()
+                && n.chat_id == chat.id
+                && n.version == 2
+            {
                 return n;
             }
         }

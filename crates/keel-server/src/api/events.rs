@@ -14,7 +14,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use keel_store::{Chat, ChatId, ChatStatus};
+use keel_store::{Chat, ChatId, ChatStatus, RemoteNotice};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
@@ -340,7 +340,10 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
                     Some(stream) => futures::StreamExt::next(stream).await,
                     None => std::future::pending().await,
                 }
-            } => notice.chat_id == chat.id,
+            } => match notice {
+                RemoteNotice::Changed(notice) => notice.chat_id == chat.id,
+                RemoteNotice::Missed => true,
+            },
             _ = poll.tick(), if multi_replica => true,
         };
         if !changed {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use keel_core::{Cancel, CancelCause};
-use keel_store::{ChangeNotice, ChatId, ChatStatus, Store};
+use keel_store::{ChangeNotice, ChatId, ChatStatus, RemoteNotice, Store};
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -300,7 +300,7 @@ async fn route_notices(shared: Arc<Shared>) {
             received = local.recv() => match received {
                 Ok(notice) => notice,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    shared.wake.notify_one();
+                    resync(&shared).await;
                     continue;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -310,13 +310,53 @@ async fn route_notices(shared: Arc<Shared>) {
                     Some(stream) => stream.next().await,
                     None => std::future::pending().await,
                 }
-            } => notice,
+            } => match notice {
+                RemoteNotice::Changed(notice) => notice,
+                RemoteNotice::Missed => {
+                    resync(&shared).await;
+                    continue;
+                }
+            },
         };
         shared.route(&notice);
         if notice.status.is_runnable() {
             shared.wake.notify_one();
         }
     }
+}
+
+/// Notices were lost (a LISTEN reconnect, a subscriber that fell behind): reads the state of
+/// every chat running here and routes it as if its notice had arrived, then looks for
+/// runnable chats. An interrupt posted meanwhile reaches its run now, not at the next
+/// lease renewal.
+async fn resync(shared: &Shared) {
+    let chats: Vec<ChatId> = shared.active().keys().copied().collect();
+    for chat_id in chats {
+        let notice = match shared.store.get_chat(chat_id).await {
+            Ok(chat) => ChangeNotice {
+                chat_id,
+                version: chat.version,
+                status: chat.status,
+                history_version: chat.history_version,
+                event_seq: chat.event_seq,
+                deleted: false,
+            },
+            Err(keel_store::StoreError::NotFound { .. }) => ChangeNotice {
+                chat_id,
+                version: 0,
+                status: ChatStatus::Waiting,
+                history_version: 0,
+                event_seq: 0,
+                deleted: true,
+            },
+            Err(error) => {
+                tracing::warn!(chat = %chat_id, %error, "reading a running chat to resync failed");
+                continue;
+            }
+        };
+        shared.route(&notice);
+    }
+    shared.wake.notify_one();
 }
 
 /// Releases at once the chats held by a process of this machine that no longer runs (a
