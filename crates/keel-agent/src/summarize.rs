@@ -52,10 +52,7 @@ pub(crate) fn without_unanswered_calls(history: &[Message]) -> Vec<Message> {
                 })
                 .cloned()
                 .collect();
-            (!parts.is_empty()).then(|| Message {
-                parts,
-                ..m.clone()
-            })
+            (!parts.is_empty()).then(|| Message { parts, ..m.clone() })
         })
         .collect()
 }
@@ -148,7 +145,13 @@ mod tests {
             ),
             Message::new(
                 Role::Tool,
-                vec![Part::tool_result("local", "read_file", Value::Null, false, false)],
+                vec![Part::tool_result(
+                    "local",
+                    "read_file",
+                    Value::Null,
+                    false,
+                    false,
+                )],
             ),
             Message::new(
                 Role::Assistant,
@@ -156,7 +159,11 @@ mod tests {
             ),
         ];
         let prompt = without_unanswered_calls(&history);
-        assert_eq!(prompt.len(), 3, "the message of only a pending call is dropped");
+        assert_eq!(
+            prompt.len(),
+            3,
+            "the message of only a pending call is dropped"
+        );
         let ids: Vec<&str> = prompt
             .iter()
             .flat_map(|m| &m.parts)

@@ -202,7 +202,11 @@ async fn an_early_exit_with_pending_client_tools_compacts_first() {
         "{:?}",
         calls[1].messages
     );
-    assert_eq!(calls[1].messages.len(), 2, "the question and the instruction");
+    assert_eq!(
+        calls[1].messages.len(),
+        2,
+        "the question and the instruction"
+    );
     assert_eq!(hooks.summaries().len(), 1);
     assert_eq!(persister.steps().len(), 1);
 }

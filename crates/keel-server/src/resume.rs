@@ -84,9 +84,9 @@ pub fn last_step(recent: &[(Role, &[Part])], client_tools: &[String]) -> LastSte
         _ => return LastStep::Continue,
     };
     let answered = |id: &str| {
-        results.iter().any(|p| {
-            matches!(&p.kind, PartKind::ToolResult { tool_call_id, .. } if tool_call_id == id)
-        })
+        results.iter().any(
+            |p| matches!(&p.kind, PartKind::ToolResult { tool_call_id, .. } if tool_call_id == id),
+        )
     };
     let unhanded: Vec<PendingToolCall> = assistant
         .iter()
@@ -253,7 +253,7 @@ mod tests {
     #[test]
     fn client_calls_of_a_step_that_also_ran_local_tools_are_handed_over() {
         let tools = vec!["ask".to_owned()];
-        let calls = vec![
+        let calls = [
             Part::tool_call("c1", "ask", "{}", false),
             Part::tool_call("c2", "read_file", "{}", false),
         ];
@@ -280,16 +280,22 @@ mod tests {
     #[test]
     fn a_committed_final_reply_only_finishes() {
         let tools: Vec<String> = Vec::new();
-        let question = vec![Part::text("q")];
-        let reply = vec![Part::text("the answer")];
+        let question = [Part::text("q")];
+        let reply = [Part::text("the answer")];
         let step = [(Role::User, &question[..]), (Role::Assistant, &reply[..])];
         assert_eq!(last_step(&step, &tools), LastStep::Final);
         // A user message after it (the queue head started) is answered.
         let step = [(Role::Assistant, &reply[..]), (Role::User, &question[..])];
         assert_eq!(last_step(&step, &tools), LastStep::Continue);
         // A step that ran local tools continues.
-        let call = vec![Part::tool_call("c1", "read_file", "{}", false)];
-        let result = vec![Part::tool_result("c1", "read_file", Value::Null, false, false)];
+        let call = [Part::tool_call("c1", "read_file", "{}", false)];
+        let result = [Part::tool_result(
+            "c1",
+            "read_file",
+            Value::Null,
+            false,
+            false,
+        )];
         let step = [(Role::Assistant, &call[..]), (Role::Tool, &result[..])];
         assert_eq!(last_step(&step, &tools), LastStep::Continue);
     }

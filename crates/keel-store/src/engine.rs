@@ -21,8 +21,8 @@ use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, MessageKind, NewChat,
-    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, RemoteNotice, SendOutcome,
-    StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
+    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, RemoteNotice,
+    SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind

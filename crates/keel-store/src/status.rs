@@ -224,10 +224,9 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
         (PromoteQueued, Running | Interrupting) => Some(INTERRUPTING),
         (PromoteQueued, Waiting | RequiresAction | Error) => Some(RUNNING),
 
-        (
-            Archive | Unarchive,
-            Waiting | Running | Interrupting | RequiresAction | Error,
-        ) => Some(Target::Stays),
+        (Archive | Unarchive, Waiting | Running | Interrupting | RequiresAction | Error) => {
+            Some(Target::Stays)
+        }
         (Delete, Waiting | Running | Interrupting | RequiresAction | Error) => Some(Target::Gone),
 
         (
@@ -385,7 +384,11 @@ mod tests {
         assert!(!permits(Transition::Interrupt, RequiresAction, Error));
         assert!(permits(Transition::Interrupt, Waiting, Waiting));
         assert!(!permits(Transition::Interrupt, Waiting, Running));
-        assert!(permits(Transition::ExpirePendingAction, RequiresAction, Running));
+        assert!(permits(
+            Transition::ExpirePendingAction,
+            RequiresAction,
+            Running
+        ));
         assert!(!permits(Transition::RenewLease, Running, Interrupting));
         assert!(!permits(Transition::Delete, Running, Running));
         assert!(!permits(Transition::FinishRun, Waiting, Waiting));

@@ -12,7 +12,8 @@ use tokio::sync::broadcast;
 use crate::error::Result;
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, NewSummary,
-    Next, PendingToolCall, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
+    Next, PendingToolCall, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord,
+    ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;

@@ -7,11 +7,10 @@ mod common;
 use common::*;
 use keel_core::{ErrorKind, Part, Role};
 use keel_store::{
-    Busy, ChatStatus, Clock, Lease, NewChat, NewMessage, PendingToolCall, SendOutcome, Store,
-    StoreError, ToolRecord, ToolState,
+    Busy, ChatStatus, Clock, Lease, NewChat, NewMessage, PendingToolCall, SendOutcome, StoreError,
+    ToolRecord, ToolState,
 };
 use serde_json::json;
-use std::sync::Arc;
 
 both_backends!(
     interrupting_a_chat_waiting_for_client_tools_runs_its_queue_head,
@@ -42,9 +41,13 @@ async fn waiting_for_a_client_call(db: &TestDb, chat: keel_store::ChatId) -> Lea
         tool_name: "pick".into(),
         args: "{}".into(),
     };
-    s.enter_requires_action(&lease, vec![call], Some(db.clock.now() + chrono::Duration::minutes(1)))
-        .await
-        .unwrap();
+    s.enter_requires_action(
+        &lease,
+        vec![call],
+        Some(db.clock.now() + chrono::Duration::minutes(1)),
+    )
+    .await
+    .unwrap();
     lease
 }
 
@@ -237,7 +240,9 @@ async fn old_idempotency_keys_and_finished_tool_records_are_purged(db: TestDb) {
     db.clock.advance(hours(25));
     // A running chat keeps its records: its run may resume from them.
     assert_eq!(s.purge_tool_records().await.unwrap(), 0);
-    s.commit_step(&lease, vec![assistant("done")]).await.unwrap();
+    s.commit_step(&lease, vec![assistant("done")])
+        .await
+        .unwrap();
     s.finish_run(&lease).await.unwrap();
     assert_eq!(s.purge_tool_records().await.unwrap(), 1);
     assert!(s.tool_records(first.id).await.unwrap().is_empty());

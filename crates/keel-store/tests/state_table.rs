@@ -10,7 +10,10 @@ fn the_architecture_state_table_is_the_codes() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ARCHITECTURE.md");
     let doc = std::fs::read_to_string(path).unwrap();
     let start = doc.find(BEGIN).expect("the state table's opening marker") + BEGIN.len();
-    let end = start + doc[start..].find(END).expect("the state table's closing marker");
+    let end = start
+        + doc[start..]
+            .find(END)
+            .expect("the state table's closing marker");
     let expected = keel_store::status::markdown_table();
     assert!(
         doc[start..end] == expected,

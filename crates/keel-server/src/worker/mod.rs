@@ -9,6 +9,7 @@
 mod checkpoints;
 mod compaction;
 mod identity;
+mod lifecycle;
 mod persist;
 mod run;
 mod sink;
@@ -126,7 +127,10 @@ impl Shared {
             drop(reason);
             run.cancel.cancel(CancelCause::Shutdown);
         }
-        (RunSlot { id, cancel, stop }, previous.map(|run| run.finished))
+        (
+            RunSlot { id, cancel, stop },
+            previous.map(|run| run.finished),
+        )
     }
 
     /// Cancels the chat's current run with the interrupt cause.
@@ -232,7 +236,7 @@ impl WorkerPool {
                 _ = shared.wake.notified() => {}
                 _ = poll.tick() => {}
             }
-            claim(&shared).await;
+            lifecycle::claim(&shared).await;
         }
         for run in shared.active().values() {
             let mut stop = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
@@ -249,39 +253,6 @@ impl WorkerPool {
         }
         router.abort();
         sweeper.abort();
-    }
-}
-
-/// Claims as many runnable chats as there are free workers and starts them.
-async fn claim(shared: &Arc<Shared>) {
-    let free = shared
-        .config
-        .runs
-        .workers
-        .saturating_sub(shared.active_count());
-    if free == 0 {
-        return;
-    }
-    let leases = match shared.store.acquire(&shared.worker_id, free).await {
-        Ok(leases) => leases,
-        Err(error) => {
-            tracing::warn!(%error, "claiming runnable chats failed");
-            return;
-        }
-    };
-    for lease in leases {
-        // A run of this chat that an edit superseded may still be unwinding here: the new
-        // run takes the chat's place at once (notices reach it, its lease is renewed) and
-        // starts streaming once the old one is gone.
-        let (finished, _) = tokio::sync::watch::channel(());
-        let (slot, previous) = shared.register(lease.chat_id, lease.history_version, &finished);
-        tokio::spawn(run::run_chat(
-            shared.clone(),
-            lease,
-            slot,
-            finished,
-            previous,
-        ));
     }
 }
 

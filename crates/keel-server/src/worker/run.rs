@@ -9,17 +9,17 @@ use keel_agent::{
     StreamTimeouts, Tool,
 };
 use keel_core::{Cancel, CancelCause, ErrorKind, Part, Role, ToolDefinition};
-use keel_store::{Chat, ChatStatus, Lease, NewMessage, Next, PendingToolCall, StoreError};
+use keel_store::{Chat, ChatStatus, Lease, NewMessage};
 
 use crate::api::dto::ClientTool;
-use crate::metrics::{RetryLabels, StepLabels};
+use crate::metrics::RetryLabels;
 use crate::resume::{LastStep, is_summary_log, last_step, snapshot_from_log};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
-use crate::worker::{Finished, RunSlot, Shared, StopReason};
+use crate::worker::{Finished, RunSlot, Shared, StopReason, lifecycle};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.
@@ -37,7 +37,7 @@ pub async fn run_chat(
     } = slot;
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
-    let renewer = tokio::spawn(renew_lease(shared.clone(), lease.clone()));
+    let renewer = tokio::spawn(lifecycle::renew_lease(shared.clone(), lease.clone()));
     if let Some(mut previous) = previous {
         // Superseded and unwinding: it writes nothing more (its lease is fenced) but still
         // holds the chat's live channel until it ends.
@@ -154,108 +154,7 @@ async fn run_once(
     drop(sink);
     let _ = writer.await;
 
-    let held = current(lease);
-    let provider = shared
-        .models
-        .get(&chat.model)
-        .map(|m| m.provider.clone())
-        .unwrap_or_default();
-    let count = |outcome: &str| {
-        shared
-            .metrics
-            .steps
-            .get_or_create(&StepLabels {
-                provider: provider.clone(),
-                model: chat.model.clone(),
-                outcome: outcome.to_owned(),
-            })
-            .inc();
-    };
-    let next = match outcome {
-        Ok(RunOutcome::Completed { .. }) => {
-            count("completed");
-            shared.store.finish_run(&held).await
-        }
-        Ok(RunOutcome::Interrupted) => {
-            count("interrupted");
-            shared.store.finish_interruption(&held).await
-        }
-        Ok(RunOutcome::PendingToolCalls(calls)) => {
-            count("requires_action");
-            let calls = calls
-                .into_iter()
-                .map(|c| PendingToolCall {
-                    tool_call_id: c.tool_call_id,
-                    tool_name: c.tool_name,
-                    args: c.args,
-                })
-                .collect();
-            let deadline = chrono::Utc::now()
-                + chrono::Duration::milliseconds(
-                    i64::try_from(shared.config.runs.pending_action_timeout_ms).unwrap_or(i64::MAX),
-                );
-            shared
-                .store
-                .enter_requires_action(&held, calls, Some(deadline))
-                .await
-        }
-        Err(RunError::Cancelled) => {
-            let mut reason = *stop.lock().unwrap_or_else(PoisonError::into_inner);
-            if reason == StopReason::None && shared.shutdown.is_cancelled() {
-                reason = StopReason::Shutdown;
-            }
-            match reason {
-                StopReason::Shutdown => {
-                    count("released");
-                    shared
-                        .store
-                        .release_on_shutdown(&held)
-                        .await
-                        .map(|()| Next::Idle)
-                }
-                // The chat was edited, deleted or taken over: its new state wins; write nothing.
-                StopReason::Superseded | StopReason::LostLease | StopReason::None => Ok(Next::Idle),
-            }
-        }
-        Err(RunError::Persist(error)) if is_ownership_loss(&error) => Ok(Next::Idle),
-        Err(RunError::Persist(error)) if is_transient(&error) => {
-            // The database failed for a moment: the chat is not broken. Give it back (still
-            // `running`, its live-part log kept) so a claim resumes the step shortly.
-            count("released");
-            tracing::warn!(chat = %chat_id, %error, "the database failed mid-run; releasing the chat to resume it");
-            tokio::time::sleep(TRANSIENT_BACKOFF).await;
-            shared
-                .store
-                .release_on_shutdown(&held)
-                .await
-                .map(|()| Next::Idle)
-        }
-        Err(error) => {
-            count("error");
-            let (kind, message) = failure_of(&error);
-            tracing::warn!(chat = %chat_id, %kind, %message, "run failed");
-            shared
-                .store
-                .fail_run(&held, kind, message)
-                .await
-                .map(|()| Next::Idle)
-        }
-    };
-    match next {
-        Ok(Next::Continue { lease, .. }) if !shared.shutdown.is_cancelled() => Some(lease),
-        Ok(_) => None,
-        Err(error) => {
-            if !matches!(
-                error,
-                StoreError::LostOwnership { .. }
-                    | StoreError::Fenced { .. }
-                    | StoreError::NotFound { .. }
-            ) {
-                tracing::warn!(chat = %chat_id, %error, "ending the run failed");
-            }
-            None
-        }
-    }
+    lifecycle::end(shared, &chat, &current(lease), outcome, stop).await
 }
 
 /// What the end of the committed history says the run should do (see [`last_step`]).
@@ -446,86 +345,5 @@ async fn commit_recovered_interruption(
     }
     if let Err(error) = sink.commit(messages).await {
         tracing::warn!(%error, "committing a recovered interrupted step failed");
-    }
-}
-
-/// Keeps the lease alive for as long as the chat runs here; a lost lease stops the run.
-async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
-    let period = shared.config.runs.lease() / 3;
-    loop {
-        tokio::time::sleep(period).await;
-        let held = current(&lease);
-        match shared.store.renew_lease(&held).await {
-            Ok(renewed) => {
-                shared.metrics.lease_renewals.inc();
-                let interrupting = renewed.status == ChatStatus::Interrupting;
-                *lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
-                if interrupting {
-                    // Seen here even when every change notice of the interrupt was lost
-                    // (another replica's NOTIFY during a reconnect, a lagging subscriber).
-                    shared.interrupt_run(held.chat_id);
-                }
-            }
-            Err(error) if error.is_transient() => {
-                // The lease may well still be ours; try again at the next period.
-                tracing::warn!(chat = %held.chat_id, %error, "renewing the lease failed; retrying");
-            }
-            Err(error) => {
-                tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
-                shared.metrics.lost_leases.inc();
-                shared.stop_run(held.chat_id, StopReason::LostLease);
-                return;
-            }
-        }
-    }
-}
-
-/// How long a run waits before giving its chat back after a transient database failure, so
-/// a database that is down is not hammered by immediate re-claims.
-const TRANSIENT_BACKOFF: Duration = Duration::from_secs(1);
-
-fn is_transient(error: &PersistError) -> bool {
-    match error {
-        PersistError::Other(inner) => inner
-            .downcast_ref::<StoreError>()
-            .is_some_and(StoreError::is_transient),
-        PersistError::Interrupted => false,
-    }
-}
-
-fn is_ownership_loss(error: &PersistError) -> bool {
-    match error {
-        PersistError::Other(inner) => matches!(
-            inner.downcast_ref::<StoreError>(),
-            Some(
-                StoreError::LostOwnership { .. }
-                    | StoreError::Fenced { .. }
-                    | StoreError::NotFound { .. }
-            )
-        ),
-        PersistError::Interrupted => false,
-    }
-}
-
-fn failure_of(error: &RunError) -> (ErrorKind, String) {
-    match error {
-        RunError::Provider(e) => (e.kind, e.message.clone()),
-        RunError::StreamInterrupted {
-            cause, attempts, ..
-        } => (
-            cause.kind,
-            format!(
-                "stream_interrupted after {attempts} attempts: {}",
-                cause.message
-            ),
-        ),
-        RunError::Persist(e) => (
-            ErrorKind::Unknown,
-            format!("persisting the step failed: {e}"),
-        ),
-        RunError::Cancelled => (ErrorKind::Cancelled, "cancelled".into()),
-        RunError::ContextStillTooLong { .. } | RunError::Compaction(_) => {
-            (ErrorKind::ContextOverflow, error.to_string())
-        }
     }
 }

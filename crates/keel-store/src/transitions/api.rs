@@ -2,7 +2,6 @@
 
 use super::*;
 
-
 pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> {
     check_content(cx.opts, &req.parts)?;
     check_size(cx.opts, &req.tools)?;
@@ -264,7 +263,8 @@ pub(crate) async fn delete_queued(
     chat_id: ChatId,
     queue_id: QueueId,
 ) -> Result<Chat> {
-    let (mut chat, mv, index) = load_queued(cx, chat_id, queue_id, Transition::DeleteQueued).await?;
+    let (mut chat, mv, index) =
+        load_queued(cx, chat_id, queue_id, Transition::DeleteQueued).await?;
     cx.ops.delete_queued(&queue_id.to_string()).await?;
     chat.queued.remove(index);
     cx.save(&mut chat, mv, true).await?;
@@ -276,7 +276,8 @@ pub(crate) async fn promote_queued(
     chat_id: ChatId,
     queue_id: QueueId,
 ) -> Result<Chat> {
-    let (mut chat, mv, index) = load_queued(cx, chat_id, queue_id, Transition::PromoteQueued).await?;
+    let (mut chat, mv, index) =
+        load_queued(cx, chat_id, queue_id, Transition::PromoteQueued).await?;
     let mut item = chat.queued.remove(index);
     item.position = chat
         .queued
@@ -331,7 +332,6 @@ pub(crate) async fn delete_chat(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<()>
     Ok(())
 }
 
-
 /// Asks for a compaction of an idle chat: it becomes runnable with the request flag set,
 /// and the worker that claims it only summarises the history.
 pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
@@ -345,4 +345,3 @@ pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Res
     cx.load_queue(&mut chat).await?;
     Ok(chat)
 }
-

@@ -11,8 +11,8 @@ use std::ops::RangeInclusive;
 
 use chrono::{DateTime, Utc};
 use keel_core::{ErrorKind, Part, Role};
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -392,7 +392,6 @@ pub(crate) async fn upsert_user(cx: &mut Ctx<'_>, name: &str, token_sha256: &str
     }
     cx.ops.insert_user(name, token_sha256, ms(cx.now)).await
 }
-
 
 mod api;
 mod sweep;

@@ -209,12 +209,7 @@ async fn end_run(cx: &mut Ctx<'_>, lease: &Lease, transition: Transition) -> Res
 
 /// Ends the run of a loaded, fenced chat: the live-part log and checkpoint are void, and the
 /// queue head starts the next run, or the chat waits.
-async fn end_loaded_run(
-    cx: &mut Ctx<'_>,
-    mut chat: Chat,
-    mv: Move,
-    lease: &Lease,
-) -> Result<Next> {
+async fn end_loaded_run(cx: &mut Ctx<'_>, mut chat: Chat, mv: Move, lease: &Lease) -> Result<Next> {
     let id = chat.id.to_string();
     cx.ops.clear_live(&id).await?;
     cx.ops.delete_checkpoint(&id).await?;
@@ -313,7 +308,6 @@ pub(crate) async fn release_on_shutdown(cx: &mut Ctx<'_>, lease: &Lease) -> Resu
     cx.save(&mut chat, mv, false).await
 }
 
-
 /// A checkpoint as stored: the loop's data plus the step it belongs to, so that one written
 /// late (after its step was committed) is never taken for the next step's.
 #[derive(Debug, Serialize, Deserialize)]
@@ -327,8 +321,7 @@ pub(crate) struct StoredCheckpoint {
 impl StoredCheckpoint {
     /// The data, if it belongs to the chat's step in progress.
     pub(crate) fn current_for(self, chat: &Chat) -> Option<Value> {
-        (self.after_message == chat.last_message_id
-            && self.history_version == chat.history_version)
+        (self.after_message == chat.last_message_id && self.history_version == chat.history_version)
             .then_some(self.data)
     }
 }

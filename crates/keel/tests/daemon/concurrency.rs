@@ -47,7 +47,12 @@ async fn queue(client: &Client, daemon: &Daemon, id: &str, text: &str) -> String
 }
 
 /// Waits until the chat is `waiting` with `replies` assistant messages; returns the messages.
-async fn wait_for_replies(client: &Client, daemon: &Daemon, id: &str, replies: usize) -> Vec<Value> {
+async fn wait_for_replies(
+    client: &Client,
+    daemon: &Daemon,
+    id: &str,
+    replies: usize,
+) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let chat = client.chat(daemon, id).await;
@@ -110,7 +115,11 @@ async fn an_expired_client_tool_call_runs_the_queued_messages_in_order() {
         .filter(|m| m["role"] == "assistant")
         .map(text_of)
         .collect();
-    assert_eq!(replies[1..], ["first queued", "second queued"], "{messages:?}");
+    assert_eq!(
+        replies[1..],
+        ["first queued", "second queued"],
+        "{messages:?}"
+    );
 }
 
 #[tokio::test]
@@ -190,7 +199,11 @@ async fn a_position_the_chat_never_reached_gets_a_stream_reset_and_a_replay_of_t
         let (seen, transcript) = follow_to_the_end(&mut resumed).await;
         assert_eq!(seen[0].event, "stream_reset", "{position}: {seen:?}");
         // From the reset on, the events spell the committed reply exactly once.
-        assert_eq!(transcript.assistant_texts(), vec![reply.clone()], "{position}");
+        assert_eq!(
+            transcript.assistant_texts(),
+            vec![reply.clone()],
+            "{position}"
+        );
         assert_eq!(transcript.resets, 1, "{position}");
     }
 }
