@@ -255,3 +255,42 @@ async fn an_edit_mid_reply_answers_the_edited_message_at_once() {
     );
     assert_eq!(heard.assistant_texts(), vec!["edited reply".to_owned()]);
 }
+
+#[tokio::test]
+async fn a_kill_9_during_a_compaction_summary_never_resumes_it_as_the_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let mut daemon = Daemon::start(dir.path(), &database, "");
+    let client = Client::new();
+    // 120000 of the demo model's 128000 tokens: the final step is compacted (the safety net).
+    let script = json!({"text": "first answer", "rate": 0.0, "usage": {"input_tokens": 120000}});
+    let id = client
+        .create_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut answered = false;
+    // The summary streams after the committed answer: kill the daemon in the middle of it.
+    while let Some(event) = events.next().await {
+        if event.event == "message" && event.data["role"] == "assistant" {
+            answered = true;
+        } else if answered && event.event == "part" {
+            break;
+        }
+    }
+    daemon.kill();
+    drop(events);
+
+    let daemon = Daemon::start(dir.path(), &database, "");
+    client.wait_status(&daemon, &id, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    let replies: Vec<String> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(text_of)
+        .collect();
+    assert_eq!(replies[0], "first answer", "{messages:?}");
+    assert!(
+        replies.iter().all(|r| !r.contains("context window")),
+        "the summary became a reply: {messages:?}"
+    );
+}
