@@ -547,7 +547,8 @@ impl Runner {
             finish_reason: acc.finish_reason.unwrap_or_default(),
             interrupted,
             pending_tool_calls: Vec::new(),
-            provider_response_id: acc.response_id.clone(),
+            // An interrupted step is not what the provider stored: never chain onto it.
+            provider_response_id: acc.response_id.clone().filter(|_| !interrupted),
         }
     }
 

@@ -17,6 +17,7 @@ use crate::conversation::{Conversation, content_text};
 use crate::driver::{self, Encoder, Piece};
 use crate::errors::{self, Flavor};
 use crate::plan::{Plan, Reply, StreamFault, plan};
+use crate::rules;
 use crate::script::Finish;
 use crate::sse;
 use crate::state::State;
@@ -28,6 +29,10 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
             return errors::invalid(Flavor::Anthropic, &format!("invalid JSON: {error}"));
         }
     };
+    state.record_request("/v1/messages", &request);
+    if let Err(violation) = rules::thinking::check(&request) {
+        return violation.response(Flavor::Anthropic);
+    }
     let model = request["model"].as_str().unwrap_or("mock");
     let reply = match plan(&conversation(&request), model, &state) {
         Plan::Reply(reply) => *reply,
@@ -138,7 +143,7 @@ fn message(reply: &Reply) -> Value {
     let mut content = Vec::new();
     if !reply.reasoning.is_empty() {
         content.push(json!({"type": "thinking", "thinking": reply.reasoning(),
-                            "signature": reply.signature()}));
+                            "signature": rules::thinking::sign(&reply.reasoning())}));
     }
     if !reply.text.is_empty() {
         content.push(json!({"type": "text", "text": reply.text()}));
@@ -222,7 +227,7 @@ impl Encoder for Events {
             }
             Piece::ReasoningEnd => {
                 let signature =
-                    self.delta(json!({"type": "signature_delta", "signature": reply.signature()}));
+                    self.delta(json!({"type": "signature_delta", "signature": rules::thinking::sign(&reply.reasoning())}));
                 return vec![signature, self.block_stop()];
             }
             Piece::TextStart => self.block_start(json!({"type": "text", "text": ""})),

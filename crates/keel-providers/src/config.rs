@@ -38,6 +38,16 @@ impl ProviderKind {
         }
     }
 
+    /// Anthropic continues a final assistant turn natively; Chat Completions servers differ,
+    /// so they are asked by instruction unless configured otherwise; the Responses API
+    /// cannot continue a partial reply at all.
+    pub fn default_continuation(self) -> Continuation {
+        match self {
+            ProviderKind::Anthropic => Continuation::Prefill,
+            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => Continuation::Prompt,
+        }
+    }
+
     pub fn default_base_url(self) -> &'static str {
         match self {
             ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => OPENAI_BASE_URL,
@@ -49,6 +59,39 @@ impl ProviderKind {
 impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// How a partial reply is continued after a cut stream (R1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Continuation {
+    /// The server continues the trailing assistant message natively: Anthropic's final
+    /// assistant turn; for Chat Completions servers the request ends with the partial
+    /// reply as the assistant message, marked `prefix: true` (DeepSeek) with
+    /// `continue_final_message: true` and `add_generation_prompt: false` (vLLM); llama.cpp's
+    /// server continues a trailing assistant message as it is.
+    Prefill,
+    /// The partial reply is followed by an instruction to continue; the loop checks the
+    /// seam and restarts the step when the model starts over.
+    Prompt,
+}
+
+impl Continuation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Continuation::Prefill => "prefill",
+            Continuation::Prompt => "prompt",
+        }
+    }
+
+    /// `prefill` or `prompt`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "prefill" => Some(Continuation::Prefill),
+            "prompt" => Some(Continuation::Prompt),
+            _ => None,
+        }
     }
 }
 
@@ -69,6 +112,9 @@ pub struct ProviderSettings {
     /// Sent with every request.
     #[serde(default)]
     pub extra_headers: BTreeMap<String, String>,
+    /// `None` uses the kind's default ([`ProviderKind::default_continuation`]).
+    #[serde(default)]
+    pub continuation: Option<Continuation>,
 }
 
 fn default_true() -> bool {
@@ -84,7 +130,13 @@ impl ProviderSettings {
             api_key: None,
             include_usage: true,
             extra_headers: BTreeMap::new(),
+            continuation: None,
         }
+    }
+
+    pub fn continuation(&self) -> Continuation {
+        self.continuation
+            .unwrap_or_else(|| self.kind.default_continuation())
     }
 
     pub fn base_url(&self) -> &str {
@@ -102,6 +154,7 @@ impl fmt::Debug for ProviderSettings {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("include_usage", &self.include_usage)
+            .field("continuation", &self.continuation)
             .field(
                 "extra_headers",
                 &self.extra_headers.keys().collect::<Vec<_>>(),
@@ -179,6 +232,13 @@ pub enum ProviderBuildError {
     InvalidHeader { provider: String, header: String },
     #[error("cannot create the HTTP client: {0}")]
     HttpClient(String),
+    #[error(
+        "provider {provider}: the {kind} protocol cannot continue a partial reply natively; use continuation = \"prompt\""
+    )]
+    PrefillUnsupported {
+        provider: String,
+        kind: ProviderKind,
+    },
 }
 
 /// Builds the model `upstream_model` of a provider. `http` is shared by all models; give it
@@ -207,6 +267,13 @@ pub fn build_model(
             kind: settings.kind,
         });
     }
+    let prefill = settings.continuation() == Continuation::Prefill;
+    if prefill && settings.kind == ProviderKind::OpenAiResponses {
+        return Err(ProviderBuildError::PrefillUnsupported {
+            provider: settings.name.clone(),
+            kind: settings.kind,
+        });
+    }
     let endpoint = Endpoint {
         ctx: ErrorContext::new(&settings.name, upstream_model),
         base_url: base_url.to_owned(),
@@ -214,9 +281,11 @@ pub fn build_model(
         http,
     };
     Ok(match settings.kind {
-        ProviderKind::OpenAiChat => Arc::new(OpenAiChat::new(endpoint, settings.include_usage)),
+        ProviderKind::OpenAiChat => {
+            Arc::new(OpenAiChat::new(endpoint, settings.include_usage).with_prefill(prefill))
+        }
         ProviderKind::OpenAiResponses => Arc::new(OpenAiResponses::new(endpoint)),
-        ProviderKind::Anthropic => Arc::new(Anthropic::new(endpoint)),
+        ProviderKind::Anthropic => Arc::new(Anthropic::new(endpoint).with_prefill(prefill)),
     })
 }
 

@@ -46,7 +46,9 @@ pub mod openai_chat;
 pub mod openai_responses;
 pub mod sse;
 
-pub use config::{ProviderBuildError, ProviderKind, ProviderSettings, build_model, http_client};
+pub use config::{
+    Continuation, ProviderBuildError, ProviderKind, ProviderSettings, build_model, http_client,
+};
 pub use http::ErrorContext;
 /// The HTTP client crate the adapters are built on, so callers construct a compatible
 /// [`reqwest::Client`].

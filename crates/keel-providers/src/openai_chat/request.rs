@@ -13,6 +13,9 @@ pub struct ChatRequestOptions {
     /// Send the output limit as `max_tokens` (understood by every compatible server) rather
     /// than `max_completion_tokens` (required by OpenAI's reasoning models).
     pub legacy_max_tokens: bool,
+    /// Continue a trailing assistant message natively (server-side prefill) instead of by
+    /// instruction.
+    pub prefill: bool,
 }
 
 impl Default for ChatRequestOptions {
@@ -20,6 +23,7 @@ impl Default for ChatRequestOptions {
         Self {
             include_usage: true,
             legacy_max_tokens: true,
+            prefill: false,
         }
     }
 }
@@ -28,7 +32,16 @@ impl Default for ChatRequestOptions {
 pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert("messages".into(), Value::Array(messages(&call.messages)));
+    body.insert(
+        "messages".into(),
+        Value::Array(messages(&call.messages, options.prefill)),
+    );
+    if options.prefill && ends_with_assistant(&call.messages) {
+        // vLLM (and SGLang) continue the final assistant message only when told, and refuse
+        // it together with a generation prompt.
+        body.insert("continue_final_message".into(), json!(true));
+        body.insert("add_generation_prompt".into(), json!(false));
+    }
     body.insert("stream".into(), json!(true));
     if options.include_usage {
         body.insert("stream_options".into(), json!({"include_usage": true}));
@@ -81,7 +94,7 @@ pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Valu
     Value::Object(body)
 }
 
-fn messages(messages: &[Message]) -> Vec<Value> {
+fn messages(messages: &[Message], prefill: bool) -> Vec<Value> {
     let mut out = Vec::with_capacity(messages.len() + 1);
     for message in messages {
         match message.role {
@@ -91,7 +104,14 @@ fn messages(messages: &[Message]) -> Vec<Value> {
         }
     }
     if ends_with_assistant(messages) {
-        out.push(json!({"role": "user", "content": CONTINUE_PROMPT}));
+        match out.last_mut() {
+            // DeepSeek continues an assistant message marked as a prefix (its beta endpoint);
+            // llama.cpp's server continues a trailing assistant message as it is.
+            Some(last) if prefill && last["role"] == "assistant" => {
+                last["prefix"] = json!(true);
+            }
+            _ => out.push(json!({"role": "user", "content": CONTINUE_PROMPT})),
+        }
     }
     out
 }

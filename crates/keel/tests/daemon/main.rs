@@ -2,10 +2,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chain;
 mod compaction;
 mod concurrency;
+mod continuation;
 mod harness;
 mod replicas;
+mod thinking;
 mod tools;
 
 use std::time::Duration;
