@@ -309,7 +309,9 @@ impl Runner {
         state: &mut PassState,
     ) -> Result<PassEnd, RunError> {
         let mut last = StepFacts::default();
-        for _ in 0..max_steps {
+        // `max_steps` bounds the whole run: a pass re-entered after a compaction continues
+        // the count instead of starting a new one.
+        while state.next_index < max_steps {
             let step_index = state.next_index;
             state.next_index += 1;
             let started = Instant::now();

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols};
-use crate::types::ChangeNotice;
+use crate::types::{ChangeNotice, RemoteNotice};
 
 #[async_trait]
 pub(crate) trait TxOps: Send {
@@ -115,6 +115,9 @@ pub(crate) trait TxOps: Send {
         expired_before: i64,
     ) -> Result<bool>;
     async fn idem_purge(&mut self, before: i64) -> Result<u64>;
+    /// Deletes the records of tool calls that finished before `before` in chats that are
+    /// not running: no run will resume them.
+    async fn purge_tool_records(&mut self, before: i64) -> Result<u64>;
 
     /// Sends a change notice to other replicas when the transaction commits.
     async fn notify(&mut self, notice: &ChangeNotice) -> Result<()>;
@@ -131,7 +134,7 @@ pub(crate) trait Backend: Send + Sync {
     async fn begin_write(&self) -> Result<Box<dyn TxOps>>;
     async fn begin_read(&self) -> Result<Box<dyn TxOps>>;
     /// Notices from every replica, when the backend has a channel for them.
-    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>>;
+    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>>;
 }
 
 /// The JSON payload of a notice sent between replicas.

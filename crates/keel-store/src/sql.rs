@@ -704,6 +704,18 @@ macro_rules! tx_ops {
                 )
             }
 
+            async fn purge_tool_records(&mut self, before: i64) -> $crate::error::Result<u64> {
+                Ok(sqlx::query(
+                    "DELETE FROM tool_records WHERE finished_at IS NOT NULL AND finished_at < $1 \
+                     AND chat_id IN (SELECT id FROM chats \
+                     WHERE status NOT IN ('running', 'interrupting'))",
+                )
+                .bind(before)
+                .execute(self.conn().await?)
+                .await?
+                .rows_affected())
+            }
+
             async fn notify(
                 &mut self,
                 notice: &$crate::types::ChangeNotice,

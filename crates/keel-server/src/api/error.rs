@@ -166,7 +166,7 @@ impl From<keel_store::StoreError> for ApiError {
             }
             E::InvalidInput(_) => ApiError::invalid(error.to_string()),
             E::LostOwnership { .. } | E::Fenced { .. } => ApiError::conflict(error.to_string()),
-            E::Corrupt { .. } | E::Database(_) | E::Migrate(_) => {
+            E::IllegalMove { .. } | E::Corrupt { .. } | E::Database(_) | E::Migrate(_) => {
                 ApiError::new(Code::Internal, error.to_string())
             }
         }

@@ -22,6 +22,11 @@ pub type PriorRecords = Arc<HashMap<String, ToolRecord>>;
 
 pub const RESTARTED_RESULT: &str = "tool call was interrupted by a daemon restart before it produced a result; it was not run again";
 
+/// The result of a call whose intent could not be recorded.
+fn not_started(error: &keel_store::StoreError) -> String {
+    format!("tool call was not run: its start could not be recorded ({error})")
+}
+
 pub struct DurableTool {
     pub inner: Arc<dyn Tool>,
     pub chat_id: ChatId,
@@ -37,7 +42,7 @@ impl DurableTool {
         request: &ToolCallRequest,
         state: ToolState,
         result: Option<(Value, bool)>,
-    ) {
+    ) -> Result<(), keel_store::StoreError> {
         let now = chrono::Utc::now();
         let (result, is_error) = match result {
             Some((value, is_error)) => (Some(value), is_error),
@@ -54,9 +59,11 @@ impl DurableTool {
             started_at: now,
             finished_at: (state == ToolState::Finished).then_some(now),
         };
-        if let Err(error) = self.store.record_tool(&current(&self.lease), record).await {
+        let recorded = self.store.record_tool(&current(&self.lease), record).await;
+        if let Err(error) = &recorded {
             tracing::warn!(chat = %self.chat_id, tool = %request.tool_name, %error, "recording a tool call failed");
         }
+        recorded
     }
 
     fn count(&self, tool: &str, outcome: &str) {
@@ -110,7 +117,12 @@ impl Tool for DurableTool {
                 _ => {}
             }
         }
-        self.record(&request, ToolState::Started, None).await;
+        // No intent on record, no run: a restart could not tell that the tool ran. The write
+        // is fenced on the lease, so a run that lost its chat runs no more tools either.
+        if let Err(error) = self.record(&request, ToolState::Started, None).await {
+            self.count(&request.tool_name, "not_started");
+            return Ok(ToolOutput::Error(not_started(&error)));
+        }
         let outcome = self.inner.call(request.clone(), cancel.clone()).await;
         if cancel.is_cancelled() {
             // The run was stopped while the tool ran; the loop reports the call itself.
@@ -122,7 +134,10 @@ impl Tool for DurableTool {
             Err(error) => (Value::String(error.0.clone()), true),
         };
         self.count(&request.tool_name, if is_error { "error" } else { "ok" });
-        self.record(&request, ToolState::Finished, Some((result, is_error)))
+        // A result that cannot be recorded is still the result; a restart reports the call
+        // as interrupted rather than running it again.
+        let _ = self
+            .record(&request, ToolState::Finished, Some((result, is_error)))
             .await;
         outcome
     }

@@ -40,7 +40,13 @@ impl Daemon {
         uid: Option<u32>,
     ) -> Command {
         let config_path = dir.join("keel.toml");
-        std::fs::write(&config_path, format!("[runs]\nlease_ms = 2000\n{config}")).unwrap();
+        // A short lease unless the test sets its own.
+        let lease = if config.contains("lease_ms") {
+            ""
+        } else {
+            "lease_ms = 2000\n"
+        };
+        std::fs::write(&config_path, format!("[runs]\n{lease}{config}")).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command
             .args([

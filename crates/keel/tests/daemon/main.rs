@@ -6,6 +6,7 @@ mod chain;
 mod compaction;
 mod compat;
 mod confinement;
+mod concurrency;
 mod continuation;
 mod harness;
 mod replicas;
