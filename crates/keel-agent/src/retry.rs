@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use rand::Rng;
+use rand::{Rng, RngExt};
 
 /// Retry limits, from the `[runs]` configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -248,7 +248,7 @@ impl Runner {
         }
         let rng = match options.jitter_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
-            None => StdRng::from_os_rng(),
+            None => rand::make_rng(),
         };
         Self {
             options,

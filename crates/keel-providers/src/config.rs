@@ -200,9 +200,11 @@ impl ProviderSettings {
 
 /// A client suited to streaming model replies: bounded connection set-up, TCP and HTTP/2
 /// keep-alive so a silently dead connection is noticed, and no overall request timeout,
-/// since a reply may stream for many minutes (stalls are the caller's to detect).
+/// since a reply may stream for many minutes (stalls are the caller's to detect). TLS as
+/// [`crate::tls`] sets it up.
 pub fn http_client() -> Result<reqwest::Client, ProviderBuildError> {
-    reqwest::Client::builder()
+    crate::tls::client_builder()
+        .map_err(|e| ProviderBuildError::HttpClient(e.to_string()))?
         .connect_timeout(Duration::from_secs(30))
         .tcp_keepalive(Duration::from_secs(30))
         .http2_keep_alive_interval(Duration::from_secs(30))
