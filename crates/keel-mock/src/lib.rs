@@ -25,6 +25,7 @@ mod models;
 mod openai_chat;
 mod plan;
 mod responses;
+mod rules;
 mod script;
 mod server;
 mod sse;

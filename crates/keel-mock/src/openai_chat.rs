@@ -17,6 +17,7 @@ use crate::conversation::{Conversation, content_text};
 use crate::driver::{self, Encoder, Piece};
 use crate::errors::{self, Flavor};
 use crate::plan::{Plan, Reply, StreamFault, plan};
+use crate::rules;
 use crate::script::Finish;
 use crate::sse;
 use crate::state::State;
@@ -27,6 +28,11 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         Ok(request) => request,
         Err(error) => return errors::invalid(Flavor::OpenAi, &format!("invalid JSON: {error}")),
     };
+    if state.config.strict
+        && let Err(rejection) = rules::check(rules::openai_chat::RULES, &request)
+    {
+        return errors::rejected(Flavor::OpenAi, &rejection);
+    }
     let model = request["model"].as_str().unwrap_or("mock");
     let reply = match plan(&conversation(&request), model, &state) {
         Plan::Reply(reply) => *reply,

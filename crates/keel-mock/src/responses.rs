@@ -19,6 +19,7 @@ use crate::conversation::{Conversation, Item, content_text};
 use crate::driver::{self, Encoder, Piece};
 use crate::errors::{self, Flavor};
 use crate::plan::{Plan, Reply, StreamFault, plan};
+use crate::rules;
 use crate::script::Finish;
 use crate::sse;
 use crate::state::State;
@@ -29,6 +30,11 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         Ok(request) => request,
         Err(error) => return errors::invalid(Flavor::OpenAi, &format!("invalid JSON: {error}")),
     };
+    if state.config.strict
+        && let Err(rejection) = rules::check(rules::openai_responses::RULES, &request)
+    {
+        return errors::rejected(Flavor::OpenAi, &rejection);
+    }
     let previous = request["previous_response_id"].as_str();
     let prior = match previous {
         None => Vec::new(),
