@@ -4,6 +4,7 @@
 
 mod compaction;
 mod harness;
+mod providers;
 mod replicas;
 mod tools;
 
