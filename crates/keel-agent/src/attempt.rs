@@ -76,6 +76,9 @@ impl Runner {
             if !error.retryable() {
                 return StepEnd::Failed(Box::new(RunError::Provider(error)));
             }
+            if self.options.retry.refuses(error.retry_after) {
+                return StepEnd::Failed(Box::new(RunError::Provider(self.wait_refused(error))));
+            }
 
             let produced_content = !acc.is_empty() || acc.tool_calls().next().is_some();
             if !produced_content {
@@ -198,6 +201,21 @@ impl Runner {
         } else {
             AttemptEnd::Finished
         }
+    }
+
+    /// The provider's error, saying why it is not retried: it asked for a longer wait than
+    /// `retry_max_delay_ms` allows.
+    fn wait_refused(&self, mut error: ProviderError) -> ProviderError {
+        let asked = error.retry_after.map_or_else(
+            || "an unbounded wait".to_owned(),
+            |wait| format!("{} s", wait.as_secs()),
+        );
+        error.message = format!(
+            "{} (the provider asked to retry after {asked}, longer than the retry_max_delay_ms of {} ms)",
+            error.message,
+            self.options.retry.max_delay.as_millis()
+        );
+        error
     }
 
     fn watchdog_error(&self, kind: ErrorKind, waited: std::time::Duration) -> ProviderError {

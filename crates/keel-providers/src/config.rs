@@ -292,7 +292,10 @@ mod tests {
             ("https://api.anthropic.com".to_owned(), false)
         );
         assert_eq!(
-            base(ProviderKind::Anthropic, "https://proxy.example/anthropic/v1/"),
+            base(
+                ProviderKind::Anthropic,
+                "https://proxy.example/anthropic/v1/"
+            ),
             ("https://proxy.example/anthropic".to_owned(), true)
         );
         assert_eq!(

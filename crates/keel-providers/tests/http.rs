@@ -155,7 +155,8 @@ async fn anthropic_streams_over_http_with_its_headers() {
 
 #[tokio::test]
 async fn an_anthropic_base_url_is_the_bare_host_as_for_the_sdks() {
-    let server = TestServer::start(Reply::sse(vec![transcript("anthropic_thinking_tools.sse")])).await;
+    let server =
+        TestServer::start(Reply::sse(vec![transcript("anthropic_thinking_tools.sse")])).await;
     let mut settings = ProviderSettings::new("anthropic", ProviderKind::Anthropic);
     settings.base_url = Some(server.base_url.trim_end_matches("/v1").to_owned());
     let model = build_model(&settings, "claude", reqwest::Client::new()).unwrap();

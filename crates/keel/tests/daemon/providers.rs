@@ -24,7 +24,9 @@ impl Fixture {
 
     /// As [`Fixture::start`], with `upstream` as every model's upstream name.
     pub async fn start_named(runs: &str, model: &str, upstream: &str) -> Fixture {
-        let mock = keel_mock::spawn(keel_mock::MockConfig::fast()).await.unwrap();
+        let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
+            .await
+            .unwrap();
         let root = format!("http://{}", mock.addr());
         // Base URLs as the official SDKs take them: OpenAI's with /v1, Anthropic's bare.
         let mut config = format!(
@@ -33,7 +35,11 @@ impl Fixture {
              [[providers]]\nname = \"anthropic\"\nkind = \"anthropic\"\nbase_url = \"{root}\"\n"
         );
         for protocol in PROTOCOLS {
-            let default = if protocol == "chat" { "default = true\n" } else { "" };
+            let default = if protocol == "chat" {
+                "default = true\n"
+            } else {
+                ""
+            };
             config.push_str(&format!(
                 "\n[[models]]\nid = \"{protocol}\"\nprovider = \"{protocol}\"\nmodel = \"{upstream}\"\n{default}{model}\n"
             ));
@@ -82,7 +88,10 @@ impl Fixture {
                 Some("error") => panic!("the chat failed: {}", chat["last_error"]),
                 _ => {}
             }
-            assert!(tokio::time::Instant::now() < deadline, "chat never settled: {chat}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "chat never settled: {chat}"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
@@ -107,8 +116,14 @@ pub fn parts_of(messages: &[Value], role: &str) -> Vec<Value> {
 async fn every_protocol_answers_with_the_base_urls_the_sdks_use() {
     let f = Fixture::start("", "").await;
     for protocol in PROTOCOLS {
-        let id = f.chat(protocol, "hi", &json!({"text": "hello there"})).await;
+        let id = f
+            .chat(protocol, "hi", &json!({"text": "hello there"}))
+            .await;
         let messages = f.settle(&id).await;
-        assert_eq!(text_of(messages.last().unwrap()), "hello there", "{protocol}");
+        assert_eq!(
+            text_of(messages.last().unwrap()),
+            "hello there",
+            "{protocol}"
+        );
     }
 }
