@@ -193,15 +193,25 @@ impl Encoder for Chunks {
         let delta = match piece {
             Piece::ReasoningDelta(text) => json!({"reasoning_content": text}),
             Piece::TextDelta(text) => json!({"content": text}),
-            Piece::ToolStart(index) => json!({"tool_calls": [{
-                "index": index,
-                "id": reply.call_id(index, "call_"),
-                "type": "function",
-                "function": {
-                    "name": reply.calls.get(index).map(|c| c.name.as_str()),
-                    "arguments": "",
-                },
-            }]}),
+            Piece::ToolStart(index) => {
+                let mut call = json!({
+                    "index": index,
+                    "id": reply.call_id(index, "call_"),
+                    "type": "function",
+                    "function": {
+                        "name": reply.calls.get(index).map(|c| c.name.as_str()),
+                        "arguments": "",
+                    },
+                });
+                // A call scripted with an empty id is streamed without one, as llama.cpp
+                // and some vLLM versions do.
+                if call["id"] == "" {
+                    if let Some(call) = call.as_object_mut() {
+                        call.remove("id");
+                    }
+                }
+                json!({"tool_calls": [call]})
+            }
             Piece::ToolDelta(index, chunk) => json!({"tool_calls": [{
                 "index": index,
                 "function": {"arguments": chunk},
