@@ -194,7 +194,7 @@ impl StepAccumulator {
                 }
             }
             StreamEvent::ResponseId { id } => self.response_id = Some(id),
-            StreamEvent::Error(_) => {}
+            StreamEvent::KeepAlive | StreamEvent::Error(_) => {}
         }
     }
 

@@ -299,6 +299,7 @@ impl ResponsesDecoder {
                     out.push(StreamEvent::ResponseId { id: id.to_owned() });
                 }
             }
+            "response.queued" | "response.in_progress" => out.push(StreamEvent::KeepAlive),
             "response.output_item.added" => {
                 if let Some(item) = event.get("item") {
                     self.item_added(item, out);

@@ -29,10 +29,16 @@ impl Fixture {
             .unwrap();
         let root = format!("http://{}", mock.addr());
         // Base URLs as the official SDKs take them: OpenAI's with /v1, Anthropic's bare.
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::write(workspace.join("a.txt"), "alpha").unwrap();
+        std::fs::write(workspace.join("b.txt"), "bravo").unwrap();
         let mut config = format!(
-            "{runs}\n\n[[providers]]\nname = \"chat\"\nkind = \"openai-chat\"\nbase_url = \"{root}/v1\"\n\n\
+            "{runs}\n\n[tools]\nbuiltin = [\"read_file\"]\nworkspace = \"{}\"\n\n[[providers]]\nname = \"chat\"\nkind = \"openai-chat\"\nbase_url = \"{root}/v1\"\n\n\
              [[providers]]\nname = \"responses\"\nkind = \"openai-responses\"\nbase_url = \"{root}/v1\"\n\n\
-             [[providers]]\nname = \"anthropic\"\nkind = \"anthropic\"\nbase_url = \"{root}\"\n"
+             [[providers]]\nname = \"anthropic\"\nkind = \"anthropic\"\nbase_url = \"{root}\"\n",
+            workspace.display()
         );
         for protocol in PROTOCOLS {
             let default = if protocol == "chat" {
@@ -44,7 +50,6 @@ impl Fixture {
                 "\n[[models]]\nid = \"{protocol}\"\nprovider = \"{protocol}\"\nmodel = \"{upstream}\"\n{default}{model}\n"
             ));
         }
-        let dir = tempfile::tempdir().unwrap();
         let database = format!("sqlite://{}/keel.db", dir.path().display());
         let daemon = Daemon::start(dir.path(), &database, &config);
         Fixture {
@@ -126,4 +131,96 @@ async fn every_protocol_answers_with_the_base_urls_the_sdks_use() {
             "{protocol}"
         );
     }
+}
+
+/// The text of the last message.
+fn last_text(messages: &[Value]) -> String {
+    text_of(messages.last().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_streamed_without_ids_run_again_on_every_turn() {
+    let f = Fixture::start("", "").await;
+    let read = |path: &str| json!({"tool_calls": [{"name": "read_file", "args": {"path": path}, "id": ""}]});
+    let id = f.chat("chat", "read a", &read("a.txt")).await;
+    let first = f.settle(&id).await;
+    assert!(last_text(&first).contains("alpha"), "{first:?}");
+    f.send(&id, "read b", &read("b.txt")).await;
+    let second = f.settle(&id).await;
+    // The second call gets its own result, not the first call's recorded one.
+    assert!(last_text(&second).contains("bravo"), "{second:?}");
+    let results = parts_of(&second, "tool");
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_ne!(results[0]["tool_call_id"], results[1]["tool_call_id"]);
+    assert!(!results[0]["tool_call_id"].as_str().unwrap().ends_with("_0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deepseek_thinking_with_tools_gets_its_reasoning_back() {
+    let f = Fixture::start_named("", "", "deepseek-reasoner").await;
+    let script = json!({"steps": [
+        {"reasoning": "I should read the file.", "tool_calls": [{"name": "read_file", "args": {"path": "a.txt"}}]},
+        {"reasoning": "It says alpha.", "text": "It says alpha."}
+    ]});
+    let id = f.chat("chat", "what is in a?", &script).await;
+    let messages = f.settle(&id).await;
+    assert_eq!(last_text(&messages), "It says alpha.");
+    // A second turn sends the whole history again, reasoning included.
+    f.send(&id, "again", &json!({"text": "still alpha"})).await;
+    assert_eq!(last_text(&f.settle(&id).await), "still alpha");
+}
+
+const FAST_RETRIES: &str = "retry_initial_delay_ms = 10\nretry_max_delay_ms = 1000\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_in_any_form_never_parks_a_worker_or_panics() {
+    let f = Fixture::start(FAST_RETRIES, "").await;
+    let past = "Wed, 21 Oct 2015 07:28:00 GMT";
+    for protocol in PROTOCOLS {
+        // Waits Keel can honour (negative, NaN and past dates mean no wait) are retried.
+        for (n, retry_after) in ["-3", "NaN", past, "0.01"].into_iter().enumerate() {
+            let script = json!({"id": format!("{protocol}-{n}"), "text": "ok",
+                "error": {"status": 429, "retry_after": retry_after, "times": 1}});
+            let id = f.chat(protocol, "hi", &script).await;
+            assert_eq!(
+                last_text(&f.settle(&id).await),
+                "ok",
+                "{protocol} {retry_after}"
+            );
+        }
+        // Longer than retry_max_delay_ms, or too long to represent: a clear rate_limit error
+        // at once.
+        for retry_after in [json!("1e20"), json!(5)] {
+            let script =
+                json!({"text": "never", "error": {"status": 429, "retry_after": retry_after}});
+            let id = f.chat(protocol, "hi", &script).await;
+            let error = f.failure(&id).await;
+            assert_eq!(error["kind"], "rate_limit", "{protocol}: {error}");
+            assert!(
+                error["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("retry_max_delay_ms"),
+                "{error}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloudflare_5xx_and_in_stream_server_errors_are_retried() {
+    let f = Fixture::start(FAST_RETRIES, "").await;
+    for protocol in PROTOCOLS {
+        for status in [520, 522, 524, 527] {
+            let script = json!({"id": format!("{protocol}-{status}"), "text": "ok",
+                "error": {"status": status, "body": "<html>error code: 52x</html>", "times": 1}});
+            let id = f.chat(protocol, "hi", &script).await;
+            assert_eq!(last_text(&f.settle(&id).await), "ok", "{protocol} {status}");
+        }
+    }
+    // The Responses API names an in-stream failure by `code` alone.
+    let script = json!({"id": "in-stream", "text": "ok",
+        "stream_error": {"after": 0, "type": "server_error", "message": "The server had an error", "times": 1}});
+    let id = f.chat("responses", "hi", &script).await;
+    assert_eq!(last_text(&f.settle(&id).await), "ok");
 }
