@@ -135,7 +135,10 @@ impl Runner {
     /// One provider attempt with its startup and idle watchdogs.
     async fn attempt(&mut self, call: ModelCall, acc: &mut StepAccumulator) -> AttemptEnd {
         let attempt_cancel = self.cancel.child();
-        let startup = self.options.timeouts.startup;
+        let startup = self
+            .options
+            .timeouts
+            .startup_for(self.options.model.model(), &call.options);
         let idle = self
             .options
             .timeouts
@@ -177,6 +180,11 @@ impl Runner {
                     return AttemptEnd::Failed(self.watchdog_error(kind, waited));
                 }
             };
+            // Life without content: the next wait is a fresh idle limit, or what is left of
+            // the start-up limit, which a server that only pings never extends.
+            if matches!(event, Some(StreamEvent::KeepAlive)) {
+                continue;
+            }
             first_event = false;
             match event {
                 None => break,

@@ -260,6 +260,10 @@ impl Encoder for Events {
         ]
     }
 
+    fn keepalive(&mut self) -> Vec<Bytes> {
+        vec![event("ping", json!({}))]
+    }
+
     fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {
         let body = errors::envelope(
             Flavor::Anthropic,

@@ -37,6 +37,8 @@ pub(crate) trait Encoder: Send + 'static {
     fn start(&mut self, reply: &Reply) -> Vec<Bytes>;
     fn piece(&mut self, reply: &Reply, piece: Piece<'_>) -> Vec<Bytes>;
     fn finish(&mut self, reply: &Reply) -> Vec<Bytes>;
+    /// The protocol's keep-alive: an event (or comment) that carries no content.
+    fn keepalive(&mut self) -> Vec<Bytes>;
     /// The in-stream error event; the stream ends after it.
     fn error(&mut self, reply: &Reply, fault: &StreamFault) -> Vec<Bytes>;
 }
@@ -153,8 +155,11 @@ impl Player {
         let sent = self.sent;
         let due = |after: u32| after == sent || (at_end && after > sent);
         let faults = &reply.faults;
-        if let Some((_, pause)) = faults.stall.filter(|(after, _)| due(*after)) {
-            self.pause(pause).await?;
+        if let Some((_, pause, ping)) = faults.stall.filter(|(after, ..)| due(*after)) {
+            match ping {
+                Some(every) => self.ping(encoder, pause, every).await?,
+                None => self.pause(pause).await?,
+            }
         }
         if let Some((_, line)) = faults.malformed.as_ref().filter(|(after, _)| due(*after)) {
             self.send(Ok(sse::raw(line))).await?;
@@ -182,6 +187,27 @@ impl Player {
         let due = self.next;
         self.next += interval;
         self.wait(sleep_until(due)).await
+    }
+
+    /// Stalls for `pause`, sending keep-alives every `every` meanwhile.
+    async fn ping(
+        &mut self,
+        encoder: &mut impl Encoder,
+        pause: Duration,
+        every: Duration,
+    ) -> Result<(), Stop> {
+        let end = Instant::now() + pause;
+        loop {
+            let next = Instant::now() + every;
+            if next >= end {
+                break;
+            }
+            self.wait(sleep_until(next)).await?;
+            self.send_all(encoder.keepalive()).await?;
+        }
+        self.wait(sleep_until(end)).await?;
+        self.next = Instant::now();
+        Ok(())
     }
 
     async fn pause(&mut self, pause: Duration) -> Result<(), Stop> {
@@ -250,7 +276,7 @@ pub(crate) async fn whole(
     shutdown: &CancellationToken,
 ) -> Response {
     let faults = &reply.faults;
-    if let Some((_, pause)) = faults.stall {
+    if let Some((_, pause, _)) = faults.stall {
         tokio::select! {
             () = sleep(pause) => {}
             () = shutdown.cancelled() => {}

@@ -242,6 +242,10 @@ impl Encoder for Chunks {
         frames
     }
 
+    fn keepalive(&mut self) -> Vec<Bytes> {
+        vec![sse::raw(": keep-alive")]
+    }
+
     fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {
         let body = errors::envelope(
             Flavor::OpenAi,

@@ -434,6 +434,13 @@ impl Encoder for Events {
         vec![self.event(kind, json!({"response": response}))]
     }
 
+    fn keepalive(&mut self) -> Vec<Bytes> {
+        vec![self.event(
+            "response.in_progress",
+            json!({"response": {"status": "in_progress"}}),
+        )]
+    }
+
     fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {
         let data =
             json!({"code": fault.error_type, "message": fault.message, "param": Value::Null});

@@ -79,7 +79,10 @@ mod tests {
 
     fn feed_all(chunks: &[&str]) -> String {
         let mut marker = CommentMarker::default();
-        let out: Vec<u8> = chunks.iter().flat_map(|c| marker.feed(c.as_bytes())).collect();
+        let out: Vec<u8> = chunks
+            .iter()
+            .flat_map(|c| marker.feed(c.as_bytes()))
+            .collect();
         String::from_utf8(out).unwrap()
     }
 
@@ -109,7 +112,11 @@ mod tests {
         let input = "data: 1\r\n\r\n: a\r\n\r\ndata: {\"x\":\":\"}\n\n:b\n\n";
         let whole = feed_all(&[input]);
         for cut in 0..input.len() {
-            assert_eq!(feed_all(&[&input[..cut], &input[cut..]]), whole, "cut at {cut}");
+            assert_eq!(
+                feed_all(&[&input[..cut], &input[cut..]]),
+                whole,
+                "cut at {cut}"
+            );
         }
         assert_eq!(whole.matches(KEEPALIVE_EVENT).count(), 2);
     }

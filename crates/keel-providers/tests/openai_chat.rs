@@ -19,6 +19,8 @@ fn decode(name: &str) -> Vec<StreamEvent> {
 fn reasoning_text_and_interleaved_tool_calls() {
     let events = decode("openai_chat_tools.sse");
     let expected = vec![
+        // The transcript opens with an SSE comment: life, not content.
+        StreamEvent::KeepAlive,
         StreamEvent::ReasoningStart {
             id: "reasoning-1".into(),
             metadata: None,

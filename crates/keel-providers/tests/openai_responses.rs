@@ -27,6 +27,8 @@ fn reasoning_text_and_a_function_call() {
         StreamEvent::ResponseId {
             id: "resp_123".into(),
         },
+        // `response.in_progress`: life, not content.
+        StreamEvent::KeepAlive,
         StreamEvent::ReasoningStart {
             id: "rs_1".into(),
             metadata: None,

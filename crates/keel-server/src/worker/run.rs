@@ -357,8 +357,11 @@ async fn prepare(
         ..RetryPolicy::default()
     };
     options.timeouts = StreamTimeouts {
-        startup: Duration::from_millis(runs.startup_timeout_ms),
+        startup: model
+            .startup_timeout
+            .unwrap_or(Duration::from_millis(runs.startup_timeout_ms)),
         idle: Duration::from_millis(runs.idle_timeout_ms),
+        scale_startup: model.startup_timeout.is_none(),
     };
     let metrics = shared.metrics.clone();
     let (provider, model_id) = (model.provider.clone(), model.id.clone());

@@ -224,3 +224,37 @@ async fn cloudflare_5xx_and_in_stream_server_errors_are_retried() {
     let id = f.chat("responses", "hi", &script).await;
     assert_eq!(last_text(&f.settle(&id).await), "ok");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalives_outlast_the_idle_timeout_on_every_protocol() {
+    let f = Fixture::start("idle_timeout_ms = 600\nretry_initial_delay_ms = 10\n", "").await;
+    for protocol in PROTOCOLS {
+        // Silent but for keep-alives for 1.5 s, with an idle limit of 0.6 s.
+        let script = json!({"id": format!("ping-{protocol}"), "text": "a b c d",
+            "stall": {"after": 2, "ms": 1500, "ping_ms": 100}});
+        let id = f.chat(protocol, "hi", &script).await;
+        assert_eq!(last_text(&f.settle(&id).await), "a b c d", "{protocol}");
+        assert_eq!(
+            f.mock.attempts(&format!("ping-{protocol}"), 0),
+            1,
+            "{protocol}: no retry"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalives_do_not_extend_a_models_startup_timeout() {
+    let f = Fixture::start("retry_initial_delay_ms = 10\n", "startup_timeout_ms = 500").await;
+    for protocol in PROTOCOLS {
+        // The first attempt only pings, for longer than the model's start-up limit.
+        let script = json!({"id": format!("start-{protocol}"), "text": "ok",
+            "stall": {"after": 0, "ms": 3000, "ping_ms": 100, "times": 1}});
+        let id = f.chat(protocol, "hi", &script).await;
+        assert_eq!(last_text(&f.settle(&id).await), "ok", "{protocol}");
+        assert_eq!(
+            f.mock.attempts(&format!("start-{protocol}"), 0),
+            2,
+            "{protocol}"
+        );
+    }
+}
