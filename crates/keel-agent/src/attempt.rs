@@ -185,7 +185,11 @@ impl Runner {
             if matches!(event, Some(StreamEvent::KeepAlive)) {
                 continue;
             }
-            first_event = false;
+            // A response id only says the request was accepted (Responses'
+            // `response.created`); the model has not started answering.
+            if !matches!(event, Some(StreamEvent::ResponseId { .. })) {
+                first_event = false;
+            }
             match event {
                 None => break,
                 Some(StreamEvent::Error(_)) if self.cancel.is_cancelled() => {

@@ -507,6 +507,16 @@ impl Runner {
                     ),
                     finished_at: self.options.clock.now(),
                 });
+            } else if !arguments_are_an_object(&call.args) {
+                // A call closed by the output limit (`max_tokens`) ends mid-JSON; running
+                // it would hand the tool arguments the model never finished.
+                plan.refused.push(FinishedCall {
+                    request: request_of(call),
+                    output: ToolOutput::Error(
+                        "tool call arguments are not a complete JSON object (the reply hit its output limit); the call was not run".to_owned(),
+                    ),
+                    finished_at: self.options.clock.now(),
+                });
             } else if self.dynamic_names.contains(&call.tool_name) {
                 plan.pending.push(PendingToolCall {
                     tool_call_id: call.tool_call_id.clone(),
@@ -630,5 +640,24 @@ fn request_of(call: &crate::accumulate::StreamedCall) -> ToolCallRequest {
         tool_call_id: call.tool_call_id.clone(),
         tool_name: call.tool_name.clone(),
         args: call.args.clone(),
+    }
+}
+
+/// Whether a call's argument text is a JSON object (or empty, which adapters send as `{}`).
+pub(crate) fn arguments_are_an_object(args: &str) -> bool {
+    args.trim().is_empty() || matches!(serde_json::from_str(args), Ok(serde_json::Value::Object(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::arguments_are_an_object;
+
+    #[test]
+    fn only_whole_json_objects_are_runnable_arguments() {
+        assert!(arguments_are_an_object(""));
+        assert!(arguments_are_an_object(r#"{"path": "a"}"#));
+        assert!(!arguments_are_an_object(r#"{"path": "a"#));
+        assert!(!arguments_are_an_object("[1]"));
+        assert!(!arguments_are_an_object("null"));
     }
 }

@@ -661,3 +661,44 @@ async fn max_steps_below_one_means_one_step() {
     );
     assert_eq!(model.calls().len(), 1);
 }
+
+#[tokio::test]
+async fn a_call_cut_by_the_output_limit_is_answered_with_an_error_not_run() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let tool = FnTool::arc("write_file", move |_, _| {
+        let counter = counter.clone();
+        async move {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(ToolOutput::Text("written".into()))
+        }
+    });
+    let model = ScriptedModel::new(vec![Reply::Stream(
+        [
+            tool_call("c1", "write_file", r#"{"path": "a.txt", "content": "lo"#),
+            vec![finish(FinishReason::Length)],
+        ]
+        .concat(),
+        Ending::Done,
+    )]);
+    let persister = RecordingPersister::new();
+    let mut options = RunOptions::new(model, vec![user("write")], persister.clone());
+    options.tools = vec![tool];
+    run(options, Cancel::new()).await.unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "never run with invalid JSON"
+    );
+    let steps = persister.steps();
+    let results = tool_results(&steps[0]);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].0, "c1");
+    assert!(results[0].2, "an error result");
+    assert!(
+        results[0]
+            .1
+            .to_string()
+            .contains("not a complete JSON object")
+    );
+}

@@ -258,3 +258,27 @@ async fn keepalives_do_not_extend_a_models_startup_timeout() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_cut_by_max_tokens_gets_an_error_result_and_is_never_run() {
+    let f = Fixture::start("", "").await;
+    for protocol in PROTOCOLS {
+        let script = json!({"tool_calls": [{"name": "read_file", "args": "{\"path\": \"a.t"}],
+            "finish": "length"});
+        let id = f.chat(protocol, "read", &script).await;
+        let messages = f.settle(&id).await;
+        let results = parts_of(&messages, "tool");
+        assert_eq!(results.len(), 1, "{protocol}: {messages:?}");
+        assert_eq!(results[0]["is_error"], true);
+        assert!(
+            results[0]["result"]
+                .to_string()
+                .contains("not a complete JSON object"),
+            "{protocol}: {}",
+            results[0]
+        );
+        // The cut call and its error result make a history the provider accepts.
+        f.send(&id, "go on", &json!({"text": "fine"})).await;
+        assert_eq!(last_text(&f.settle(&id).await), "fine", "{protocol}");
+    }
+}
