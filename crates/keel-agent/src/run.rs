@@ -575,9 +575,11 @@ impl Runner {
             .iter()
             .map(|f| f.request.tool_call_id.as_str())
             .collect();
+        // Calls the provider runs itself get no result of Keel's making: only the provider
+        // can answer them, and the prompt repair drops those it never answered.
         let unanswered: Vec<(String, String)> = acc
             .tool_calls()
-            .filter(|c| !c.provider_executed || !acc.has_provider_result(&c.tool_call_id))
+            .filter(|c| !c.provider_executed)
             .filter(|c| !done.contains(c.tool_call_id.as_str()))
             .map(|c| (c.tool_call_id.clone(), c.tool_name.clone()))
             .collect();

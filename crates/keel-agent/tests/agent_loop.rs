@@ -702,3 +702,31 @@ async fn a_call_cut_by_the_output_limit_is_answered_with_an_error_not_run() {
             .contains("not a complete JSON object")
     );
 }
+
+#[tokio::test]
+async fn an_interrupted_provider_run_call_gets_no_local_result() {
+    let started = Arc::new(Notify::new());
+    let model = ScriptedModel::new(vec![Reply::Stream(
+        vec![
+            StreamEvent::ToolInputStart {
+                id: "srvtoolu_1".into(),
+                tool_name: "web_search".into(),
+                provider_executed: true,
+            },
+            StreamEvent::ToolCall {
+                id: "srvtoolu_1".into(),
+                tool_name: "web_search".into(),
+                args: "{\"query\":\"keel\"}".into(),
+                provider_executed: true,
+            },
+        ],
+        Ending::InterruptError(started.clone()),
+    )]);
+    let persister = RecordingPersister::new();
+    let cancel = Cancel::new();
+    interrupt_when(started, &cancel, CancelCause::Interrupted);
+    let options = RunOptions::new(model, vec![user("search")], persister.clone());
+    assert_eq!(run(options, cancel).await.unwrap(), RunOutcome::Interrupted);
+    let step = &persister.steps()[0];
+    assert!(tool_results(step).is_empty(), "{:?}", step.messages);
+}
