@@ -56,6 +56,7 @@ pub(crate) fn stream(reply: Reply, encoder: impl Encoder, shutdown: Cancellation
             shutdown,
             sent: 0,
             next: Instant::now(),
+            stalled: false,
         };
         // `Stop` only means the stream ended early; nothing is left to report.
         let _ = player.play(&reply, encoder).await;
@@ -77,11 +78,18 @@ struct Player {
     sent: u32,
     /// When the next token is due, for pacing.
     next: Instant,
+    /// The stall happened (it happens once).
+    stalled: bool,
 }
 
 impl Player {
     async fn play(&mut self, reply: &Reply, mut encoder: impl Encoder) -> Result<(), Stop> {
         self.send_all(encoder.start(reply)).await?;
+        // A stall before the first token comes before any content block opens, so that
+        // nothing but the response's opening (and keep-alives) precedes it.
+        if reply.faults.stall.is_some_and(|(after, ..)| after == 0) {
+            self.stall(reply, &mut encoder).await?;
+        }
         if !reply.reasoning.is_empty() {
             self.block(
                 reply,
@@ -155,11 +163,8 @@ impl Player {
         let sent = self.sent;
         let due = |after: u32| after == sent || (at_end && after > sent);
         let faults = &reply.faults;
-        if let Some((_, pause, ping)) = faults.stall.filter(|(after, ..)| due(*after)) {
-            match ping {
-                Some(every) => self.ping(encoder, pause, every).await?,
-                None => self.pause(pause).await?,
-            }
+        if faults.stall.is_some_and(|(after, ..)| due(after)) {
+            self.stall(reply, encoder).await?;
         }
         if let Some((_, line)) = faults.malformed.as_ref().filter(|(after, _)| due(*after)) {
             self.send(Ok(sse::raw(line))).await?;
@@ -187,6 +192,20 @@ impl Player {
         let due = self.next;
         self.next += interval;
         self.wait(sleep_until(due)).await
+    }
+
+    /// The reply's stall, once.
+    async fn stall(&mut self, reply: &Reply, encoder: &mut impl Encoder) -> Result<(), Stop> {
+        let Some((_, pause, ping)) = reply.faults.stall else {
+            return Ok(());
+        };
+        if std::mem::replace(&mut self.stalled, true) {
+            return Ok(());
+        }
+        match ping {
+            Some(every) => self.ping(encoder, pause, every).await,
+            None => self.pause(pause).await,
+        }
     }
 
     /// Stalls for `pause`, sending keep-alives every `every` meanwhile.
