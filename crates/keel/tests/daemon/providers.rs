@@ -282,3 +282,23 @@ async fn a_tool_call_cut_by_max_tokens_gets_an_error_result_and_is_never_run() {
         assert_eq!(last_text(&f.settle(&id).await), "fine", "{protocol}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_reasoning_goes_back_with_the_items_that_followed_it() {
+    let f = Fixture::start("", "").await;
+    let script = json!({"steps": [
+        {"reasoning": "I should read a.", "tool_calls": [{"name": "read_file", "args": {"path": "a.txt"}}]},
+        {"reasoning": "It says alpha.", "text": "It says alpha."}
+    ]});
+    let id = f.chat("responses", "what is in a?", &script).await;
+    let messages = f.settle(&id).await;
+    assert_eq!(last_text(&messages), "It says alpha.");
+    // Every later request replays both reasoning items, each followed by its own item.
+    f.send(
+        &id,
+        "and again?",
+        &json!({"reasoning": "Same.", "text": "Still alpha."}),
+    )
+    .await;
+    assert_eq!(last_text(&f.settle(&id).await), "Still alpha.");
+}
