@@ -445,3 +445,25 @@ fn a_reasoning_item_goes_back_only_with_its_follower_and_the_followers_id() {
             .all(|i| i["type"] != "reasoning")
     );
 }
+
+#[test]
+fn client_run_items_get_neither_a_call_nor_a_made_up_result() {
+    let data = concat!(
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n",
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"computer_call\",\"id\":\"cu_1\",\"call_id\":\"call_1\",\"action\":{\"type\":\"screenshot\"}}}\n\n",
+        "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"computer_call\",\"id\":\"cu_1\",\"call_id\":\"call_1\",\"action\":{\"type\":\"screenshot\"},\"status\":\"completed\"}}\n\n",
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"web_search_call\",\"id\":\"ws_1\"}}\n\n",
+        "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"web_search_call\",\"id\":\"ws_1\",\"status\":\"completed\",\"action\":{\"query\":\"q\"}}}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"usage\":{}}}\n\n",
+    );
+    let events = replay(ResponsesDecoder::new(ctx()), data.as_bytes());
+    let ids: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::ToolCall { id, .. } | StreamEvent::ToolResult { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    // The provider-run web search is kept with its result; the computer call is not.
+    assert_eq!(ids, vec!["ws_1", "ws_1"]);
+}

@@ -150,6 +150,11 @@ impl ResponsesDecoder {
                     summary_index: None,
                 }
             }
+            ty if is_client_run(ty) => {
+                tracing::warn!(provider = %self.ctx.provider, item = ty,
+                    "ignoring a call Keel cannot run (offer it as a function tool instead)");
+                Item::Other
+            }
             ty if ty.ends_with("_call") => {
                 let name = ty.trim_end_matches("_call").to_owned();
                 out.push(StreamEvent::ToolInputStart {
@@ -231,6 +236,10 @@ impl ResponsesDecoder {
                 self.end_reasoning(Some(item), out);
                 self.pending_reasoning = Some((id, meta));
             }
+            // Calls the client must run (computer use, shell, patches, custom tools) get
+            // neither a call nor a made-up result: only their own `*_output` item can answer
+            // them, and Keel runs none of them.
+            ty if is_client_run(ty) => {}
             ty if ty.ends_with("_call") => {
                 let name = match state {
                     Some(Item::ProviderTool { name }) => name,
@@ -463,6 +472,16 @@ impl Decoder for ResponsesDecoder {
             self.fail(error, out);
         }
     }
+}
+
+/// Output items the client runs, as opposed to tools the provider runs itself
+/// (`web_search_call`, `file_search_call`, `code_interpreter_call`, ...).
+/// <https://platform.openai.com/docs/api-reference/responses/object> (`output`).
+fn is_client_run(item_type: &str) -> bool {
+    matches!(
+        item_type,
+        "computer_call" | "local_shell_call" | "shell_call" | "apply_patch_call" | "custom_tool_call"
+    )
 }
 
 /// Usage of a response. `input_tokens` includes cached tokens; Keel counts them apart.
