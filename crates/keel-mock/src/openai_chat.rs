@@ -205,10 +205,10 @@ impl Encoder for Chunks {
                 });
                 // A call scripted with an empty id is streamed without one, as llama.cpp
                 // and some vLLM versions do.
-                if call["id"] == "" {
-                    if let Some(call) = call.as_object_mut() {
-                        call.remove("id");
-                    }
+                if call["id"] == ""
+                    && let Some(call) = call.as_object_mut()
+                {
+                    call.remove("id");
                 }
                 json!({"tool_calls": [call]})
             }

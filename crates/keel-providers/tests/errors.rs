@@ -1,4 +1,5 @@
 //! Transport errors are classified from their whole source chain.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt;
 

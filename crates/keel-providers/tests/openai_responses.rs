@@ -460,7 +460,9 @@ fn client_run_items_get_neither_a_call_nor_a_made_up_result() {
     let ids: Vec<&str> = events
         .iter()
         .filter_map(|e| match e {
-            StreamEvent::ToolCall { id, .. } | StreamEvent::ToolResult { id, .. } => Some(id.as_str()),
+            StreamEvent::ToolCall { id, .. } | StreamEvent::ToolResult { id, .. } => {
+                Some(id.as_str())
+            }
             _ => None,
         })
         .collect();

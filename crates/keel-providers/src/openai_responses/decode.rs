@@ -480,7 +480,11 @@ impl Decoder for ResponsesDecoder {
 fn is_client_run(item_type: &str) -> bool {
     matches!(
         item_type,
-        "computer_call" | "local_shell_call" | "shell_call" | "apply_patch_call" | "custom_tool_call"
+        "computer_call"
+            | "local_shell_call"
+            | "shell_call"
+            | "apply_patch_call"
+            | "custom_tool_call"
     )
 }
 
