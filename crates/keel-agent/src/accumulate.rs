@@ -60,6 +60,9 @@ pub struct StepAccumulator {
     open_calls: HashMap<String, usize>,
     /// The text block the next new text block continues (mid-stream recovery).
     continuation_target: Option<usize>,
+    /// Trailing whitespace of the continued text the continuation may bring again
+    /// ([`crate::seam::stitch`]).
+    seam_whitespace: String,
 }
 
 impl StepAccumulator {
@@ -78,6 +81,10 @@ impl StepAccumulator {
                     return;
                 }
                 let index = self.open_text_block(id);
+                let delta = crate::seam::stitch(&mut self.seam_whitespace, &delta);
+                if delta.is_empty() {
+                    return;
+                }
                 if let Some(Block::Text(text)) = self.blocks.get_mut(index) {
                     text.push_str(&delta);
                 }
@@ -235,6 +242,10 @@ impl StepAccumulator {
             .blocks
             .iter()
             .rposition(|b| matches!(b, Block::Text(_)));
+        self.seam_whitespace = match self.continuation_target.and_then(|i| self.blocks.get(i)) {
+            Some(Block::Text(text)) => text[text.trim_end().len()..].to_owned(),
+            _ => String::new(),
+        };
     }
 
     /// Tells clients that the step now holds exactly this content: a `stream_reset`, then
@@ -263,6 +274,12 @@ impl StepAccumulator {
     /// publishing it; [`Self::republish`] does that once the recovery plan has trimmed it.
     pub fn restore(&mut self, snapshot: &crate::recovery::StreamSnapshot, clock: &Arc<dyn Clock>) {
         *self = Self::default();
+        for reasoning in &snapshot.reasoning {
+            self.blocks.push(Block::Reasoning {
+                text: reasoning.text.clone(),
+                metadata: reasoning.provider_metadata.clone(),
+            });
+        }
         if !snapshot.partial_text.is_empty() {
             self.blocks.push(Block::Text(snapshot.partial_text.clone()));
         }

@@ -17,6 +17,7 @@ use crate::accumulate::StepAccumulator;
 use crate::checkpoint::StreamCheckpoint;
 use crate::recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
 use crate::run::{RetryNotice, RunError, Runner, StepEnd};
+use crate::seam::{SeamCheck, SeamVerdict};
 use crate::sink::LiveEvent;
 
 /// How one attempt ended.
@@ -24,6 +25,9 @@ enum AttemptEnd {
     Finished,
     Cancelled,
     Failed(ProviderError),
+    /// A continuation started the reply over instead of continuing it
+    /// ([`crate::seam::restarts_reply`]).
+    Restarted,
 }
 
 impl Runner {
@@ -35,12 +39,14 @@ impl Runner {
         acc: &mut StepAccumulator,
     ) -> StepEnd {
         let mut continuation: Option<String> = None;
+        let mut resumed = false;
         if step_index == 0
             && let Some(checkpoint) = self.load_checkpoint().await
         {
+            resumed = true;
             let snapshot = checkpoint.snapshot();
             acc.restore(&snapshot, &self.options.clock);
-            let plan = choose_plan(&snapshot);
+            let plan = choose_plan(&snapshot, self.signed_reasoning());
             match &plan {
                 RecoveryPlan::SynthesizeToolUse { .. } => {
                     acc.finish_reason = Some(FinishReason::ToolCalls);
@@ -54,6 +60,7 @@ impl Runner {
             }
             acc.republish(self.options.sink.as_ref());
             if matches!(plan, RecoveryPlan::SynthesizeToolUse { .. }) {
+                acc.response_id = None;
                 return StepEnd::Finished;
             }
         }
@@ -64,9 +71,29 @@ impl Runner {
         loop {
             attempts += 1;
             let call = self.model_call(history, continuation.as_deref());
-            let error = match self.attempt(call, acc).await {
-                AttemptEnd::Finished => return StepEnd::Finished,
+            // Continued by instruction, a model may start over; with prefill it cannot.
+            let seam = continuation
+                .as_deref()
+                .filter(|_| !self.options.model.supports_prefill());
+            let error = match self.attempt(call, acc, seam).await {
+                AttemptEnd::Finished => {
+                    if !finished_in_one_attempt(attempts, resumed) {
+                        // The provider stored only the last attempt's part of this step (or
+                        // a response whose content differs from what was kept): chaining
+                        // onto it would lose or repeat content.
+                        acc.response_id = None;
+                    }
+                    return StepEnd::Finished;
+                }
                 AttemptEnd::Cancelled => return StepEnd::Cancelled,
+                AttemptEnd::Restarted => {
+                    // Never stitch a restart onto the prefix: R4, the step from scratch.
+                    tracing::warn!("the continuation restarted the reply; restarting the step");
+                    self.options.sink.publish(LiveEvent::StreamReset);
+                    *acc = StepAccumulator::new();
+                    continuation = None;
+                    continue;
+                }
                 AttemptEnd::Failed(error) => error,
             };
             self.save_checkpoint(acc).await;
@@ -103,12 +130,13 @@ impl Runner {
                     attempts,
                 }));
             }
-            match choose_plan(&snapshot) {
+            match choose_plan(&snapshot, self.signed_reasoning()) {
                 RecoveryPlan::SynthesizeToolUse { cancelled } => {
                     if let Some(call) = cancelled {
                         self.cancel_call(acc, &call.tool_call_id, &call.tool_name, &error);
                     }
                     acc.finish_reason = Some(FinishReason::ToolCalls);
+                    acc.response_id = None;
                     return StepEnd::Finished;
                 }
                 RecoveryPlan::ContinueText { prefix } => {
@@ -133,7 +161,14 @@ impl Runner {
     }
 
     /// One provider attempt with its startup and idle watchdogs.
-    async fn attempt(&mut self, call: ModelCall, acc: &mut StepAccumulator) -> AttemptEnd {
+    /// With `seam` (the prefix a continuation by instruction follows), the first characters
+    /// of the continuation are held back until [`restarts_reply`] has judged them.
+    async fn attempt(
+        &mut self,
+        call: ModelCall,
+        acc: &mut StepAccumulator,
+        seam: Option<&str>,
+    ) -> AttemptEnd {
         let attempt_cancel = self.cancel.child();
         let startup = self
             .options
@@ -161,6 +196,7 @@ impl Runner {
         };
         let mut first_event = true;
         let mut checkpointed_at = acc.content_events;
+        let mut seam = seam.map(SeamCheck::new);
         loop {
             let (limit, kind) = if first_event {
                 (
@@ -190,29 +226,80 @@ impl Runner {
             if !matches!(event, Some(StreamEvent::ResponseId { .. })) {
                 first_event = false;
             }
-            match event {
+            let event = match event {
                 None => break,
                 Some(StreamEvent::Error(_)) if self.cancel.is_cancelled() => {
                     return AttemptEnd::Cancelled;
                 }
-                Some(StreamEvent::Error(error)) => return AttemptEnd::Failed(error),
-                Some(event) => {
-                    acc.apply(event, self.options.sink.as_ref(), &self.options.clock);
-                    if let Some(every) = self.options.checkpointing.as_ref().map(|c| c.every)
-                        && acc.content_events >= checkpointed_at + every.max(1)
-                    {
-                        checkpointed_at = acc.content_events;
-                        self.save_checkpoint(acc).await;
+                Some(StreamEvent::Error(error)) => {
+                    // What arrived before the failure is judged like a short continuation.
+                    if let Some(mut check) = seam.take() {
+                        let Some(events) = check.decide() else {
+                            return AttemptEnd::Restarted;
+                        };
+                        for event in events {
+                            self.apply_event(acc, event, &mut checkpointed_at).await;
+                        }
+                    }
+                    return AttemptEnd::Failed(error);
+                }
+                Some(event) => event,
+            };
+            let Some(check) = seam.as_mut() else {
+                self.apply_event(acc, event, &mut checkpointed_at).await;
+                continue;
+            };
+            match check.push(event) {
+                SeamVerdict::Hold => {}
+                SeamVerdict::Restart => {
+                    attempt_cancel.cancel(CancelCause::Shutdown);
+                    return AttemptEnd::Restarted;
+                }
+                SeamVerdict::Continue(events) => {
+                    seam = None;
+                    for event in events {
+                        self.apply_event(acc, event, &mut checkpointed_at).await;
                     }
                 }
             }
         }
         // A provider that silently ends the body when cancelled yields no error event.
         if self.cancel.is_cancelled() {
-            AttemptEnd::Cancelled
-        } else {
-            AttemptEnd::Finished
+            return AttemptEnd::Cancelled;
         }
+        // A short continuation is judged on all there is.
+        if let Some(mut check) = seam {
+            let Some(events) = check.decide() else {
+                return AttemptEnd::Restarted;
+            };
+            for event in events {
+                self.apply_event(acc, event, &mut checkpointed_at).await;
+            }
+        }
+        AttemptEnd::Finished
+    }
+
+    /// Applies one event to the step (publishing it) and checkpoints on cadence.
+    async fn apply_event(
+        &self,
+        acc: &mut StepAccumulator,
+        event: StreamEvent,
+        checkpointed_at: &mut u64,
+    ) {
+        acc.apply(event, self.options.sink.as_ref(), &self.options.clock);
+        if let Some(every) = self.options.checkpointing.as_ref().map(|c| c.every)
+            && acc.content_events >= *checkpointed_at + every.max(1)
+        {
+            *checkpointed_at = acc.content_events;
+            self.save_checkpoint(acc).await;
+        }
+    }
+
+    /// Whether the model rejects a tool-use turn sent back without its signed reasoning.
+    fn signed_reasoning(&self) -> bool {
+        self.options
+            .model
+            .requires_signed_reasoning(&self.options.call_options)
     }
 
     /// The provider's error, saying why it is not retried: it asked for a longer wait than
@@ -348,6 +435,7 @@ impl Runner {
             run_id: checkpointing.run_id.clone(),
             chat_id: checkpointing.chat_id.clone(),
             model: self.options.model.model().to_owned(),
+            reasoning: snapshot.reasoning,
             partial_text: snapshot.partial_text,
             completed_calls: snapshot.completed_calls,
             in_flight: snapshot.in_flight,
@@ -364,5 +452,25 @@ impl Runner {
         {
             tracing::warn!(%error, "deleting the stream checkpoint failed");
         }
+    }
+}
+
+/// Whether a finished step may be chained onto (OpenAI Responses `previous_response_id`):
+/// only a step the provider produced whole, in one attempt of this run. A retried attempt,
+/// a continuation or a resumed checkpoint leaves a stored response that holds only part of
+/// what the step kept.
+pub(crate) fn finished_in_one_attempt(attempts: u32, resumed: bool) -> bool {
+    attempts == 1 && !resumed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_single_fresh_attempt_may_be_chained_onto() {
+        assert!(finished_in_one_attempt(1, false));
+        assert!(!finished_in_one_attempt(2, false), "a retried step");
+        assert!(!finished_in_one_attempt(1, true), "a resumed step");
     }
 }

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::recovery::{CapturedCall, StreamSnapshot};
+use crate::recovery::{CapturedCall, CapturedReasoning, StreamSnapshot};
 
 /// The partial state of one step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,6 +22,10 @@ pub struct StreamCheckpoint {
     pub chat_id: String,
     /// The upstream model that produced it.
     pub model: String,
+    /// Reasoning with its provider metadata (signatures), so a resumed step can send it
+    /// back; checkpoints written before it existed have none.
+    #[serde(default)]
+    pub reasoning: Vec<CapturedReasoning>,
     pub partial_text: String,
     pub completed_calls: Vec<CapturedCall>,
     pub in_flight: Option<CapturedCall>,
@@ -31,6 +35,7 @@ pub struct StreamCheckpoint {
 impl StreamCheckpoint {
     pub fn snapshot(&self) -> StreamSnapshot {
         StreamSnapshot {
+            reasoning: self.reasoning.clone(),
             partial_text: self.partial_text.clone(),
             completed_calls: self.completed_calls.clone(),
             in_flight: self.in_flight.clone(),

@@ -17,7 +17,7 @@
 //!   `summarize` — streaming and committing the summary;
 //! * `attempt` — one step through failures: retries, watchdogs, recovery, chain healing;
 //! * [`recovery`], [`retry`], [`timeouts`], [`checkpoint`] — the pure decisions and the
-//!   checkpoint interface behind it;
+//!   checkpoint interface behind it; [`seam`] — where a continued reply meets its prefix;
 //! * [`tool`], [`persist`], [`sink`], [`clock`] — the interfaces the daemon implements.
 
 pub mod accumulate;
@@ -32,6 +32,7 @@ pub mod recovery;
 pub mod response;
 pub mod retry;
 pub mod run;
+pub mod seam;
 pub mod sink;
 mod summarize;
 pub mod timeouts;
@@ -44,7 +45,9 @@ pub use persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
 pub use recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
 pub use response::INTERRUPTED_RESULT;
 pub use retry::RetryPolicy;
-pub use run::{ChainHooks, Checkpointing, RetryNotice, RunError, RunOptions, RunOutcome, run};
+pub use run::{
+    ChainHooks, Checkpointing, ReloadHistory, RetryNotice, RunError, RunOptions, RunOutcome, run,
+};
 pub use sink::{EventSink, LiveEvent, NullSink};
 pub use timeouts::StreamTimeouts;
 pub use tool::{ProviderTool, Tool, ToolCallRequest, ToolError, ToolOutput};

@@ -9,10 +9,18 @@
 //! | R2 [`RecoveryPlan::SynthesizeToolUse`] | at least one complete tool call | keep text and complete calls, cancel the in-flight call, finish as a tool-use step with no new request |
 //! | R3 [`RecoveryPlan::TruncateBeforeTool`] | text and only a partial tool call | cancel the partial call, then continue as R1 |
 //! | R4 [`RecoveryPlan::WholeRestart`] | nothing usable | void the live parts (`stream_reset`) and retry from scratch |
+//! | R4 [`RecoveryPlan::WholeRestart`] | R2 on a model that needs signed reasoning, without it | as above: never send a tool-use turn without its signed thinking |
+//!
+//! A model with signed reasoning (Anthropic extended thinking) rejects a tool-use turn that
+//! does not start with its thinking block and the signature the provider gave it. Reasoning
+//! is captured with its provider metadata (the signature) and restored with the step; a
+//! snapshot that lost it — the signature never arrived, or the step was rebuilt from what
+//! clients were sent — cannot finish as a tool-use step and restarts instead.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::accumulate::StepAccumulator;
+use crate::accumulate::{Block, StepAccumulator};
 
 /// A tool call as captured in a snapshot or checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,9 +30,21 @@ pub struct CapturedCall {
     pub args: String,
 }
 
+/// A reasoning block as captured in a snapshot or checkpoint, with the provider metadata
+/// (e.g. Anthropic's signature) needed to send it back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapturedReasoning {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_metadata: Option<Value>,
+}
+
 /// What a failed stream left behind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamSnapshot {
+    /// Reasoning blocks, in order; they come before the text.
+    #[serde(default)]
+    pub reasoning: Vec<CapturedReasoning>,
     pub partial_text: String,
     /// Calls whose arguments completed and parse as JSON.
     pub completed_calls: Vec<CapturedCall>,
@@ -40,6 +60,14 @@ impl StreamSnapshot {
             partial_text: acc.text(),
             ..Self::default()
         };
+        for block in &acc.blocks {
+            if let Block::Reasoning { text, metadata } = block {
+                snapshot.reasoning.push(CapturedReasoning {
+                    text: text.clone(),
+                    provider_metadata: metadata.clone(),
+                });
+            }
+        }
         for call in acc.tool_calls().filter(|c| !c.provider_executed) {
             let captured = CapturedCall {
                 tool_call_id: call.tool_call_id.clone(),
@@ -55,6 +83,16 @@ impl StreamSnapshot {
         }
         snapshot.bytes_received += snapshot.partial_text.len();
         snapshot
+    }
+
+    /// Whether the snapshot holds reasoning that can be sent back as the provider gave it:
+    /// at least one block, each with its provider metadata (signature).
+    pub fn has_signed_reasoning(&self) -> bool {
+        !self.reasoning.is_empty()
+            && self
+                .reasoning
+                .iter()
+                .all(|r| r.provider_metadata.as_ref().is_some_and(|m| !m.is_null()))
     }
 }
 
@@ -80,8 +118,21 @@ pub enum RecoveryPlan {
     WholeRestart,
 }
 
-/// Picks the recovery plan for a snapshot.
-pub fn choose_plan(snapshot: &StreamSnapshot) -> RecoveryPlan {
+/// Picks the recovery plan for a snapshot. `signed_reasoning` says the model rejects a
+/// tool-use turn without its signed reasoning
+/// ([`keel_core::LanguageModel::requires_signed_reasoning`]).
+pub fn choose_plan(snapshot: &StreamSnapshot, signed_reasoning: bool) -> RecoveryPlan {
+    match plan_content(snapshot) {
+        RecoveryPlan::SynthesizeToolUse { .. }
+            if signed_reasoning && !snapshot.has_signed_reasoning() =>
+        {
+            RecoveryPlan::WholeRestart
+        }
+        plan => plan,
+    }
+}
+
+fn plan_content(snapshot: &StreamSnapshot) -> RecoveryPlan {
     let has_text = !snapshot.partial_text.trim().is_empty();
     if !snapshot.completed_calls.is_empty() {
         return RecoveryPlan::SynthesizeToolUse {
@@ -119,7 +170,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            choose_plan(&s),
+            choose_plan(&s, false),
             RecoveryPlan::ContinueText {
                 prefix: "Hello wor".into()
             }
@@ -132,10 +183,10 @@ mod tests {
             partial_text: "x".into(),
             completed_calls: vec![call("a", "{}")],
             in_flight: Some(call("b", "{\"pa")),
-            bytes_received: 0,
+            ..Default::default()
         };
         assert_eq!(
-            choose_plan(&s),
+            choose_plan(&s, false),
             RecoveryPlan::SynthesizeToolUse {
                 cancelled: Some(call("b", "{\"pa"))
             }
@@ -150,7 +201,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            choose_plan(&s),
+            choose_plan(&s, false),
             RecoveryPlan::TruncateBeforeTool { .. }
         ));
     }
@@ -158,19 +209,22 @@ mod tests {
     #[test]
     fn nothing_usable_restarts() {
         assert_eq!(
-            choose_plan(&StreamSnapshot::default()),
+            choose_plan(&StreamSnapshot::default(), false),
             RecoveryPlan::WholeRestart
         );
         let only_partial = StreamSnapshot {
             in_flight: Some(call("b", "{")),
             ..Default::default()
         };
-        assert_eq!(choose_plan(&only_partial), RecoveryPlan::WholeRestart);
+        assert_eq!(
+            choose_plan(&only_partial, false),
+            RecoveryPlan::WholeRestart
+        );
         let blank = StreamSnapshot {
             partial_text: "  \n".into(),
             ..Default::default()
         };
-        assert_eq!(choose_plan(&blank), RecoveryPlan::WholeRestart);
+        assert_eq!(choose_plan(&blank, false), RecoveryPlan::WholeRestart);
     }
 
     #[test]
@@ -178,5 +232,60 @@ mod tests {
         assert!(!args_are_json("{\"path\": \"a"));
         assert!(args_are_json("{\"path\": \"a\"}"));
         assert!(args_are_json(""));
+    }
+
+    fn signed(text: &str) -> CapturedReasoning {
+        CapturedReasoning {
+            text: text.into(),
+            provider_metadata: Some(serde_json::json!({"anthropic": {"signature": "sig"}})),
+        }
+    }
+
+    fn tool_step(reasoning: Vec<CapturedReasoning>) -> StreamSnapshot {
+        StreamSnapshot {
+            reasoning,
+            completed_calls: vec![call("a", "{}")],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_tool_step_with_its_signed_reasoning_synthesizes_tool_use() {
+        let s = tool_step(vec![signed("think")]);
+        assert!(matches!(
+            choose_plan(&s, true),
+            RecoveryPlan::SynthesizeToolUse { .. }
+        ));
+    }
+
+    #[test]
+    fn a_tool_step_that_lost_its_signed_reasoning_restarts() {
+        let unsigned = CapturedReasoning {
+            text: "think".into(),
+            provider_metadata: None,
+        };
+        for reasoning in [vec![], vec![unsigned.clone()], vec![signed("a"), unsigned]] {
+            let s = tool_step(reasoning);
+            assert_eq!(choose_plan(&s, true), RecoveryPlan::WholeRestart, "{s:?}");
+            assert!(
+                matches!(
+                    choose_plan(&s, false),
+                    RecoveryPlan::SynthesizeToolUse { .. }
+                ),
+                "models without signed reasoning keep the calls"
+            );
+        }
+    }
+
+    #[test]
+    fn text_continues_whatever_became_of_the_reasoning() {
+        let s = StreamSnapshot {
+            partial_text: "Hello wor".into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            choose_plan(&s, true),
+            RecoveryPlan::ContinueText { .. }
+        ));
     }
 }

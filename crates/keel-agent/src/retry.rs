@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use rand::Rng;
+use rand::{Rng, RngExt};
 
 /// Retry limits, from the `[runs]` configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

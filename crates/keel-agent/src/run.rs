@@ -248,7 +248,7 @@ impl Runner {
         }
         let rng = match options.jitter_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
-            None => StdRng::from_os_rng(),
+            None => rand::make_rng(),
         };
         Self {
             options,
@@ -555,7 +555,8 @@ impl Runner {
             finish_reason: acc.finish_reason.unwrap_or_default(),
             interrupted,
             pending_tool_calls: Vec::new(),
-            provider_response_id: acc.response_id.clone(),
+            // An interrupted step is not what the provider stored: never chain onto it.
+            provider_response_id: acc.response_id.clone().filter(|_| !interrupted),
         }
     }
 

@@ -73,6 +73,9 @@ impl Runner {
         match compaction.hooks.commit_summary(record).await {
             Ok(fresh) => {
                 *history = fresh;
+                // The stored response chain holds everything the summary replaced: later
+                // steps start from the summary, never from that chain.
+                self.options.call_options.previous_response_id = None;
                 Ok(Compacted::Done)
             }
             Err(PersistError::Interrupted) => Ok(Compacted::Interrupted),

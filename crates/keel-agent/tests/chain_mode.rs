@@ -213,3 +213,60 @@ async fn other_retryable_errors_leave_chain_state_alone() {
     );
     assert_eq!(second.messages, chain_filtered());
 }
+
+fn answered_with_id(id: &str) -> Reply {
+    Reply::Stream(
+        [
+            vec![keel_core::StreamEvent::ResponseId { id: id.into() }],
+            text("t", "ok"),
+            vec![finish(FinishReason::Stop)],
+        ]
+        .concat(),
+        Ending::Done,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_finished_in_one_attempt_records_its_response_id() {
+    let model = ScriptedModel::new(vec![answered_with_id("resp_1")]);
+    let persister = RecordingPersister::new();
+    let options = RunOptions::new(model, vec![user("hi")], persister.clone());
+    run(options, Cancel::new()).await.unwrap();
+    assert_eq!(
+        persister.steps()[0].provider_response_id.as_deref(),
+        Some("resp_1")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_step_records_no_response_id_to_chain_onto() {
+    let model = ScriptedModel::new(vec![
+        Reply::Fail(provider_error(ErrorKind::Server, "503")),
+        answered_with_id("resp_2"),
+    ]);
+    let persister = RecordingPersister::new();
+    let mut options = RunOptions::new(model, vec![user("hi")], persister.clone());
+    options.jitter_seed = Some(1);
+    run(options, Cancel::new()).await.unwrap();
+    assert_eq!(persister.steps()[0].provider_response_id, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_continued_step_records_no_response_id_to_chain_onto() {
+    let cut = Reply::Stream(
+        [
+            vec![keel_core::StreamEvent::ResponseId {
+                id: "resp_a".into(),
+            }],
+            text("t", "Hello wor"),
+        ]
+        .concat(),
+        Ending::Fail(provider_error(ErrorKind::Connection, "reset")),
+    );
+    let model = ScriptedModel::new(vec![cut, answered_with_id("resp_b")]);
+    let persister = RecordingPersister::new();
+    let mut options = RunOptions::new(model, vec![user("hi")], persister.clone());
+    options.jitter_seed = Some(1);
+    run(options, Cancel::new()).await.unwrap();
+    assert_eq!(persister.steps()[0].provider_response_id, None);
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use keel_agent::checkpoint::CheckpointError;
-use keel_agent::recovery::CapturedCall;
+use keel_agent::recovery::{CapturedCall, CapturedReasoning};
 use keel_agent::{
     CheckpointStore, Checkpointing, LiveEvent, MemoryCheckpoints, RetryNotice, RunError,
     RunOptions, RunOutcome, StreamCheckpoint, ToolOutput, run,
@@ -643,6 +643,7 @@ async fn resume_from_text_checkpoint_continues_and_deletes_it() {
             run_id: "old-run".into(),
             chat_id: "chat-1".into(),
             model: "scripted-1".into(),
+            reasoning: vec![],
             partial_text: "Hello".into(),
             completed_calls: vec![],
             in_flight: None,
@@ -685,6 +686,7 @@ async fn resume_from_completed_tool_checkpoint_never_opens_a_stream() {
             run_id: "old-run".into(),
             chat_id: "chat-1".into(),
             model: "scripted-1".into(),
+            reasoning: vec![],
             partial_text: "Reading.".into(),
             completed_calls: vec![CapturedCall {
                 tool_call_id: "c1".into(),
@@ -707,4 +709,151 @@ async fn resume_from_completed_tool_checkpoint_never_opens_a_stream() {
     assert_eq!(step.messages[0].text(), "Reading.");
     assert_eq!(step.messages[1].parts[0].tool_call_id(), Some("c1"));
     assert!(store.get("chat-1").is_none());
+}
+
+fn tool_checkpoint(reasoning: Vec<CapturedReasoning>) -> StreamCheckpoint {
+    StreamCheckpoint {
+        run_id: "old-run".into(),
+        chat_id: "chat-1".into(),
+        model: "scripted-1".into(),
+        reasoning,
+        partial_text: String::new(),
+        completed_calls: vec![CapturedCall {
+            tool_call_id: "c1".into(),
+            tool_name: "read_file".into(),
+            args: r#"{"path":"a"}"#.into(),
+        }],
+        in_flight: None,
+        saved_at: chrono::Utc::now(),
+    }
+}
+
+fn signed_thinking() -> CapturedReasoning {
+    CapturedReasoning {
+        text: "I should read a".into(),
+        provider_metadata: Some(serde_json::json!({"anthropic": {"signature": "sig-1"}})),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_tool_step_sends_its_signed_reasoning_back_first() {
+    let model = ScriptedModel::requiring_signed_reasoning(vec![]);
+    let store = Arc::new(MemoryCheckpoints::default());
+    store
+        .save(&tool_checkpoint(vec![signed_thinking()]))
+        .await
+        .unwrap();
+    let persister = RecordingPersister::new();
+    let mut options = options(model.clone(), persister.clone());
+    options.tools = vec![FnTool::noop("read_file")];
+    options.checkpointing = Some(checkpointing(store.clone()));
+    options.max_steps = 1;
+    run(options, Cancel::new()).await.unwrap();
+
+    assert!(model.calls().is_empty(), "finished as a tool-use step");
+    let assistant = &persister.steps()[0].messages[0];
+    match &assistant.parts[0].kind {
+        keel_core::PartKind::Reasoning {
+            text,
+            provider_metadata,
+        } => {
+            assert_eq!(text, "I should read a");
+            assert_eq!(
+                provider_metadata.as_ref().unwrap()["anthropic"]["signature"],
+                "sig-1"
+            );
+        }
+        other => panic!("the step starts with {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_tool_step_without_its_signature_restarts_instead_of_sending_it_unsigned() {
+    let model = ScriptedModel::requiring_signed_reasoning(vec![Reply::Stream(
+        [text("t", "fresh"), vec![finish(FinishReason::Stop)]].concat(),
+        Ending::Done,
+    )]);
+    let store = Arc::new(MemoryCheckpoints::default());
+    let unsigned = CapturedReasoning {
+        text: "I should read a".into(),
+        provider_metadata: None,
+    };
+    store.save(&tool_checkpoint(vec![unsigned])).await.unwrap();
+    let persister = RecordingPersister::new();
+    let mut options = options(model.clone(), persister.clone());
+    options.tools = vec![FnTool::noop("read_file")];
+    options.checkpointing = Some(checkpointing(store.clone()));
+    let sink = with_sink(&mut options);
+    run(options, Cancel::new()).await.unwrap();
+
+    assert_eq!(model.calls().len(), 1, "the step was streamed again");
+    assert_eq!(final_text(&persister), "fresh");
+    let steps = persister.steps();
+    assert_eq!(steps.len(), 1);
+    assert!(steps[0].messages[0].tool_calls().next().is_none());
+    assert_eq!(sink.events()[0], LiveEvent::StreamReset);
+}
+
+fn cut_after(text_so_far: &str) -> Reply {
+    Reply::Stream(
+        vec![StreamEvent::TextDelta {
+            id: "t".into(),
+            delta: text_so_far.into(),
+        }],
+        Ending::Fail(connection_reset()),
+    )
+}
+
+fn answering(text: &str) -> Reply {
+    Reply::Stream(
+        [
+            vec![StreamEvent::TextDelta {
+                id: "t2".into(),
+                delta: text.into(),
+            }],
+            vec![finish(FinishReason::Stop)],
+        ]
+        .concat(),
+        Ending::Done,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_continuation_that_restarts_the_reply_is_never_stitched_on() {
+    let full = "The leaves fall, adding to the forest floor.";
+    let model = ScriptedModel::new(vec![
+        cut_after("The leaves fall, adding to the"),
+        answering("The forest transforms into gold."),
+        answering(full),
+    ]);
+    let persister = RecordingPersister::new();
+    let mut options = options(model.clone(), persister.clone());
+    let sink = with_sink(&mut options);
+    run(options, Cancel::new()).await.unwrap();
+
+    assert_eq!(final_text(&persister), full, "no stitched restart");
+    let calls = model.calls();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls[2].messages.len(), 1, "the step from scratch");
+    let events = sink.events();
+    assert!(events.contains(&LiveEvent::StreamReset));
+    assert!(
+        !events.contains(&LiveEvent::TextDelta {
+            delta: "The forest transforms into gold.".into()
+        }),
+        "the restarted continuation was never shown"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_continuation_that_brings_the_seam_whitespace_again_is_not_doubled() {
+    let model = ScriptedModel::new(vec![
+        cut_after("Hello "),
+        answering(" world, and everyone in it."),
+    ]);
+    let persister = RecordingPersister::new();
+    run(options(model, persister.clone()), Cancel::new())
+        .await
+        .unwrap();
+    assert_eq!(final_text(&persister), "Hello world, and everyone in it.");
 }

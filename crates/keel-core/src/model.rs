@@ -32,6 +32,13 @@ pub trait LanguageModel: Send + Sync {
         false
     }
 
+    /// Whether a tool-use turn sent back to this model must start with the reasoning the
+    /// provider signed (Anthropic extended thinking). A step whose signed reasoning cannot be
+    /// restored is then restarted rather than finished as a tool-use step.
+    fn requires_signed_reasoning(&self, _options: &CallOptions) -> bool {
+        false
+    }
+
     /// Provider-specific preparation of a prompt *copy* right before a call, e.g. prompt
     /// cache markers. Never applied to stored history.
     fn prepare_prompt(&self, _messages: &mut [Message]) {}

@@ -29,10 +29,12 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
             return errors::invalid(Flavor::Anthropic, &format!("invalid JSON: {error}"));
         }
     };
+    state.record_request("/v1/messages", &request);
     if state.config.strict
-        && let Err(rejection) = rules::check(rules::anthropic::RULES, &request)
+        && let Err(violation) = rules::check(rules::anthropic::RULES, &request)
+            .and_then(|()| rules::thinking::check(&request))
     {
-        return errors::rejected(Flavor::Anthropic, &rejection);
+        return violation.response(Flavor::Anthropic);
     }
     let model = request["model"].as_str().unwrap_or("mock");
     let reply = match plan(&conversation(&request), model, &state) {
@@ -144,7 +146,7 @@ fn message(reply: &Reply) -> Value {
     let mut content = Vec::new();
     if !reply.reasoning.is_empty() {
         content.push(json!({"type": "thinking", "thinking": reply.reasoning(),
-                            "signature": reply.signature()}));
+                            "signature": rules::thinking::sign(&reply.reasoning())}));
     }
     if !reply.text.is_empty() {
         content.push(json!({"type": "text", "text": reply.text()}));
@@ -228,7 +230,7 @@ impl Encoder for Events {
             }
             Piece::ReasoningEnd => {
                 let signature =
-                    self.delta(json!({"type": "signature_delta", "signature": reply.signature()}));
+                    self.delta(json!({"type": "signature_delta", "signature": rules::thinking::sign(&reply.reasoning())}));
                 return vec![signature, self.block_stop()];
             }
             Piece::TextStart => self.block_start(json!({"type": "text", "text": ""})),

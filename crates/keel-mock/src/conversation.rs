@@ -73,12 +73,14 @@ impl Conversation {
     /// A request to continue a partial reply: the conversation ends in an assistant turn
     /// with text (native prefill), or in such a turn followed by an instruction to continue.
     pub fn continuation(&self) -> Option<Continuation<'_>> {
-        let (prefix_at, prefix) = match self.items.as_slice() {
-            [.., Item::Assistant(prefix)] if !prefix.is_empty() => (self.items.len() - 1, prefix),
+        let (prefix_at, prefix, by_instruction) = match self.items.as_slice() {
+            [.., Item::Assistant(prefix)] if !prefix.is_empty() => {
+                (self.items.len() - 1, prefix, false)
+            }
             [.., Item::Assistant(prefix), Item::User(instruction)]
                 if !prefix.is_empty() && is_continue_instruction(instruction) =>
             {
-                (self.items.len() - 2, prefix)
+                (self.items.len() - 2, prefix, true)
             }
             _ => return None,
         };
@@ -97,6 +99,7 @@ impl Conversation {
             user_text,
             step: turns,
             prefix,
+            by_instruction,
         })
     }
 
@@ -125,6 +128,8 @@ pub(crate) struct Continuation<'a> {
     pub step: usize,
     /// What was already said.
     pub prefix: &'a str,
+    /// Asked by an instruction after the partial reply, not by native prefill.
+    pub by_instruction: bool,
 }
 
 /// Whether a user message is a client's request to continue a reply that was cut off.

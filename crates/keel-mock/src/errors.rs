@@ -40,18 +40,6 @@ pub(crate) fn invalid(flavor: Flavor, message: &str) -> Response {
     (StatusCode::BAD_REQUEST, Json(body)).into_response()
 }
 
-/// The `400` a real API answers to a request that breaks one of its rules.
-pub(crate) fn rejected(flavor: Flavor, rejection: &crate::rules::Rejection) -> Response {
-    let body = envelope(
-        flavor,
-        "invalid_request_error",
-        None,
-        &rejection.message,
-        rejection.param.as_deref(),
-    );
-    (StatusCode::BAD_REQUEST, Json(body)).into_response()
-}
-
 /// A scripted HTTP error.
 pub(crate) fn scripted(flavor: Flavor, error: &HttpError) -> Response {
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -28,10 +28,12 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         Ok(request) => request,
         Err(error) => return errors::invalid(Flavor::OpenAi, &format!("invalid JSON: {error}")),
     };
+    state.record_request("/v1/chat/completions", &request);
     if state.config.strict
-        && let Err(rejection) = rules::check(rules::openai_chat::RULES, &request)
+        && let Err(violation) = rules::check(rules::openai_chat::RULES, &request)
+            .and_then(|()| rules::prefill::check(&request))
     {
-        return errors::rejected(Flavor::OpenAi, &rejection);
+        return violation.response(Flavor::OpenAi);
     }
     let model = request["model"].as_str().unwrap_or("mock");
     let reply = match plan(&conversation(&request), model, &state) {

@@ -149,7 +149,9 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
         return Plan::Fail(error.clone());
     }
     let mut reply = build(&step, conversation, model, state, &active);
-    if let Some(c) = &continuation {
+    if let Some(c) = &continuation
+        && !(c.by_instruction && step.restart_on_continue)
+    {
         continue_after(&mut reply, c.prefix);
     }
     Plan::Reply(Box::new(reply))

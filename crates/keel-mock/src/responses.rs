@@ -8,10 +8,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State as Extract;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
@@ -30,19 +28,17 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         Ok(request) => request,
         Err(error) => return errors::invalid(Flavor::OpenAi, &format!("invalid JSON: {error}")),
     };
+    state.record_request("/v1/responses", &request);
     if state.config.strict
-        && let Err(rejection) = rules::check(rules::openai_responses::RULES, &request)
+        && let Err(violation) = rules::check(rules::openai_responses::RULES, &request)
+            .and_then(|()| rules::chain::check(&request, |id| state.stored_response(id).is_some()))
     {
-        return errors::rejected(Flavor::OpenAi, &rejection);
+        return violation.response(Flavor::OpenAi);
     }
     let previous = request["previous_response_id"].as_str();
-    let prior = match previous {
-        None => Vec::new(),
-        Some(id) => match state.stored_response(id) {
-            Some(items) => items,
-            None => return previous_not_found(id),
-        },
-    };
+    let prior = previous
+        .and_then(|id| state.stored_response(id))
+        .unwrap_or_default();
     let conversation = conversation(&request, prior);
     let model = request["model"].as_str().unwrap_or("mock");
     let reply = match plan(&conversation, model, &state) {
@@ -59,6 +55,7 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
     let context = Context {
         previous: previous.map(str::to_owned),
         store,
+        encrypted: rules::chain::returns_encrypted_reasoning(&request),
         created: unix_now(),
     };
     if request["stream"].as_bool().unwrap_or(false) {
@@ -72,21 +69,15 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         };
         driver::stream(reply, encoder, state.shutdown.clone())
     } else {
-        let body = response_object(&reply, &context, "completed", output(&reply), true);
+        let body = response_object(
+            &reply,
+            &context,
+            "completed",
+            output(&reply, &context),
+            true,
+        );
         driver::whole(&reply, body, Flavor::OpenAi, &state.shutdown).await
     }
-}
-
-fn previous_not_found(id: &str) -> Response {
-    let message = format!("Previous response with id '{id}' not found.");
-    let body = errors::envelope(
-        Flavor::OpenAi,
-        "invalid_request_error",
-        Some("previous_response_not_found"),
-        &message,
-        Some("previous_response_id"),
-    );
-    (StatusCode::BAD_REQUEST, Json(body)).into_response()
 }
 
 fn conversation(request: &Value, prior: Vec<Item>) -> Conversation {
@@ -166,6 +157,8 @@ fn call_item_id(reply: &Reply, index: usize) -> String {
 struct Context {
     previous: Option<String>,
     store: bool,
+    /// Reasoning carries `encrypted_content` only when the request included it.
+    encrypted: bool,
     created: u64,
 }
 
@@ -213,13 +206,16 @@ fn response_object(
     })
 }
 
-fn reasoning_item(reply: &Reply) -> Value {
-    json!({
+fn reasoning_item(reply: &Reply, context: &Context) -> Value {
+    let mut item = json!({
         "id": reasoning_id(reply),
         "type": "reasoning",
         "summary": [{"type": "summary_text", "text": reply.reasoning()}],
-        "encrypted_content": reply.signature(),
-    })
+    });
+    if context.encrypted {
+        item["encrypted_content"] = json!(reply.signature());
+    }
+    item
 }
 
 fn text_part(text: &str) -> Value {
@@ -248,10 +244,10 @@ fn call_item(reply: &Reply, index: usize, status: &str, arguments: &str) -> Valu
 }
 
 /// The complete output items, in stream order.
-fn output(reply: &Reply) -> Vec<Value> {
+fn output(reply: &Reply, context: &Context) -> Vec<Value> {
     let mut items = Vec::new();
     if !reply.reasoning.is_empty() {
-        items.push(reasoning_item(reply));
+        items.push(reasoning_item(reply, context));
     }
     if !reply.text.is_empty() {
         items.push(message_item(
@@ -343,7 +339,7 @@ impl Encoder for Events {
                     ),
                     self.event(
                         "response.output_item.done",
-                        json!({"output_index": output, "item": reasoning_item(reply)}),
+                        json!({"output_index": output, "item": reasoning_item(reply, &self.context)}),
                     ),
                 ]
             }
@@ -430,7 +426,13 @@ impl Encoder for Events {
             Finish::Length => ("response.incomplete", "incomplete"),
             _ => ("response.completed", "completed"),
         };
-        let response = response_object(reply, &self.context, status, output(reply), true);
+        let response = response_object(
+            reply,
+            &self.context,
+            status,
+            output(reply, &self.context),
+            true,
+        );
         vec![self.event(kind, json!({"response": response}))]
     }
 

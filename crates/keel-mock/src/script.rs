@@ -172,6 +172,10 @@ pub struct Step {
     /// Emit the protocol's in-stream error event after some tokens and end the stream.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_error: Option<StreamError>,
+    /// Asked by instruction to continue a cut reply, start it over instead, as small
+    /// models often do. A native prefill is still continued.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub restart_on_continue: bool,
 }
 
 impl Step {

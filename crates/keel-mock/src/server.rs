@@ -97,6 +97,12 @@ impl MockServer {
         self.state.attempts(script_id, step)
     }
 
+    /// The latest requests the server received (path and JSON body), oldest first; a few
+    /// dozen are kept.
+    pub fn recent_requests(&self) -> Vec<(String, serde_json::Value)> {
+        self.state.recent_requests()
+    }
+
     /// Stops the server and waits until it has closed.
     pub async fn shutdown(mut self) -> io::Result<()> {
         self.state.shutdown.cancel();

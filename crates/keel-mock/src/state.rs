@@ -16,8 +16,13 @@ pub(crate) struct State {
     pub shutdown: CancellationToken,
     attempts: Mutex<HashMap<(String, usize), u32>>,
     responses: Mutex<Stored>,
+    /// The latest requests, oldest first, for tests that check what a client sent.
+    requests: Mutex<VecDeque<(String, serde_json::Value)>>,
     seq: AtomicU64,
 }
+
+/// How many requests [`State::recent_requests`] keeps.
+const RECENT_REQUESTS: usize = 64;
 
 #[derive(Default)]
 struct Stored {
@@ -32,6 +37,7 @@ impl State {
             shutdown,
             attempts: Mutex::default(),
             responses: Mutex::default(),
+            requests: Mutex::default(),
             seq: AtomicU64::new(1),
         }
     }
@@ -53,6 +59,21 @@ impl State {
     pub fn attempts(&self, key: &str, step: usize) -> u32 {
         let attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
         attempts.get(&(key.to_owned(), step)).copied().unwrap_or(0)
+    }
+
+    /// Keeps a request body for [`Self::recent_requests`]; only the latest few are kept.
+    pub fn record_request(&self, path: &str, body: &serde_json::Value) {
+        let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        if requests.len() >= RECENT_REQUESTS {
+            requests.pop_front();
+        }
+        requests.push_back((path.to_owned(), body.clone()));
+    }
+
+    /// The latest requests (path and JSON body), oldest first.
+    pub fn recent_requests(&self) -> Vec<(String, serde_json::Value)> {
+        let requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        requests.iter().cloned().collect()
     }
 
     /// Remembers the conversation up to and including a response.

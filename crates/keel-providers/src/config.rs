@@ -41,6 +41,16 @@ impl ProviderKind {
         }
     }
 
+    /// Anthropic continues a final assistant turn natively; Chat Completions servers differ,
+    /// so they are asked by instruction unless configured otherwise; the Responses API
+    /// cannot continue a partial reply at all.
+    pub fn default_continuation(self) -> Continuation {
+        match self {
+            ProviderKind::Anthropic => Continuation::Prefill,
+            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => Continuation::Prompt,
+        }
+    }
+
     pub fn default_base_url(self) -> &'static str {
         match self {
             ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => OPENAI_BASE_URL,
@@ -52,6 +62,39 @@ impl ProviderKind {
 impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// How a partial reply is continued after a cut stream (R1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Continuation {
+    /// The server continues the trailing assistant message natively: Anthropic's final
+    /// assistant turn; for Chat Completions servers the request ends with the partial
+    /// reply as the assistant message, marked `prefix: true` (DeepSeek) with
+    /// `continue_final_message: true` and `add_generation_prompt: false` (vLLM); llama.cpp's
+    /// server continues a trailing assistant message as it is.
+    Prefill,
+    /// The partial reply is followed by an instruction to continue; the loop checks the
+    /// seam and restarts the step when the model starts over.
+    Prompt,
+}
+
+impl Continuation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Continuation::Prefill => "prefill",
+            Continuation::Prompt => "prompt",
+        }
+    }
+
+    /// `prefill` or `prompt`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "prefill" => Some(Continuation::Prefill),
+            "prompt" => Some(Continuation::Prompt),
+            _ => None,
+        }
     }
 }
 
@@ -72,6 +115,9 @@ pub struct ProviderSettings {
     /// Sent with every request.
     #[serde(default)]
     pub extra_headers: BTreeMap<String, String>,
+    /// `None` uses the kind's default ([`ProviderKind::default_continuation`]).
+    #[serde(default)]
+    pub continuation: Option<Continuation>,
 }
 
 fn default_true() -> bool {
@@ -87,7 +133,13 @@ impl ProviderSettings {
             api_key: None,
             include_usage: true,
             extra_headers: BTreeMap::new(),
+            continuation: None,
         }
+    }
+
+    pub fn continuation(&self) -> Continuation {
+        self.continuation
+            .unwrap_or_else(|| self.kind.default_continuation())
     }
 
     pub fn base_url(&self) -> &str {
@@ -105,6 +157,7 @@ impl fmt::Debug for ProviderSettings {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("include_usage", &self.include_usage)
+            .field("continuation", &self.continuation)
             .field(
                 "extra_headers",
                 &self.extra_headers.keys().collect::<Vec<_>>(),
@@ -150,9 +203,11 @@ impl ProviderSettings {
 
 /// A client suited to streaming model replies: bounded connection set-up, TCP and HTTP/2
 /// keep-alive so a silently dead connection is noticed, and no overall request timeout,
-/// since a reply may stream for many minutes (stalls are the caller's to detect).
+/// since a reply may stream for many minutes (stalls are the caller's to detect). TLS as
+/// [`crate::tls`] sets it up.
 pub fn http_client() -> Result<reqwest::Client, ProviderBuildError> {
-    reqwest::Client::builder()
+    crate::tls::client_builder()
+        .map_err(|e| ProviderBuildError::HttpClient(e.to_string()))?
         .connect_timeout(Duration::from_secs(30))
         .tcp_keepalive(Duration::from_secs(30))
         .http2_keep_alive_interval(Duration::from_secs(30))
@@ -182,6 +237,13 @@ pub enum ProviderBuildError {
     InvalidHeader { provider: String, header: String },
     #[error("cannot create the HTTP client: {0}")]
     HttpClient(String),
+    #[error(
+        "provider {provider}: the {kind} protocol cannot continue a partial reply natively; use continuation = \"prompt\""
+    )]
+    PrefillUnsupported {
+        provider: String,
+        kind: ProviderKind,
+    },
 }
 
 /// Builds the model `upstream_model` of a provider. `http` is shared by all models; give it
@@ -210,6 +272,13 @@ pub fn build_model(
             kind: settings.kind,
         });
     }
+    let prefill = settings.continuation() == Continuation::Prefill;
+    if prefill && settings.kind == ProviderKind::OpenAiResponses {
+        return Err(ProviderBuildError::PrefillUnsupported {
+            provider: settings.name.clone(),
+            kind: settings.kind,
+        });
+    }
     let (base_url, had_version) = endpoint_base(settings.kind, base_url);
     if had_version {
         tracing::warn!(provider = %settings.name, base_url = %settings.base_url(),
@@ -222,9 +291,11 @@ pub fn build_model(
         http,
     };
     Ok(match settings.kind {
-        ProviderKind::OpenAiChat => Arc::new(OpenAiChat::new(endpoint, settings.include_usage)),
+        ProviderKind::OpenAiChat => {
+            Arc::new(OpenAiChat::new(endpoint, settings.include_usage).with_prefill(prefill))
+        }
         ProviderKind::OpenAiResponses => Arc::new(OpenAiResponses::new(endpoint)),
-        ProviderKind::Anthropic => Arc::new(Anthropic::new(endpoint)),
+        ProviderKind::Anthropic => Arc::new(Anthropic::new(endpoint).with_prefill(prefill)),
     })
 }
 

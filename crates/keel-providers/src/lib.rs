@@ -11,11 +11,14 @@
 //! * [`http`]: the request/response plumbing shared by all adapters and the mapping of every
 //!   failure onto [`keel_core::classify`];
 //! * [`openai_chat`], [`openai_responses`], [`anthropic`]: one module per wire protocol, each
-//!   split into a request builder and a pure decoder.
+//!   split into a request builder and a pure decoder;
+//! * [`tls`]: the trust set-up every outgoing HTTPS client of Keel is built with.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use futures::StreamExt;
+//! // Once per process, before any HTTP client is built.
+//! let _ = rustls::crypto::ring::default_provider().install_default();
 //! use keel_core::{Cancel, Message, ModelCall, StreamEvent};
 //! use keel_providers::{ProviderKind, ProviderSettings, build_model, http_client};
 //!
@@ -46,8 +49,11 @@ pub mod keepalive;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod sse;
+pub mod tls;
 
-pub use config::{ProviderBuildError, ProviderKind, ProviderSettings, build_model, http_client};
+pub use config::{
+    Continuation, ProviderBuildError, ProviderKind, ProviderSettings, build_model, http_client,
+};
 pub use http::ErrorContext;
 /// The HTTP client crate the adapters are built on, so callers construct a compatible
 /// [`reqwest::Client`].

@@ -433,6 +433,21 @@ fn a_trailing_assistant_message_is_sent_as_native_prefill() {
 }
 
 #[test]
+fn with_continuation_by_prompt_a_trailing_assistant_message_gets_an_instruction() {
+    let call = ModelCall {
+        messages: vec![
+            Message::user("write a poem"),
+            Message::assistant("Roses are"),
+        ],
+        ..ModelCall::default()
+    };
+    let body = keel_providers::anthropic::build_continuing(&call, "m", false);
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3);
+    assert_eq!(messages[2]["role"], "user");
+}
+
+#[test]
 fn with_thinking_a_trailing_assistant_message_is_continued_by_instruction() {
     let body = build_request(
         &ModelCall {

@@ -2,6 +2,17 @@
 
 use keel_providers::{ProviderBuildError, ProviderKind, ProviderSettings, build_model};
 
+/// A plain HTTP client on the process's rustls crypto provider, which the `keel` binary
+/// installs in `main`; reqwest needs one to build any client.
+fn client() -> reqwest::Client {
+    install_crypto_provider();
+    reqwest::Client::new()
+}
+
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 #[test]
 fn provider_kinds_use_the_config_spelling() {
     for (kind, text) in [
@@ -55,7 +66,7 @@ fn builds_every_kind() {
     ] {
         let mut settings = ProviderSettings::new("p", kind);
         settings.api_key = Some("key".into());
-        let model = build_model(&settings, "upstream", reqwest::Client::new()).unwrap();
+        let model = build_model(&settings, "upstream", client()).unwrap();
         assert_eq!(model.provider(), "p");
         assert_eq!(model.model(), "upstream");
         assert_eq!(model.supports_prefill(), kind == ProviderKind::Anthropic);
@@ -64,7 +75,7 @@ fn builds_every_kind() {
 
 #[test]
 fn bad_settings_are_named() {
-    let client = reqwest::Client::new();
+    let client = client();
     let official = ProviderSettings::new("openai", ProviderKind::OpenAiChat);
     assert!(matches!(
         build_model(&official, "m", client.clone()),
@@ -135,6 +146,7 @@ fn providers_from_the_usual_environment_variables() {
 
 #[test]
 fn the_default_http_client_builds_models() {
+    install_crypto_provider();
     let client = keel_providers::http_client().unwrap();
     let mut settings = ProviderSettings::new("a", ProviderKind::Anthropic);
     settings.api_key = Some("k".into());

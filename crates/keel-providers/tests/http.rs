@@ -18,6 +18,17 @@ use keel_providers::anthropic::AnthropicDecoder;
 use keel_providers::openai_chat::ChatDecoder;
 use keel_providers::openai_responses::ResponsesDecoder;
 use keel_providers::{ProviderKind, ProviderSettings, build_model};
+
+/// A plain HTTP client on the process's rustls crypto provider, which the `keel` binary
+/// installs in `main`; reqwest needs one to build any client.
+fn client() -> reqwest::Client {
+    install_crypto_provider();
+    reqwest::Client::new()
+}
+
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 use serde_json::json;
 
 /// Bounds every wait so a regression fails instead of hanging the suite.
@@ -30,7 +41,7 @@ fn model(server: &TestServer, kind: ProviderKind) -> Arc<dyn LanguageModel> {
     settings
         .extra_headers
         .insert("x-extra".into(), "yes".into());
-    build_model(&settings, "test-model", reqwest::Client::new()).unwrap()
+    build_model(&settings, "test-model", client()).unwrap()
 }
 
 fn call() -> ModelCall {
@@ -106,7 +117,7 @@ async fn include_usage_is_omitted_when_switched_off() {
     let mut settings = ProviderSettings::new("local", ProviderKind::OpenAiChat);
     settings.base_url = Some(format!("{}/", server.base_url));
     settings.include_usage = false;
-    let model = build_model(&settings, "llama", reqwest::Client::new()).unwrap();
+    let model = build_model(&settings, "llama", client()).unwrap();
     let events = collect(model.as_ref()).await;
     assert!(common::has_finish(&events));
     let request = &server.requests()[0];
@@ -317,7 +328,7 @@ async fn a_refused_connection_is_a_connection_error() {
     drop(listener);
     let mut settings = ProviderSettings::new("gone", ProviderKind::OpenAiChat);
     settings.base_url = Some(format!("http://{addr}/v1"));
-    let model = build_model(&settings, "m", reqwest::Client::new()).unwrap();
+    let model = build_model(&settings, "m", client()).unwrap();
     let error = start_error(model.as_ref()).await;
     assert_eq!(error.kind, ErrorKind::Connection, "{}", error.message);
     assert_eq!(error.provider, "gone");

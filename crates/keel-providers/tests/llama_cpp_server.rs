@@ -22,6 +22,11 @@ use keel_core::{
 use keel_providers::{ProviderKind, ProviderSettings, build_model, http_client};
 use serde_json::json;
 
+/// The process's rustls crypto provider, which the `keel` binary installs in `main`.
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 const URL_VAR: &str = "KEEL_TEST_LLAMA_CPP_URL";
 const N_CTX_VAR: &str = "KEEL_TEST_LLAMA_CPP_N_CTX";
 
@@ -53,6 +58,7 @@ fn n_ctx() -> usize {
 fn model(base_url: &str) -> Arc<dyn LanguageModel> {
     let mut settings = ProviderSettings::new("llama-cpp", ProviderKind::OpenAiChat);
     settings.base_url = Some(base_url.to_owned());
+    install_crypto_provider();
     build_model(&settings, "smollm2", http_client().unwrap()).unwrap()
 }
 
@@ -207,6 +213,7 @@ async fn overflow_without_streaming(base_url: &str, prompt: &str) -> (u16, Strin
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": 16,
     });
+    install_crypto_provider();
     let response = http_client()
         .unwrap()
         .post(format!(

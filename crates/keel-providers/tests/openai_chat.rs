@@ -361,6 +361,7 @@ fn include_usage_can_be_switched_off_and_the_limit_renamed() {
             include_usage: false,
             legacy_max_tokens: false,
             reasoning_content: false,
+            prefill: false,
         },
     );
     assert!(body.get("stream_options").is_none());
@@ -389,6 +390,40 @@ fn a_trailing_assistant_message_is_continued_by_instruction() {
     assert_eq!(messages[2]["role"], "user");
     let instruction = messages[2]["content"].as_str().unwrap().to_lowercase();
     assert!(instruction.contains("continue") && instruction.contains("without repeating"));
+}
+
+#[test]
+fn with_prefill_a_trailing_assistant_message_is_continued_natively() {
+    let call = ModelCall {
+        messages: vec![
+            Message::user("write a poem"),
+            Message::assistant("Roses are"),
+        ],
+        ..ModelCall::default()
+    };
+    let options = ChatRequestOptions {
+        prefill: true,
+        ..ChatRequestOptions::default()
+    };
+    let body = build_request(&call, "m", options);
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": "write a poem"},
+            {"role": "assistant", "content": "Roses are", "prefix": true},
+        ]),
+        "DeepSeek's prefix; llama.cpp continues the last assistant message"
+    );
+    assert_eq!(body["continue_final_message"], true, "vLLM");
+    assert_eq!(body["add_generation_prompt"], false, "vLLM");
+
+    let fresh = ModelCall {
+        messages: vec![Message::user("hi")],
+        ..ModelCall::default()
+    };
+    let body = build_request(&fresh, "m", options);
+    assert!(body.get("continue_final_message").is_none());
+    assert!(body.get("add_generation_prompt").is_none());
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Bearer tokens: generated once, stored only as SHA-256.
 
-use rand::RngCore;
+use rand::Rng;
 use sha2::{Digest, Sha256};
 
 /// A new random token, shown to the user once.

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use keel_providers::Continuation;
 use serde::Deserialize;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
@@ -78,6 +79,11 @@ pub struct ProviderEntry {
     /// Send `stream_options.include_usage` (openai-chat); some servers reject it.
     #[serde(default = "yes")]
     pub include_usage: bool,
+    /// How a cut reply is continued: `prefill` (the server continues the partial reply
+    /// natively) or `prompt` (an instruction to continue, with the seam checked). Default:
+    /// `prefill` for anthropic, `prompt` otherwise.
+    #[serde(default)]
+    pub continuation: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -408,6 +414,23 @@ fn resolve_providers(
                     format!("`{url}` is not an http(s) URL"),
                 ));
             }
+            if let Some(continuation) = &entry.continuation {
+                match Continuation::parse(continuation) {
+                    None => {
+                        return Err(ConfigError::invalid(
+                            key("continuation"),
+                            format!("`{continuation}` is not one of prefill, prompt"),
+                        ));
+                    }
+                    Some(Continuation::Prefill) if entry.kind == "openai-responses" => {
+                        return Err(ConfigError::invalid(
+                            key("continuation"),
+                            "the Responses API cannot continue a partial reply; use prompt",
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
             let api_key = match &entry.api_key_env {
                 Some(var) => Some(env.var(var).ok_or_else(|| {
                     ConfigError::invalid(
@@ -618,6 +641,7 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
             base_url: env.var("OPENAI_BASE_URL"),
             api_key_env: Some("OPENAI_API_KEY".into()),
             include_usage: true,
+            continuation: None,
         });
         models.push(model("gpt-4.1", "openai", 1_047_576, true));
         models.push(model("gpt-4.1-mini", "openai", 1_047_576, false));
@@ -630,6 +654,7 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
             base_url: env.var("ANTHROPIC_BASE_URL"),
             api_key_env: Some("ANTHROPIC_API_KEY".into()),
             include_usage: true,
+            continuation: None,
         });
         let mut sonnet = model("claude-sonnet-4-5", "anthropic", 200_000, first);
         sonnet.max_output_tokens = Some(8192);
@@ -742,6 +767,14 @@ workspace = "./workspace"
             ("database = \"mysql://x\"", "database"),
             ("[tools]\nbuiltin = [\"rm_rf\"]", "tools.builtin[0]"),
             (
+                "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"http://h\"\ncontinuation = \"guess\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].continuation",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\nbase_url = \"http://h\"\ncontinuation = \"prefill\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].continuation",
+            ),
+            (
                 "[[providers]]\nname = \"p\"\nkind = \"gemini\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
                 "providers[0].kind",
             ),
@@ -843,6 +876,7 @@ workspace = "./workspace"
         "command",
         "compaction_threshold",
         "context_limit",
+        "continuation",
         "database",
         "default",
         "env",

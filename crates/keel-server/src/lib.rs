@@ -2,6 +2,8 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+#[cfg(test)]
+mod config_docs;
 pub mod hub;
 pub mod live;
 pub mod metrics;

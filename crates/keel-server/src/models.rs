@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use keel_core::{CallOptions, LanguageModel};
-use keel_providers::{ProviderKind, ProviderSettings, build_model};
+use keel_providers::{Continuation, ProviderKind, ProviderSettings, build_model};
 
 use crate::config::{Config, ModelEntry};
 
@@ -100,6 +100,11 @@ impl ModelRegistry {
             settings.base_url = provider.entry.base_url.clone();
             settings.api_key = provider.api_key.clone();
             settings.include_usage = provider.entry.include_usage;
+            settings.continuation = provider
+                .entry
+                .continuation
+                .as_deref()
+                .and_then(Continuation::parse);
             let model = build_model(&settings, &entry.model, http.clone())
                 .map_err(|source| ModelsError::Build { index, source })?;
             handles.push(ModelHandle {

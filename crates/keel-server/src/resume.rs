@@ -5,7 +5,7 @@
 //! then contains what was streamed before the crash exactly once.
 
 use keel_agent::StreamSnapshot;
-use keel_agent::recovery::{CapturedCall, args_are_json};
+use keel_agent::recovery::{CapturedCall, CapturedReasoning, args_are_json};
 use keel_core::{Part, PartKind, Role};
 use keel_store::PendingToolCall;
 use serde_json::Value;
@@ -15,6 +15,7 @@ use crate::live::from_log;
 /// Replays logged payloads (in sequence order) into a snapshot of the step.
 pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> StreamSnapshot {
     let mut text = String::new();
+    let mut reasoning = String::new();
     let mut calls: Vec<(CapturedCall, bool)> = Vec::new();
     for value in payloads {
         let Some((event, data)) = from_log(value) else {
@@ -23,7 +24,11 @@ pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> S
         match event {
             "stream_reset" => {
                 text.clear();
+                reasoning.clear();
                 calls.clear();
+            }
+            _ if data["role"] == "assistant" && data["part"]["type"] == "reasoning" => {
+                reasoning.push_str(data["part"]["text"].as_str().unwrap_or_default());
             }
             "tool_call_cancel" => {
                 let id = data["tool_call_id"].as_str().unwrap_or_default();
@@ -37,6 +42,13 @@ pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> S
         partial_text: text,
         ..StreamSnapshot::default()
     };
+    // What clients were sent of the reasoning carries no signature.
+    if !reasoning.is_empty() {
+        snapshot.reasoning.push(CapturedReasoning {
+            text: reasoning,
+            provider_metadata: None,
+        });
+    }
     for (call, complete) in calls {
         snapshot.bytes_received += call.args.len();
         if complete && args_are_json(&call.args) {
@@ -46,6 +58,24 @@ pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> S
         }
     }
     snapshot
+}
+
+/// The reasoning a step resumed from the log continues with: the loop's own checkpoint
+/// keeps it with its provider metadata (signatures), the log only as text. The
+/// checkpoint's is taken when it is the same reasoning, so signed thinking survives a crash;
+/// otherwise the log's unsigned text stands, and the recovery plan knows it cannot be sent
+/// back as signed.
+pub fn signed_reasoning(
+    from_log: &[CapturedReasoning],
+    checkpoint: &[CapturedReasoning],
+) -> Vec<CapturedReasoning> {
+    let text =
+        |blocks: &[CapturedReasoning]| blocks.iter().map(|r| r.text.as_str()).collect::<String>();
+    if !checkpoint.is_empty() && text(checkpoint) == text(from_log) {
+        checkpoint.to_vec()
+    } else {
+        from_log.to_vec()
+    }
 }
 
 /// The client-side tool calls a crashed owner committed but never handed to the client: the
@@ -201,5 +231,37 @@ mod tests {
         // Answered already (the last message is the tool's), or not the model's turn.
         assert!(unhanded_client_calls(Some((Role::Tool, &parts)), &tools).is_empty());
         assert!(unhanded_client_calls(None, &tools).is_empty());
+    }
+
+    fn reasoning(text: &str, signed: bool) -> CapturedReasoning {
+        CapturedReasoning {
+            text: text.into(),
+            provider_metadata: signed.then(|| serde_json::json!({"anthropic": {"signature": "s"}})),
+        }
+    }
+
+    #[test]
+    fn logged_reasoning_is_captured_without_a_signature() {
+        let snapshot = snapshot_from_log(&log(&[
+            LiveEvent::ReasoningDelta {
+                delta: "let me ".into(),
+            },
+            LiveEvent::ReasoningDelta {
+                delta: "think".into(),
+            },
+            LiveEvent::TextDelta { delta: "Hi".into() },
+        ]));
+        assert_eq!(snapshot.reasoning, vec![reasoning("let me think", false)]);
+        assert_eq!(snapshot.partial_text, "Hi");
+    }
+
+    #[test]
+    fn the_checkpoint_signs_the_same_reasoning_and_only_that() {
+        let logged = [reasoning("let me think", false)];
+        let checkpoint = [reasoning("let me ", true), reasoning("think", true)];
+        assert_eq!(signed_reasoning(&logged, &checkpoint), checkpoint.to_vec());
+        let stale = [reasoning("let me", true)];
+        assert_eq!(signed_reasoning(&logged, &stale), logged.to_vec());
+        assert_eq!(signed_reasoning(&logged, &[]), logged.to_vec());
     }
 }

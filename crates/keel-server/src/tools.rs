@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_agent::Tool;
+use keel_tools::mcp::McpOptions;
 use keel_tools::{McpManager, McpServerConfig, builtin_tools};
 
 use crate::config::Config;
@@ -50,7 +51,13 @@ impl ToolSet {
         let mcp = if servers.is_empty() {
             None
         } else {
-            let manager = McpManager::start(&servers)
+            // MCP servers over HTTP share the model providers' client and its TLS set-up.
+            let http = keel_providers::http_client().map_err(|e| e.to_string())?;
+            let options = McpOptions {
+                http: Some(http),
+                ..McpOptions::default()
+            };
+            let manager = McpManager::start_with(&servers, options)
                 .await
                 .map_err(|e| format!("config key `mcp_servers`: {e}"))?;
             for status in manager.status() {

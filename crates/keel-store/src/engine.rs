@@ -12,6 +12,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
+use crate::chain::chain_anchor;
 use crate::compaction::prompt_messages;
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps};
@@ -21,7 +22,7 @@ use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, MessageKind, NewChat,
-    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, SendOutcome,
+    NewMessage, NewSummary, Next, PendingToolCall, Prompt, QueueId, QueuedMessage, SendOutcome,
     StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
@@ -305,6 +306,17 @@ impl Store for SqlStore {
             Self::all_messages(ops.messages(&chat.to_string(), 0).await?)
         })?;
         Ok(repair_orphans(prompt_messages(&messages)))
+    }
+
+    async fn load_prompt(&self, chat: ChatId) -> Result<Prompt> {
+        let messages = in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            Self::all_messages(ops.messages(&chat.to_string(), 0).await?)
+        })?;
+        Ok(Prompt {
+            chain_from: chain_anchor(&messages),
+            messages: repair_orphans(prompt_messages(&messages)),
+        })
     }
 
     async fn acquire(&self, worker_id: &str, limit: usize) -> Result<Vec<Lease>> {

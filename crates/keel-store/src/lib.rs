@@ -65,6 +65,7 @@
 #[macro_use]
 mod sql;
 
+pub mod chain;
 pub mod compaction;
 pub mod error;
 pub mod orphans;
@@ -81,6 +82,7 @@ mod sqlite;
 
 use std::sync::Arc;
 
+pub use chain::chain_anchor;
 pub use compaction::prompt_messages;
 pub use error::{Result, StoreError};
 pub use orphans::{INTERRUPTED_RESULT, repair_orphans};

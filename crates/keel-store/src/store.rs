@@ -12,7 +12,8 @@ use tokio::sync::broadcast;
 use crate::error::Result;
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, NewSummary,
-    Next, PendingToolCall, QueueId, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
+    Next, PendingToolCall, Prompt, QueueId, SendOutcome, StoredMessage, ToolRecord,
+    ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
@@ -72,6 +73,9 @@ pub trait Store: Send + Sync {
     /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired
     /// with [`crate::repair_orphans`], ready for a prompt.
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>>;
+    /// [`Self::load_prompt_history`] with, from the same read, the stored response a
+    /// chained prompt continues from ([`crate::chain_anchor`]).
+    async fn load_prompt(&self, chat: ChatId) -> Result<Prompt>;
 
     // ---- worker ----------------------------------------------------------------
     /// Claims up to `limit` runnable chats (running or interrupting, and unowned or with

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Duration, Utc};
-use keel_core::{ErrorKind, Part, Role, Usage};
+use keel_core::{ErrorKind, Message, Part, Role, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -65,6 +65,14 @@ pub struct Chat {
     pub compact_requested: bool,
     /// Queued messages in the order they will run. Filled by reads and API transitions.
     pub queued: Vec<QueuedMessage>,
+}
+
+/// What a prompt is built from: the prompt history, and the stored response a chained
+/// prompt continues from (OpenAI Responses `previous_response_id`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub messages: Vec<Message>,
+    pub chain_from: Option<String>,
 }
 
 /// A committed message as stored.

@@ -393,6 +393,12 @@ async fn invalid_configuration_is_an_error() {
 
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
+/// The process's rustls crypto provider, as the `keel` binary installs it in `main`: the MCP
+/// client over HTTP needs one.
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 async fn serve_http(
     dir: PathBuf,
 ) -> (
@@ -403,6 +409,7 @@ async fn serve_http(
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
+    install_crypto_provider();
     let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(server::TestServer::new(Some(dir.clone()))),
@@ -496,6 +503,7 @@ async fn streamable_http_server_tools_are_listed_called_and_cancelled() {
 
 #[tokio::test]
 async fn unreachable_http_server_is_recorded() {
+    install_crypto_provider();
     // Bind then drop, so the port is (almost certainly) closed.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -507,6 +515,7 @@ async fn unreachable_http_server_is_recorded() {
         )],
         keel_tools::mcp::McpOptions {
             connect_timeout: Duration::from_secs(5),
+            ..Default::default()
         },
     )
     .await

@@ -35,6 +35,7 @@ async fn npm_filesystem_server_lists_a_directory() {
         McpOptions {
             // The first run downloads the package.
             connect_timeout: Duration::from_secs(120),
+            ..Default::default()
         },
     )
     .await

@@ -79,6 +79,8 @@ impl Daemon {
 
     fn get(&self, path: &str) -> Value {
         let url = format!("{}/api/v1{path}", self.url);
+        // reqwest needs the process's rustls crypto provider, which `keel` installs in `main`.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         tokio::runtime::Runtime::new()
             .unwrap()
             .block_on(async move { reqwest::get(url).await.unwrap().json().await.unwrap() })

@@ -29,6 +29,8 @@ async fn serves_until_sigterm() {
         }
     };
 
+    // reqwest needs the process's rustls crypto provider, which `keel` installs in `main`.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let models: serde_json::Value = reqwest::get(format!("{base_url}/models"))
         .await
         .unwrap()

@@ -54,6 +54,8 @@ pub struct ScriptedModel {
     /// Marks the last message of every prompt as a cache breakpoint, to prove provider
     /// preparation happens on a copy.
     pub mark_last: bool,
+    /// Answers [`LanguageModel::requires_signed_reasoning`] (Anthropic with thinking).
+    pub signed_reasoning: bool,
 }
 
 impl ScriptedModel {
@@ -62,6 +64,16 @@ impl ScriptedModel {
             replies: Mutex::new(replies.into()),
             calls: Mutex::new(Vec::new()),
             mark_last: false,
+            signed_reasoning: false,
+        })
+    }
+
+    pub fn requiring_signed_reasoning(replies: Vec<Reply>) -> Arc<Self> {
+        Arc::new(Self {
+            replies: Mutex::new(replies.into()),
+            calls: Mutex::new(Vec::new()),
+            mark_last: false,
+            signed_reasoning: true,
         })
     }
 
@@ -70,6 +82,7 @@ impl ScriptedModel {
             replies: Mutex::new(replies.into()),
             calls: Mutex::new(Vec::new()),
             mark_last: true,
+            signed_reasoning: false,
         })
     }
 
@@ -86,6 +99,10 @@ impl LanguageModel for ScriptedModel {
 
     fn model(&self) -> &str {
         "scripted-1"
+    }
+
+    fn requires_signed_reasoning(&self, _options: &keel_core::CallOptions) -> bool {
+        self.signed_reasoning
     }
 
     fn prepare_prompt(&self, messages: &mut [Message]) {

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{Rejection, Rule, array, str_at};
+use super::{Violation, Rule, array, str_at};
 
 /// Every Messages rule, in the order the server checks them.
 pub(crate) const RULES: &[Rule] = &[
@@ -20,7 +20,7 @@ fn blocks(message: &Value) -> &[Value] {
 
 /// Every `tool_use` id is unique within a request.
 /// <https://docs.anthropic.com/en/api/messages> (`tool_use` content block `id`).
-pub(crate) fn tool_use_ids_are_unique(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn tool_use_ids_are_unique(request: &Value) -> Result<(), Violation> {
     let mut seen = HashSet::new();
     for (i, message) in array(request, "messages").iter().enumerate() {
         for (j, block) in blocks(message).iter().enumerate() {
@@ -28,7 +28,7 @@ pub(crate) fn tool_use_ids_are_unique(request: &Value) -> Result<(), Rejection> 
             if (kind == "tool_use" || kind == "server_tool_use")
                 && !seen.insert(str_at(block, "id"))
             {
-                return Err(Rejection::new(format!(
+                return Err(Violation::new(format!(
                     "messages.{i}.content.{j}: `tool_use` ids must be unique"
                 )));
             }
@@ -40,7 +40,7 @@ pub(crate) fn tool_use_ids_are_unique(request: &Value) -> Result<(), Rejection> 
 /// Each `tool_use` block needs a `tool_result` block in the very next (user) message.
 /// <https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use>
 /// ("Handling results from client tools").
-pub(crate) fn tool_uses_are_answered_next(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn tool_uses_are_answered_next(request: &Value) -> Result<(), Violation> {
     let messages = array(request, "messages");
     for (i, message) in messages.iter().enumerate() {
         if str_at(message, "role") != "assistant" {
@@ -65,7 +65,7 @@ pub(crate) fn tool_uses_are_answered_next(request: &Value) -> Result<(), Rejecti
             .filter(|id| !results.contains(id))
             .collect();
         if !missing.is_empty() {
-            return Err(Rejection::new(format!(
+            return Err(Violation::new(format!(
                 "messages.{}: `tool_use` ids were found without `tool_result` blocks \
                  immediately after: {}. Each `tool_use` block must have a corresponding \
                  `tool_result` block in the next message.",
@@ -80,7 +80,7 @@ pub(crate) fn tool_uses_are_answered_next(request: &Value) -> Result<(), Rejecti
 /// Each `tool_result` block answers a `tool_use` block of the message right before.
 /// <https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use>
 /// ("Handling results from client tools").
-pub(crate) fn tool_results_answer_the_previous_turn(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn tool_results_answer_the_previous_turn(request: &Value) -> Result<(), Violation> {
     let messages = array(request, "messages");
     for (i, message) in messages.iter().enumerate() {
         let uses: HashSet<&str> = i
@@ -99,7 +99,7 @@ pub(crate) fn tool_results_answer_the_previous_turn(request: &Value) -> Result<(
             if str_at(block, "type") == "tool_result"
                 && !uses.contains(str_at(block, "tool_use_id"))
             {
-                return Err(Rejection::new(format!(
+                return Err(Violation::new(format!(
                     "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` \
                      blocks: {}. Each `tool_result` block must have a corresponding `tool_use` \
                      block in the previous message.",
@@ -115,7 +115,7 @@ pub(crate) fn tool_results_answer_the_previous_turn(request: &Value) -> Result<(
 /// assistant turn; a client-side `tool_result` cannot stand in for it.
 /// <https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/web-search-tool>
 /// ("Response": `server_tool_use` and `web_search_tool_result`).
-pub(crate) fn server_tool_uses_have_results(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn server_tool_uses_have_results(request: &Value) -> Result<(), Violation> {
     for (i, message) in array(request, "messages").iter().enumerate() {
         let content = blocks(message);
         let results: HashSet<&str> = content
@@ -126,7 +126,7 @@ pub(crate) fn server_tool_uses_have_results(request: &Value) -> Result<(), Rejec
         for (j, block) in content.iter().enumerate() {
             if str_at(block, "type") == "server_tool_use" && !results.contains(str_at(block, "id"))
             {
-                return Err(Rejection::new(format!(
+                return Err(Violation::new(format!(
                     "messages.{i}.content.{j}: `server_tool_use` block with id `{}` was found \
                      without a corresponding result block",
                     str_at(block, "id")

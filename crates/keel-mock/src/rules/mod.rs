@@ -1,48 +1,75 @@
-//! Request rules the real APIs enforce, as pure functions over the request JSON.
+//! Rules the real APIs enforce with a `400`, each a pure function over the request JSON.
 //!
-//! A real provider answers a malformed conversation (a tool call without its result, a
-//! reasoning item without the item it belongs to, ...) with a `400` that a client never
-//! retries; a mock that accepts such a request hides the bug until production. Each rule
-//! here answers exactly the `400` the real API answers, and cites the public reference page
-//! that documents the rule. The server checks every request against its protocol's rules
-//! when [`MockConfig::strict`](crate::MockConfig) is on (the default).
+//! A request that breaks one gets the real API's error (status, type, code, message), so a
+//! Keel bug shows up as a failing test against the mock instead of a production incident.
+//! Every rule cites the public API reference page it comes from. The server checks every
+//! request when [`MockConfig::strict`](crate::MockConfig) is on (the default).
 //!
 //! * [`openai_chat`]: tool-call / tool-message pairing, DeepSeek's `reasoning_content`;
 //! * [`openai_responses`]: call / output pairing, reasoning items and their following item;
-//! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results.
+//! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results;
+//! * [`chain`], [`prefill`], [`thinking`]: chained responses, assistant prefill, signed
+//!   thinking.
 
 pub(crate) mod anthropic;
+pub(crate) mod chain;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
+pub(crate) mod prefill;
+pub(crate) mod thinking;
 
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-/// Why a request is refused: the message and `param` of the provider's `400` body.
+use crate::errors::{Flavor, envelope};
+
+/// A request the real API refuses with `400 invalid_request_error`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Rejection {
+pub(crate) struct Violation {
     pub message: String,
+    pub code: Option<&'static str>,
     pub param: Option<String>,
 }
 
-impl Rejection {
+impl Violation {
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            code: None,
             param: None,
         }
+    }
+
+    pub fn code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
     }
 
     pub fn param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
         self
     }
+
+    /// The `400` response in `flavor`'s envelope.
+    pub fn response(&self, flavor: Flavor) -> Response {
+        let body = envelope(
+            flavor,
+            "invalid_request_error",
+            self.code,
+            &self.message,
+            self.param.as_deref(),
+        );
+        (StatusCode::BAD_REQUEST, Json(body)).into_response()
+    }
 }
 
 /// One rule: accepts the request or says why the real API refuses it.
-pub(crate) type Rule = fn(&Value) -> Result<(), Rejection>;
+pub(crate) type Rule = fn(&Value) -> Result<(), Violation>;
 
 /// The first rule of `rules` that refuses `request`.
-pub(crate) fn check(rules: &[Rule], request: &Value) -> Result<(), Rejection> {
+pub(crate) fn check(rules: &[Rule], request: &Value) -> Result<(), Violation> {
     rules.iter().try_for_each(|rule| rule(request))
 }
 

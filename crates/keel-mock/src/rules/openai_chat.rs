@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{Rejection, Rule, array, str_at};
+use super::{Violation, Rule, array, str_at};
 
 /// Every Chat Completions rule, in the order the server checks them.
 pub(crate) const RULES: &[Rule] = &[
@@ -17,7 +17,7 @@ pub(crate) const RULES: &[Rule] = &[
 /// call id before any other message.
 /// <https://platform.openai.com/docs/guides/function-calling> ("Handling function calls"),
 /// <https://platform.openai.com/docs/api-reference/chat/create> (`messages`).
-pub(crate) fn tool_calls_are_answered(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn tool_calls_are_answered(request: &Value) -> Result<(), Violation> {
     let messages = array(request, "messages");
     for (i, message) in messages.iter().enumerate() {
         let calls = array(message, "tool_calls");
@@ -35,7 +35,7 @@ pub(crate) fn tool_calls_are_answered(request: &Value) -> Result<(), Rejection> 
             .filter(|id| !answered.contains(id))
             .collect();
         if !missing.is_empty() {
-            return Err(Rejection::new(format!(
+            return Err(Violation::new(format!(
                 "An assistant message with 'tool_calls' must be followed by tool messages \
                  responding to each 'tool_call_id'. The following tool_call_ids did not have \
                  response messages: {}",
@@ -50,7 +50,7 @@ pub(crate) fn tool_calls_are_answered(request: &Value) -> Result<(), Rejection> 
 /// A `role: tool` message must answer a call of the assistant message before it (other tool
 /// messages may come between).
 /// <https://platform.openai.com/docs/api-reference/chat/create> (`messages`, tool message).
-pub(crate) fn tool_messages_answer_a_call(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn tool_messages_answer_a_call(request: &Value) -> Result<(), Violation> {
     let messages = array(request, "messages");
     for (i, message) in messages.iter().enumerate() {
         if str_at(message, "role") != "tool" {
@@ -66,7 +66,7 @@ pub(crate) fn tool_messages_answer_a_call(request: &Value) -> Result<(), Rejecti
                 && array(m, "tool_calls").iter().any(|c| str_at(c, "id") == id)
         });
         if !answers {
-            return Err(Rejection::new(
+            return Err(Violation::new(
                 "Invalid parameter: messages with role 'tool' must be a response to a \
                  preceeding message with 'tool_calls'.",
             )
@@ -79,7 +79,7 @@ pub(crate) fn tool_messages_answer_a_call(request: &Value) -> Result<(), Rejecti
 /// DeepSeek in thinking mode (and vLLM / SGLang serving such models): an assistant message
 /// that called tools must carry its `reasoning_content` in every later request.
 /// <https://api-docs.deepseek.com/guides/thinking_mode> ("Tool Calls").
-pub(crate) fn reasoning_content_is_passed_back(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn reasoning_content_is_passed_back(request: &Value) -> Result<(), Violation> {
     if !thinking_mode(request) {
         return Ok(());
     }
@@ -89,7 +89,7 @@ pub(crate) fn reasoning_content_is_passed_back(request: &Value) -> Result<(), Re
             && !m.get("reasoning_content").is_some_and(Value::is_string)
     });
     if missing {
-        return Err(Rejection::new(
+        return Err(Violation::new(
             "The reasoning_content in the thinking mode must be passed back to the API.",
         ));
     }
@@ -176,7 +176,7 @@ mod tests {
         assert!(reasoning_content_is_passed_back(&off).is_ok());
     }
 
-    fn check_all(request: &Value) -> Result<(), Rejection> {
+    fn check_all(request: &Value) -> Result<(), Violation> {
         super::super::check(RULES, request)
     }
 }

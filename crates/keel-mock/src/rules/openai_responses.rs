@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{Rejection, Rule, array, str_at};
+use super::{Violation, Rule, array, str_at};
 
 /// Every Responses rule, in the order the server checks them.
 pub(crate) const RULES: &[Rule] = &[
@@ -39,7 +39,7 @@ fn kind(item: &Value) -> &str {
 /// An output item (`function_call_output`, ...) must answer a call of the same request;
 /// with `previous_response_id` the call may live in the stored response instead.
 /// <https://platform.openai.com/docs/guides/function-calling> ("Handling function calls").
-pub(crate) fn outputs_answer_a_call(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn outputs_answer_a_call(request: &Value) -> Result<(), Violation> {
     if request
         .get("previous_response_id")
         .is_some_and(Value::is_string)
@@ -56,7 +56,7 @@ pub(crate) fn outputs_answer_a_call(request: &Value) -> Result<(), Rejection> {
         {
             let id = str_at(item, "call_id");
             if !calls.contains(&(call_kind, id)) {
-                return Err(Rejection::new(format!(
+                return Err(Violation::new(format!(
                     "No tool call found for function call output with call_id {id}."
                 ))
                 .param("input"));
@@ -68,7 +68,7 @@ pub(crate) fn outputs_answer_a_call(request: &Value) -> Result<(), Rejection> {
 
 /// A call the client runs must be answered by its output item somewhere after it.
 /// <https://platform.openai.com/docs/guides/function-calling> ("Handling function calls").
-pub(crate) fn calls_have_outputs(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn calls_have_outputs(request: &Value) -> Result<(), Violation> {
     let items = input(request);
     for (i, item) in items.iter().enumerate() {
         let kind = kind(item);
@@ -82,7 +82,7 @@ pub(crate) fn calls_have_outputs(request: &Value) -> Result<(), Rejection> {
             .any(|later| self::kind(later) == output && str_at(later, "call_id") == id);
         if !answered {
             return Err(
-                Rejection::new(format!("No tool output found for function call {id}."))
+                Violation::new(format!("No tool output found for function call {id}."))
                     .param("input"),
             );
         }
@@ -95,7 +95,7 @@ pub(crate) fn calls_have_outputs(request: &Value) -> Result<(), Rejection> {
 /// without one cannot be paired.
 /// <https://platform.openai.com/docs/guides/reasoning> ("Keeping reasoning items in context"),
 /// <https://platform.openai.com/docs/api-reference/responses/create> (`input`, reasoning item).
-pub(crate) fn reasoning_is_followed_by_its_item(request: &Value) -> Result<(), Rejection> {
+pub(crate) fn reasoning_is_followed_by_its_item(request: &Value) -> Result<(), Violation> {
     let items = input(request);
     for (i, item) in items.iter().enumerate() {
         if kind(item) != "reasoning" {
@@ -108,7 +108,7 @@ pub(crate) fn reasoning_is_followed_by_its_item(request: &Value) -> Result<(), R
             }
         });
         if !followed {
-            return Err(Rejection::new(format!(
+            return Err(Violation::new(format!(
                 "Item '{}' of type 'reasoning' was provided without its required following item.",
                 str_at(item, "id")
             ))

@@ -8,8 +8,15 @@ pub async fn server() -> MockServer {
     keel_mock::spawn(MockConfig::fast()).await.unwrap()
 }
 
-pub async fn post(server: &MockServer, path: &str, body: &Value) -> reqwest::Response {
+/// A plain HTTP client on the process's rustls crypto provider, which the `keel` binary
+/// installs in `main`; reqwest needs one to build any client.
+pub fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
+}
+
+pub async fn post(server: &MockServer, path: &str, body: &Value) -> reqwest::Response {
+    client()
         .post(format!("{}{path}", server.base_url()))
         .json(body)
         .send()

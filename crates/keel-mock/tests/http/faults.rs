@@ -201,7 +201,7 @@ async fn non_streaming_faults() {
     let cut = Script::new(Step::text("a").cut(Cut::after(0)));
     let mut body = chat(&cut.message("x"));
     body["stream"] = json!(false);
-    let result = reqwest::Client::new()
+    let result = client()
         .post(format!("{}/chat/completions", server.base_url()))
         .json(&body)
         .send()

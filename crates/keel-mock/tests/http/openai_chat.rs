@@ -173,7 +173,9 @@ async fn a_bad_directive_is_a_400_that_names_it() {
 #[tokio::test]
 async fn lists_models() {
     let server = server().await;
-    let models: Value = reqwest::get(format!("{}/models", server.base_url()))
+    let models: Value = client()
+        .get(format!("{}/models", server.base_url()))
+        .send()
         .await
         .unwrap()
         .json()

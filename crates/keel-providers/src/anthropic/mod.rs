@@ -6,11 +6,13 @@ mod decode;
 mod request;
 
 use async_trait::async_trait;
-use keel_core::{Cancel, EventStream, LanguageModel, Message, ModelCall, ProviderError};
+use keel_core::{
+    CallOptions, Cancel, EventStream, LanguageModel, Message, ModelCall, ProviderError,
+};
 
 pub use cache::mark_cache_breakpoints;
 pub use decode::AnthropicDecoder;
-pub use request::{DEFAULT_MAX_TOKENS, METADATA_KEY, build as build_request};
+pub use request::{DEFAULT_MAX_TOKENS, METADATA_KEY, build as build_request, build_continuing};
 
 use crate::http::Endpoint;
 use crate::sse::decode_stream;
@@ -22,11 +24,22 @@ pub const API_VERSION: &str = "2023-06-01";
 #[derive(Debug, Clone)]
 pub struct Anthropic {
     endpoint: Endpoint,
+    prefill: bool,
 }
 
 impl Anthropic {
     pub fn new(endpoint: Endpoint) -> Self {
-        Self { endpoint }
+        Self {
+            endpoint,
+            prefill: true,
+        }
+    }
+
+    /// Continue cut replies as a final assistant turn (the default) or by instruction
+    /// (`continuation = "prompt"`).
+    pub fn with_prefill(mut self, prefill: bool) -> Self {
+        self.prefill = prefill;
+        self
     }
 }
 
@@ -41,7 +54,11 @@ impl LanguageModel for Anthropic {
     }
 
     fn supports_prefill(&self) -> bool {
-        true
+        self.prefill
+    }
+
+    fn requires_signed_reasoning(&self, options: &CallOptions) -> bool {
+        options.thinking_budget_tokens.is_some_and(|b| b > 0)
     }
 
     fn prepare_prompt(&self, messages: &mut [Message]) {
@@ -49,7 +66,7 @@ impl LanguageModel for Anthropic {
     }
 
     async fn stream(&self, call: ModelCall, cancel: Cancel) -> Result<EventStream, ProviderError> {
-        let body = build_request(&call, self.endpoint.model());
+        let body = build_continuing(&call, self.endpoint.model(), self.prefill);
         let response = self.endpoint.post("v1/messages", &body, &cancel).await?;
         let ctx = self.endpoint.ctx.clone();
         Ok(decode_stream(

@@ -22,8 +22,14 @@ fn ephemeral() -> Value {
     json!({"type": "ephemeral"})
 }
 
-/// The JSON body of a streaming Messages request.
+/// The JSON body of a streaming Messages request; a trailing assistant message is
+/// continued as prefill.
 pub fn build(call: &ModelCall, model: &str) -> Value {
+    build_continuing(call, model, true)
+}
+
+/// [`build`], continuing a trailing assistant message as prefill only when `prefill`.
+pub fn build_continuing(call: &ModelCall, model: &str, prefill: bool) -> Value {
     let o = &call.options;
     let thinking = o.thinking_budget_tokens.filter(|b| *b > 0);
     let mut body = Map::new();
@@ -53,7 +59,7 @@ pub fn build(call: &ModelCall, model: &str) -> Value {
     }
     // Extended thinking does not allow assistant prefill, so a trailing assistant message is
     // then continued by instruction instead.
-    let prefill = thinking.is_none();
+    let prefill = prefill && thinking.is_none();
     body.insert(
         "messages".into(),
         Value::Array(messages(&call.messages[leading..], prefill)),

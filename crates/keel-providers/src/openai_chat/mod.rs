@@ -32,8 +32,15 @@ impl OpenAiChat {
                 include_usage,
                 legacy_max_tokens: !official,
                 reasoning_content: !official,
+                prefill: false,
             },
         }
+    }
+
+    /// Continue cut replies with the server's native prefill (`continuation = "prefill"`).
+    pub fn with_prefill(mut self, prefill: bool) -> Self {
+        self.options.prefill = prefill;
+        self
     }
 }
 
@@ -45,6 +52,10 @@ impl LanguageModel for OpenAiChat {
 
     fn model(&self) -> &str {
         self.endpoint.model()
+    }
+
+    fn supports_prefill(&self) -> bool {
+        self.options.prefill
     }
 
     async fn stream(&self, call: ModelCall, cancel: Cancel) -> Result<EventStream, ProviderError> {

@@ -17,6 +17,9 @@ pub struct ChatRequestOptions {
     /// thinking mode requires of turns that called tools (and vLLM / SGLang serving such
     /// models accept). OpenAI itself never streams reasoning on this API.
     pub reasoning_content: bool,
+    /// Continue a trailing assistant message natively (server-side prefill) instead of by
+    /// instruction.
+    pub prefill: bool,
 }
 
 impl Default for ChatRequestOptions {
@@ -25,6 +28,7 @@ impl Default for ChatRequestOptions {
             include_usage: true,
             legacy_max_tokens: true,
             reasoning_content: true,
+            prefill: false,
         }
     }
 }
@@ -35,8 +39,18 @@ pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Valu
     body.insert("model".into(), json!(model));
     body.insert(
         "messages".into(),
-        Value::Array(messages(&call.messages, options.reasoning_content)),
+        Value::Array(messages(
+            &call.messages,
+            options.prefill,
+            options.reasoning_content,
+        )),
     );
+    if options.prefill && ends_with_assistant(&call.messages) {
+        // vLLM (and SGLang) continue the final assistant message only when told, and refuse
+        // it together with a generation prompt.
+        body.insert("continue_final_message".into(), json!(true));
+        body.insert("add_generation_prompt".into(), json!(false));
+    }
     body.insert("stream".into(), json!(true));
     if options.include_usage {
         body.insert("stream_options".into(), json!({"include_usage": true}));
@@ -89,7 +103,7 @@ pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Valu
     Value::Object(body)
 }
 
-fn messages(messages: &[Message], reasoning_content: bool) -> Vec<Value> {
+fn messages(messages: &[Message], prefill: bool, reasoning_content: bool) -> Vec<Value> {
     let mut out = Vec::with_capacity(messages.len() + 1);
     for message in messages {
         match message.role {
@@ -99,7 +113,14 @@ fn messages(messages: &[Message], reasoning_content: bool) -> Vec<Value> {
         }
     }
     if ends_with_assistant(messages) {
-        out.push(json!({"role": "user", "content": CONTINUE_PROMPT}));
+        match out.last_mut() {
+            // DeepSeek continues an assistant message marked as a prefix (its beta endpoint);
+            // llama.cpp's server continues a trailing assistant message as it is.
+            Some(last) if prefill && last["role"] == "assistant" => {
+                last["prefix"] = json!(true);
+            }
+            _ => out.push(json!({"role": "user", "content": CONTINUE_PROMPT})),
+        }
     }
     out
 }

@@ -1,5 +1,5 @@
-//! HTTP API v1 of the public contract (`../shared/contract/http-api.md` in the project's
-//! contract folder): routes, authentication, body limits and error mapping.
+//! HTTP API v1 (described for users in `docs/api.md`): routes, authentication, body limits
+//! and error mapping.
 
 pub mod chats;
 pub mod dto;

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use keel_agent::{
-    Checkpointing, Compaction, PersistError, RetryPolicy, RunError, RunOptions, RunOutcome,
-    StreamTimeouts, Tool,
+    ChainHooks, Checkpointing, Compaction, PersistError, ReloadHistory, RetryPolicy, RunError,
+    RunOptions, RunOutcome, StreamTimeouts, Tool,
 };
 use keel_core::{Cancel, CancelCause, ErrorKind, Part, Role, ToolDefinition};
 use keel_store::{Chat, ChatStatus, Lease, NewMessage, Next, PendingToolCall, StoreError};
@@ -297,11 +297,12 @@ async fn prepare(
             format!("model `{}` is not configured", chat.model),
         )));
     };
-    let mut history = shared
+    let prompt = shared
         .store
-        .load_prompt_history(chat.id)
+        .load_prompt(chat.id)
         .await
         .map_err(|e| RunError::Persist(PersistError::other(e)))?;
+    let mut history = prompt.messages;
     with_system(&mut history, chat.system.as_deref());
     let prior = match shared.store.tool_records(chat.id).await {
         Ok(records) => records
@@ -348,6 +349,12 @@ async fn prepare(
         .collect();
     options.max_steps = chat.max_steps.unwrap_or(runs.max_steps);
     options.call_options = model.options.clone();
+    if model.options.store {
+        // Chain mode: the provider holds the conversation up to the anchor and gets only
+        // what follows it; the loop keeps the full history for healing and compaction.
+        options.call_options.previous_response_id = prompt.chain_from;
+        options.chain = chain_hooks(shared, chat);
+    }
     options.context_limit_fallback = model.context_limit;
     options.sink = sink.clone();
     options.retry = RetryPolicy {
@@ -405,6 +412,27 @@ async fn prepare(
         tracing::error!(chat = %chat_id, %error, "the interrupted step could not be saved");
     }));
     Ok(options)
+}
+
+/// Chain-mode healing: a broken chain reloads the full stored history.
+fn chain_hooks(shared: &Arc<Shared>, chat: &Chat) -> ChainHooks {
+    let store = shared.store.clone();
+    let (chat_id, system) = (chat.id, chat.system.clone());
+    let reload: ReloadHistory = Arc::new(move || {
+        let (store, system) = (store.clone(), system.clone());
+        Box::pin(async move {
+            let mut history = store
+                .load_prompt_history(chat_id)
+                .await
+                .map_err(|e| e.to_string())?;
+            with_system(&mut history, system.as_deref());
+            Ok(history)
+        })
+    });
+    ChainHooks {
+        disable_chain_mode: None,
+        reload_history: Some(reload),
+    }
 }
 
 /// Commits the step a dead owner was interrupting, from what its clients were sent.

@@ -18,12 +18,17 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct McpOptions {
     pub connect_timeout: Duration,
+    /// The client for servers reached over HTTP, so they share the program's TLS set-up (the
+    /// daemon passes the one its model providers use). `None`: a default client, built from
+    /// the process's rustls crypto provider when a server is first reached.
+    pub http: Option<reqwest::Client>,
 }
 
 impl Default for McpOptions {
     fn default() -> Self {
         Self {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            http: None,
         }
     }
 }
@@ -62,7 +67,13 @@ impl McpManager {
         Ok(Self {
             servers: configs
                 .iter()
-                .map(|config| Arc::new(Server::new(config.clone(), options.connect_timeout)))
+                .map(|config| {
+                    Arc::new(Server::new(
+                        config.clone(),
+                        options.connect_timeout,
+                        options.http.clone(),
+                    ))
+                })
                 .collect(),
             refreshers: Mutex::new(Vec::new()),
         })

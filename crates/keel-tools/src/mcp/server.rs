@@ -93,6 +93,7 @@ pub(crate) struct Server {
     config: McpServerConfig,
     prefix: String,
     connect_timeout: Duration,
+    http: Option<reqwest::Client>,
     /// Held while connecting, so concurrent calls that find the server dead start it once.
     connecting: tokio::sync::Mutex<()>,
     state: Mutex<State>,
@@ -100,11 +101,16 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    pub fn new(config: McpServerConfig, connect_timeout: Duration) -> Self {
+    pub fn new(
+        config: McpServerConfig,
+        connect_timeout: Duration,
+        http: Option<reqwest::Client>,
+    ) -> Self {
         Self {
             prefix: sanitise(&config.name),
             config,
             connect_timeout,
+            http,
             connecting: tokio::sync::Mutex::new(()),
             state: Mutex::new(State {
                 connection: None,
@@ -250,6 +256,20 @@ impl Server {
         Ok(())
     }
 
+    /// The given HTTP client, else a default one. reqwest panics when it builds a TLS client
+    /// without a crypto provider, so its absence is checked first and reported.
+    fn http_client(&self) -> Result<reqwest::Client, String> {
+        if let Some(http) = &self.http {
+            return Ok(http.clone());
+        }
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            return Err("no rustls crypto provider is installed for HTTPS".to_owned());
+        }
+        reqwest::Client::builder()
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))
+    }
+
     async fn connect(&self) -> Result<Connection, String> {
         let listener = Listener {
             tools_changed: self.tools_changed.clone(),
@@ -257,8 +277,8 @@ impl Server {
         let connect = async {
             match (&self.config.url, &self.config.command) {
                 (Some(url), _) => {
-                    install_crypto_provider();
-                    let transport = StreamableHttpClientTransport::from_config(
+                    let transport = StreamableHttpClientTransport::with_client(
+                        self.http_client()?,
                         StreamableHttpClientTransportConfig::with_uri(url.as_str())
                             .reinit_on_expired_session(true),
                     );
@@ -398,12 +418,6 @@ impl Server {
 
 fn cancelled() -> ToolError {
     ToolError("the MCP tool call was cancelled".to_owned())
-}
-
-/// HTTPS needs a rustls crypto provider; ring is the one compiled in. A provider the daemon
-/// installed earlier is kept.
-fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Listens for changed tool lists until the server is dropped.

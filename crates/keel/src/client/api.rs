@@ -36,7 +36,7 @@ pub struct Api {
 
 impl Api {
     pub fn new(url: &str, token: Option<String>) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
+        let http = keel_providers::tls::client_builder()?
             .connect_timeout(Duration::from_secs(10))
             .build()
             .context("cannot build the HTTP client")?;

@@ -120,17 +120,24 @@ pub struct Client {
     pub token: Option<String>,
 }
 
+/// A plain HTTP client on the process's rustls crypto provider, which `keel` installs in
+/// `main`; reqwest needs one to build any client.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 impl Client {
     pub fn new() -> Self {
         Self {
-            http: reqwest::Client::new(),
+            http: http_client(),
             token: None,
         }
     }
 
     pub fn with_token(token: &str) -> Self {
         Self {
-            http: reqwest::Client::new(),
+            http: http_client(),
             token: Some(token.to_owned()),
         }
     }

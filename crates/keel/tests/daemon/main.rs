@@ -2,10 +2,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chain;
 mod compaction;
+mod continuation;
 mod harness;
 mod providers;
 mod replicas;
+mod thinking;
 mod tools;
 
 use std::time::Duration;
@@ -458,7 +461,7 @@ async fn bad_input_gets_clear_4xx_errors_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
     let client = Client::new();
-    let http = reqwest::Client::new();
+    let http = http_client();
     let chats = daemon.api("/chats");
 
     let malformed = http
@@ -567,7 +570,8 @@ async fn bad_input_gets_clear_4xx_errors_and_changes_nothing() {
 async fn operations_endpoints_answer() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
-    let get = |path: &str| reqwest::get(format!("{}{path}", daemon.url));
+    let http = http_client();
+    let get = |path: &str| http.get(format!("{}{path}", daemon.url)).send();
     assert_eq!(get("/healthz").await.unwrap().status().as_u16(), 200);
     assert_eq!(get("/readyz").await.unwrap().status().as_u16(), 200);
     let metrics = get("/metrics").await.unwrap().text().await.unwrap();

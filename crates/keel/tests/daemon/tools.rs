@@ -84,7 +84,9 @@ async fn a_model_calls_a_builtin_and_an_mcp_tool_and_reads_their_results() {
         answer.contains("remember the milk") && answer.contains("hello from mcp"),
         "{answer}"
     );
-    let ready: serde_json::Value = reqwest::get(format!("{}/readyz", daemon.url))
+    let ready: serde_json::Value = http_client()
+        .get(format!("{}/readyz", daemon.url))
+        .send()
         .await
         .unwrap()
         .json()

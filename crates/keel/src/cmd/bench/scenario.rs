@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use keel_mock::{Cut, HttpError, Malformed, Script, Stall, Step, StreamError};
-use rand::Rng;
+use rand::{Rng, RngExt};
 use serde_json::{Value, json};
 
 /// Which model a chat uses (see [`super::processes::DaemonSetup`]).
@@ -71,7 +71,7 @@ pub const NAMES: &[&str] = &[
 /// A random scenario for chat `index`; `id` makes the mock's per-attempt fault counting
 /// unique to this chat.
 pub fn choose(rng: &mut impl Rng, id: &str) -> Scenario {
-    let words = |rng: &mut dyn rand::RngCore, lo: usize, hi: usize| -> String {
+    let words = |rng: &mut dyn Rng, lo: usize, hi: usize| -> String {
         let n = rng.random_range(lo..=hi);
         let tag: u32 = rng.random_range(0..1000);
         (1..=n)
