@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{Violation, Rule, array, str_at};
+use super::{Rule, Violation, array, str_at};
 
 /// Every Responses rule, in the order the server checks them.
 pub(crate) const RULES: &[Rule] = &[
