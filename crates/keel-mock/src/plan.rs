@@ -50,7 +50,8 @@ pub(crate) struct Figures {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Faults {
     pub cut: Option<u32>,
-    pub stall: Option<(u32, Duration)>,
+    /// After how many tokens, for how long, and how often to send keep-alives meanwhile.
+    pub stall: Option<(u32, Duration, Option<Duration>)>,
     pub malformed: Option<(u32, String)>,
     pub stream_error: Option<StreamFault>,
 }
@@ -313,10 +314,10 @@ fn build(
     });
     let faults = Faults {
         cut: step.cut.filter(|c| active(c.times)).map(|c| c.after),
-        stall: step
-            .stall
-            .filter(|s| active(s.times))
-            .map(|s| (s.after, Duration::from_millis(s.ms))),
+        stall: step.stall.filter(|s| active(s.times)).map(|s| {
+            let ping = s.ping_ms.filter(|ms| *ms > 0).map(Duration::from_millis);
+            (s.after, Duration::from_millis(s.ms), ping)
+        }),
         malformed: step
             .malformed
             .as_ref()

@@ -105,6 +105,9 @@ pub struct ModelEntry {
     #[serde(default)]
     pub store: bool,
     pub thinking_budget_tokens: Option<u32>,
+    /// How long this model may take to send its first stream event; absent: the runs'
+    /// `startup_timeout_ms`, scaled for reasoning models.
+    pub startup_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -526,6 +529,12 @@ fn validate_models(
                 format!("no provider named `{}`", model.provider),
             ));
         }
+        if model.startup_timeout_ms == Some(0) {
+            return Err(ConfigError::invalid(
+                key("startup_timeout_ms"),
+                "must be positive",
+            ));
+        }
         if model.context_limit == Some(0) {
             return Err(ConfigError::invalid(
                 key("context_limit"),
@@ -723,6 +732,7 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
         reasoning_effort: None,
         store: false,
         thinking_budget_tokens: None,
+        startup_timeout_ms: None,
     };
     if env.var("OPENAI_API_KEY").is_some() {
         providers.push(ProviderEntry {

@@ -279,6 +279,12 @@ async fn checkpoints_users_and_tool_records(db: TestDb) {
     rec.finished_at = Some(now);
     s.record_tool(&lease, rec.clone()).await.unwrap();
     assert_eq!(s.tool_records(chat.id).await.unwrap(), vec![rec]);
+    // Records serve the step in progress only: committing it clears them, so a later call
+    // with the same id is never answered from them.
+    s.commit_step(&lease, vec![assistant("reply")])
+        .await
+        .unwrap();
+    assert_eq!(s.tool_records(chat.id).await.unwrap(), vec![]);
     s.set_retry_state(&lease, Some(json!({"attempt": 2})))
         .await
         .unwrap();

@@ -147,7 +147,7 @@ async fn run_once(
         Ok(RunOutcome::Interrupted)
     } else {
         match prepare(shared, &chat, lease, &sink, from_log).await {
-            Ok(options) => keel_agent::run(options, cancel.clone()).await,
+            Ok(options) => run_guarded(options, cancel.clone()).await,
             Err(failure) => Err(failure),
         }
     };
@@ -155,6 +155,32 @@ async fn run_once(
     let _ = writer.await;
 
     lifecycle::end(shared, &chat, &current(lease), outcome, stop).await
+}
+
+/// The loop in a task of its own, so that a panic anywhere in it (an adapter, a tool, a
+/// hook) ends the run as a failure: the chat moves to `error` through `fail_run` instead of
+/// staying `running` or `interrupting` under a lease this task would keep renewing.
+async fn run_guarded(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, RunError> {
+    match tokio::spawn(keel_agent::run(options, cancel)).await {
+        Ok(outcome) => outcome,
+        Err(join) => {
+            let what = if join.is_panic() {
+                let payload = join.into_panic();
+                payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_owned())
+            } else {
+                "the run's task was cancelled".to_owned()
+            };
+            tracing::error!(error = %what, "the run panicked");
+            Err(RunError::Provider(keel_core::ProviderError::new(
+                ErrorKind::Unknown,
+                format!("internal error, the run stopped: {what}"),
+            )))
+        }
+    }
 }
 
 /// What the end of the committed history says the run should do (see [`last_step`]).
@@ -266,8 +292,11 @@ async fn prepare(
         ..RetryPolicy::default()
     };
     options.timeouts = StreamTimeouts {
-        startup: Duration::from_millis(runs.startup_timeout_ms),
+        startup: model
+            .startup_timeout
+            .unwrap_or(Duration::from_millis(runs.startup_timeout_ms)),
         idle: Duration::from_millis(runs.idle_timeout_ms),
+        scale_startup: model.startup_timeout.is_none(),
     };
     let metrics = shared.metrics.clone();
     let (provider, model_id) = (model.provider.clone(), model.id.clone());

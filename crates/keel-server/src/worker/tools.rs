@@ -3,7 +3,9 @@
 //! Before a tool runs its intent is recorded; after, its result. A worker that resumes a
 //! step after a crash therefore never runs a finished tool again (it reuses the recorded
 //! result) and reports a tool that was running as interrupted — unless the tool declares
-//! itself idempotent, in which case it simply runs again.
+//! itself idempotent, in which case it simply runs again. A record stands for a call only if
+//! the id, the tool name and the arguments all match, and records live only as long as the
+//! step they belong to (committing a step clears them).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -77,6 +79,13 @@ impl DurableTool {
     }
 }
 
+/// Whether a record is the one of this call: same id, tool and arguments.
+fn same_call(record: &ToolRecord, request: &ToolCallRequest) -> bool {
+    record.tool_call_id == request.tool_call_id
+        && record.tool_name == request.tool_name
+        && record.args == request.args
+}
+
 #[async_trait]
 impl Tool for DurableTool {
     fn definition(&self) -> ToolDefinition {
@@ -96,7 +105,11 @@ impl Tool for DurableTool {
         request: ToolCallRequest,
         cancel: Cancel,
     ) -> Result<ToolOutput, ToolError> {
-        if let Some(prior) = self.prior.get(&request.tool_call_id) {
+        if let Some(prior) = self
+            .prior
+            .get(&request.tool_call_id)
+            .filter(|prior| same_call(prior, &request))
+        {
             match (prior.state, &prior.result) {
                 (ToolState::Finished, Some(result)) => {
                     self.count(&request.tool_name, "replayed");
@@ -140,5 +153,54 @@ impl Tool for DurableTool {
             .record(&request, ToolState::Finished, Some((result, is_error)))
             .await;
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, name: &str, args: &str) -> ToolRecord {
+        let now = chrono::Utc::now();
+        ToolRecord {
+            chat_id: ChatId::new_v4(),
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            args: args.into(),
+            state: ToolState::Finished,
+            result: Some(Value::String("a".into())),
+            is_error: false,
+            started_at: now,
+            finished_at: Some(now),
+        }
+    }
+
+    fn request(id: &str, name: &str, args: &str) -> ToolCallRequest {
+        ToolCallRequest {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            args: args.into(),
+        }
+    }
+
+    #[test]
+    fn a_record_answers_only_the_same_id_tool_and_arguments() {
+        let r = record("call_0", "read_file", r#"{"path":"a"}"#);
+        assert!(same_call(
+            &r,
+            &request("call_0", "read_file", r#"{"path":"a"}"#)
+        ));
+        assert!(!same_call(
+            &r,
+            &request("call_0", "read_file", r#"{"path":"b"}"#)
+        ));
+        assert!(!same_call(
+            &r,
+            &request("call_0", "list_dir", r#"{"path":"a"}"#)
+        ));
+        assert!(!same_call(
+            &r,
+            &request("call_1", "read_file", r#"{"path":"a"}"#)
+        ));
     }
 }

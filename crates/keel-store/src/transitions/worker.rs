@@ -129,6 +129,9 @@ pub(crate) async fn commit_step(
     cx.ops
         .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
         .await?;
+    // Tool records only serve to resume the step in progress; once its results are
+    // committed, a record could only be mistaken for a later call's.
+    cx.ops.clear_tool_records(&chat.id.to_string()).await?;
     cx.notice(&chat, false);
     Ok(ids)
 }

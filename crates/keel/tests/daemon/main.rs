@@ -9,6 +9,7 @@ mod confinement;
 mod concurrency;
 mod continuation;
 mod harness;
+mod providers;
 mod replicas;
 mod security;
 mod thinking;
