@@ -5,8 +5,8 @@
 mod chain;
 mod compaction;
 mod compat;
-mod confinement;
 mod concurrency;
+mod confinement;
 mod continuation;
 mod harness;
 mod providers;
