@@ -85,6 +85,8 @@ fn the_innermost_cause_decides_the_kind() {
 
 /// A real reqwest failure, classified by its typed predicate.
 async fn send_error(url: &str) -> keel_core::ProviderError {
+    // The process-wide crypto provider, as the `keel` binary installs it first thing.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = keel_providers::http_client().unwrap();
     let error = client.get(url).send().await.unwrap_err();
     ErrorContext::new("p", "m").transport(&error)
