@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Browser test of the web page: installs Chromium (apt) and playwright-core (npm) when
 # missing, builds keel, starts `keel serve` with the demo model on a free loopback port in
-# a temporary directory, and runs tests/browser/chat.test.mjs in headless Chromium.
-# The screenshot lands in target/browser/chat.png. Exits non-zero on any failure.
+# a temporary directory, and runs tests/browser/chat.test.mjs (the page) and
+# tests/browser/origin.test.mjs (pages of other sites and rebound names must not reach the
+# API) in headless Chromium. The screenshot lands in target/browser/chat.png. Exits non-zero
+# on any failure.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -65,4 +67,4 @@ echo "keel serve at $url" >&2
 
 mkdir -p "$root/target/browser"
 KEEL_URL="$url" CHROMIUM="$chromium" SCREENSHOT_DIR="$root/target/browser" \
-  node --test tests/browser/chat.test.mjs
+  node --test --test-concurrency=1 tests/browser/chat.test.mjs tests/browser/origin.test.mjs

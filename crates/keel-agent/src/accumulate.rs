@@ -201,7 +201,7 @@ impl StepAccumulator {
                 }
             }
             StreamEvent::ResponseId { id } => self.response_id = Some(id),
-            StreamEvent::Error(_) => {}
+            StreamEvent::KeepAlive | StreamEvent::Error(_) => {}
         }
     }
 

@@ -103,6 +103,9 @@ impl Runner {
             if !error.retryable() {
                 return StepEnd::Failed(Box::new(RunError::Provider(error)));
             }
+            if self.options.retry.refuses(error.retry_after) {
+                return StepEnd::Failed(Box::new(RunError::Provider(self.wait_refused(error))));
+            }
 
             let produced_content = !acc.is_empty() || acc.tool_calls().next().is_some();
             if !produced_content {
@@ -167,7 +170,10 @@ impl Runner {
         seam: Option<&str>,
     ) -> AttemptEnd {
         let attempt_cancel = self.cancel.child();
-        let startup = self.options.timeouts.startup;
+        let startup = self
+            .options
+            .timeouts
+            .startup_for(self.options.model.model(), &call.options);
         let idle = self
             .options
             .timeouts
@@ -210,7 +216,16 @@ impl Runner {
                     return AttemptEnd::Failed(self.watchdog_error(kind, waited));
                 }
             };
-            first_event = false;
+            // Life without content: the next wait is a fresh idle limit, or what is left of
+            // the start-up limit, which a server that only pings never extends.
+            if matches!(event, Some(StreamEvent::KeepAlive)) {
+                continue;
+            }
+            // A response id only says the request was accepted (Responses'
+            // `response.created`); the model has not started answering.
+            if !matches!(event, Some(StreamEvent::ResponseId { .. })) {
+                first_event = false;
+            }
             let event = match event {
                 None => break,
                 Some(StreamEvent::Error(_)) if self.cancel.is_cancelled() => {
@@ -285,6 +300,21 @@ impl Runner {
         self.options
             .model
             .requires_signed_reasoning(&self.options.call_options)
+    }
+
+    /// The provider's error, saying why it is not retried: it asked for a longer wait than
+    /// `retry_max_delay_ms` allows.
+    fn wait_refused(&self, mut error: ProviderError) -> ProviderError {
+        let asked = error.retry_after.map_or_else(
+            || "an unbounded wait".to_owned(),
+            |wait| format!("{} s", wait.as_secs()),
+        );
+        error.message = format!(
+            "{} (the provider asked to retry after {asked}, longer than the retry_max_delay_ms of {} ms)",
+            error.message,
+            self.options.retry.max_delay.as_millis()
+        );
+        error
     }
 
     fn watchdog_error(&self, kind: ErrorKind, waited: std::time::Duration) -> ProviderError {

@@ -47,6 +47,10 @@ pub trait CompactionHooks: Send + Sync {
     /// summary as a user message followed by every message after the boundary (including
     /// user messages that were not answered yet).
     async fn commit_summary(&self, summary: SummaryRecord) -> Result<Vec<Message>, PersistError>;
+
+    /// A summary is about to stream through the run's sink. A daemon that resumes runs from
+    /// what was streamed records it, so that a crash mid-summary is not resumed as a reply.
+    fn summary_started(&self) {}
 }
 
 /// Compaction settings of a run.

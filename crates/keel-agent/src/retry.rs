@@ -2,7 +2,9 @@
 //!
 //! Exponential backoff with full jitter: the n-th retry waits a random time in
 //! `[0, min(max_delay, initial_delay × 2^(n-1))]`, and a longer Retry-After from the provider
-//! wins. Pure functions over an injected random source, so tests are exact.
+//! wins, up to `max_delay`: a provider that asks for a longer wait fails the attempt (see
+//! [`RetryPolicy::refuses`]) rather than parking a worker for hours. Pure functions over an
+//! injected random source, so tests are exact.
 
 use std::time::Duration;
 
@@ -40,6 +42,12 @@ impl RetryPolicy {
             .min(self.max_delay)
     }
 
+    /// Whether a provider's Retry-After asks for a longer wait than `max_delay`: such an
+    /// attempt is not retried but fails with the provider's error.
+    pub fn refuses(&self, retry_after: Option<Duration>) -> bool {
+        retry_after.is_some_and(|wait| wait > self.max_delay)
+    }
+
     /// The wait before retry number `retry`, honouring a provider's Retry-After.
     pub fn delay(&self, retry: u32, retry_after: Option<Duration>, rng: &mut impl Rng) -> Duration {
         let ceiling = self.ceiling(retry);
@@ -50,7 +58,7 @@ impl RetryPolicy {
             Duration::from_nanos(rng.random_range(0..=nanos))
         };
         match retry_after {
-            Some(wait) if wait > jittered => wait,
+            Some(wait) if wait > jittered => wait.min(self.max_delay),
             _ => jittered,
         }
     }
@@ -91,5 +99,16 @@ mod tests {
         assert_eq!(policy.delay(1, Some(wait), &mut rng), wait);
         let short = Duration::from_nanos(1);
         assert!(policy.delay(3, Some(short), &mut rng) <= policy.ceiling(3));
+    }
+
+    #[test]
+    fn a_retry_after_beyond_the_cap_is_refused_not_waited() {
+        let policy = RetryPolicy::default();
+        assert!(!policy.refuses(None));
+        assert!(!policy.refuses(Some(policy.max_delay)));
+        assert!(policy.refuses(Some(policy.max_delay + Duration::from_millis(1))));
+        assert!(policy.refuses(Some(Duration::MAX)));
+        let mut rng = StdRng::seed_from_u64(3);
+        assert!(policy.delay(1, Some(Duration::MAX), &mut rng) <= policy.max_delay);
     }
 }

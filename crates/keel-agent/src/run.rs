@@ -309,7 +309,9 @@ impl Runner {
         state: &mut PassState,
     ) -> Result<PassEnd, RunError> {
         let mut last = StepFacts::default();
-        for _ in 0..max_steps {
+        // `max_steps` bounds the whole run: a pass re-entered after a compaction continues
+        // the count instead of starting a new one.
+        while state.next_index < max_steps {
             let step_index = state.next_index;
             state.next_index += 1;
             let started = Instant::now();
@@ -507,6 +509,16 @@ impl Runner {
                     ),
                     finished_at: self.options.clock.now(),
                 });
+            } else if !arguments_are_an_object(&call.args) {
+                // A call closed by the output limit (`max_tokens`) ends mid-JSON; running
+                // it would hand the tool arguments the model never finished.
+                plan.refused.push(FinishedCall {
+                    request: request_of(call),
+                    output: ToolOutput::Error(
+                        "tool call arguments are not a complete JSON object (the reply hit its output limit); the call was not run".to_owned(),
+                    ),
+                    finished_at: self.options.clock.now(),
+                });
             } else if self.dynamic_names.contains(&call.tool_name) {
                 plan.pending.push(PendingToolCall {
                     tool_call_id: call.tool_call_id.clone(),
@@ -566,9 +578,11 @@ impl Runner {
             .iter()
             .map(|f| f.request.tool_call_id.as_str())
             .collect();
+        // Calls the provider runs itself get no result of Keel's making: only the provider
+        // can answer them, and the prompt repair drops those it never answered.
         let unanswered: Vec<(String, String)> = acc
             .tool_calls()
-            .filter(|c| !c.provider_executed || !acc.has_provider_result(&c.tool_call_id))
+            .filter(|c| !c.provider_executed)
             .filter(|c| !done.contains(c.tool_call_id.as_str()))
             .map(|c| (c.tool_call_id.clone(), c.tool_name.clone()))
             .collect();
@@ -631,5 +645,24 @@ fn request_of(call: &crate::accumulate::StreamedCall) -> ToolCallRequest {
         tool_call_id: call.tool_call_id.clone(),
         tool_name: call.tool_name.clone(),
         args: call.args.clone(),
+    }
+}
+
+/// Whether a call's argument text is a JSON object (or empty, which adapters send as `{}`).
+pub(crate) fn arguments_are_an_object(args: &str) -> bool {
+    args.trim().is_empty() || matches!(serde_json::from_str(args), Ok(serde_json::Value::Object(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::arguments_are_an_object;
+
+    #[test]
+    fn only_whole_json_objects_are_runnable_arguments() {
+        assert!(arguments_are_an_object(""));
+        assert!(arguments_are_an_object(r#"{"path": "a"}"#));
+        assert!(!arguments_are_an_object(r#"{"path": "a"#));
+        assert!(!arguments_are_an_object("[1]"));
+        assert!(!arguments_are_an_object("null"));
     }
 }

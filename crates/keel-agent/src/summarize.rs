@@ -5,7 +5,9 @@
 //! Tools stay defined so the prompt matches the chat's other requests, but the model may not
 //! call them. Nothing is committed unless the summary is complete.
 
-use keel_core::{CancelCause, Message, ToolChoice};
+use std::collections::HashSet;
+
+use keel_core::{CancelCause, Message, PartKind, ToolChoice};
 
 use crate::accumulate::StepAccumulator;
 use crate::compaction::{SUMMARY_INSTRUCTION, SummaryRecord};
@@ -22,6 +24,39 @@ pub(crate) enum Compacted {
     Interrupted,
 }
 
+/// The history for a summary prompt: tool calls that have no result yet (client-side calls
+/// the run is about to hand over) are left out, since every provider rejects a tool call
+/// without its result; a message left empty is dropped.
+pub(crate) fn without_unanswered_calls(history: &[Message]) -> Vec<Message> {
+    let answered: HashSet<&str> = history
+        .iter()
+        .flat_map(|m| &m.parts)
+        .filter_map(|p| match &p.kind {
+            PartKind::ToolResult { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    history
+        .iter()
+        .filter_map(|m| {
+            let parts: Vec<_> = m
+                .parts
+                .iter()
+                .filter(|p| match &p.kind {
+                    PartKind::ToolCall {
+                        tool_call_id,
+                        provider_executed: false,
+                        ..
+                    } => answered.contains(tool_call_id.as_str()),
+                    _ => true,
+                })
+                .cloned()
+                .collect();
+            (!parts.is_empty()).then(|| Message { parts, ..m.clone() })
+        })
+        .collect()
+}
+
 impl Runner {
     /// Summarises `history` and replaces it with the committed prompt history.
     pub(crate) async fn compact(
@@ -31,7 +66,7 @@ impl Runner {
         let Some(compaction) = self.options.compaction.clone() else {
             return Ok(Compacted::Done);
         };
-        let mut prompt = history.clone();
+        let mut prompt = without_unanswered_calls(history);
         prompt.push(Message::user(SUMMARY_INSTRUCTION));
 
         // A summary is never resumed from a step checkpoint nor chained onto a stored
@@ -41,6 +76,7 @@ impl Runner {
         self.options.call_options.tool_choice = ToolChoice::None;
         self.options.call_options.previous_response_id = None;
         let mut acc = StepAccumulator::new();
+        compaction.hooks.summary_started();
         let end = self.stream_step(usize::MAX, &mut prompt, &mut acc).await;
         self.options.call_options = saved_options;
         self.options.checkpointing = saved_checkpointing;
@@ -89,5 +125,56 @@ impl Runner {
         } else {
             Err(Box::new(RunError::Cancelled))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_core::{Part, Role};
+    use serde_json::Value;
+
+    #[test]
+    fn a_summary_prompt_carries_no_call_without_its_result() {
+        let history = vec![
+            Message::user("weather and notes?"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::text("checking"),
+                    Part::tool_call("local", "read_file", "{}", false),
+                    Part::tool_call("client", "get_weather", "{}", false),
+                ],
+            ),
+            Message::new(
+                Role::Tool,
+                vec![Part::tool_result(
+                    "local",
+                    "read_file",
+                    Value::Null,
+                    false,
+                    false,
+                )],
+            ),
+            Message::new(
+                Role::Assistant,
+                vec![Part::tool_call("client2", "get_weather", "{}", false)],
+            ),
+        ];
+        let prompt = without_unanswered_calls(&history);
+        assert_eq!(
+            prompt.len(),
+            3,
+            "the message of only a pending call is dropped"
+        );
+        let ids: Vec<&str> = prompt
+            .iter()
+            .flat_map(|m| &m.parts)
+            .filter_map(|p| match &p.kind {
+                PartKind::ToolCall { tool_call_id, .. } => Some(tool_call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids, ["local"]);
     }
 }

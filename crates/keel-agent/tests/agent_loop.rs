@@ -661,3 +661,72 @@ async fn max_steps_below_one_means_one_step() {
     );
     assert_eq!(model.calls().len(), 1);
 }
+
+#[tokio::test]
+async fn a_call_cut_by_the_output_limit_is_answered_with_an_error_not_run() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let tool = FnTool::arc("write_file", move |_, _| {
+        let counter = counter.clone();
+        async move {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(ToolOutput::Text("written".into()))
+        }
+    });
+    let model = ScriptedModel::new(vec![Reply::Stream(
+        [
+            tool_call("c1", "write_file", r#"{"path": "a.txt", "content": "lo"#),
+            vec![finish(FinishReason::Length)],
+        ]
+        .concat(),
+        Ending::Done,
+    )]);
+    let persister = RecordingPersister::new();
+    let mut options = RunOptions::new(model, vec![user("write")], persister.clone());
+    options.tools = vec![tool];
+    run(options, Cancel::new()).await.unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "never run with invalid JSON"
+    );
+    let steps = persister.steps();
+    let results = tool_results(&steps[0]);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].0, "c1");
+    assert!(results[0].2, "an error result");
+    assert!(
+        results[0]
+            .1
+            .to_string()
+            .contains("not a complete JSON object")
+    );
+}
+
+#[tokio::test]
+async fn an_interrupted_provider_run_call_gets_no_local_result() {
+    let started = Arc::new(Notify::new());
+    let model = ScriptedModel::new(vec![Reply::Stream(
+        vec![
+            StreamEvent::ToolInputStart {
+                id: "srvtoolu_1".into(),
+                tool_name: "web_search".into(),
+                provider_executed: true,
+            },
+            StreamEvent::ToolCall {
+                id: "srvtoolu_1".into(),
+                tool_name: "web_search".into(),
+                args: "{\"query\":\"keel\"}".into(),
+                provider_executed: true,
+            },
+        ],
+        Ending::InterruptError(started.clone()),
+    )]);
+    let persister = RecordingPersister::new();
+    let cancel = Cancel::new();
+    interrupt_when(started, &cancel, CancelCause::Interrupted);
+    let options = RunOptions::new(model, vec![user("search")], persister.clone());
+    assert_eq!(run(options, cancel).await.unwrap(), RunOutcome::Interrupted);
+    let step = &persister.steps()[0];
+    assert!(tool_results(step).is_empty(), "{:?}", step.messages);
+}

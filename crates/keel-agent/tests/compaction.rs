@@ -192,12 +192,20 @@ async fn an_early_exit_with_pending_client_tools_compacts_first() {
     let calls = model.calls();
     assert_eq!(calls.len(), 2);
     assert!(is_summary_request(&calls[1]));
-    // The pending call is part of what was summarised.
+    // The pending call has no result yet: sending it would be an orphaned tool call, which
+    // every provider rejects. The summary sees the history without it.
     assert!(
         calls[1]
             .messages
             .iter()
-            .any(|m| m.role == Role::Assistant && m.tool_calls().next().is_some())
+            .all(|m| m.tool_calls().next().is_none()),
+        "{:?}",
+        calls[1].messages
+    );
+    assert_eq!(
+        calls[1].messages.len(),
+        2,
+        "the question and the instruction"
     );
     assert_eq!(hooks.summaries().len(), 1);
     assert_eq!(persister.steps().len(), 1);
@@ -263,7 +271,7 @@ async fn re_entry_after_compaction_is_capped_at_three() {
     let model = ScriptedModel::new(replies);
     let hooks = Arc::new(RecordingHooks::default());
     let (mut options, persister) = compacting(model.clone(), hooks.clone());
-    options.max_steps = 2;
+    options.max_steps = 20;
 
     let outcome = run(options, Cancel::new()).await.unwrap();
 
@@ -273,6 +281,28 @@ async fn re_entry_after_compaction_is_capped_at_three() {
     assert_eq!(model.calls().len(), 12);
     let indexes: Vec<usize> = persister.steps().iter().map(|s| s.step_index).collect();
     assert_eq!(indexes, (0..8).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_steps_bounds_the_whole_run_across_compactions() {
+    let mut replies = Vec::new();
+    for pass in 0..3 {
+        replies.push(reply_tool(&format!("c{pass}"), "read_file", 10));
+        replies.push(reply_text("stopping with a full context", 90));
+        replies.push(summary(&format!("SUM-{pass}")));
+    }
+    let model = ScriptedModel::new(replies);
+    let hooks = Arc::new(RecordingHooks::default());
+    let (mut options, persister) = compacting(model.clone(), hooks.clone());
+    options.max_steps = 3;
+
+    let outcome = run(options, Cancel::new()).await.unwrap();
+
+    // Two steps, a summary, and one step of the re-entry: three steps in all.
+    assert_eq!(outcome, RunOutcome::Completed { steps: 3 });
+    assert_eq!(model.calls().len(), 4);
+    let indexes: Vec<usize> = persister.steps().iter().map(|s| s.step_index).collect();
+    assert_eq!(indexes, [0, 1, 2]);
 }
 
 #[tokio::test(start_paused = true)]

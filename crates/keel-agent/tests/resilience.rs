@@ -309,6 +309,92 @@ async fn startup_timeout_is_retried() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn keepalives_keep_a_silent_stream_alive_past_the_idle_limit() {
+    // Content, then pings every 40 s for 10 minutes (idle limit 60 s), then the rest.
+    let model = ScriptedModel::new(vec![Reply::Stream(
+        text("t", "thinking..."),
+        Ending::Pings {
+            every: Duration::from_secs(40),
+            count: 15,
+            then: [text("u", " done"), vec![finish(FinishReason::Stop)]].concat(),
+        },
+    )]);
+    let persister = RecordingPersister::new();
+    let mut options = options(model.clone(), persister.clone());
+    options.timeouts.idle = Duration::from_secs(60);
+    let sink = with_sink(&mut options);
+    run(options, Cancel::new()).await.unwrap();
+    assert_eq!(final_text(&persister), "thinking... done");
+    assert!(
+        !sink
+            .events()
+            .iter()
+            .any(|e| matches!(e, LiveEvent::Retry { .. }))
+    );
+    assert_eq!(model.calls.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepalives_never_extend_the_startup_limit() {
+    let model = ScriptedModel::new(vec![
+        Reply::Stream(
+            vec![],
+            Ending::Pings {
+                every: Duration::from_secs(1),
+                count: 1000,
+                then: vec![],
+            },
+        ),
+        Reply::Stream(
+            [text("t", "hello"), vec![finish(FinishReason::Stop)]].concat(),
+            Ending::Done,
+        ),
+    ]);
+    let persister = RecordingPersister::new();
+    let mut options = options(model.clone(), persister.clone());
+    options.timeouts.startup = Duration::from_secs(5);
+    let sink = with_sink(&mut options);
+    let started = tokio::time::Instant::now();
+    run(options, Cancel::new()).await.unwrap();
+    assert_eq!(final_text(&persister), "hello");
+    assert!(sink.events().iter().any(|e| matches!(
+        e,
+        LiveEvent::Retry {
+            kind: ErrorKind::StartupTimeout,
+            ..
+        }
+    )));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_longer_than_the_cap_fails_at_once_as_a_rate_limit() {
+    let mut limited = provider_error(ErrorKind::RateLimit, "slow down");
+    limited.status = Some(429);
+    limited.retry_after = Some(Duration::MAX);
+    let model = ScriptedModel::new(vec![Reply::Fail(limited)]);
+    let persister = RecordingPersister::new();
+    let started = tokio::time::Instant::now();
+    let error = run(options(model.clone(), persister.clone()), Cancel::new())
+        .await
+        .unwrap_err();
+    let RunError::Provider(error) = error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(error.kind, ErrorKind::RateLimit);
+    assert!(
+        error.message.contains("retry_max_delay_ms"),
+        "{}",
+        error.message
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
 async fn rate_limit_waits_for_retry_after() {
     let mut limited = provider_error(ErrorKind::RateLimit, "slow down");
     limited.status = Some(429);

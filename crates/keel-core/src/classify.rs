@@ -3,7 +3,9 @@
 //! Adapters describe a failure as a [`Failure`] (HTTP status, body, Retry-After headers,
 //! transport message) and [`classify`] turns it into a [`ProviderError`]. The order of the
 //! checks matters: specific provider codes beat status codes, and status codes beat loose
-//! message text, because messages are the least reliable signal.
+//! message text, because messages are the least reliable signal. A transport failure is
+//! described by its [`Transport`] class, read from the HTTP client's typed predicates, so
+//! that no wording of an operating system or library decides whether Keel retries.
 
 use std::time::{Duration, SystemTime};
 
@@ -23,8 +25,25 @@ pub struct Failure<'a> {
     pub retry_after: Option<&'a str>,
     /// A transport-level message (connection reset, timed out, ...).
     pub message: Option<&'a str>,
+    /// What kind of transport failure this is, when the HTTP client says so.
+    pub transport: Option<Transport>,
     pub provider: &'a str,
     pub model: &'a str,
+}
+
+/// A transport failure as the HTTP client's typed predicates describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// The connection could not be made: refused, DNS failure, network unreachable.
+    Connect,
+    /// A connect, read or request timeout.
+    Timeout,
+    /// The request or response body failed mid-way (reset, closed early).
+    Body,
+    /// The response could not be decoded (a truncated chunked body, broken framing).
+    Decode,
+    /// Sending the request failed after the connection was made.
+    Request,
 }
 
 /// Classifies a failure. `now` resolves HTTP-date Retry-After values.
@@ -51,7 +70,13 @@ pub fn classify(failure: &Failure<'_>, now: SystemTime) -> ProviderError {
         failure.body.unwrap_or_default()
     )
     .to_lowercase();
-    let kind = kind_of(failure.status, &details, &text);
+    let kind = match failure.transport {
+        Some(Transport::Timeout) => ErrorKind::Timeout,
+        Some(Transport::Connect | Transport::Body | Transport::Decode | Transport::Request) => {
+            ErrorKind::Connection
+        }
+        None => kind_of(failure.status, &details, &text),
+    };
     ProviderError {
         kind,
         message,
@@ -66,9 +91,21 @@ pub fn classify(failure: &Failure<'_>, now: SystemTime) -> ProviderError {
 
 /// Classifies a bare message (e.g. a transport error) with no HTTP details.
 pub fn classify_message(message: &str, provider: &str, model: &str) -> ProviderError {
+    classify_transport(message, None, provider, model)
+}
+
+/// Classifies a transport failure: its class from the HTTP client when known, and its
+/// message for the user (and as the last resort when the class is unknown).
+pub fn classify_transport(
+    message: &str,
+    transport: Option<Transport>,
+    provider: &str,
+    model: &str,
+) -> ProviderError {
     classify(
         &Failure {
             message: Some(message),
+            transport,
             provider,
             model,
             ..Failure::default()
@@ -120,24 +157,27 @@ fn kind_of(status: Option<u16>, details: &BodyDetails, text: &str) -> ErrorKind 
         Some(401 | 403) => return ErrorKind::Auth,
         Some(408) => return ErrorKind::Timeout,
         Some(503) if has(&["overloaded"]) => return ErrorKind::Overloaded,
-        Some(500 | 502 | 503 | 504) => return ErrorKind::Server,
+        // Every 5xx but "not implemented" and "HTTP version not supported" is the server's
+        // trouble, including Cloudflare's 520–528 in front of a provider.
+        Some(500 | 502..=504 | 506..=599) => return ErrorKind::Server,
         Some(400 | 404 | 405 | 409 | 413 | 415 | 422) => return ErrorKind::InvalidRequest,
         _ => {}
     }
-    match ty {
-        "overloaded_error" => return ErrorKind::Overloaded,
-        "rate_limit_error" | "rate_limit_exceeded" | "requests" | "tokens" => {
-            return ErrorKind::RateLimit;
+    // The type decides; a bare code (a Responses in-stream `error` event carries only
+    // `code`, e.g. `server_error`) decides the same way.
+    for name in [ty, code] {
+        match name {
+            "overloaded_error" => return ErrorKind::Overloaded,
+            "rate_limit_error" | "rate_limit_exceeded" | "requests" | "tokens" => {
+                return ErrorKind::RateLimit;
+            }
+            "authentication_error" | "permission_error" => return ErrorKind::Auth,
+            "invalid_request_error" | "not_found_error" | "request_too_large" => {
+                return ErrorKind::InvalidRequest;
+            }
+            "api_error" | "server_error" | "internal_server_error" => return ErrorKind::Server,
+            _ => {}
         }
-        "authentication_error" | "permission_error" => return ErrorKind::Auth,
-        "invalid_request_error" | "not_found_error" | "request_too_large" => {
-            return ErrorKind::InvalidRequest;
-        }
-        "api_error" | "server_error" | "internal_server_error" => return ErrorKind::Server,
-        _ => {}
-    }
-    if matches!(code, "rate_limit_exceeded") {
-        return ErrorKind::RateLimit;
     }
     if has(&["overloaded"]) {
         return ErrorKind::Overloaded;
@@ -180,6 +220,14 @@ fn kind_of(status: Option<u16>, details: &BodyDetails, text: &str) -> ErrorKind 
         "error decoding response body",
         "incomplete message",
         "connection error",
+        "dns error",
+        "failed to lookup address",
+        "name or service not known",
+        "temporary failure in name resolution",
+        "network is unreachable",
+        "network unreachable",
+        "host is unreachable",
+        "no route to host",
     ]) {
         return ErrorKind::Connection;
     }
@@ -201,20 +249,31 @@ fn kind_of(status: Option<u16>, details: &BodyDetails, text: &str) -> ErrorKind 
     ErrorKind::Unknown
 }
 
+/// The wait a provider asks for: `retry-after-ms` first, then `retry-after` in seconds or as
+/// an HTTP date. Negative, NaN and unparsable values are ignored; a wait too long to
+/// represent (`1e20`) is [`Duration::MAX`], which the retry policy refuses to wait out.
 fn retry_after(failure: &Failure<'_>, now: SystemTime) -> Option<Duration> {
-    if let Some(ms) = failure
+    if let Some(wait) = failure
         .retry_after_ms
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .and_then(|v| seconds(v.trim(), 1000.0))
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(wait);
     }
     let raw = failure.retry_after?.trim();
-    if let Ok(secs) = raw.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    if raw.parse::<f64>().is_ok() {
+        return seconds(raw, 1.0);
     }
     let when = httpdate::parse_http_date(raw).ok()?;
     Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// `raw / per_second` seconds, for a finite, non-negative number.
+fn seconds(raw: &str, per_second: f64) -> Option<Duration> {
+    let value = raw.parse::<f64>().ok()?;
+    if !value.is_finite() || value < 0.0 {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(value / per_second).unwrap_or(Duration::MAX))
 }
 
 /// Type, code and message found in a provider error body. Both the nested
@@ -275,9 +334,12 @@ mod tests {
         assert_eq!(kind(Some(529), None, None), ErrorKind::Overloaded);
         assert_eq!(kind(Some(401), None, None), ErrorKind::Auth);
         assert_eq!(kind(Some(403), None, None), ErrorKind::Auth);
-        for s in [500, 502, 503, 504] {
-            assert_eq!(kind(Some(s), None, None), ErrorKind::Server);
+        for s in [
+            500, 502, 503, 504, 507, 520, 521, 522, 523, 524, 525, 526, 527, 528,
+        ] {
+            assert_eq!(kind(Some(s), None, None), ErrorKind::Server, "{s}");
         }
+        assert_eq!(kind(Some(501), None, None), ErrorKind::Unknown);
         assert_eq!(kind(Some(400), None, None), ErrorKind::InvalidRequest);
     }
 
@@ -401,5 +463,89 @@ mod tests {
             ..Failure::default()
         };
         assert_eq!(classify(&garbage, now).retry_after, None);
+    }
+
+    #[test]
+    fn retry_after_never_panics_and_saturates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let wait = |ms: Option<&str>, secs: Option<&str>| {
+            classify(
+                &Failure {
+                    status: Some(429),
+                    retry_after_ms: ms,
+                    retry_after: secs,
+                    ..Failure::default()
+                },
+                now,
+            )
+            .retry_after
+        };
+        assert_eq!(wait(None, Some("1e20")), Some(Duration::MAX));
+        assert_eq!(wait(Some("1e300"), None), Some(Duration::MAX));
+        assert_eq!(wait(None, Some("inf")), None);
+        assert_eq!(wait(None, Some("-5")), None);
+        assert_eq!(wait(None, Some("NaN")), None);
+        assert_eq!(wait(Some("-1"), Some("3")), Some(Duration::from_secs(3)));
+        assert_eq!(wait(None, Some("0.25")), Some(Duration::from_millis(250)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(60));
+        assert_eq!(wait(None, Some(&past)), Some(Duration::ZERO));
+        assert_eq!(
+            wait(None, Some("Wed, 21 Oct 2015 07:28:00 GMT")),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn transport_classes_decide_before_any_text() {
+        let with = |transport, message| {
+            classify(
+                &Failure {
+                    transport: Some(transport),
+                    message: Some(message),
+                    ..Failure::default()
+                },
+                SystemTime::now(),
+            )
+            .kind
+        };
+        // The wording says nothing a text match would know; the class decides.
+        assert_eq!(
+            with(Transport::Connect, "error sending request"),
+            ErrorKind::Connection
+        );
+        assert_eq!(
+            with(
+                Transport::Connect,
+                "dns error: failed to lookup address information"
+            ),
+            ErrorKind::Connection
+        );
+        assert_eq!(
+            with(Transport::Timeout, "error sending request"),
+            ErrorKind::Timeout
+        );
+        assert_eq!(
+            with(Transport::Body, "unauthorized body"),
+            ErrorKind::Connection
+        );
+        assert_eq!(
+            with(Transport::Decode, "error decoding"),
+            ErrorKind::Connection
+        );
+        assert!(ErrorKind::Connection.is_retryable());
+        for m in [
+            "dns error: failed to lookup address information: Name or service not known",
+            "Network is unreachable (os error 101)",
+        ] {
+            assert_eq!(kind(None, None, Some(m)), ErrorKind::Connection, "{m}");
+        }
+    }
+
+    #[test]
+    fn a_responses_in_stream_server_error_is_retryable() {
+        let event = r#"{"type":"error","code":"server_error","message":"The server had an error while processing your request.","param":null,"sequence_number":4}"#;
+        let k = kind(None, Some(event), None);
+        assert_eq!(k, ErrorKind::Server);
+        assert!(k.is_retryable());
     }
 }

@@ -77,6 +77,10 @@ pub enum StreamEvent {
         usage: Usage,
         provider_metadata: Option<Value>,
     },
+    /// The provider is alive but sent no content: an Anthropic `ping`, a Responses
+    /// `response.in_progress`, an SSE comment. It resets the idle watchdog, never the
+    /// startup timeout (a server that only pings has not started answering).
+    KeepAlive,
     /// Provider response identity (e.g. the OpenAI Responses id used for chaining).
     ResponseId {
         id: String,

@@ -30,7 +30,10 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         }
     };
     state.record_request("/v1/messages", &request);
-    if let Err(violation) = rules::thinking::check(&request) {
+    if state.config.strict
+        && let Err(violation) = rules::check(rules::anthropic::RULES, &request)
+            .and_then(|()| rules::thinking::check(&request))
+    {
         return violation.response(Flavor::Anthropic);
     }
     let model = request["model"].as_str().unwrap_or("mock");
@@ -257,6 +260,10 @@ impl Encoder for Events {
             ),
             event("message_stop", json!({})),
         ]
+    }
+
+    fn keepalive(&mut self) -> Vec<Bytes> {
+        vec![event("ping", json!({}))]
     }
 
     fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {

@@ -13,6 +13,10 @@ pub struct MockConfig {
     /// How many Responses-API responses are kept for `previous_response_id`; the oldest are
     /// forgotten first, so a long benchmark cannot grow memory without bound.
     pub max_stored_responses: usize,
+    /// Refuse requests that break a rule the real API enforces (see `rules`), with the `400`
+    /// the real API answers. On by default; off only to test a client's handling of a server
+    /// that accepts anything.
+    pub strict: bool,
 }
 
 impl MockConfig {
@@ -38,6 +42,7 @@ impl Default for MockConfig {
             rate: 0.0,
             models: vec!["mock".into(), "mock-reasoning".into(), "demo".into()],
             max_stored_responses: 10_000,
+            strict: true,
         }
     }
 }

@@ -37,6 +37,8 @@ pub(crate) trait Encoder: Send + 'static {
     fn start(&mut self, reply: &Reply) -> Vec<Bytes>;
     fn piece(&mut self, reply: &Reply, piece: Piece<'_>) -> Vec<Bytes>;
     fn finish(&mut self, reply: &Reply) -> Vec<Bytes>;
+    /// The protocol's keep-alive: an event (or comment) that carries no content.
+    fn keepalive(&mut self) -> Vec<Bytes>;
     /// The in-stream error event; the stream ends after it.
     fn error(&mut self, reply: &Reply, fault: &StreamFault) -> Vec<Bytes>;
 }
@@ -54,6 +56,7 @@ pub(crate) fn stream(reply: Reply, encoder: impl Encoder, shutdown: Cancellation
             shutdown,
             sent: 0,
             next: Instant::now(),
+            stalled: false,
         };
         // `Stop` only means the stream ended early; nothing is left to report.
         let _ = player.play(&reply, encoder).await;
@@ -75,11 +78,18 @@ struct Player {
     sent: u32,
     /// When the next token is due, for pacing.
     next: Instant,
+    /// The stall happened (it happens once).
+    stalled: bool,
 }
 
 impl Player {
     async fn play(&mut self, reply: &Reply, mut encoder: impl Encoder) -> Result<(), Stop> {
         self.send_all(encoder.start(reply)).await?;
+        // A stall before the first token comes before any content block opens, so that
+        // nothing but the response's opening (and keep-alives) precedes it.
+        if reply.faults.stall.is_some_and(|(after, ..)| after == 0) {
+            self.stall(reply, &mut encoder).await?;
+        }
         if !reply.reasoning.is_empty() {
             self.block(
                 reply,
@@ -153,8 +163,8 @@ impl Player {
         let sent = self.sent;
         let due = |after: u32| after == sent || (at_end && after > sent);
         let faults = &reply.faults;
-        if let Some((_, pause)) = faults.stall.filter(|(after, _)| due(*after)) {
-            self.pause(pause).await?;
+        if faults.stall.is_some_and(|(after, ..)| due(after)) {
+            self.stall(reply, encoder).await?;
         }
         if let Some((_, line)) = faults.malformed.as_ref().filter(|(after, _)| due(*after)) {
             self.send(Ok(sse::raw(line))).await?;
@@ -182,6 +192,41 @@ impl Player {
         let due = self.next;
         self.next += interval;
         self.wait(sleep_until(due)).await
+    }
+
+    /// The reply's stall, once.
+    async fn stall(&mut self, reply: &Reply, encoder: &mut impl Encoder) -> Result<(), Stop> {
+        let Some((_, pause, ping)) = reply.faults.stall else {
+            return Ok(());
+        };
+        if std::mem::replace(&mut self.stalled, true) {
+            return Ok(());
+        }
+        match ping {
+            Some(every) => self.ping(encoder, pause, every).await,
+            None => self.pause(pause).await,
+        }
+    }
+
+    /// Stalls for `pause`, sending keep-alives every `every` meanwhile.
+    async fn ping(
+        &mut self,
+        encoder: &mut impl Encoder,
+        pause: Duration,
+        every: Duration,
+    ) -> Result<(), Stop> {
+        let end = Instant::now() + pause;
+        loop {
+            let next = Instant::now() + every;
+            if next >= end {
+                break;
+            }
+            self.wait(sleep_until(next)).await?;
+            self.send_all(encoder.keepalive()).await?;
+        }
+        self.wait(sleep_until(end)).await?;
+        self.next = Instant::now();
+        Ok(())
     }
 
     async fn pause(&mut self, pause: Duration) -> Result<(), Stop> {
@@ -250,7 +295,7 @@ pub(crate) async fn whole(
     shutdown: &CancellationToken,
 ) -> Response {
     let faults = &reply.faults;
-    if let Some((_, pause)) = faults.stall {
+    if let Some((_, pause, _)) = faults.stall {
         tokio::select! {
             () = sleep(pause) => {}
             () = shutdown.cancelled() => {}

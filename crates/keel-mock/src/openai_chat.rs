@@ -29,7 +29,10 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         Err(error) => return errors::invalid(Flavor::OpenAi, &format!("invalid JSON: {error}")),
     };
     state.record_request("/v1/chat/completions", &request);
-    if let Err(violation) = rules::prefill::check(&request) {
+    if state.config.strict
+        && let Err(violation) = rules::check(rules::openai_chat::RULES, &request)
+            .and_then(|()| rules::prefill::check(&request))
+    {
         return violation.response(Flavor::OpenAi);
     }
     let model = request["model"].as_str().unwrap_or("mock");
@@ -192,15 +195,25 @@ impl Encoder for Chunks {
         let delta = match piece {
             Piece::ReasoningDelta(text) => json!({"reasoning_content": text}),
             Piece::TextDelta(text) => json!({"content": text}),
-            Piece::ToolStart(index) => json!({"tool_calls": [{
-                "index": index,
-                "id": reply.call_id(index, "call_"),
-                "type": "function",
-                "function": {
-                    "name": reply.calls.get(index).map(|c| c.name.as_str()),
-                    "arguments": "",
-                },
-            }]}),
+            Piece::ToolStart(index) => {
+                let mut call = json!({
+                    "index": index,
+                    "id": reply.call_id(index, "call_"),
+                    "type": "function",
+                    "function": {
+                        "name": reply.calls.get(index).map(|c| c.name.as_str()),
+                        "arguments": "",
+                    },
+                });
+                // A call scripted with an empty id is streamed without one, as llama.cpp
+                // and some vLLM versions do.
+                if call["id"] == ""
+                    && let Some(call) = call.as_object_mut()
+                {
+                    call.remove("id");
+                }
+                json!({"tool_calls": [call]})
+            }
             Piece::ToolDelta(index, chunk) => json!({"tool_calls": [{
                 "index": index,
                 "function": {"arguments": chunk},
@@ -229,6 +242,10 @@ impl Encoder for Chunks {
         }
         frames.push(Bytes::from_static(sse::DONE.as_bytes()));
         frames
+    }
+
+    fn keepalive(&mut self) -> Vec<Bytes> {
+        vec![sse::raw(": keep-alive")]
     }
 
     fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {

@@ -50,7 +50,8 @@ pub(crate) struct Figures {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Faults {
     pub cut: Option<u32>,
-    pub stall: Option<(u32, Duration)>,
+    /// After how many tokens, for how long, and how often to send keep-alives meanwhile.
+    pub stall: Option<(u32, Duration, Option<Duration>)>,
     pub malformed: Option<(u32, String)>,
     pub stream_error: Option<StreamFault>,
 }
@@ -216,7 +217,8 @@ fn summarise(results: &[(Option<&str>, &str)]) -> String {
 /// Without a directive: echo, except that a message starting with the name of an offered
 /// tool (optionally after `/`) followed by a JSON object or nothing calls that tool, and
 /// the turn after a tool call summarises its results. This is what lets the demo model
-/// exercise tools without any script.
+/// exercise tools without any script. `/NAME` for a tool that is not offered answers which
+/// tools are.
 fn unscripted_step(conversation: &Conversation, user_text: &str, index: usize) -> Step {
     if index > 0 {
         return final_step(conversation, user_text);
@@ -227,6 +229,9 @@ fn unscripted_step(conversation: &Conversation, user_text: &str, index: usize) -
         .unwrap_or((trimmed, ""));
     let name = head.strip_prefix('/').unwrap_or(head);
     if !conversation.tools.iter().any(|tool| tool == name) {
+        if head.starts_with('/') && is_tool_name(name) {
+            return Step::text(not_offered(name, &conversation.tools));
+        }
         return Step::echo();
     }
     let rest = rest.trim();
@@ -239,6 +244,25 @@ fn unscripted_step(conversation: &Conversation, user_text: &str, index: usize) -
         }
     };
     Step::tool_call(name, args)
+}
+
+/// What a tool name can look like (the providers' own rule); `/etc/passwd` is not one.
+fn is_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The answer to a request for a tool that is not offered.
+fn not_offered(name: &str, offered: &[String]) -> String {
+    let enabled = if offered.is_empty() {
+        "No tools are enabled.".to_owned()
+    } else {
+        format!("Enabled tools: {}.", offered.join(", "))
+    };
+    format!("I cannot use `{name}`: it is not enabled here. {enabled}")
 }
 
 fn build(
@@ -290,10 +314,10 @@ fn build(
     });
     let faults = Faults {
         cut: step.cut.filter(|c| active(c.times)).map(|c| c.after),
-        stall: step
-            .stall
-            .filter(|s| active(s.times))
-            .map(|s| (s.after, Duration::from_millis(s.ms))),
+        stall: step.stall.filter(|s| active(s.times)).map(|s| {
+            let ping = s.ping_ms.filter(|ms| *ms > 0).map(Duration::from_millis);
+            (s.after, Duration::from_millis(s.ms), ping)
+        }),
         malformed: step
             .malformed
             .as_ref()
@@ -335,5 +359,46 @@ fn build(
             0.0
         },
         stamp: step.stamp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offering(tools: &[&str]) -> Conversation {
+        Conversation {
+            tools: tools.iter().map(|t| t.to_string()).collect(),
+            ..Conversation::default()
+        }
+    }
+
+    #[test]
+    fn a_tool_that_is_not_offered_is_named_with_the_ones_that_are() {
+        let conversation = offering(&["read_file", "list_dir"]);
+        let step = unscripted_step(&conversation, "/run_command {\"command\":\"ls\"}", 0);
+        assert!(step.tool_calls.is_empty());
+        assert_eq!(
+            step.text.as_deref(),
+            Some(
+                "I cannot use `run_command`: it is not enabled here. Enabled tools: read_file, list_dir."
+            )
+        );
+        let step = unscripted_step(&offering(&[]), "/write_file", 0);
+        assert_eq!(
+            step.text.as_deref(),
+            Some("I cannot use `write_file`: it is not enabled here. No tools are enabled.")
+        );
+    }
+
+    #[test]
+    fn offered_tools_are_called_and_other_text_is_echoed() {
+        let conversation = offering(&["list_dir"]);
+        let step = unscripted_step(&conversation, "/list_dir {\"path\":\".\"}", 0);
+        assert_eq!(step.tool_calls.len(), 1);
+        for text in ["hello", "/etc/passwd is a file", "run_command please"] {
+            let step = unscripted_step(&conversation, text, 0);
+            assert!(step.text.is_none() && step.tool_calls.is_empty(), "{text}");
+        }
     }
 }

@@ -29,7 +29,9 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         Err(error) => return errors::invalid(Flavor::OpenAi, &format!("invalid JSON: {error}")),
     };
     state.record_request("/v1/responses", &request);
-    if let Err(violation) = rules::chain::check(&request, |id| state.stored_response(id).is_some())
+    if state.config.strict
+        && let Err(violation) = rules::check(rules::openai_responses::RULES, &request)
+            .and_then(|()| rules::chain::check(&request, |id| state.stored_response(id).is_some()))
     {
         return violation.response(Flavor::OpenAi);
     }
@@ -432,6 +434,13 @@ impl Encoder for Events {
             true,
         );
         vec![self.event(kind, json!({"response": response}))]
+    }
+
+    fn keepalive(&mut self) -> Vec<Bytes> {
+        vec![self.event(
+            "response.in_progress",
+            json!({"response": {"status": "in_progress"}}),
+        )]
     }
 
     fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {

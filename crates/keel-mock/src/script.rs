@@ -440,12 +440,16 @@ impl Cut {
     }
 }
 
-/// Send nothing for `ms` milliseconds once `after` tokens have been sent.
+/// Send nothing for `ms` milliseconds once `after` tokens have been sent — or, with
+/// `ping_ms`, only the protocol's keep-alives (Anthropic `ping`, Responses
+/// `response.in_progress`, an SSE comment for Chat Completions) every `ping_ms`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Stall {
     pub after: u32,
     pub ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ping_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub times: Option<u32>,
 }
@@ -455,8 +459,15 @@ impl Stall {
         Self {
             after: tokens,
             ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+            ping_ms: None,
             times: None,
         }
+    }
+
+    /// Sends keep-alives every `every` while stalled.
+    pub fn pinging(mut self, every: Duration) -> Self {
+        self.ping_ms = Some(u64::try_from(every.as_millis()).unwrap_or(u64::MAX));
+        self
     }
 
     pub fn times(mut self, times: u32) -> Self {

@@ -15,8 +15,11 @@ use crate::http::{Endpoint, ErrorContext};
 use crate::openai_chat::OpenAiChat;
 use crate::openai_responses::OpenAiResponses;
 
+/// Base URLs follow the official SDKs: OpenAI's includes the API version (`/v1`), Anthropic's
+/// is the bare host (what `ANTHROPIC_BASE_URL` holds for Anthropic's SDKs), the adapter adding
+/// `v1/messages`.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
-pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 
 /// The wire protocol a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -276,9 +279,14 @@ pub fn build_model(
             kind: settings.kind,
         });
     }
+    let (base_url, had_version) = endpoint_base(settings.kind, base_url);
+    if had_version {
+        tracing::warn!(provider = %settings.name, base_url = %settings.base_url(),
+            "an Anthropic base_url is the bare host, as for Anthropic's SDKs; the trailing /v1 is ignored");
+    }
     let endpoint = Endpoint {
         ctx: ErrorContext::new(&settings.name, upstream_model),
-        base_url: base_url.to_owned(),
+        base_url,
         headers: headers(settings)?,
         http,
     };
@@ -289,6 +297,20 @@ pub fn build_model(
         ProviderKind::OpenAiResponses => Arc::new(OpenAiResponses::new(endpoint)),
         ProviderKind::Anthropic => Arc::new(Anthropic::new(endpoint).with_prefill(prefill)),
     })
+}
+
+/// The base every request path is appended to, and whether a trailing `/v1` was dropped from
+/// an Anthropic base URL (Anthropic's SDKs take the bare host; a `/v1` copied from an
+/// OpenAI-style setting is accepted and ignored).
+pub fn endpoint_base(kind: ProviderKind, base_url: &str) -> (String, bool) {
+    let trimmed = base_url.trim_end_matches('/');
+    match kind {
+        ProviderKind::Anthropic => match trimmed.strip_suffix("/v1") {
+            Some(bare) => (bare.to_owned(), true),
+            None => (trimmed.to_owned(), false),
+        },
+        ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => (trimmed.to_owned(), false),
+    }
 }
 
 fn headers(settings: &ProviderSettings) -> Result<HeaderMap, ProviderBuildError> {
@@ -327,4 +349,33 @@ fn headers(settings: &ProviderSettings) -> Result<HeaderMap, ProviderBuildError>
         map.insert(name, value);
     }
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_follow_the_official_sdks() {
+        let base = |kind, url| endpoint_base(kind, url);
+        assert_eq!(
+            base(ProviderKind::Anthropic, "https://api.anthropic.com"),
+            ("https://api.anthropic.com".to_owned(), false)
+        );
+        assert_eq!(
+            base(
+                ProviderKind::Anthropic,
+                "https://proxy.example/anthropic/v1/"
+            ),
+            ("https://proxy.example/anthropic".to_owned(), true)
+        );
+        assert_eq!(
+            base(ProviderKind::OpenAiChat, "http://127.0.0.1:8080/v1/"),
+            ("http://127.0.0.1:8080/v1".to_owned(), false)
+        );
+        assert_eq!(
+            base(ProviderKind::OpenAiResponses, OPENAI_BASE_URL),
+            (OPENAI_BASE_URL.to_owned(), false)
+        );
+    }
 }

@@ -9,7 +9,7 @@
 use std::error::Error as StdError;
 use std::time::SystemTime;
 
-use keel_core::classify::{Failure, classify, classify_message};
+use keel_core::classify::{Failure, Transport, classify, classify_message, classify_transport};
 use keel_core::{Cancel, ErrorKind, ProviderError};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::Value;
@@ -49,11 +49,16 @@ impl ErrorContext {
         classify_message(message, &self.provider, &self.model)
     }
 
-    /// A transport error, classified from its whole source chain: the outermost message
-    /// ("error decoding response body") says little, the innermost ("connection reset by
-    /// peer") decides the kind.
+    /// A transport error. Its kind comes from the HTTP client's typed predicates (connect,
+    /// timeout, body, decode, request), never from wording; the whole source chain becomes
+    /// the message, since the outermost one ("error decoding response body") says little.
     pub fn transport(&self, err: &(dyn StdError + 'static)) -> ProviderError {
-        self.message(&error_chain(err))
+        classify_transport(
+            &error_chain(err),
+            transport_class(err),
+            &self.provider,
+            &self.model,
+        )
     }
 
     pub fn cancelled(&self) -> ProviderError {
@@ -71,12 +76,38 @@ impl ErrorContext {
                 retry_after_ms: header("retry-after-ms"),
                 retry_after: header("retry-after"),
                 message: None,
+                transport: None,
                 provider: &self.provider,
                 model: &self.model,
             },
             SystemTime::now(),
         )
     }
+}
+
+/// The class of a transport failure, from the first [`reqwest::Error`] in its chain.
+pub fn transport_class(err: &(dyn StdError + 'static)) -> Option<Transport> {
+    let mut current: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(e) = e.downcast_ref::<reqwest::Error>() {
+            // Timeout first: a connect timeout is both.
+            return if e.is_timeout() {
+                Some(Transport::Timeout)
+            } else if e.is_connect() {
+                Some(Transport::Connect)
+            } else if e.is_body() {
+                Some(Transport::Body)
+            } else if e.is_decode() {
+                Some(Transport::Decode)
+            } else if e.is_request() {
+                Some(Transport::Request)
+            } else {
+                None
+            };
+        }
+        current = e.source();
+    }
+    None
 }
 
 /// Joins an error's `Display` with those of its sources, skipping a source whose text the

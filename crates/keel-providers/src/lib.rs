@@ -45,6 +45,7 @@ pub mod anthropic;
 pub mod config;
 mod convert;
 pub mod http;
+pub mod keepalive;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod sse;

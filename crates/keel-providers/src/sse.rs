@@ -13,6 +13,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use keel_core::{Cancel, EventStream as ModelEvents, StreamEvent};
 
 use crate::http::ErrorContext;
+use crate::keepalive::{CommentMarker, KEEPALIVE_EVENT};
 
 /// One server-sent event: its `event:` name (`message` when absent) and joined `data:` lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +79,8 @@ where
     E: std::error::Error + Send + 'static,
     D: Decoder,
 {
+    let mut marker = CommentMarker::default();
+    let bytes = bytes.map(move |chunk| chunk.map(|c| marker.feed(c.as_ref())));
     let driver = Driver {
         framed: Some(Box::pin(EventStream::new(bytes))),
         decoder,
@@ -101,6 +104,10 @@ where
                 Step::Cancelled => {
                     out.push(StreamEvent::Error(d.ctx.cancelled()));
                     true
+                }
+                Step::Next(Some(Ok(event))) if event.event == KEEPALIVE_EVENT => {
+                    out.push(StreamEvent::KeepAlive);
+                    false
                 }
                 Step::Next(Some(Ok(event))) => {
                     let event = SseEvent::new(event.event, event.data);

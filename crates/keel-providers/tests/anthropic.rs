@@ -22,6 +22,8 @@ const SIGNATURE: &str = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxZ8MbzZpWZJc1u4nMiMLfHhZ=
 fn thinking_with_signature_text_and_a_tool_call() {
     let events = decode("anthropic_thinking_tools.sse");
     let expected = vec![
+        // The `ping` after `message_start`: life, not content.
+        StreamEvent::KeepAlive,
         StreamEvent::ReasoningStart {
             id: "reasoning-0".into(),
             metadata: None,

@@ -42,7 +42,7 @@ fn settings_deserialise_with_defaults() {
     assert_eq!(settings.base_url(), "http://127.0.0.1:8080/v1");
     assert_eq!(
         ProviderSettings::new("a", ProviderKind::Anthropic).base_url(),
-        "https://api.anthropic.com/v1"
+        "https://api.anthropic.com"
     );
     assert_eq!(
         ProviderSettings::new("o", ProviderKind::OpenAiResponses).base_url(),
@@ -141,7 +141,7 @@ fn providers_from_the_usual_environment_variables() {
     assert!(found[0].api_key.is_none());
     assert_eq!(found[1].name, "anthropic");
     assert_eq!(found[1].api_key.as_deref(), Some("sk-ant"));
-    assert_eq!(found[1].base_url(), "https://api.anthropic.com/v1");
+    assert_eq!(found[1].base_url(), "https://api.anthropic.com");
 }
 
 #[test]

@@ -1,4 +1,5 @@
 //! Transport errors are classified from their whole source chain.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt;
 
@@ -80,4 +81,25 @@ fn the_innermost_cause_decides_the_kind() {
         assert_eq!((error.provider.as_str(), error.model.as_str()), ("p", "m"));
     }
     assert_eq!(ctx.cancelled().kind, ErrorKind::Cancelled);
+}
+
+/// A real reqwest failure, classified by its typed predicate.
+async fn send_error(url: &str) -> keel_core::ProviderError {
+    let client = keel_providers::http_client().unwrap();
+    let error = client.get(url).send().await.unwrap_err();
+    ErrorContext::new("p", "m").transport(&error)
+}
+
+#[tokio::test]
+async fn refused_and_unresolvable_hosts_are_retryable_connection_errors() {
+    // A port that was just free: nothing listens there.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let refused = send_error(&format!("http://127.0.0.1:{port}/v1")).await;
+    assert_eq!(refused.kind, ErrorKind::Connection, "{}", refused.message);
+    // `.invalid` never resolves (RFC 2606), with or without a network.
+    let dns = send_error("http://keel-test.invalid/v1").await;
+    assert_eq!(dns.kind, ErrorKind::Connection, "{}", dns.message);
+    assert!(dns.retryable());
 }

@@ -19,6 +19,8 @@ fn decode(name: &str) -> Vec<StreamEvent> {
 fn reasoning_text_and_interleaved_tool_calls() {
     let events = decode("openai_chat_tools.sse");
     let expected = vec![
+        // The transcript opens with an SSE comment: life, not content.
+        StreamEvent::KeepAlive,
         StreamEvent::ReasoningStart {
             id: "reasoning-1".into(),
             metadata: None,
@@ -178,23 +180,27 @@ fn a_call_sent_whole_in_one_chunk_without_an_id() {
         "data: [DONE]\n\n"
     );
     let events = replay(ChatDecoder::new(ctx()), data.as_bytes());
+    let Some(StreamEvent::ToolInputStart { id, .. }) = events.first() else {
+        panic!("{events:?}");
+    };
+    // A synthesised id, unique for ever: never the index, which the next reply reuses.
+    assert!(id.starts_with("call_") && id.len() > 20, "{id}");
+    let id = id.clone();
     assert_eq!(
         events,
         vec![
             StreamEvent::ToolInputStart {
-                id: "call_0".into(),
+                id: id.clone(),
                 tool_name: "list_dir".into(),
                 provider_executed: false
             },
             StreamEvent::ToolInputDelta {
-                id: "call_0".into(),
+                id: id.clone(),
                 delta: "{\"path\":\".\"}".into()
             },
-            StreamEvent::ToolInputEnd {
-                id: "call_0".into()
-            },
+            StreamEvent::ToolInputEnd { id: id.clone() },
             StreamEvent::ToolCall {
-                id: "call_0".into(),
+                id,
                 tool_name: "list_dir".into(),
                 args: "{\"path\":\".\"}".into(),
                 provider_executed: false
@@ -206,6 +212,8 @@ fn a_call_sent_whole_in_one_chunk_without_an_id() {
             },
         ]
     );
+    let again = replay(ChatDecoder::new(ctx()), data.as_bytes());
+    assert!(!again.contains(&events[0]), "a second reply gets other ids");
 }
 
 const TRANSCRIPTS: [&str; 4] = [
@@ -309,7 +317,7 @@ fn request_maps_messages_images_tool_calls_and_tool_results() {
                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
                 {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
             ]},
-            {"role": "assistant", "content": "Let me look.", "tool_calls": [
+            {"role": "assistant", "content": "Let me look.", "reasoning_content": "hidden", "tool_calls": [
                 {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
                 {"id": "call_2", "type": "function", "function": {"name": "list_dir", "arguments": "{}"}},
             ]},
@@ -352,6 +360,7 @@ fn include_usage_can_be_switched_off_and_the_limit_renamed() {
         ChatRequestOptions {
             include_usage: false,
             legacy_max_tokens: false,
+            reasoning_content: false,
             prefill: false,
         },
     );
@@ -461,4 +470,47 @@ fn an_error_event_with_plain_text_data_is_an_error() {
     let error = final_error(&events);
     assert_eq!(error.message, "upstream timed out");
     assert_eq!(error.kind, ErrorKind::Timeout);
+}
+
+#[test]
+fn reasoning_goes_back_as_reasoning_content_except_to_openai() {
+    let call = ModelCall {
+        messages: vec![
+            Message::user("hi"),
+            Message::new(
+                Role::Assistant,
+                vec![Part::tool_call("c1", "read_file", "{}", false)],
+            ),
+            Message::new(
+                Role::Tool,
+                vec![Part::tool_result(
+                    "c1",
+                    "read_file",
+                    json!("x"),
+                    false,
+                    false,
+                )],
+            ),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::reasoning("a", None),
+                    Part::reasoning("b", None),
+                    Part::text("done"),
+                ],
+            ),
+        ],
+        ..ModelCall::default()
+    };
+    let body = build_request(&call, "deepseek-reasoner", ChatRequestOptions::default());
+    // A tool turn without reasoning still carries the field DeepSeek requires.
+    assert_eq!(body["messages"][1]["reasoning_content"], "");
+    assert_eq!(body["messages"][3]["reasoning_content"], "ab");
+    let openai = ChatRequestOptions {
+        reasoning_content: false,
+        ..ChatRequestOptions::default()
+    };
+    let body = build_request(&call, "gpt-4.1", openai);
+    assert!(body["messages"][1].get("reasoning_content").is_none());
+    assert!(body["messages"][3].get("reasoning_content").is_none());
 }

@@ -17,7 +17,8 @@ fn decode(name: &str) -> Vec<StreamEvent> {
 }
 
 fn reasoning_metadata() -> serde_json::Value {
-    json!({"openai_responses": {"item_id": "rs_1", "encrypted_content": "gAAAAABopaque-reasoning=="}})
+    json!({"openai_responses": {"item_id": "rs_1", "encrypted_content": "gAAAAABopaque-reasoning==",
+        "next_item": {"type": "message", "id": "msg_1"}}})
 }
 
 #[test]
@@ -27,6 +28,8 @@ fn reasoning_text_and_a_function_call() {
         StreamEvent::ResponseId {
             id: "resp_123".into(),
         },
+        // `response.in_progress`: life, not content.
+        StreamEvent::KeepAlive,
         StreamEvent::ReasoningStart {
             id: "rs_1".into(),
             metadata: None,
@@ -275,7 +278,9 @@ fn request_maps_input_items_and_round_trips_encrypted_reasoning() {
             {"type": "reasoning", "id": "rs_1",
              "summary": [{"type": "summary_text", "text": "**Planning** the lookup."}],
              "encrypted_content": "gAAAAABopaque-reasoning=="},
-            {"role": "assistant", "content": "Looking it up."},
+            // The reasoning item's follower goes back with its id, so the API can pair them.
+            {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "Looking it up.", "annotations": []}]},
             {"type": "function_call", "call_id": "call_9", "name": "get_weather", "arguments": "{\"city\":\"Zürich\"}"},
             {"type": "function_call_output", "call_id": "call_9", "output": "{\"temp\":21}"},
             {"role": "user", "content": [{"type": "input_text", "text": "and tomorrow?"}]},
@@ -354,7 +359,11 @@ fn new_input_keeps_a_trailing_partial_reply() {
 
 #[test]
 fn stored_reasoning_without_encrypted_content_is_sent_by_id_only_when_stored() {
-    let part = Part::reasoning("", Some(json!({"openai_responses": {"item_id": "rs_9"}})));
+    let part = Part::reasoning(
+        "",
+        Some(json!({"openai_responses": {"item_id": "rs_9",
+            "next_item": {"type": "message", "id": "msg_9"}}})),
+    );
     let messages = vec![
         Message::user("q"),
         Message::new(Role::Assistant, vec![part, Part::text("a")]),
@@ -386,4 +395,77 @@ fn stored_reasoning_without_encrypted_content_is_sent_by_id_only_when_stored() {
         unstored["input"][1],
         json!({"role": "assistant", "content": "a"})
     );
+}
+
+#[test]
+fn a_reasoning_item_goes_back_only_with_its_follower_and_the_followers_id() {
+    let reasoning = |next: serde_json::Value| {
+        Part::reasoning(
+            "r",
+            Some(
+                json!({"openai_responses": {"item_id": "rs_1", "encrypted_content": "e",
+                "next_item": next}}),
+            ),
+        )
+    };
+    let input = |parts: Vec<Part>| {
+        let call = ModelCall {
+            messages: vec![
+                Message::user("q"),
+                Message::new(Role::Assistant, parts),
+                Message::new(
+                    Role::Tool,
+                    vec![Part::tool_result("call_1", "f", json!("ok"), false, false)],
+                ),
+            ],
+            ..ModelCall::default()
+        };
+        build_request(&call, "m")["input"].clone()
+    };
+    // Followed by a function call: the call carries its item id.
+    let items = input(vec![
+        reasoning(json!({"type": "function_call", "id": "fc_1", "call_id": "call_1"})),
+        Part::tool_call("call_1", "f", "{}", false),
+    ]);
+    assert_eq!(items[1]["type"], "reasoning");
+    assert_eq!(items[2]["id"], "fc_1");
+    assert_eq!(items[2]["call_id"], "call_1");
+    // The follower was lost (a cut reply): the reasoning item is left out.
+    let items = input(vec![
+        reasoning(json!({"type": "message", "id": "msg_1"})),
+        Part::tool_call("call_1", "f", "{}", false),
+    ]);
+    assert_eq!(items[1]["type"], "function_call");
+    assert!(items[1].get("id").is_none());
+    assert!(
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["type"] != "reasoning")
+    );
+}
+
+#[test]
+fn client_run_items_get_neither_a_call_nor_a_made_up_result() {
+    let data = concat!(
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n",
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"computer_call\",\"id\":\"cu_1\",\"call_id\":\"call_1\",\"action\":{\"type\":\"screenshot\"}}}\n\n",
+        "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"computer_call\",\"id\":\"cu_1\",\"call_id\":\"call_1\",\"action\":{\"type\":\"screenshot\"},\"status\":\"completed\"}}\n\n",
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"web_search_call\",\"id\":\"ws_1\"}}\n\n",
+        "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"web_search_call\",\"id\":\"ws_1\",\"status\":\"completed\",\"action\":{\"query\":\"q\"}}}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"usage\":{}}}\n\n",
+    );
+    let events = replay(ResponsesDecoder::new(ctx()), data.as_bytes());
+    let ids: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::ToolCall { id, .. } | StreamEvent::ToolResult { id, .. } => {
+                Some(id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    // The provider-run web search is kept with its result; the computer call is not.
+    assert_eq!(ids, vec!["ws_1", "ws_1"]);
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use keel_providers::Continuation;
+use keel_tools::{BUILTIN_NAMES, READ_ONLY_NAMES};
 use serde::Deserialize;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
@@ -53,6 +54,8 @@ pub struct FileConfig {
     pub mcp_servers: Vec<McpServerEntry>,
     #[serde(default)]
     pub tools: ToolsConfig,
+    #[serde(default)]
+    pub server: ServerConfig,
     #[serde(default)]
     pub users: Vec<UserEntry>,
 }
@@ -102,6 +105,9 @@ pub struct ModelEntry {
     #[serde(default)]
     pub store: bool,
     pub thinking_budget_tokens: Option<u32>,
+    /// How long this model may take to send its first stream event; absent: the runs'
+    /// `startup_timeout_ms`, scaled for reasoning models.
+    pub startup_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -150,6 +156,45 @@ impl RunsConfig {
     }
 }
 
+/// `[server]`: who may talk to the daemon and how much of it one client may take.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Names the daemon answers to besides its own address and the loopback names, as
+    /// `HOST` (any port) or `HOST:PORT`: what a reverse proxy forwards as `Host`, or the
+    /// name in a browser's `Origin` when the page is reached through it.
+    pub allowed_hosts: Vec<String>,
+    /// Live event streams one user may hold open at once.
+    pub sse_max_per_user: usize,
+    /// Live event streams the daemon holds open at once, all users together.
+    pub sse_max_total: usize,
+    /// A connection that does not finish sending a request's headers within this is
+    /// closed (also bounds how long an idle kept-alive connection is held); a request
+    /// whose body pauses this long fails with `400`.
+    pub header_read_timeout_ms: u64,
+    /// Requests being handled at once; beyond it a request is answered `503` at once.
+    /// A live event stream counts only until its headers are sent.
+    pub max_requests_in_flight: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: Vec::new(),
+            sse_max_per_user: 32,
+            sse_max_total: 1024,
+            header_read_timeout_ms: 30_000,
+            max_requests_in_flight: 1024,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerEntry {
@@ -159,30 +204,40 @@ pub struct McpServerEntry {
     pub args: Vec<String>,
     #[serde(default)]
     pub env: HashMap<String, String>,
+    /// Variables of the daemon's environment passed to the server by name.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
     pub url: Option<String>,
+    /// The limit on one call of this server's tools, instead of `[tools] timeout_ms`.
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
+    /// Absent: only the tools that read (`read_file`, `list_dir`); the others are opt-in.
     pub builtin: Vec<String>,
     pub workspace: PathBuf,
+    /// The limit on one tool call; MCP servers may set their own.
+    pub timeout_ms: u64,
 }
 
 impl Default for ToolsConfig {
     fn default() -> Self {
         Self {
-            builtin: [
-                "read_file",
-                "write_file",
-                "edit_file",
-                "list_dir",
-                "run_command",
-            ]
-            .map(String::from)
-            .to_vec(),
+            builtin: READ_ONLY_NAMES
+                .iter()
+                .map(|&name| name.to_owned())
+                .collect(),
             workspace: PathBuf::from("./workspace"),
+            timeout_ms: 120_000,
         }
+    }
+}
+
+impl ToolsConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
     }
 }
 
@@ -224,11 +279,15 @@ pub struct Config {
     pub runs: RunsConfig,
     pub mcp_servers: Vec<McpServerEntry>,
     pub tools: ToolsConfig,
+    pub server: ServerConfig,
     pub users: Vec<UserEntry>,
     /// No provider was configured: the built-in demo model serves `demo`.
     pub demo: bool,
     pub allow_unauthenticated_public: bool,
     pub source: Option<PathBuf>,
+    /// How `run_command` starts commands confined to the workspace (Landlock); set by the
+    /// `keel` binary when the kernel offers it, `None` runs them unconfined.
+    pub command_sandbox: Option<keel_tools::sandbox::Launcher>,
 }
 
 /// Reads the environment; injectable so tests need not touch the process environment.
@@ -299,6 +358,7 @@ impl Config {
         validate_runs(&file.runs)?;
         validate_mcp(&file.mcp_servers)?;
         validate_tools(&file.tools)?;
+        validate_server(&file.server)?;
         validate_users(&file.users)?;
         let demo = providers.is_empty();
 
@@ -310,10 +370,12 @@ impl Config {
             runs: file.runs,
             mcp_servers: file.mcp_servers,
             tools: file.tools,
+            server: file.server,
             users: file.users,
             demo,
             allow_unauthenticated_public: overrides.allow_unauthenticated_public,
             source,
+            command_sandbox: None,
         };
         config.check_exposure()?;
         Ok(config)
@@ -361,7 +423,10 @@ fn validate_database(database: &str) -> Result<(), ConfigError> {
     } else {
         Err(ConfigError::invalid(
             "database",
-            format!("`{database}` must start with sqlite:// or postgres://"),
+            format!(
+                "`{}` must start with sqlite:// or postgres://",
+                keel_store::redact_url(database)
+            ),
         ))
     }
 }
@@ -464,6 +529,12 @@ fn validate_models(
                 format!("no provider named `{}`", model.provider),
             ));
         }
+        if model.startup_timeout_ms == Some(0) {
+            return Err(ConfigError::invalid(
+                key("startup_timeout_ms"),
+                "must be positive",
+            ));
+        }
         if model.context_limit == Some(0) {
             return Err(ConfigError::invalid(
                 key("context_limit"),
@@ -562,26 +633,64 @@ fn validate_mcp(servers: &[McpServerEntry]) -> Result<(), ConfigError> {
             }
             _ => {}
         }
+        if server.timeout_ms == Some(0) {
+            return Err(ConfigError::invalid(
+                key("timeout_ms"),
+                "must be at least 1",
+            ));
+        }
+        if server.url.is_some() && !server.env_passthrough.is_empty() {
+            return Err(ConfigError::invalid(
+                key("env_passthrough"),
+                "only applies to a command (stdio) server",
+            ));
+        }
     }
     Ok(())
 }
 
-pub const BUILTIN_TOOLS: [&str; 5] = [
-    "read_file",
-    "write_file",
-    "edit_file",
-    "list_dir",
-    "run_command",
-];
-
 fn validate_tools(tools: &ToolsConfig) -> Result<(), ConfigError> {
     for (i, name) in tools.builtin.iter().enumerate() {
-        if !BUILTIN_TOOLS.contains(&name.as_str()) {
+        if !BUILTIN_NAMES.contains(&name.as_str()) {
             return Err(ConfigError::invalid(
                 format!("tools.builtin[{i}]"),
-                format!("`{name}` is not one of {}", BUILTIN_TOOLS.join(", ")),
+                format!("`{name}` is not one of {}", BUILTIN_NAMES.join(", ")),
             ));
         }
+    }
+    if tools.timeout_ms == 0 {
+        return Err(ConfigError::invalid(
+            "tools.timeout_ms",
+            "must be at least 1",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_server(server: &ServerConfig) -> Result<(), ConfigError> {
+    for (i, entry) in server.allowed_hosts.iter().enumerate() {
+        crate::net::hosts::parse_allowed_entry(entry).map_err(|message| {
+            ConfigError::invalid(format!("server.allowed_hosts[{i}]"), message)
+        })?;
+    }
+    let positive = [
+        ("server.sse_max_per_user", server.sse_max_per_user),
+        ("server.sse_max_total", server.sse_max_total),
+        (
+            "server.max_requests_in_flight",
+            server.max_requests_in_flight,
+        ),
+    ];
+    for (key, value) in positive {
+        if value == 0 {
+            return Err(ConfigError::invalid(key, "must be at least 1"));
+        }
+    }
+    if server.header_read_timeout_ms == 0 {
+        return Err(ConfigError::invalid(
+            "server.header_read_timeout_ms",
+            "must be positive",
+        ));
     }
     Ok(())
 }
@@ -623,6 +732,7 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
         reasoning_effort: None,
         store: false,
         thinking_budget_tokens: None,
+        startup_timeout_ms: None,
     };
     if env.var("OPENAI_API_KEY").is_some() {
         providers.push(ProviderEntry {
@@ -692,6 +802,22 @@ mod tests {
     }
 
     #[test]
+    fn without_a_tools_table_only_the_read_only_builtins_are_enabled() {
+        for text in ["", "[tools]\nworkspace = \"/srv/ws\""] {
+            let config = resolve(text, &env(&[])).unwrap();
+            assert_eq!(config.tools.builtin, ["read_file", "list_dir"], "{text}");
+            assert_eq!(config.tools.timeout(), Duration::from_secs(120));
+        }
+        let config = resolve(
+            "[tools]\nbuiltin = [\"run_command\"]\ntimeout_ms = 500",
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(config.tools.builtin, ["run_command"]);
+        assert_eq!(config.tools.timeout(), Duration::from_millis(500));
+    }
+
+    #[test]
     fn the_contract_example_parses() {
         let text = r#"
 listen   = "127.0.0.1:8700"
@@ -726,6 +852,9 @@ name    = "files"
 command = "npx"
 args    = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/project"]
 
+[server]
+allowed_hosts = []
+
 [tools]
 builtin   = ["read_file", "write_file", "edit_file", "list_dir", "run_command"]
 workspace = "./workspace"
@@ -756,6 +885,15 @@ workspace = "./workspace"
             ("listen = \"nowhere\"", "listen"),
             ("database = \"mysql://x\"", "database"),
             ("[tools]\nbuiltin = [\"rm_rf\"]", "tools.builtin[0]"),
+            ("[tools]\ntimeout_ms = 0", "tools.timeout_ms"),
+            (
+                "[[mcp_servers]]\nname = \"x\"\ncommand = \"y\"\ntimeout_ms = 0",
+                "mcp_servers[0].timeout_ms",
+            ),
+            (
+                "[[mcp_servers]]\nname = \"x\"\nurl = \"http://h/\"\nenv_passthrough = [\"A\"]",
+                "mcp_servers[0].env_passthrough",
+            ),
             (
                 "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"http://h\"\ncontinuation = \"guess\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
                 "providers[0].continuation",
@@ -777,6 +915,15 @@ workspace = "./workspace"
                 "models[0].provider",
             ),
             ("[[mcp_servers]]\nname = \"x\"", "mcp_servers[0].command"),
+            (
+                "[server]\nallowed_hosts = [\"http://proxy.example\"]",
+                "server.allowed_hosts[0]",
+            ),
+            ("[server]\nsse_max_total = 0", "server.sse_max_total"),
+            (
+                "[server]\nheader_read_timeout_ms = 0",
+                "server.header_read_timeout_ms",
+            ),
             (
                 "[[users]]\nname = \"a\"\ntoken_sha256 = \"zz\"",
                 "users[0].token_sha256",
@@ -897,6 +1044,11 @@ workspace = "./workspace"
         "url",
         "workers",
         "workspace",
+        "allowed_hosts",
+        "sse_max_per_user",
+        "sse_max_total",
+        "header_read_timeout_ms",
+        "max_requests_in_flight",
     ];
 
     /// Lines a config file is made of, so generated files get past the TOML parser and into
@@ -908,6 +1060,7 @@ workspace = "./workspace"
             Just("[[models]]".to_owned()),
             Just("[runs]".to_owned()),
             Just("[tools]".to_owned()),
+            Just("[server]".to_owned()),
             Just("[[users]]".to_owned()),
             Just("[[mcp_servers]]".to_owned()),
             (

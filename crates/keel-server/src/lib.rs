@@ -8,6 +8,7 @@ pub mod hub;
 pub mod live;
 pub mod metrics;
 pub mod models;
+pub mod net;
 pub mod resume;
 pub mod serve;
 pub mod tools;

@@ -29,6 +29,13 @@ pub struct ToolLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// `foreign_host`, `foreign_origin`, `cross_site`, `missing_host`, `sse_user_cap`,
+    /// `sse_total_cap` or `overloaded`.
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServerLabels {
     pub server: String,
 }
@@ -50,6 +57,10 @@ pub struct Metrics {
     pub sse_reconnects: Counter,
     pub replayed_events: Counter,
     pub sse_lagged_disconnects: Counter,
+    /// Live event streams open now.
+    pub sse_open: Gauge,
+    /// Requests refused before a handler ran, by reason.
+    pub http_refused: Family<RefusedLabels, Counter>,
     pub mcp_server_failures: Family<ServerLabels, Counter>,
 }
 
@@ -137,6 +148,18 @@ impl Metrics {
             "Live event clients disconnected for falling behind",
             sse_lagged_disconnects.clone(),
         );
+        let sse_open = Gauge::default();
+        registry.register(
+            "keel_sse_open",
+            "Live event streams open now",
+            sse_open.clone(),
+        );
+        let http_refused = Family::<RefusedLabels, Counter>::default();
+        registry.register(
+            "keel_http_refused",
+            "Requests refused before reaching a handler (foreign host or origin, caps, overload)",
+            http_refused.clone(),
+        );
         let mcp_server_failures = Family::<ServerLabels, Counter>::default();
         registry.register(
             "keel_mcp_server_failures",
@@ -158,11 +181,22 @@ impl Metrics {
             sse_reconnects,
             replayed_events,
             sse_lagged_disconnects,
+            sse_open,
+            http_refused,
             mcp_server_failures,
         }
     }
 
     /// The Prometheus text exposition.
+    /// Counts a request refused before a handler ran.
+    pub fn refused(&self, reason: &str) {
+        self.http_refused
+            .get_or_create(&RefusedLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {

@@ -20,6 +20,8 @@ pub struct ModelHandle {
     pub model: Arc<dyn LanguageModel>,
     pub context_limit: Option<u64>,
     pub options: CallOptions,
+    /// The model's own start-up timeout (`startup_timeout_ms`), used as is.
+    pub startup_timeout: Option<std::time::Duration>,
 }
 
 /// Why models could not be built.
@@ -65,6 +67,7 @@ impl ModelRegistry {
                 model,
                 context_limit: Some(128_000),
                 options: CallOptions::default(),
+                startup_timeout: None,
             };
             return Ok(Self::from_handles(
                 vec![handle],
@@ -110,6 +113,9 @@ impl ModelRegistry {
                 model,
                 context_limit: entry.context_limit,
                 options: call_options(entry),
+                startup_timeout: entry
+                    .startup_timeout_ms
+                    .map(std::time::Duration::from_millis),
             });
         }
         let default = config.default_model().unwrap_or_default().to_owned();

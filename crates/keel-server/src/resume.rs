@@ -78,17 +78,47 @@ pub fn signed_reasoning(
     }
 }
 
-/// The client-side tool calls a crashed owner committed but never handed to the client: the
-/// last message is the model's, and it calls client tools that have no result yet. The
-/// resumed run hands them over (enters `requires_action`) instead of calling the model.
-pub fn unhanded_client_calls(
-    last: Option<(Role, &[Part])>,
-    client_tools: &[String],
-) -> Vec<PendingToolCall> {
-    let Some((Role::Assistant, parts)) = last else {
-        return Vec::new();
+/// The event a log holds while a compaction summary streams into it (never sent to
+/// clients). A log that has it is the summary's, not a step's.
+pub const SUMMARY_MARK: &str = "summary_started";
+
+/// Whether the log is a compaction summary's: a resumed run must not take that text for
+/// the assistant's reply.
+pub fn is_summary_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> bool {
+    payloads
+        .into_iter()
+        .any(|p| p["event"].as_str() == Some(SUMMARY_MARK))
+}
+
+/// What a run that claims a chat with nothing in its live-part log finds at the end of the
+/// committed history.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LastStep {
+    /// The step called client-side tools that have no result and were never handed over
+    /// (the owner died between committing the step and `requires_action`).
+    Unhanded(Vec<PendingToolCall>),
+    /// The step was the model's final reply (the owner died between committing it and
+    /// finishing the run): the run only finishes, it does not call the model again.
+    Final,
+    /// Anything else: the run calls the model.
+    Continue,
+}
+
+/// Decides from the last two committed messages (oldest first). The client-side calls of
+/// a step that also ran local tools sit in the assistant message before the tool message
+/// holding the local results.
+pub fn last_step(recent: &[(Role, &[Part])], client_tools: &[String]) -> LastStep {
+    let (assistant, results): (&[Part], &[Part]) = match recent {
+        [.., (Role::Assistant, parts), (Role::Tool, results)] => (parts, results),
+        [.., (Role::Assistant, parts)] => (parts, &[]),
+        _ => return LastStep::Continue,
     };
-    parts
+    let answered = |id: &str| {
+        results.iter().any(
+            |p| matches!(&p.kind, PartKind::ToolResult { tool_call_id, .. } if tool_call_id == id),
+        )
+    };
+    let unhanded: Vec<PendingToolCall> = assistant
         .iter()
         .filter_map(|part| match &part.kind {
             PartKind::ToolCall {
@@ -96,14 +126,32 @@ pub fn unhanded_client_calls(
                 tool_name,
                 args,
                 provider_executed: false,
-            } if client_tools.contains(tool_name) => Some(PendingToolCall {
-                tool_call_id: tool_call_id.clone(),
-                tool_name: tool_name.clone(),
-                args: args.clone(),
-            }),
+            } if client_tools.contains(tool_name) && !answered(tool_call_id) => {
+                Some(PendingToolCall {
+                    tool_call_id: tool_call_id.clone(),
+                    tool_name: tool_name.clone(),
+                    args: args.clone(),
+                })
+            }
             _ => None,
         })
-        .collect()
+        .collect();
+    let calls_tools = assistant.iter().any(|p| {
+        matches!(
+            p.kind,
+            PartKind::ToolCall {
+                provider_executed: false,
+                ..
+            }
+        )
+    });
+    if !unhanded.is_empty() {
+        LastStep::Unhanded(unhanded)
+    } else if results.is_empty() && !calls_tools {
+        LastStep::Final
+    } else {
+        LastStep::Continue
+    }
 }
 
 fn apply_part(data: &Value, text: &mut String, calls: &mut Vec<(CapturedCall, bool)>) {
@@ -219,18 +267,76 @@ mod tests {
         let parts = vec![
             Part::text("let me ask"),
             Part::tool_call("c1", "ask", "{}", false),
-            Part::tool_call("c2", "read_file", "{}", false),
             Part::tool_call("c3", "ask", "{}", true),
         ];
-        let calls = unhanded_client_calls(Some((Role::Assistant, &parts)), &tools);
+        let LastStep::Unhanded(calls) = last_step(&[(Role::Assistant, &parts)], &tools) else {
+            panic!("the call is handed over");
+        };
         assert_eq!(calls.len(), 1);
         assert_eq!(
             (calls[0].tool_call_id.as_str(), calls[0].tool_name.as_str()),
             ("c1", "ask")
         );
-        // Answered already (the last message is the tool's), or not the model's turn.
-        assert!(unhanded_client_calls(Some((Role::Tool, &parts)), &tools).is_empty());
-        assert!(unhanded_client_calls(None, &tools).is_empty());
+        assert_eq!(last_step(&[], &tools), LastStep::Continue);
+    }
+
+    #[test]
+    fn client_calls_of_a_step_that_also_ran_local_tools_are_handed_over() {
+        let tools = vec!["ask".to_owned()];
+        let calls = [
+            Part::tool_call("c1", "ask", "{}", false),
+            Part::tool_call("c2", "read_file", "{}", false),
+        ];
+        let results = vec![Part::tool_result(
+            "c2",
+            "read_file",
+            Value::String("ok".into()),
+            false,
+            false,
+        )];
+        let step = [(Role::Assistant, &calls[..]), (Role::Tool, &results[..])];
+        let LastStep::Unhanded(pending) = last_step(&step, &tools) else {
+            panic!("the client call is handed over");
+        };
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].tool_call_id, "c1");
+        // Every call answered (the client's results arrived): the model carries on.
+        let mut all = results.clone();
+        all.push(Part::tool_result("c1", "ask", Value::Null, false, false));
+        let step = [(Role::Assistant, &calls[..]), (Role::Tool, &all[..])];
+        assert_eq!(last_step(&step, &tools), LastStep::Continue);
+    }
+
+    #[test]
+    fn a_committed_final_reply_only_finishes() {
+        let tools: Vec<String> = Vec::new();
+        let question = [Part::text("q")];
+        let reply = [Part::text("the answer")];
+        let step = [(Role::User, &question[..]), (Role::Assistant, &reply[..])];
+        assert_eq!(last_step(&step, &tools), LastStep::Final);
+        // A user message after it (the queue head started) is answered.
+        let step = [(Role::Assistant, &reply[..]), (Role::User, &question[..])];
+        assert_eq!(last_step(&step, &tools), LastStep::Continue);
+        // A step that ran local tools continues.
+        let call = [Part::tool_call("c1", "read_file", "{}", false)];
+        let result = [Part::tool_result(
+            "c1",
+            "read_file",
+            Value::Null,
+            false,
+            false,
+        )];
+        let step = [(Role::Assistant, &call[..]), (Role::Tool, &result[..])];
+        assert_eq!(last_step(&step, &tools), LastStep::Continue);
+    }
+
+    #[test]
+    fn a_summary_log_is_recognised() {
+        let step = log(&[LiveEvent::TextDelta { delta: "a".into() }]);
+        assert!(!is_summary_log(&step));
+        let mut summary = vec![serde_json::json!({"event": SUMMARY_MARK, "data": {}})];
+        summary.extend(step);
+        assert!(is_summary_log(&summary));
     }
 
     fn reasoning(text: &str, signed: bool) -> CapturedReasoning {

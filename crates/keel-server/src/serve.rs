@@ -8,11 +8,13 @@ use keel_core::{Cancel, CancelCause};
 use keel_store::StoreOptions;
 use tokio::task::JoinHandle;
 
-use crate::api::state::{AppState, AuthMode};
+use crate::api::state::{AppState, AuthMode, LiveAuth};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::{ModelRegistry, ModelsError};
+use crate::net::hosts::AllowedHosts;
+use crate::net::sse_slots::SseSlots;
 use crate::tools::ToolSet;
 use crate::worker::WorkerPool;
 
@@ -21,6 +23,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// `url` is shown with its password masked.
     #[error("database {url}: {source}")]
     Store {
         url: String,
@@ -76,11 +79,12 @@ fn store_options(config: &Config) -> StoreOptions {
 
 /// Starts the daemon with `config`.
 pub async fn start(config: Config) -> Result<Running, ServeError> {
+    crate::tools::check_workspace(&config).map_err(ServeError::Tools)?;
     let config = Arc::new(config);
     let store = keel_store::open_with(&config.database, store_options(&config))
         .await
         .map_err(|source| ServeError::Store {
-            url: config.database.clone(),
+            url: keel_store::redact_url(&config.database),
             source,
         })?;
     for user in &config.users {
@@ -88,7 +92,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
             .upsert_user_hash(&user.name, &user.token_sha256)
             .await
             .map_err(|source| ServeError::Store {
-                url: config.database.clone(),
+                url: keel_store::redact_url(&config.database),
                 source,
             })?;
     }
@@ -96,7 +100,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
         .has_users()
         .await
         .map_err(|source| ServeError::Store {
-            url: config.database.clone(),
+            url: keel_store::redact_url(&config.database),
             source,
         })?;
     let listen_is_loopback = config
@@ -120,7 +124,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let hub = Arc::new(Hub::new());
     let metrics = Arc::new(Metrics::new());
     let tools = Arc::new(
-        ToolSet::build(&config, &metrics)
+        ToolSet::build(&config, &metrics, has_users)
             .await
             .map_err(ServeError::Tools)?,
     );
@@ -166,21 +170,28 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let state = AppState {
         store,
         hub,
-        metrics,
+        metrics: metrics.clone(),
         models,
         config: config.clone(),
-        auth,
+        auth: Arc::new(LiveAuth::new(auth)),
         dependencies,
         shutdown: shutdown.clone(),
+        allowed_hosts: Arc::new(AllowedHosts::new(addr, &config.server.allowed_hosts)),
+        sse_slots: SseSlots::new(
+            config.server.sse_max_per_user,
+            config.server.sse_max_total,
+            metrics.sse_open.clone(),
+        ),
     };
     let router = crate::api::router(state);
     let workers = tokio::spawn(pool.run(SHUTDOWN_GRACE));
     let maintenance = tokio::spawn(tools.clone().maintain(shutdown.clone()));
     let stop = shutdown.clone();
+    let header_read_timeout = config.server.header_read_timeout();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
+        let served =
+            crate::net::server::serve(listener, router, header_read_timeout, stop, SHUTDOWN_GRACE)
+                .await;
         let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), workers).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), maintenance).await;
         served.map_err(ServeError::Http)

@@ -1,11 +1,16 @@
 //! The tools offered to models: built-in workspace tools and MCP servers' tools.
+//!
+//! Built-in tools are built for each run in the workspace of the chat's owner (see
+//! [`ToolSet::for_owner`]), so a path a model names is resolved against that user's directory
+//! only; MCP servers are the operator's and shared by every chat.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use keel_agent::Tool;
 use keel_tools::mcp::McpOptions;
-use keel_tools::{McpManager, McpServerConfig, builtin_tools};
+use keel_tools::{BuiltinOptions, Builtins, McpManager, McpServerConfig, Timed, WorkspaceError};
 
 use crate::config::Config;
 use crate::metrics::{Metrics, ServerLabels};
@@ -13,26 +18,43 @@ use crate::metrics::{Metrics, ServerLabels};
 /// How often servers that failed are retried and tool lists refreshed.
 pub const MCP_REFRESH: Duration = Duration::from_secs(60);
 
+/// How much longer than the limit a command may take to be killed and drained.
+const RUN_COMMAND_GRACE: Duration = Duration::from_secs(3);
+
 /// The daemon's tools.
 pub struct ToolSet {
-    builtin: Vec<Arc<dyn Tool>>,
+    builtin: Builtins,
+    /// Users exist: each chat works in its owner's directory below the workspace.
+    per_user: bool,
+    timeout: Duration,
     mcp: Option<Arc<McpManager>>,
 }
 
-impl ToolSet {
-    /// No tools at all.
-    pub fn empty() -> Self {
-        Self {
-            builtin: Vec::new(),
-            mcp: None,
-        }
-    }
+/// Where the workspace is: inside it must be neither the database nor the configuration file,
+/// which a model's tools could otherwise read or overwrite.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "config key `tools.workspace`: the workspace {workspace} contains the {what} {path}; move \
+     one of them so the workspace holds neither the database nor the configuration file"
+)]
+pub struct WorkspaceOverlap {
+    pub workspace: PathBuf,
+    pub what: &'static str,
+    pub path: PathBuf,
+}
 
+impl ToolSet {
     /// Builds the configured tools. A bad configuration is an error naming the key; an MCP
-    /// server that fails to start is only reported (log, metric, `/readyz`).
-    pub async fn build(config: &Config, metrics: &Metrics) -> Result<Self, String> {
-        let builtin = builtin_tools(&config.tools.builtin, &config.tools.workspace)
+    /// server that fails to start is only reported (log, metric, `/readyz`). `per_user`: users
+    /// exist, so every chat gets its owner's directory of the workspace.
+    pub async fn build(config: &Config, metrics: &Metrics, per_user: bool) -> Result<Self, String> {
+        let options = BuiltinOptions {
+            sandbox: config.command_sandbox.clone(),
+            max_command_time: Some(config.tools.timeout()),
+        };
+        let builtin = Builtins::new(&config.tools.builtin, &config.tools.workspace, options)
             .map_err(|e| format!("config key `tools`: {e}"))?;
+
         let servers: Vec<McpServerConfig> = config
             .mcp_servers
             .iter()
@@ -45,7 +67,9 @@ impl ToolSet {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
+                env_passthrough: entry.env_passthrough.clone(),
                 url: entry.url.clone(),
+                timeout_ms: entry.timeout_ms,
             })
             .collect();
         let mcp = if servers.is_empty() {
@@ -55,6 +79,7 @@ impl ToolSet {
             let http = keel_providers::http_client().map_err(|e| e.to_string())?;
             let options = McpOptions {
                 http: Some(http),
+                call_timeout: config.tools.timeout(),
                 ..McpOptions::default()
             };
             let manager = McpManager::start_with(&servers, options)
@@ -73,16 +98,43 @@ impl ToolSet {
             }
             Some(Arc::new(manager))
         };
-        Ok(Self { builtin, mcp })
+        Ok(Self {
+            builtin,
+            per_user,
+            timeout: config.tools.timeout(),
+            mcp,
+        })
     }
 
-    /// The tools a run offers now (MCP tool lists change over time).
-    pub fn current(&self) -> Vec<Arc<dyn Tool>> {
-        let mut tools = self.builtin.clone();
+    /// The tools a run of `owner`'s chat offers now (MCP tool lists change over time): the
+    /// built-ins confined to the owner's workspace, each call limited to `[tools] timeout_ms`,
+    /// and the MCP servers' tools (limited by their own timeout, else the same).
+    pub fn for_owner(&self, owner: &str) -> Result<Vec<Arc<dyn Tool>>, WorkspaceError> {
+        let user = self.per_user.then_some(owner);
+        let mut tools: Vec<Arc<dyn Tool>> = self
+            .builtin
+            .for_user(user)?
+            .into_iter()
+            .map(|tool| {
+                // run_command enforces the same limit itself, killing its process group and
+                // keeping the output so far; this outer limit only backs it up.
+                let limit = if tool.definition().name == keel_tools::builtin::run_command::NAME {
+                    self.timeout + RUN_COMMAND_GRACE
+                } else {
+                    self.timeout
+                };
+                Arc::new(Timed::new(tool, limit)) as Arc<dyn Tool>
+            })
+            .collect();
         if let Some(mcp) = &self.mcp {
             tools.extend(mcp.tools());
         }
-        tools
+        Ok(tools)
+    }
+
+    /// The names of the enabled built-in tools.
+    pub fn builtin_names(&self) -> &[String] {
+        self.builtin.names()
     }
 
     /// MCP servers' health, for `/readyz`.
@@ -111,5 +163,71 @@ impl ToolSet {
             }
         }
         mcp.shutdown().await;
+    }
+}
+
+/// Refuses a workspace that contains the SQLite database's directory or the configuration
+/// file (when any built-in tool is enabled; the workspace is created if missing). Runs before
+/// anything else at start-up.
+pub fn check_workspace(config: &Config) -> Result<(), String> {
+    if config.tools.builtin.is_empty() {
+        return Ok(());
+    }
+    let root = keel_tools::Workspace::new(&config.tools.workspace)
+        .map_err(|e| format!("config key `tools.workspace`: {e}"))?;
+    check_outside(&root, config).map_err(|e| e.to_string())
+}
+
+fn check_outside(root: &keel_tools::Workspace, config: &Config) -> Result<(), WorkspaceOverlap> {
+    let mut guarded: Vec<(&'static str, PathBuf)> = Vec::new();
+    if let Some(file) = sqlite_file(&config.database) {
+        let dir = match file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        guarded.push(("database directory", dir));
+    }
+    if let Some(source) = &config.source {
+        guarded.push(("configuration file", source.clone()));
+    }
+    for (what, path) in guarded {
+        if root.contains(&path) {
+            return Err(WorkspaceOverlap {
+                workspace: root.root().to_path_buf(),
+                what,
+                path,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The file of a `sqlite:` database URL (`sqlite://PATH`, `sqlite:PATH`, with an optional
+/// `?query`); `None` for any other database.
+pub fn sqlite_file(database: &str) -> Option<PathBuf> {
+    let rest = database.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let path = rest.split('?').next().unwrap_or_default();
+    (!path.is_empty()).then(|| Path::new(path).to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sqlite_file_is_read_from_the_url() {
+        let file = |url: &str| sqlite_file(url).map(|p| p.display().to_string());
+        assert_eq!(
+            file("sqlite://keel-data/keel.db").as_deref(),
+            Some("keel-data/keel.db")
+        );
+        assert_eq!(
+            file("sqlite:///var/lib/keel/k.db?mode=rwc").as_deref(),
+            Some("/var/lib/keel/k.db")
+        );
+        assert_eq!(file("sqlite:k.db").as_deref(), Some("k.db"));
+        assert_eq!(file("postgres://u@h/db"), None);
+        assert_eq!(file("sqlite://"), None);
     }
 }

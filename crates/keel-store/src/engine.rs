@@ -22,8 +22,8 @@ use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, MessageKind, NewChat,
-    NewMessage, NewSummary, Next, PendingToolCall, Prompt, QueueId, QueuedMessage, SendOutcome,
-    StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
+    NewMessage, NewSummary, Next, PendingToolCall, Prompt, QueueId, QueuedMessage, RemoteNotice,
+    SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
@@ -413,13 +413,20 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::expire_pending_actions(&mut cx).await)
     }
 
-    async fn put_checkpoint(&self, chat: ChatId, data: Value) -> Result<()> {
-        in_tx!(self, |cx| t::put_checkpoint(&mut cx, chat, &data).await)
+    async fn put_checkpoint(&self, lease: &Lease, data: Value) -> Result<()> {
+        in_tx!(self, |cx| t::put_checkpoint(&mut cx, lease, data).await)
     }
 
     async fn get_checkpoint(&self, chat: ChatId) -> Result<Option<Value>> {
-        let data = in_read!(self, |ops| ops.get_checkpoint(&chat.to_string()).await)?;
-        data.map(|s| from_json("checkpoints.data", &s)).transpose()
+        let (chat, data) = in_read!(self, |ops| async {
+            let chat = Self::read_chat(ops, chat).await?;
+            let data = ops.get_checkpoint(&chat.id.to_string()).await?;
+            Ok::<_, StoreError>((chat, data))
+        }
+        .await)?;
+        let Some(data) = data else { return Ok(None) };
+        let stored: t::StoredCheckpoint = from_json("checkpoints.data", &data)?;
+        Ok(stored.current_for(&chat))
     }
 
     async fn delete_checkpoint(&self, chat: ChatId) -> Result<()> {
@@ -453,26 +460,53 @@ impl Store for SqlStore {
         Ok(in_read!(self, |ops| ops.count_users().await)? > 0)
     }
 
+    async fn remove_user(&self, name: &str) -> Result<bool> {
+        in_tx!(self, |cx| t::remove_user(&mut cx, name).await)
+    }
+
+    async fn list_users(&self) -> Result<Vec<User>> {
+        let rows = in_read!(self, |ops| ops.list_users().await)?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, created)| User {
+                name,
+                created_at: from_ms(created),
+            })
+            .collect())
+    }
+
+    async fn chat_by_alias(&self, owner: &str, alias: &str) -> Result<Option<ChatId>> {
+        let id = in_read!(self, |ops| ops.alias_get(owner, alias).await)?;
+        id.map(|id| crate::rows::uuid("chat_aliases.chat_id", &id))
+            .transpose()
+    }
+
+    async fn claim_alias(&self, owner: &str, alias: &str, chat: ChatId) -> Result<ChatId> {
+        in_tx!(self, |cx| t::claim_alias(&mut cx, owner, alias, chat).await)
+    }
+
     async fn purge_idempotency_keys(&self) -> Result<u64> {
         in_tx!(self, |cx| t::purge_idempotency_keys(&mut cx).await)
+    }
+
+    async fn purge_tool_records(&self) -> Result<u64> {
+        in_tx!(self, |cx| t::purge_tool_records(&mut cx).await)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeNotice> {
         self.notices.subscribe()
     }
 
-    async fn subscribe_remote(&self) -> Result<BoxStream<'static, ChangeNotice>> {
+    async fn subscribe_remote(&self) -> Result<BoxStream<'static, RemoteNotice>> {
         if let Some(stream) = self.backend.subscribe_remote().await? {
             return Ok(stream);
         }
         let rx = self.notices.subscribe();
         Ok(futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(n) => return Some((n, rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
+            match rx.recv().await {
+                Ok(n) => Some((RemoteNotice::Changed(n), rx)),
+                Err(broadcast::error::RecvError::Lagged(_)) => Some((RemoteNotice::Missed, rx)),
+                Err(broadcast::error::RecvError::Closed) => None,
             }
         })
         .boxed())

@@ -18,6 +18,14 @@ pub enum StoreError {
         status: ChatStatus,
         transition: Transition,
     },
+    /// A transition tried to leave the chat in a status the state machine does not allow
+    /// from where it started: a bug, and nothing was written.
+    #[error("{transition} may not move a chat from {from} to {to}")]
+    IllegalMove {
+        transition: Transition,
+        from: ChatStatus,
+        to: ChatStatus,
+    },
     /// The request is malformed: wrong tool call ids, oversize or empty content, editing a
     /// non-user message, an unusable URL.
     #[error("invalid input: {0}")]

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols};
-use crate::types::ChangeNotice;
+use crate::types::{ChangeNotice, RemoteNotice};
 
 #[async_trait]
 pub(crate) trait TxOps: Send {
@@ -93,6 +93,15 @@ pub(crate) trait TxOps: Send {
     async fn insert_user(&mut self, name: &str, token_sha256: &str, now: i64) -> Result<()>;
     async fn user_by_token(&mut self, token_sha256: &str) -> Result<Option<(String, i64)>>;
     async fn count_users(&mut self) -> Result<i64>;
+    /// Deletes the user; `false` when there was none of that name.
+    async fn delete_user(&mut self, name: &str) -> Result<bool>;
+    /// Every user as (name, created at), by name.
+    async fn list_users(&mut self) -> Result<Vec<(String, i64)>>;
+
+    /// The chat a client-chosen name of `owner` stands for.
+    async fn alias_get(&mut self, owner: &str, alias: &str) -> Result<Option<String>>;
+    /// Gives the name to `chat` unless it already names one.
+    async fn alias_insert(&mut self, owner: &str, alias: &str, chat: &str, now: i64) -> Result<()>;
 
     /// A remembered response created at or after `since`.
     async fn idem_get(&mut self, user: &str, key: &str, since: i64) -> Result<Option<String>>;
@@ -106,6 +115,9 @@ pub(crate) trait TxOps: Send {
         expired_before: i64,
     ) -> Result<bool>;
     async fn idem_purge(&mut self, before: i64) -> Result<u64>;
+    /// Deletes the records of tool calls that finished before `before` in chats that are
+    /// not running: no run will resume them.
+    async fn purge_tool_records(&mut self, before: i64) -> Result<u64>;
 
     /// Sends a change notice to other replicas when the transaction commits.
     async fn notify(&mut self, notice: &ChangeNotice) -> Result<()>;
@@ -122,7 +134,7 @@ pub(crate) trait Backend: Send + Sync {
     async fn begin_write(&self) -> Result<Box<dyn TxOps>>;
     async fn begin_read(&self) -> Result<Box<dyn TxOps>>;
     /// Notices from every replica, when the backend has a channel for them.
-    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>>;
+    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>>;
 }
 
 /// The JSON payload of a notice sent between replicas.

@@ -15,7 +15,10 @@ pub const INTERRUPTED_RESULT: &str = "tool call was interrupted before it produc
 
 /// Gives every unanswered tool call a synthetic error result and drops every result whose
 /// call does not come before it. Synthetic results go into the tool message right after
-/// the calling message (created when there is none). Messages left empty are dropped.
+/// the calling message (created when there is none). A call the provider ran itself
+/// (web search, ...) that was cut before its result is dropped instead: only the provider
+/// can answer it, and a result of Keel's making is refused (Anthropic wants its
+/// `*_tool_result` block in the same turn). Messages left empty are dropped.
 pub fn repair_orphans(messages: Vec<Message>) -> Vec<Message> {
     // First pass: which results come after their call (those are kept).
     let mut seen_calls: HashSet<&str> = HashSet::new();
@@ -51,7 +54,10 @@ pub fn repair_orphans(messages: Vec<Message>) -> Vec<Message> {
                     ..
                 } => {
                     if !answered.contains(tool_call_id) {
-                        calls_here.push(synthetic(tool_call_id, tool_name, *provider_executed));
+                        if *provider_executed {
+                            continue;
+                        }
+                        calls_here.push(synthetic(tool_call_id, tool_name, false));
                     }
                     kept.push(part);
                 }
@@ -93,6 +99,30 @@ fn synthetic(id: &str, name: &str, provider_executed: bool) -> Part {
         true,
         provider_executed,
     )
+}
+
+#[cfg(test)]
+mod provider_executed {
+    use super::*;
+
+    #[test]
+    fn an_unanswered_provider_call_is_dropped_not_answered_locally() {
+        let history = vec![
+            Message::new(Role::User, vec![Part::text("search")]),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::text("Searching."),
+                    Part::tool_call("srvtoolu_1", "web_search", "{}", true),
+                ],
+            ),
+            Message::new(Role::User, vec![Part::text("never mind")]),
+        ];
+        let repaired = repair_orphans(history);
+        assert_eq!(repaired.len(), 3, "{repaired:?}");
+        assert_eq!(repaired[1].parts, vec![Part::text("Searching.")]);
+        assert!(repaired.iter().all(|m| m.role != Role::Tool));
+    }
 }
 
 #[cfg(test)]

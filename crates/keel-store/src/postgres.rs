@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::ops::{Backend, TxOps, notice_payload, parse_notice};
-use crate::types::{ChangeNotice, StoreOptions};
+use crate::types::{ChangeNotice, RemoteNotice, StoreOptions};
 
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -66,7 +66,7 @@ pub(crate) struct PgBackend {
     pool: PgPool,
     /// Other replicas' notices, from one `LISTEN` connection shared by every subscriber of
     /// this process (started by the first): a connection per subscriber would drain the pool.
-    remote: tokio::sync::OnceCell<broadcast::Sender<ChangeNotice>>,
+    remote: tokio::sync::OnceCell<broadcast::Sender<RemoteNotice>>,
 }
 
 /// Notices a slow subscriber may fall behind by; beyond it, it misses some (every user of
@@ -74,7 +74,7 @@ pub(crate) struct PgBackend {
 const REMOTE_BUFFER: usize = 4096;
 
 impl PgBackend {
-    async fn remote_notices(&self) -> Result<broadcast::Sender<ChangeNotice>> {
+    async fn remote_notices(&self) -> Result<broadcast::Sender<RemoteNotice>> {
         let sender = self
             .remote
             .get_or_try_init(|| async {
@@ -91,15 +91,20 @@ impl PgBackend {
 
 /// Forwards `LISTEN` notifications to the process's subscribers for as long as the process
 /// runs. `PgListener` reconnects by itself after a lost connection; notices sent meanwhile
-/// are lost, which the subscribers' polling covers.
-async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<ChangeNotice>) {
+/// are lost, so subscribers are told to read again ([`RemoteNotice::Missed`]).
+async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<RemoteNotice>) {
     loop {
-        match listener.recv().await {
-            Ok(notification) => {
+        // No subscriber at the moment is fine: the next one starts from now.
+        match listener.try_recv().await {
+            Ok(Some(notification)) => {
                 if let Some(notice) = parse_notice(notification.payload()) {
-                    // No subscriber at the moment is fine: the next one starts from now.
-                    let _ = sender.send(notice);
+                    let _ = sender.send(RemoteNotice::Changed(notice));
                 }
+            }
+            // The connection was lost; the next call reconnects and listens again.
+            Ok(None) => {
+                tracing::info!("the LISTEN connection was lost; subscribers resynchronise");
+                let _ = sender.send(RemoteNotice::Missed);
             }
             Err(error) => {
                 tracing::warn!(%error, "listening for other replicas' changes failed; retrying");
@@ -132,15 +137,16 @@ impl Backend for PgBackend {
         Ok(Box::new(PgTx(self.pool.begin().await?)))
     }
 
-    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>> {
+    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>> {
         let receiver = self.remote_notices().await?.subscribe();
         let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-            loop {
-                match receiver.recv().await {
-                    Ok(notice) => return Some((notice, receiver)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
+            match receiver.recv().await {
+                Ok(notice) => Some((notice, receiver)),
+                // Fell behind: some notices are gone for this subscriber.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Some((RemoteNotice::Missed, receiver))
                 }
+                Err(broadcast::error::RecvError::Closed) => None,
             }
         })
         .boxed();

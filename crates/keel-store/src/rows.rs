@@ -34,7 +34,7 @@ pub(crate) fn from_json<T: DeserializeOwned>(what: &'static str, s: &str) -> Res
     serde_json::from_str(s).map_err(|source| StoreError::Corrupt { what, source })
 }
 
-fn uuid(what: &'static str, s: &str) -> Result<Uuid> {
+pub(crate) fn uuid(what: &'static str, s: &str) -> Result<Uuid> {
     Uuid::parse_str(s).map_err(|e| StoreError::Corrupt {
         what,
         source: serde::de::Error::custom(e),

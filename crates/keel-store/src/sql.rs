@@ -603,6 +603,56 @@ macro_rules! tx_ops {
                     .await?)
             }
 
+            async fn delete_user(&mut self, name: &str) -> $crate::error::Result<bool> {
+                let done = sqlx::query("DELETE FROM users WHERE name = $1")
+                    .bind(name)
+                    .execute(self.conn().await?)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn list_users(&mut self) -> $crate::error::Result<Vec<(String, i64)>> {
+                Ok(
+                    sqlx::query_as("SELECT name, created_at FROM users ORDER BY name")
+                        .fetch_all(self.conn().await?)
+                        .await?,
+                )
+            }
+
+            async fn alias_get(
+                &mut self,
+                owner: &str,
+                alias: &str,
+            ) -> $crate::error::Result<Option<String>> {
+                Ok(sqlx::query_scalar(
+                    "SELECT chat_id FROM chat_aliases WHERE owner = $1 AND alias = $2",
+                )
+                .bind(owner)
+                .bind(alias)
+                .fetch_optional(self.conn().await?)
+                .await?)
+            }
+
+            async fn alias_insert(
+                &mut self,
+                owner: &str,
+                alias: &str,
+                chat: &str,
+                now: i64,
+            ) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "INSERT INTO chat_aliases (owner, alias, chat_id, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (owner, alias) DO NOTHING",
+                )
+                .bind(owner)
+                .bind(alias)
+                .bind(chat)
+                .bind(now)
+                .execute(self.conn().await?)
+                .await?;
+                Ok(())
+            }
+
             async fn idem_get(
                 &mut self,
                 user: &str,
@@ -652,6 +702,18 @@ macro_rules! tx_ops {
                         .await?
                         .rows_affected(),
                 )
+            }
+
+            async fn purge_tool_records(&mut self, before: i64) -> $crate::error::Result<u64> {
+                Ok(sqlx::query(
+                    "DELETE FROM tool_records WHERE finished_at IS NOT NULL AND finished_at < $1 \
+                     AND chat_id IN (SELECT id FROM chats \
+                     WHERE status NOT IN ('running', 'interrupting'))",
+                )
+                .bind(before)
+                .execute(self.conn().await?)
+                .await?
+                .rows_affected())
             }
 
             async fn notify(

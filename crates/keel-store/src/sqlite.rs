@@ -18,7 +18,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps};
 use crate::rows::{ChatCols, MessageCols};
-use crate::types::{ChangeNotice, StoreOptions};
+use crate::types::{ChangeNotice, RemoteNotice, StoreOptions};
 
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -240,7 +240,7 @@ impl Backend for SqliteBackend {
         Ok(Box::new(SqliteTx::Read(self.reader.begin().await?)))
     }
 
-    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, ChangeNotice>>> {
+    async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>> {
         Ok(None)
     }
 }

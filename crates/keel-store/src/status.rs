@@ -1,7 +1,8 @@
 //! Chat statuses, the transitions between them and the one table of allowed moves.
 //!
-//! The table answers only "may this transition start from this status"; what each
-//! transition then writes lives in [`crate::transitions`]. `None` as the source status
+//! [`target`] answers, for every transition and status, whether the transition may start
+//! there and where it may end; what each transition then writes lives in
+//! [`crate::transitions`], which checks both ends. `None` as the source status
 //! means "no chat yet", from which only [`Transition::CreateChat`] may start.
 
 use std::fmt;
@@ -90,6 +91,7 @@ pub enum Transition {
     RenewLease,
     AppendLiveParts,
     RecordTool,
+    PutCheckpoint,
     SetRetryState,
     CommitStep,
     FinishInterruption,
@@ -104,7 +106,7 @@ pub enum Transition {
 }
 
 impl Transition {
-    pub const ALL: [Transition; 25] = [
+    pub const ALL: [Transition; 26] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -119,6 +121,7 @@ impl Transition {
         Transition::RenewLease,
         Transition::AppendLiveParts,
         Transition::RecordTool,
+        Transition::PutCheckpoint,
         Transition::SetRetryState,
         Transition::CommitStep,
         Transition::FinishInterruption,
@@ -148,6 +151,7 @@ impl Transition {
             Transition::RenewLease => "renew lease",
             Transition::AppendLiveParts => "append live parts",
             Transition::RecordTool => "record tool call",
+            Transition::PutCheckpoint => "save checkpoint",
             Transition::SetRetryState => "set retry state",
             Transition::CommitStep => "commit step",
             Transition::FinishInterruption => "finish interruption",
@@ -169,46 +173,94 @@ impl fmt::Display for Transition {
     }
 }
 
-/// Which source statuses a transition may start from. One row per transition; the
-/// columns are `waiting`, `running`, `interrupting`, `requires_action`, `error`.
-const W: bool = true;
-const X: bool = false;
-#[rustfmt::skip]
-const TABLE: [(Transition, [bool; 5]); 24] = [
-    //                                   wait run  intr  req  err
-    (Transition::SendMessage,           [W,   W,   W,    W,   W]),
-    (Transition::EditMessage,           [W,   W,   W,    W,   W]),
-    (Transition::Interrupt,             [W,   W,   W,    W,   W]),
-    (Transition::SubmitToolResults,     [X,   X,   X,    W,   X]),
-    (Transition::DeleteQueued,          [W,   W,   W,    W,   W]),
-    (Transition::PromoteQueued,         [W,   W,   W,    W,   W]),
-    (Transition::Archive,               [W,   W,   W,    W,   W]),
-    (Transition::Unarchive,             [W,   W,   W,    W,   W]),
-    (Transition::Delete,                [W,   W,   W,    W,   W]),
-    (Transition::Acquire,               [X,   W,   W,    X,   X]),
-    (Transition::RenewLease,            [X,   W,   W,    X,   X]),
-    (Transition::AppendLiveParts,       [X,   W,   W,    X,   X]),
-    (Transition::RecordTool,            [X,   W,   W,    X,   X]),
-    (Transition::SetRetryState,         [X,   W,   W,    X,   X]),
-    (Transition::CommitStep,            [X,   W,   W,    X,   X]),
-    (Transition::FinishInterruption,    [X,   X,   W,    X,   X]),
-    (Transition::FinishRun,             [X,   W,   W,    X,   X]),
-    (Transition::FailRun,               [X,   W,   W,    X,   X]),
-    (Transition::EnterRequiresAction,   [X,   W,   W,    X,   X]),
-    (Transition::ReleaseOnShutdown,     [X,   W,   W,    X,   X]),
-    (Transition::RecoverStale,          [X,   W,   W,    X,   X]),
-    (Transition::ExpirePendingAction,   [X,   X,   X,    W,   X]),
-    (Transition::RequestCompaction,     [W,   X,   X,    X,   W]),
-    (Transition::CommitSummary,         [X,   W,   X,    X,   X]),
-];
+/// Where a transition takes a chat that is in one status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The status stays what it was.
+    Stays,
+    /// One of these statuses; which one, the transition decides from the chat's state (a
+    /// queue head, a busy mode).
+    Becomes(&'static [ChatStatus]),
+    /// The chat is gone.
+    Gone,
+}
 
-fn column(status: ChatStatus) -> usize {
-    match status {
-        ChatStatus::Waiting => 0,
-        ChatStatus::Running => 1,
-        ChatStatus::Interrupting => 2,
-        ChatStatus::RequiresAction => 3,
-        ChatStatus::Error => 4,
+const RUNNING: Target = Target::Becomes(&[ChatStatus::Running]);
+const INTERRUPTING: Target = Target::Becomes(&[ChatStatus::Interrupting]);
+/// The queue head starts (`running`), or nothing is left to do (`waiting`).
+const NEXT_OR_IDLE: Target = Target::Becomes(&[ChatStatus::Running, ChatStatus::Waiting]);
+
+/// The state machine: for every transition and every status, whether the transition may
+/// start there and which statuses it may end in. An exhaustive `match` with no catch-all,
+/// so a new status or transition does not compile until every pair is decided.
+pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
+    use ChatStatus::{Error, Interrupting, RequiresAction, Running, Waiting};
+    use Transition::*;
+    match (transition, from) {
+        (CreateChat, Waiting | Running | Interrupting | RequiresAction | Error) => None,
+
+        // Idle: the message starts a run; behind a queue left by a failed run it queues at
+        // the tail and the head starts, so nothing jumps ahead.
+        (SendMessage, Waiting | Error) => Some(RUNNING),
+        // busy = queue keeps the status; busy = interrupt stops the run.
+        (SendMessage, Running) => Some(Target::Becomes(&[Running, Interrupting])),
+        (SendMessage, Interrupting) => Some(Target::Stays),
+        // busy = queue keeps waiting for the calls; busy = interrupt answers them and runs.
+        (SendMessage, RequiresAction) => Some(Target::Becomes(&[RequiresAction, Running])),
+
+        (EditMessage, Waiting | Running | Interrupting | RequiresAction | Error) => Some(RUNNING),
+
+        (Interrupt, Running) => Some(INTERRUPTING),
+        // The pending calls get error results; a queued message runs next.
+        (Interrupt, RequiresAction) => Some(NEXT_OR_IDLE),
+        (Interrupt, Waiting | Interrupting | Error) => Some(Target::Stays),
+
+        (SubmitToolResults, RequiresAction) => Some(RUNNING),
+        (SubmitToolResults, Waiting | Running | Interrupting | Error) => None,
+
+        (DeleteQueued, Waiting | Running | Interrupting | RequiresAction | Error) => {
+            Some(Target::Stays)
+        }
+        (PromoteQueued, Running | Interrupting) => Some(INTERRUPTING),
+        (PromoteQueued, Waiting | RequiresAction | Error) => Some(RUNNING),
+
+        (Archive | Unarchive, Waiting | Running | Interrupting | RequiresAction | Error) => {
+            Some(Target::Stays)
+        }
+        (Delete, Waiting | Running | Interrupting | RequiresAction | Error) => Some(Target::Gone),
+
+        (
+            Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
+            | CommitStep | ReleaseOnShutdown | RecoverStale,
+            Running | Interrupting,
+        ) => Some(Target::Stays),
+        (
+            Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
+            | CommitStep | ReleaseOnShutdown | RecoverStale,
+            Waiting | RequiresAction | Error,
+        ) => None,
+
+        (CommitSummary, Running) => Some(Target::Stays),
+        (CommitSummary, Waiting | Interrupting | RequiresAction | Error) => None,
+
+        (FinishInterruption, Interrupting) => Some(NEXT_OR_IDLE),
+        (FinishInterruption, Waiting | Running | RequiresAction | Error) => None,
+        (FinishRun, Running | Interrupting) => Some(NEXT_OR_IDLE),
+        (FinishRun, Waiting | RequiresAction | Error) => None,
+        (FailRun, Running | Interrupting) => Some(Target::Becomes(&[Error])),
+        (FailRun, Waiting | RequiresAction | Error) => None,
+
+        (EnterRequiresAction, Running) => Some(Target::Becomes(&[RequiresAction])),
+        // Interrupted meanwhile: the calls are answered as interrupted and the run ends.
+        (EnterRequiresAction, Interrupting) => Some(NEXT_OR_IDLE),
+        (EnterRequiresAction, Waiting | RequiresAction | Error) => None,
+
+        // The calls get error results; a queued message runs next.
+        (ExpirePendingAction, RequiresAction) => Some(NEXT_OR_IDLE),
+        (ExpirePendingAction, Waiting | Running | Interrupting | Error) => None,
+
+        (RequestCompaction, Waiting | Error) => Some(RUNNING),
+        (RequestCompaction, Running | Interrupting | RequiresAction) => None,
     }
 }
 
@@ -216,11 +268,88 @@ fn column(status: ChatStatus) -> usize {
 pub fn allowed(from: Option<ChatStatus>, transition: Transition) -> bool {
     match from {
         None => transition == Transition::CreateChat,
-        Some(status) => TABLE
-            .iter()
-            .find(|(t, _)| *t == transition)
-            .is_some_and(|(_, row)| row[column(status)]),
+        Some(status) => target(transition, status).is_some(),
     }
+}
+
+/// Whether `transition` may take a chat from `from` to `to`.
+pub fn permits(transition: Transition, from: ChatStatus, to: ChatStatus) -> bool {
+    match target(transition, from) {
+        Some(Target::Stays) => to == from,
+        Some(Target::Becomes(targets)) => targets.contains(&to),
+        Some(Target::Gone) | None => false,
+    }
+}
+
+/// Who starts a transition: it decides which module of [`crate::transitions`] writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// A client, through the HTTP API.
+    Api,
+    /// The worker that holds the chat's lease.
+    Worker,
+    /// A periodic sweep over many chats.
+    Sweep,
+}
+
+impl Transition {
+    /// Who starts this transition.
+    pub fn trigger(self) -> Trigger {
+        use Transition::*;
+        match self {
+            CreateChat | SendMessage | EditMessage | Interrupt | SubmitToolResults
+            | DeleteQueued | PromoteQueued | Archive | Unarchive | Delete | RequestCompaction => {
+                Trigger::Api
+            }
+            Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
+            | CommitStep | CommitSummary | FinishInterruption | FinishRun | FailRun
+            | EnterRequiresAction | ReleaseOnShutdown => Trigger::Worker,
+            RecoverStale | ExpirePendingAction => Trigger::Sweep,
+        }
+    }
+}
+
+fn status_list(statuses: &[ChatStatus]) -> String {
+    statuses
+        .iter()
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The state machine as a Markdown table (transition, trigger, from, to), one row per
+/// transition and distinct target, generated from [`target`]. ARCHITECTURE.md carries it;
+/// a test keeps the two equal.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| transition | by | from | to |\n| --- | --- | --- | --- |\n");
+    for t in Transition::ALL {
+        let by = match t.trigger() {
+            Trigger::Api => "API",
+            Trigger::Worker => "worker",
+            Trigger::Sweep => "sweep",
+        };
+        if t == Transition::CreateChat {
+            out.push_str(&format!("| {t} | {by} | (none) | `running` |\n"));
+            continue;
+        }
+        let mut rows: Vec<(Target, Vec<ChatStatus>)> = Vec::new();
+        for st in ChatStatus::ALL {
+            let Some(to) = target(t, st) else { continue };
+            match rows.iter_mut().find(|(t, _)| *t == to) {
+                Some((_, from)) => from.push(st),
+                None => rows.push((to, vec![st])),
+            }
+        }
+        for (to, from) in rows {
+            let to = match to {
+                Target::Stays => "unchanged".to_owned(),
+                Target::Becomes(targets) => status_list(targets).replace(", ", " or "),
+                Target::Gone => "(deleted)".to_owned(),
+            };
+            out.push_str(&format!("| {t} | {by} | {} | {to} |\n", status_list(&from)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -240,10 +369,36 @@ mod tests {
     }
 
     #[test]
-    fn every_transition_except_create_has_a_row() {
+    fn every_transition_except_create_starts_somewhere() {
         for t in Transition::ALL {
-            let has_row = TABLE.iter().any(|(r, _)| *r == t);
-            assert_eq!(has_row, t != Transition::CreateChat, "{t}");
+            let starts = ChatStatus::ALL.iter().any(|st| target(t, *st).is_some());
+            assert_eq!(starts, t != Transition::CreateChat, "{t}");
+        }
+    }
+
+    #[test]
+    fn targets_are_checked_against_the_source() {
+        use ChatStatus::*;
+        assert!(permits(Transition::Interrupt, RequiresAction, Running));
+        assert!(permits(Transition::Interrupt, RequiresAction, Waiting));
+        assert!(!permits(Transition::Interrupt, RequiresAction, Error));
+        assert!(permits(Transition::Interrupt, Waiting, Waiting));
+        assert!(!permits(Transition::Interrupt, Waiting, Running));
+        assert!(permits(
+            Transition::ExpirePendingAction,
+            RequiresAction,
+            Running
+        ));
+        assert!(!permits(Transition::RenewLease, Running, Interrupting));
+        assert!(!permits(Transition::Delete, Running, Running));
+        assert!(!permits(Transition::FinishRun, Waiting, Waiting));
+    }
+
+    #[test]
+    fn the_generated_table_has_a_row_for_every_transition() {
+        let table = markdown_table();
+        for t in Transition::ALL {
+            assert!(table.contains(&format!("| {t} |")), "{t}");
         }
     }
 
@@ -264,6 +419,7 @@ mod tests {
             Acquire,
             RenewLease,
             AppendLiveParts,
+            PutCheckpoint,
             CommitStep,
             FinishRun,
             FailRun,
@@ -288,6 +444,7 @@ mod tests {
         only(Transition::ExpirePendingAction, &[RequiresAction]);
         only(Transition::FinishInterruption, &[Interrupting]);
         only(Transition::EnterRequiresAction, &[Running, Interrupting]);
+        only(Transition::PutCheckpoint, &[Running, Interrupting]);
         only(Transition::RequestCompaction, &[Waiting, Error]);
         only(Transition::CommitSummary, &[Running]);
         only(Transition::SendMessage, &ChatStatus::ALL);

@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 use crate::error::Result;
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, NewSummary,
-    Next, PendingToolCall, Prompt, QueueId, SendOutcome, StoredMessage, ToolRecord,
+    Next, PendingToolCall, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord,
     ToolResultInput, User,
 };
 
@@ -119,11 +119,15 @@ pub trait Store: Send + Sync {
     /// Releases the chats held by exactly these owners (processes known to be gone) without
     /// waiting for their leases; returns them.
     async fn release_owners(&self, owners: &[String]) -> Result<Vec<ChatId>>;
-    /// Answers overdue client-side calls with error results and sets `waiting`.
+    /// Answers overdue client-side calls with error results; the queue head runs next
+    /// (`running`, unowned), else the chat waits.
     async fn expire_pending_actions(&self) -> Result<Vec<ChatId>>;
 
     // ---- checkpoints, users, housekeeping ----------------------------------------
-    async fn put_checkpoint(&self, chat: ChatId, data: Value) -> Result<()>;
+    /// Saves the step's checkpoint, fenced on the lease like every other write of a run.
+    async fn put_checkpoint(&self, lease: &Lease, data: Value) -> Result<()>;
+    /// The checkpoint of the step in progress: `None` when none was saved, or when the
+    /// one stored belongs to an older step or history (a write that raced a commit).
     async fn get_checkpoint(&self, chat: ChatId) -> Result<Option<Value>>;
     async fn delete_checkpoint(&self, chat: ChatId) -> Result<()>;
     /// Creates the user or replaces its token, given only the token's SHA-256 (hex), as a
@@ -133,13 +137,26 @@ pub trait Store: Send + Sync {
     async fn upsert_user(&self, name: &str, token: &str) -> Result<()>;
     async fn user_by_token(&self, token: &str) -> Result<Option<User>>;
     async fn has_users(&self) -> Result<bool>;
+    /// Deletes the user, so its token stops working at once; `false` when there was none.
+    /// Its chats stay stored under its name.
+    async fn remove_user(&self, name: &str) -> Result<bool>;
+    /// Every user, by name.
+    async fn list_users(&self) -> Result<Vec<User>>;
+    /// The chat `owner` named `alias` (a client-chosen chat id), if it still exists.
+    async fn chat_by_alias(&self, owner: &str, alias: &str) -> Result<Option<ChatId>>;
+    /// Names `chat` `alias` for `owner` unless the name is taken; returns the chat the name
+    /// stands for afterwards (another one when a concurrent request named it first).
+    async fn claim_alias(&self, owner: &str, alias: &str, chat: ChatId) -> Result<ChatId>;
     /// Forgets idempotency keys older than their time to live.
     async fn purge_idempotency_keys(&self) -> Result<u64>;
+    /// Forgets records of tool calls that finished longer ago than the idempotency time to
+    /// live, in chats that are not running.
+    async fn purge_tool_records(&self) -> Result<u64>;
 
     // ---- notices ---------------------------------------------------------------
     /// Notices of changes committed by this process.
     fn subscribe(&self) -> broadcast::Receiver<ChangeNotice>;
     /// Notices of changes committed by any replica (PostgreSQL `LISTEN`); on SQLite, the
     /// same as [`Store::subscribe`].
-    async fn subscribe_remote(&self) -> Result<BoxStream<'static, ChangeNotice>>;
+    async fn subscribe_remote(&self) -> Result<BoxStream<'static, RemoteNotice>>;
 }

@@ -230,6 +230,9 @@ pub struct Lease {
     /// The chat's history version when claimed; an edit makes the lease stale.
     pub history_version: i64,
     pub expires_at: DateTime<Utc>,
+    /// The chat's status when the lease was taken or last renewed: a renewal tells the run
+    /// of an interrupt even when every change notice was lost.
+    pub status: ChatStatus,
 }
 
 /// What a worker does after a run ends.
@@ -290,6 +293,15 @@ pub struct ChangeNotice {
     pub event_seq: i64,
     #[serde(default)]
     pub deleted: bool,
+}
+
+/// What a subscriber to every replica's changes hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteNotice {
+    Changed(ChangeNotice),
+    /// Notices may have been lost (the `LISTEN` connection was re-established, or this
+    /// subscriber fell behind): whatever the subscriber follows must be read again.
+    Missed,
 }
 
 /// Where the store gets the time from; tests and simulations move it by hand.

@@ -62,6 +62,51 @@ impl Workspace {
         Ok(Self { root })
     }
 
+    /// The workspace of one user: the directory [`user_dir_name`] names below the root,
+    /// created when missing. It must be a real directory, not a symbolic link: a link would let
+    /// one user's directory point into another's.
+    pub fn for_user(&self, user: &str) -> Result<Self, WorkspaceError> {
+        let dir = self.root.join(user_dir_name(user));
+        let error = |source| WorkspaceError {
+            path: dir.clone(),
+            source,
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(error(e)),
+        }
+        if !std::fs::symlink_metadata(&dir).map_err(error)?.is_dir() {
+            return Err(error(io::Error::other(
+                "a user's workspace must be a directory, not a link or a file",
+            )));
+        }
+        Ok(Self { root: dir })
+    }
+
+    /// Whether `path` (existing or not) lies inside the workspace once every link of its
+    /// existing part is followed.
+    pub fn contains(&self, path: &Path) -> bool {
+        let Ok(absolute) = std::path::absolute(path) else {
+            return false;
+        };
+        let mut existing = absolute.as_path();
+        let mut missing = Vec::new();
+        let real = loop {
+            if let Ok(real) = existing.canonicalize() {
+                break real;
+            }
+            let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+                return false;
+            };
+            missing.push(name);
+            existing = parent;
+        };
+        let mut full = real;
+        full.extend(missing.iter().rev());
+        full.starts_with(&self.root)
+    }
+
     /// The canonical root directory.
     pub fn root(&self) -> &Path {
         &self.root
@@ -141,6 +186,28 @@ impl Workspace {
             Err(_) => resolved.display().to_string(),
         }
     }
+}
+
+/// The directory name of a user's workspace: the name itself when it is a plain name of
+/// letters, digits, `-`, `_` and `.` (not starting with a dot), else every other byte written
+/// as `%XX`. Distinct users always get distinct directories and no name can reach outside the
+/// root (`..`, `/` and NUL are always encoded).
+pub fn user_dir_name(user: &str) -> String {
+    let mut out = String::with_capacity(user.len());
+    for (i, byte) in user.bytes().enumerate() {
+        let plain =
+            byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' || (byte == b'.' && i > 0);
+        if plain {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    if out.is_empty() {
+        // An empty name never authenticates; it still gets a name that is not the root.
+        out.push('%');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -236,6 +303,52 @@ mod tests {
             ws.resolve("a\0b").unwrap_err(),
             PathError::NulByte
         ));
+    }
+
+    #[test]
+    fn user_directory_names_are_plain_and_distinct() {
+        assert_eq!(user_dir_name("alice"), "alice");
+        assert_eq!(user_dir_name("bob.smith-2_x"), "bob.smith-2_x");
+        assert_eq!(user_dir_name(".."), "%2E.");
+        assert_eq!(user_dir_name("."), "%2E");
+        assert_eq!(user_dir_name("a/b"), "a%2Fb");
+        assert_eq!(user_dir_name("a%2Fb"), "a%252Fb");
+        assert_eq!(user_dir_name("é"), "%C3%A9");
+        assert_eq!(user_dir_name(""), "%");
+        let names = ["a/b", "a%2Fb", "a_b", "a.b", ".a", "%2Ea", "", "%"];
+        let dirs: std::collections::HashSet<String> =
+            names.iter().map(|n| user_dir_name(n)).collect();
+        assert_eq!(dirs.len(), names.len());
+    }
+
+    #[test]
+    fn each_user_gets_a_directory_of_their_own() {
+        let (_dir, ws) = workspace();
+        let alice = ws.for_user("alice").unwrap();
+        let bob = ws.for_user("bob").unwrap();
+        assert_eq!(alice.root(), ws.root().join("alice"));
+        std::fs::write(bob.root().join("secret"), "s").unwrap();
+        for path in ["../bob/secret", "/../bob/secret"] {
+            assert!(alice.resolve(path).is_err(), "{path}");
+        }
+        let abs = bob.root().join("secret");
+        assert!(alice.resolve(abs.to_str().unwrap()).is_err());
+        // A link placed in alice's directory does not lead into bob's.
+        std::os::unix::fs::symlink(bob.root(), alice.root().join("to-bob")).unwrap();
+        assert!(alice.resolve("to-bob/secret").is_err());
+        // And a user's directory that is itself a link is refused.
+        std::os::unix::fs::symlink(bob.root(), ws.root().join("carol")).unwrap();
+        assert!(ws.for_user("carol").is_err());
+    }
+
+    #[test]
+    fn contains_follows_links_and_accepts_missing_paths() {
+        let (dir, ws) = workspace();
+        assert!(ws.contains(&ws.root().join("db/keel.db")));
+        assert!(ws.contains(ws.root()));
+        assert!(!ws.contains(&dir.path().join("keel.db")));
+        std::os::unix::fs::symlink(ws.root(), dir.path().join("alias")).unwrap();
+        assert!(ws.contains(&dir.path().join("alias/keel-data/keel.db")));
     }
 
     #[test]

@@ -130,6 +130,7 @@ async fn stdio_server_tools_are_listed_and_called() {
         [
             "test_srv__add",
             "test_srv__echo",
+            "test_srv__env",
             "test_srv__fail",
             "test_srv__grow",
             "test_srv__image",
@@ -376,7 +377,52 @@ async fn servers_can_be_connected_after_the_manager_is_built() {
     assert!(manager.tools().is_empty());
     manager.connect_all().await;
     assert_eq!(manager.status()[0].state, McpServerState::Connected);
-    assert_eq!(manager.tools().len(), 6);
+    assert_eq!(manager.tools().len(), 7);
+    manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stdio_server_gets_the_allow_list_and_only_the_variables_its_entry_names() {
+    let dir = tempfile::tempdir().unwrap();
+    // Some variable of the test process outside the allow-list, as an API key would be.
+    let (secret, _) = std::env::vars()
+        .find(|(k, _)| !keel_tools::env::ALLOWED.contains(&k.as_str()))
+        .expect("the test process has a variable outside the allow-list");
+    let plain = stdio_config("plain", dir.path());
+    let mut passing = stdio_config("passing", dir.path());
+    passing.env_passthrough = vec![secret.clone()];
+    let manager = McpManager::start(&[plain, passing]).await.unwrap();
+    let names = |server: &str| {
+        let tool = tool(&manager.tools(), &format!("{server}__env"));
+        async move {
+            match call(tool.as_ref(), "{}").await.unwrap() {
+                ToolOutput::Text(text) => text.lines().map(str::to_owned).collect::<Vec<_>>(),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let plain = names("plain").await;
+    assert!(!plain.contains(&secret), "{plain:?}");
+    assert!(plain.contains(&"MCP_TEST_DIR".to_owned()), "{plain:?}");
+    assert!(plain.contains(&"PATH".to_owned()), "{plain:?}");
+    assert!(names("passing").await.contains(&secret));
+    manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hanging_call_ends_with_an_error_after_the_servers_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = stdio_config("s", dir.path());
+    config.timeout_ms = Some(300);
+    let manager = McpManager::start(&[config]).await.unwrap();
+    let slow = tool(&manager.tools(), "s__slow");
+    let err = call(slow.as_ref(), "{}").await.unwrap_err();
+    assert_eq!(
+        err.0,
+        "tool `s__slow` did not finish within 300 ms and was stopped"
+    );
+    // Dropping the request cancels it on the server.
+    wait_for_file(&dir.path().join("slow-cancelled")).await;
     manager.shutdown().await;
 }
 
@@ -482,7 +528,7 @@ async fn streamable_http_server_tools_are_listed_called_and_cancelled() {
     assert_eq!(status.state, McpServerState::Connected, "{status:?}");
     assert_eq!(status.transport, McpTransportKind::Http);
     let tools = manager.tools();
-    assert_eq!(tools.len(), 6);
+    assert_eq!(tools.len(), 7);
     check_basic_calls(&tools, "web").await;
 
     let slow = tool(&tools, "web__slow");

@@ -6,13 +6,19 @@ mod cmd;
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     // The process's one TLS crypto provider (ring), before any HTTP client is built: model
     // providers, MCP servers over HTTP and `keel chat` all use it (`keel_providers::tls`).
     // It fails only when a provider is already installed, which then stays.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = cmd::Cli::parse();
+    if let cmd::Command::SandboxExec(args) = cli.command {
+        // Before any runtime thread exists: see `cmd::sandbox_exec`.
+        return cmd::sandbox_exec::run(args);
+    }
     cmd::init_logging();
-    cli.command.run().await
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(cli.command.run())
 }

@@ -33,6 +33,12 @@ pub enum Ending {
     Hang(Arc<Notify>),
     /// Yields this error event (a stream cut mid-way).
     Fail(ProviderError),
+    /// Yields `count` keep-alives `every` apart, then `then`.
+    Pings {
+        every: std::time::Duration,
+        count: u32,
+        then: Vec<StreamEvent>,
+    },
 }
 
 #[derive(Clone)]
@@ -125,6 +131,16 @@ impl LanguageModel for ScriptedModel {
         let head = stream::iter(events);
         let tail: EventStream = match ending {
             Ending::Done => Box::pin(stream::empty()),
+            Ending::Pings { every, count, then } => Box::pin(
+                stream::unfold(count, move |left| async move {
+                    if left == 0 {
+                        return None;
+                    }
+                    tokio::time::sleep(every).await;
+                    Some((StreamEvent::KeepAlive, left - 1))
+                })
+                .chain(stream::iter(then)),
+            ),
             Ending::Fail(error) => Box::pin(stream::iter([StreamEvent::Error(error)])),
             Ending::CancelledError(started) => Box::pin(stream::once(async move {
                 started.notify_one();

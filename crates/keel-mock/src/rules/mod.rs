@@ -2,15 +2,26 @@
 //!
 //! A request that breaks one gets the real API's error (status, type, code, message), so a
 //! Keel bug shows up as a failing test against the mock instead of a production incident.
-//! Every rule cites the public API reference page it comes from.
+//! Every rule cites the public API reference page it comes from. The server checks every
+//! request when [`MockConfig::strict`](crate::MockConfig) is on (the default).
+//!
+//! * [`openai_chat`]: tool-call / tool-message pairing, DeepSeek's `reasoning_content`;
+//! * [`openai_responses`]: call / output pairing, reasoning items and their following item;
+//! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results;
+//! * [`chain`], [`prefill`], [`thinking`]: chained responses, assistant prefill, signed
+//!   thinking.
 
+pub(crate) mod anthropic;
 pub(crate) mod chain;
+pub(crate) mod openai_chat;
+pub(crate) mod openai_responses;
 pub(crate) mod prefill;
 pub(crate) mod thinking;
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde_json::Value;
 
 use crate::errors::{Flavor, envelope};
 
@@ -19,7 +30,7 @@ use crate::errors::{Flavor, envelope};
 pub(crate) struct Violation {
     pub message: String,
     pub code: Option<&'static str>,
-    pub param: Option<&'static str>,
+    pub param: Option<String>,
 }
 
 impl Violation {
@@ -36,8 +47,8 @@ impl Violation {
         self
     }
 
-    pub fn param(mut self, param: &'static str) -> Self {
-        self.param = Some(param);
+    pub fn param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
         self
     }
 
@@ -48,8 +59,29 @@ impl Violation {
             "invalid_request_error",
             self.code,
             &self.message,
-            self.param,
+            self.param.as_deref(),
         );
         (StatusCode::BAD_REQUEST, Json(body)).into_response()
     }
+}
+
+/// One rule: accepts the request or says why the real API refuses it.
+pub(crate) type Rule = fn(&Value) -> Result<(), Violation>;
+
+/// The first rule of `rules` that refuses `request`.
+pub(crate) fn check(rules: &[Rule], request: &Value) -> Result<(), Violation> {
+    rules.iter().try_for_each(|rule| rule(request))
+}
+
+/// The array under `key`, or nothing.
+pub(crate) fn array<'a>(value: &'a Value, key: &str) -> &'a [Value] {
+    value
+        .get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The string under `key`, or `""`.
+pub(crate) fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or_default()
 }

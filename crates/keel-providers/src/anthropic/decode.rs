@@ -290,6 +290,7 @@ impl AnthropicDecoder {
                     self.usage.merge_max(&usage_of(usage));
                 }
             }
+            "ping" => out.push(StreamEvent::KeepAlive),
             "message_stop" => {
                 out.push(StreamEvent::Finish {
                     reason: self.stop_reason.unwrap_or_default(),

@@ -67,7 +67,7 @@ impl LanguageModel for Anthropic {
 
     async fn stream(&self, call: ModelCall, cancel: Cancel) -> Result<EventStream, ProviderError> {
         let body = build_continuing(&call, self.endpoint.model(), self.prefill);
-        let response = self.endpoint.post("messages", &body, &cancel).await?;
+        let response = self.endpoint.post("v1/messages", &body, &cancel).await?;
         let ctx = self.endpoint.ctx.clone();
         Ok(decode_stream(
             response.bytes_stream(),

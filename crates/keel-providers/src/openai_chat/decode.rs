@@ -140,9 +140,8 @@ impl ChatDecoder {
                 });
             }
         } else if !pending.name.is_empty() {
-            // Some servers send no id; the index keeps calls of one reply apart.
             if pending.id.is_empty() {
-                pending.id = format!("call_{index}");
+                pending.id = synthesized_call_id();
             }
             pending.started = true;
             out.push(StreamEvent::ToolInputStart {
@@ -161,9 +160,9 @@ impl ChatDecoder {
     }
 
     fn complete_calls(&mut self, out: &mut Vec<StreamEvent>) {
-        for (index, call) in std::mem::take(&mut self.calls) {
+        for call in std::mem::take(&mut self.calls).into_values() {
             let id = if call.id.is_empty() {
-                format!("call_{index}")
+                synthesized_call_id()
             } else {
                 call.id
             };
@@ -288,6 +287,14 @@ impl Decoder for ChatDecoder {
             self.finished = true;
         }
     }
+}
+
+/// An id for a call a server streamed without one (llama.cpp, some vLLM versions). It must
+/// be unique in the chat for ever, not just within the reply: ids key the durable tool
+/// records and pair calls with results in every later request, so a second turn's
+/// `call_0` would be taken for the first turn's.
+fn synthesized_call_id() -> String {
+    format!("call_{}", uuid::Uuid::new_v4().simple())
 }
 
 pub(crate) fn finish_reason(reason: &str) -> FinishReason {

@@ -31,6 +31,7 @@ impl OpenAiChat {
             options: ChatRequestOptions {
                 include_usage,
                 legacy_max_tokens: !official,
+                reasoning_content: !official,
                 prefill: false,
             },
         }

@@ -13,6 +13,10 @@ pub struct ChatRequestOptions {
     /// Send the output limit as `max_tokens` (understood by every compatible server) rather
     /// than `max_completion_tokens` (required by OpenAI's reasoning models).
     pub legacy_max_tokens: bool,
+    /// Send an assistant turn's reasoning back as `reasoning_content`, as DeepSeek's
+    /// thinking mode requires of turns that called tools (and vLLM / SGLang serving such
+    /// models accept). OpenAI itself never streams reasoning on this API.
+    pub reasoning_content: bool,
     /// Continue a trailing assistant message natively (server-side prefill) instead of by
     /// instruction.
     pub prefill: bool,
@@ -23,6 +27,7 @@ impl Default for ChatRequestOptions {
         Self {
             include_usage: true,
             legacy_max_tokens: true,
+            reasoning_content: true,
             prefill: false,
         }
     }
@@ -34,7 +39,11 @@ pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Valu
     body.insert("model".into(), json!(model));
     body.insert(
         "messages".into(),
-        Value::Array(messages(&call.messages, options.prefill)),
+        Value::Array(messages(
+            &call.messages,
+            options.prefill,
+            options.reasoning_content,
+        )),
     );
     if options.prefill && ends_with_assistant(&call.messages) {
         // vLLM (and SGLang) continue the final assistant message only when told, and refuse
@@ -94,12 +103,12 @@ pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Valu
     Value::Object(body)
 }
 
-fn messages(messages: &[Message], prefill: bool) -> Vec<Value> {
+fn messages(messages: &[Message], prefill: bool, reasoning_content: bool) -> Vec<Value> {
     let mut out = Vec::with_capacity(messages.len() + 1);
     for message in messages {
         match message.role {
             Role::System => out.push(json!({"role": "system", "content": message.text()})),
-            Role::Assistant => out.extend(assistant(message)),
+            Role::Assistant => out.extend(assistant(message, reasoning_content)),
             Role::User | Role::Tool => out.extend(user_or_tool(message)),
         }
     }
@@ -116,7 +125,7 @@ fn messages(messages: &[Message], prefill: bool) -> Vec<Value> {
     out
 }
 
-fn assistant(message: &Message) -> Option<Value> {
+fn assistant(message: &Message, reasoning_content: bool) -> Option<Value> {
     let text = message.text();
     let calls: Vec<Value> = message
         .parts
@@ -151,6 +160,20 @@ fn assistant(message: &Message) -> Option<Value> {
             json!(text)
         },
     );
+    let mut reasoning: Option<String> = None;
+    for part in &message.parts {
+        if let PartKind::Reasoning { text, .. } = &part.kind {
+            reasoning.get_or_insert_with(String::new).push_str(text);
+        }
+    }
+    // A turn that called tools always carries the field (empty when it did not reason):
+    // DeepSeek refuses such a turn without it in thinking mode.
+    if reasoning_content && (reasoning.is_some() || !calls.is_empty()) {
+        m.insert(
+            "reasoning_content".into(),
+            json!(reasoning.unwrap_or_default()),
+        );
+    }
     if !calls.is_empty() {
         m.insert("tool_calls".into(), Value::Array(calls));
     }

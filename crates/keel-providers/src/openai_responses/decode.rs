@@ -3,7 +3,10 @@
 //! Output arrives as items (`message`, `function_call`, `reasoning`, provider tool calls such
 //! as `web_search_call`) opened by `response.output_item.added` and closed by
 //! `response.output_item.done`, with deltas in between. Reasoning items keep their id and
-//! encrypted content opaque in metadata so they can be sent back. Only
+//! encrypted content opaque in metadata so they can be sent back, together with the type and
+//! id of the item that followed (`next_item`): the API accepts a reasoning item sent back
+//! only when that item follows it with its id. A reasoning block therefore ends when the
+//! next item starts (or the response finishes). Only
 //! `response.completed` is success; a stream that closes before a terminal event is a
 //! retryable connection error.
 
@@ -40,6 +43,8 @@ pub struct ResponsesDecoder {
     ctx: ErrorContext,
     items: HashMap<String, Item>,
     open_text: Vec<String>,
+    /// A finished reasoning item waiting for the item that follows it: id and metadata.
+    pending_reasoning: Option<(String, serde_json::Map<String, Value>)>,
     had_calls: bool,
     finished: bool,
 }
@@ -54,6 +59,7 @@ impl ResponsesDecoder {
             ctx,
             items: HashMap::new(),
             open_text: Vec::new(),
+            pending_reasoning: None,
             had_calls: false,
             finished: false,
         }
@@ -86,7 +92,28 @@ impl ResponsesDecoder {
         }
     }
 
+    /// Ends the reasoning block waiting for its follower; `next` names the follower.
+    fn end_reasoning(&mut self, next: Option<&Value>, out: &mut Vec<StreamEvent>) {
+        let Some((id, mut meta)) = self.pending_reasoning.take() else {
+            return;
+        };
+        if let Some(item) = next {
+            let mut follower = serde_json::Map::new();
+            for key in ["type", "id", "call_id"] {
+                if let Some(value) = item.get(key).filter(|v| v.is_string()) {
+                    follower.insert(key.to_owned(), value.clone());
+                }
+            }
+            meta.insert("next_item".into(), Value::Object(follower));
+        }
+        out.push(StreamEvent::ReasoningEnd {
+            id,
+            metadata: Some(json!({ METADATA_KEY: meta })),
+        });
+    }
+
     fn item_added(&mut self, item: &Value, out: &mut Vec<StreamEvent>) {
+        self.end_reasoning(Some(item), out);
         let id = str_at(item, "id").to_owned();
         let state = match str_at(item, "type") {
             "message" => Item::Message,
@@ -122,6 +149,11 @@ impl ResponsesDecoder {
                 Item::Reasoning {
                     summary_index: None,
                 }
+            }
+            ty if is_client_run(ty) => {
+                tracing::warn!(provider = %self.ctx.provider, item = ty,
+                    "ignoring a call Keel cannot run (offer it as a function tool instead)");
+                Item::Other
             }
             ty if ty.ends_with("_call") => {
                 let name = ty.trim_end_matches("_call").to_owned();
@@ -196,18 +228,18 @@ impl ResponsesDecoder {
                         metadata: None,
                     });
                 }
-                let mut meta = json!({"item_id": id});
-                if let (Some(enc), Some(obj)) = (
-                    item.get("encrypted_content").filter(|e| e.is_string()),
-                    meta.as_object_mut(),
-                ) {
-                    obj.insert("encrypted_content".into(), enc.clone());
+                let mut meta = serde_json::Map::new();
+                meta.insert("item_id".into(), json!(id));
+                if let Some(enc) = item.get("encrypted_content").filter(|e| e.is_string()) {
+                    meta.insert("encrypted_content".into(), enc.clone());
                 }
-                out.push(StreamEvent::ReasoningEnd {
-                    id,
-                    metadata: Some(json!({ METADATA_KEY: meta })),
-                });
+                self.end_reasoning(Some(item), out);
+                self.pending_reasoning = Some((id, meta));
             }
+            // Calls the client must run (computer use, shell, patches, custom tools) get
+            // neither a call nor a made-up result: only their own `*_output` item can answer
+            // them, and Keel runs none of them.
+            ty if is_client_run(ty) => {}
             ty if ty.ends_with("_call") => {
                 let name = match state {
                     Some(Item::ProviderTool { name }) => name,
@@ -279,6 +311,7 @@ impl ResponsesDecoder {
     }
 
     fn finish(&mut self, response: &Value, out: &mut Vec<StreamEvent>, reason: FinishReason) {
+        self.end_reasoning(None, out);
         let usage = response.get("usage").map(usage_of).unwrap_or_default();
         for id in std::mem::take(&mut self.open_text) {
             out.push(StreamEvent::TextEnd { id });
@@ -299,6 +332,7 @@ impl ResponsesDecoder {
                     out.push(StreamEvent::ResponseId { id: id.to_owned() });
                 }
             }
+            "response.queued" | "response.in_progress" => out.push(StreamEvent::KeepAlive),
             "response.output_item.added" => {
                 if let Some(item) = event.get("item") {
                     self.item_added(item, out);
@@ -438,6 +472,20 @@ impl Decoder for ResponsesDecoder {
             self.fail(error, out);
         }
     }
+}
+
+/// Output items the client runs, as opposed to tools the provider runs itself
+/// (`web_search_call`, `file_search_call`, `code_interpreter_call`, ...).
+/// <https://platform.openai.com/docs/api-reference/responses/object> (`output`).
+fn is_client_run(item_type: &str) -> bool {
+    matches!(
+        item_type,
+        "computer_call"
+            | "local_shell_call"
+            | "shell_call"
+            | "apply_patch_call"
+            | "custom_tool_call"
+    )
 }
 
 /// Usage of a response. `input_tokens` includes cached tokens; Keel counts them apart.

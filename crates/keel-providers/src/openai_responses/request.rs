@@ -106,20 +106,25 @@ fn input(messages: &[Message], store: bool) -> Vec<Value> {
     items
 }
 
+/// An assistant turn as output items. A reasoning item goes back only together with the
+/// item that followed it, carrying that item's id (`next_item` in the reasoning metadata):
+/// the API pairs them by id and refuses a reasoning item whose follower is missing or
+/// anonymous.
 fn assistant(message: &Message, store: bool, items: &mut Vec<Value>) {
-    let mut text = String::new();
-    let flush = |text: &mut String, items: &mut Vec<Value>| {
-        if !text.is_empty() {
-            items.push(json!({"role": "assistant", "content": std::mem::take(text)}));
-        }
+    let mut turn = Turn {
+        items,
+        text: String::new(),
+        awaiting: None,
     };
     for part in &message.parts {
         match &part.kind {
-            PartKind::Text { text: t } => text.push_str(t),
+            PartKind::Text { text: t } => turn.text.push_str(t),
             PartKind::Reasoning { .. } => {
-                if let Some(item) = reasoning_item(part, store) {
-                    flush(&mut text, items);
-                    items.push(item);
+                if let Some((item, next)) = reasoning_item(part, store) {
+                    turn.flush_text();
+                    turn.settle();
+                    turn.items.push(item);
+                    turn.awaiting = Some((turn.items.len() - 1, next));
                 }
             }
             PartKind::ToolCall {
@@ -128,23 +133,88 @@ fn assistant(message: &Message, store: bool, items: &mut Vec<Value>) {
                 args,
                 provider_executed: false,
             } => {
-                flush(&mut text, items);
-                items.push(json!({
+                turn.flush_text();
+                let mut item = json!({
                     "type": "function_call",
                     "call_id": tool_call_id,
                     "name": tool_name,
                     "arguments": if args.is_empty() { "{}" } else { args.as_str() },
-                }));
+                });
+                if let Some(id) = turn.follower_id("function_call", Some(tool_call_id)) {
+                    item["id"] = json!(id);
+                }
+                turn.push(item);
             }
             _ => {}
         }
     }
-    flush(&mut text, items);
+    turn.flush_text();
+    turn.settle();
+}
+
+/// The items of one assistant turn being built.
+struct Turn<'a> {
+    items: &'a mut Vec<Value>,
+    text: String,
+    /// The last reasoning item (its index) and the follower it needs.
+    awaiting: Option<(usize, Value)>,
+}
+
+impl Turn<'_> {
+    /// The id the next item carries when it is the awaited follower of kind `kind`.
+    fn follower_id(&self, kind: &str, call_id: Option<&str>) -> Option<String> {
+        let (_, next) = self.awaiting.as_ref()?;
+        let matches = next.get("type").and_then(Value::as_str) == Some(kind)
+            && call_id.is_none_or(|c| next.get("call_id").and_then(Value::as_str) == Some(c));
+        matches
+            .then(|| next.get("id").and_then(Value::as_str).map(str::to_owned))
+            .flatten()
+    }
+
+    /// Appends an item; a reasoning item still awaiting a follower that this is not is
+    /// dropped first.
+    fn push(&mut self, item: Value) {
+        let follows = self
+            .awaiting
+            .as_ref()
+            .is_some_and(|(_, next)| item.get("id").is_some() && item.get("id") == next.get("id"));
+        if follows {
+            self.awaiting = None;
+        } else {
+            self.settle();
+        }
+        self.items.push(item);
+    }
+
+    fn flush_text(&mut self) {
+        if self.text.is_empty() {
+            return;
+        }
+        let text = std::mem::take(&mut self.text);
+        let item = match self.follower_id("message", None) {
+            Some(id) => json!({
+                "type": "message",
+                "id": id,
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }),
+            None => json!({"role": "assistant", "content": text}),
+        };
+        self.push(item);
+    }
+
+    /// Drops a reasoning item whose follower never came (the reply was cut after it).
+    fn settle(&mut self) {
+        if let Some((index, _)) = self.awaiting.take() {
+            self.items.remove(index);
+        }
+    }
 }
 
 /// A reasoning part as the reasoning item it came from. Without storage the item must carry
 /// its encrypted content; with storage its id suffices.
-fn reasoning_item(part: &Part, store: bool) -> Option<Value> {
+fn reasoning_item(part: &Part, store: bool) -> Option<(Value, Value)> {
     let PartKind::Reasoning {
         text,
         provider_metadata,
@@ -154,6 +224,8 @@ fn reasoning_item(part: &Part, store: bool) -> Option<Value> {
     };
     let meta = metadata_for(provider_metadata.as_ref(), METADATA_KEY)?;
     let id = meta.get("item_id").and_then(Value::as_str)?;
+    // Without the item that followed it, a reasoning item cannot be sent back.
+    let next = meta.get("next_item").filter(|n| n.is_object())?.clone();
     let encrypted = meta.get("encrypted_content").and_then(Value::as_str);
     if encrypted.is_none() && !store {
         return None;
@@ -167,7 +239,7 @@ fn reasoning_item(part: &Part, store: bool) -> Option<Value> {
     if let (Some(enc), Some(obj)) = (encrypted, item.as_object_mut()) {
         obj.insert("encrypted_content".into(), json!(enc));
     }
-    Some(item)
+    Some((item, next))
 }
 
 fn user_or_tool(message: &Message, items: &mut Vec<Value>) {

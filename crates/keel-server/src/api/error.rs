@@ -1,7 +1,11 @@
 //! API errors: a status and the contract's `{"error": {"code", "message"}}` body.
 //!
 //! Every failure keeps its kind up to here, so a wrong id is a 404 and a wrong status a 409 —
-//! never a 500. Only a genuine server fault (the database is down) is `internal`.
+//! never a 500. Only a genuine server fault (the database is down) is `internal`, and its
+//! details go to the log under the request's id: the client gets the id, never the text.
+//!
+//! Beyond the contract's codes: `forbidden` (403, a foreign `Host` or `Origin`, with a
+//! `reason`), `too_many_requests` (429, a cap) and `unavailable` (503, overloaded).
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
@@ -18,7 +22,10 @@ pub enum Code {
     Conflict,
     PayloadTooLarge,
     UnsupportedMediaType,
+    Forbidden,
+    TooManyRequests,
     Internal,
+    Unavailable,
 }
 
 impl Code {
@@ -30,7 +37,10 @@ impl Code {
             Code::Conflict => StatusCode::CONFLICT,
             Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Code::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Code::Forbidden => StatusCode::FORBIDDEN,
+            Code::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -42,7 +52,10 @@ impl Code {
             Code::Conflict => "conflict",
             Code::PayloadTooLarge => "payload_too_large",
             Code::UnsupportedMediaType => "unsupported_media_type",
+            Code::Forbidden => "forbidden",
+            Code::TooManyRequests => "too_many_requests",
             Code::Internal => "internal",
+            Code::Unavailable => "unavailable",
         }
     }
 }
@@ -53,13 +66,28 @@ impl Code {
 pub struct ApiError {
     pub code: Code,
     pub message: String,
+    /// A stable name for why a request was refused (`forbidden`, `too_many_requests`).
+    pub reason: Option<&'static str>,
 }
+
+/// What a client is told about an internal error instead of its text.
+pub const INTERNAL_MESSAGE: &str =
+    "internal error; the daemon's log holds the details under this request's id";
 
 impl ApiError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
+            reason: None,
+        }
+    }
+
+    /// A refusal with its reason's stable name.
+    pub fn refused(code: Code, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason: Some(reason),
+            ..Self::new(code, message)
         }
     }
 
@@ -85,11 +113,25 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.code == Code::Internal {
-            tracing::error!(message = %self.message, "internal error answered to a client");
+        let request_id = crate::net::request_id::current();
+        let message = if self.code == Code::Internal {
+            tracing::error!(
+                request_id = request_id.as_deref().unwrap_or("-"),
+                error = %self.message,
+                "internal error"
+            );
+            INTERNAL_MESSAGE.to_owned()
+        } else {
+            self.message
+        };
+        let mut error = json!({"code": self.code.as_str(), "message": message});
+        if let Some(reason) = self.reason {
+            error["reason"] = json!(reason);
         }
-        let body = Json(json!({"error": {"code": self.code.as_str(), "message": self.message}}));
-        (self.code.status(), body).into_response()
+        if let Some(id) = request_id {
+            error["request_id"] = json!(id);
+        }
+        (self.code.status(), Json(json!({ "error": error }))).into_response()
     }
 }
 
@@ -124,9 +166,49 @@ impl From<keel_store::StoreError> for ApiError {
             }
             E::InvalidInput(_) => ApiError::invalid(error.to_string()),
             E::LostOwnership { .. } | E::Fenced { .. } => ApiError::conflict(error.to_string()),
-            E::Corrupt { .. } | E::Database(_) | E::Migrate(_) => {
+            E::IllegalMove { .. } | E::Corrupt { .. } | E::Database(_) | E::Migrate(_) => {
                 ApiError::new(Code::Internal, error.to_string())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(error: ApiError) -> (StatusCode, serde_json::Value) {
+        let response =
+            crate::net::request_id::scope("req-1".to_owned(), async move { error.into_response() })
+                .await;
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_internal_error_shows_a_request_id_and_never_its_text() {
+        let error = ApiError::new(
+            Code::Internal,
+            "error returned from database: password authentication failed for user \"keel\"",
+        );
+        let (status, body) = body_of(error).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error"]["code"], "internal");
+        assert_eq!(body["error"]["message"], INTERNAL_MESSAGE);
+        assert_eq!(body["error"]["request_id"], "req-1");
+        assert!(!body.to_string().contains("password"));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_names_its_reason() {
+        let error = ApiError::refused(Code::Forbidden, "foreign_origin", "no");
+        let (status, body) = body_of(error).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(body["error"]["code"], "forbidden");
+        assert_eq!(body["error"]["reason"], "foreign_origin");
+        assert_eq!(body["error"]["message"], "no");
     }
 }

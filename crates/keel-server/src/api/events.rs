@@ -5,6 +5,9 @@
 //! sequence number as SSE id and are never sent twice (anything at or below the position
 //! already sent is skipped); ephemeral ones (`status`, `queue`, `retry`) repeat the current
 //! position. A client that falls too far behind is disconnected and resumes with its last id.
+//!
+//! Each open stream holds a slot of [`crate::net::sse_slots`]; a connection beyond the
+//! user's or the daemon's cap is answered `429` before anything is read from the store.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,16 +17,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use keel_store::{Chat, ChatId, ChatStatus};
+use keel_store::{Chat, ChatId, ChatStatus, RemoteNotice};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::api::dto::{EventsQuery, LastErrorView, MessageView, QueuedView};
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, Code};
 use crate::api::extract::{Caller, parse_id};
 use crate::api::state::AppState;
 use crate::hub::Frame;
 use crate::live::from_log;
+use crate::net::sse_slots::SlotRefusal;
 
 /// Events buffered for a client between the follower task and the socket.
 const CLIENT_BUFFER: usize = 256;
@@ -36,30 +40,54 @@ pub async fn events(
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let user = state.auth.requires_tokens().then_some(caller.0.as_str());
+    let slot = state.sse_slots.take(user).map_err(|refusal| {
+        state.metrics.refused(refusal.reason());
+        let message = match refusal {
+            SlotRefusal::User => format!(
+                "this user already has {} live event streams open ([server] sse_max_per_user)",
+                state.config.server.sse_max_per_user
+            ),
+            SlotRefusal::Total => format!(
+                "the daemon already has {} live event streams open ([server] sse_max_total)",
+                state.config.server.sse_max_total
+            ),
+        };
+        ApiError::refused(Code::TooManyRequests, refusal.reason(), message)
+    })?;
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let header_position = match headers.get("last-event-id") {
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<i64>().ok())
-                .filter(|v| *v >= 0)
-                .ok_or_else(|| ApiError::invalid("Last-Event-ID must be a non-negative integer"))?,
-        ),
-        None => None,
-    };
+    // A malformed Last-Event-ID is no reason to refuse the stream: like a position the chat
+    // never reached, it gets a `stream_reset` and the step in progress from its start.
+    let header_position = headers.get("last-event-id").map(|value| {
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .filter(|v| *v >= 0)
+    });
     if query.after.is_some_and(|a| a < 0) {
         return Err(ApiError::invalid("`after` must be a non-negative integer"));
     }
-    let position = header_position.or(query.after);
+    let position = match header_position {
+        Some(Some(position)) => Requested::At(position),
+        Some(None) => Requested::Unknown,
+        None => query.after.map_or(Requested::Start, Requested::At),
+    };
     state.metrics.sse_connections.inc();
-    if position.is_some() {
+    if position != Requested::Start {
         state.metrics.sse_reconnects.inc();
     }
-    let (tx, rx) = mpsc::channel::<Event>(CLIENT_BUFFER);
-    tokio::spawn(follow(state, chat, position.unwrap_or(0), tx));
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|event| (Ok(event), rx))
+    let (tx, rx) = mpsc::channel::<LiveItem>(CLIENT_BUFFER);
+    tokio::spawn(follow(state, chat, position, tx));
+    // The slot lives as long as the stream: dropping it (the client left) frees it.
+    let stream = futures::stream::unfold((rx, slot), |(mut rx, slot)| async move {
+        rx.recv().await.map(|item| {
+            let event = Event::default()
+                .id(item.id.to_string())
+                .event(item.event)
+                .data(item.data);
+            (Ok(event), (rx, slot))
+        })
     });
     Ok(Sse::new(stream).keep_alive(
         KeepAlive::new()
@@ -68,11 +96,58 @@ pub async fn events(
     ))
 }
 
+/// One event of a chat as the contract names it: its id (the position it carries), name and
+/// JSON data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveItem {
+    pub id: i64,
+    pub event: &'static str,
+    pub data: String,
+}
+
+/// Follows a chat's events after `position` (committed messages, the step in progress, then
+/// live events) until the receiver is dropped, the client falls too far behind, the chat is
+/// deleted or the process stops. A position the chat never reached opens with `stream_reset`
+/// and the step in progress from its start, as on the SSE route.
+pub fn follow_chat(state: AppState, chat: Chat, position: i64) -> mpsc::Receiver<LiveItem> {
+    let (tx, rx) = mpsc::channel::<LiveItem>(CLIENT_BUFFER);
+    let requested = if position == 0 {
+        Requested::Start
+    } else {
+        Requested::At(position)
+    };
+    tokio::spawn(follow(state, chat, requested, tx));
+    rx
+}
+
+/// Where a client asked to resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Requested {
+    /// No position: everything from the start.
+    Start,
+    At(i64),
+    /// A Last-Event-ID that is not an event id.
+    Unknown,
+}
+
+/// Where a connection starts and whether it opens with `stream_reset`. `known_end` is the
+/// highest event id the chat has given out (committed, logged or sent live); `step_start`
+/// the position just before the current step (the one in progress, else the last committed). A position beyond `known_end` (a stale id,
+/// another chat's) or an unknown one replays the step in progress from its start after a
+/// reset; the client keeps its committed messages and rebuilds the step.
+fn resume_from(requested: Requested, known_end: i64, step_start: i64) -> (i64, bool) {
+    match requested {
+        Requested::Start => (0, false),
+        Requested::At(position) if position <= known_end => (position, false),
+        Requested::At(_) | Requested::Unknown => (step_start.min(known_end), true),
+    }
+}
+
 /// What one connection has sent so far.
 struct Follower {
     state: AppState,
     chat_id: ChatId,
-    tx: mpsc::Sender<Event>,
+    tx: mpsc::Sender<LiveItem>,
     position: i64,
     status: Option<(ChatStatus, Option<String>)>,
     queue: Option<String>,
@@ -80,26 +155,29 @@ struct Follower {
 
 impl Follower {
     /// Sends an event; false when the client is gone or too slow.
-    async fn send(&self, event: Event) -> bool {
-        self.tx.send(event).await.is_ok()
+    async fn send(&self, item: LiveItem) -> bool {
+        self.tx.send(item).await.is_ok()
     }
 
-    async fn durable(&mut self, seq: i64, name: &str, data: String) -> bool {
+    async fn durable(&mut self, seq: i64, name: &'static str, data: String) -> bool {
         if seq <= self.position {
             return true;
         }
         self.position = seq;
-        self.send(Event::default().id(seq.to_string()).event(name).data(data))
-            .await
+        self.send(LiveItem {
+            id: seq,
+            event: name,
+            data,
+        })
+        .await
     }
 
-    async fn ephemeral(&self, name: &str, data: String) -> bool {
-        self.send(
-            Event::default()
-                .id(self.position.to_string())
-                .event(name)
-                .data(data),
-        )
+    async fn ephemeral(&self, name: &'static str, data: String) -> bool {
+        self.send(LiveItem {
+            id: self.position,
+            event: name,
+            data,
+        })
         .await
     }
 
@@ -180,8 +258,45 @@ impl Follower {
     }
 }
 
+/// The highest event id the chat gave out, and the position just before its step in
+/// progress (the chat's sequence when nothing is in progress). Read after subscribing, so
+/// nothing published in between is missed.
+async fn where_the_step_starts(
+    state: &AppState,
+    chat: &Chat,
+    backlog: &[Arc<Frame>],
+) -> Result<(i64, i64), keel_store::StoreError> {
+    let current = state.store.get_chat(chat.id).await?;
+    let logged = state.store.live_parts_after(chat.id, 0).await?;
+    let live = backlog
+        .iter()
+        .map(|f| i64::try_from(f.seq).unwrap_or(i64::MAX));
+    let first_live = logged.iter().map(|e| e.seq).chain(live.clone()).min();
+    let known_end = live.max().unwrap_or(0).max(current.event_seq);
+    let step_start = match first_live {
+        Some(seq) => seq - 1,
+        None => last_step_start(state, &current).await?,
+    };
+    Ok((known_end, step_start))
+}
+
+/// With nothing in progress, the current step is the last committed one: its assistant
+/// message (and the tool results that follow it), or else the last message.
+async fn last_step_start(state: &AppState, chat: &Chat) -> Result<i64, keel_store::StoreError> {
+    let recent = state
+        .store
+        .list_messages(chat.id, Some(chat.last_message_id.saturating_sub(2)))
+        .await?;
+    let start = recent
+        .iter()
+        .rev()
+        .find(|m| m.role == keel_core::Role::Assistant)
+        .or(recent.last());
+    Ok(start.map_or(chat.event_seq, |m| m.event_seq - 1))
+}
+
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
-async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
+async fn follow(state: AppState, chat: Chat, position: Requested, tx: mpsc::Sender<LiveItem>) {
     let chat_key = chat.id.to_string();
     let hub = state.hub.clone();
     feed(state, chat, position, tx).await;
@@ -189,10 +304,30 @@ async fn follow(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Eve
     hub.prune(&chat_key);
 }
 
-async fn feed(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event>) {
+async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sender<LiveItem>) {
     let chat_key = chat.id.to_string();
     let (mut live, backlog) = state.hub.subscribe(&chat_key);
     let mut notices = state.store.subscribe();
+    let (position, reset) = match requested {
+        Requested::Start => (0, false),
+        _ => match where_the_step_starts(&state, &chat, &backlog).await {
+            Ok((known_end, step_start)) => resume_from(requested, known_end, step_start),
+            Err(error) => {
+                tracing::warn!(chat = %chat.id, %error, "reading the chat's position failed");
+                return;
+            }
+        },
+    };
+    if reset {
+        let event = LiveItem {
+            id: position,
+            event: "stream_reset",
+            data: "{}".to_owned(),
+        };
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
     let mut follower = Follower {
         state: state.clone(),
         chat_id: chat.id,
@@ -259,7 +394,10 @@ async fn feed(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event
                     Some(stream) => futures::StreamExt::next(stream).await,
                     None => std::future::pending().await,
                 }
-            } => notice.chat_id == chat.id,
+            } => match notice {
+                RemoteNotice::Changed(notice) => notice.chat_id == chat.id,
+                RemoteNotice::Missed => true,
+            },
             _ = poll.tick(), if multi_replica => true,
         };
         if !changed {
@@ -282,5 +420,27 @@ async fn feed(state: AppState, chat: Chat, position: i64, tx: mpsc::Sender<Event
             Err(keel_store::StoreError::NotFound { .. }) => return,
             Err(error) => tracing::warn!(chat = %chat.id, %error, "reading chat status failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_known_position_resumes_where_it_is() {
+        assert_eq!(resume_from(Requested::Start, 40, 30), (0, false));
+        assert_eq!(resume_from(Requested::At(35), 40, 30), (35, false));
+        assert_eq!(resume_from(Requested::At(40), 40, 30), (40, false));
+        assert_eq!(resume_from(Requested::At(0), 40, 30), (0, false));
+    }
+
+    #[test]
+    fn an_unknown_position_replays_the_step_after_a_reset() {
+        assert_eq!(resume_from(Requested::At(41), 40, 30), (30, true));
+        assert_eq!(resume_from(Requested::At(i64::MAX), 40, 30), (30, true));
+        assert_eq!(resume_from(Requested::Unknown, 40, 30), (30, true));
+        // Nothing in progress: the step starts at the chat's sequence.
+        assert_eq!(resume_from(Requested::Unknown, 40, 40), (40, true));
     }
 }

@@ -2,6 +2,7 @@
 //! and error mapping.
 
 pub mod chats;
+pub mod compat;
 pub mod dto;
 pub mod error;
 pub mod events;
@@ -20,6 +21,9 @@ use crate::api::error::{ApiError, Code};
 use crate::api::extract::Caller;
 use crate::api::state::{AppState, AuthMode, LOCAL_USER};
 use crate::auth::bearer;
+use crate::net::guard::{self, Guard};
+use crate::net::request_id;
+use crate::net::server::{body_timeout, limit_in_flight};
 
 /// Every route of the API, as (method, path) pairs; the OpenAPI test checks each is described.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -39,15 +43,31 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/chats/{id}/queue/{queue_id}/promote"),
     ("get", "/api/v1/chats/{id}/events"),
     ("get", "/api/v1/models"),
+    ("post", "/api/v1/ai-sdk/chat"),
+    ("get", "/api/v1/ai-sdk/chat/{id}/stream"),
+    ("get", "/api/v1/ai-sdk/chat/{id}/messages"),
+    ("post", "/api/v1/ai-sdk/chat/{id}/stop"),
+    ("post", "/v1/responses"),
+    ("get", "/v1/responses/{id}"),
+    ("post", "/v1/responses/{id}/cancel"),
+    ("get", "/v1/responses/{id}/input_items"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
 ];
 
-/// The application's router.
+/// The application's router. Layers, outermost first: a request id; the `Host`/`Origin`
+/// guard; the limit on requests in flight; the body-read timeout; the body limit; then the
+/// routes.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.runs.max_body_bytes;
+    let guard = Guard {
+        hosts: state.allowed_hosts.clone(),
+        metrics: state.metrics.clone(),
+    };
+    let in_flight = state.config.server.max_requests_in_flight;
+    let metrics = state.metrics.clone();
     let api = Router::new()
         .route("/chats", post(chats::create_chat).get(chats::list_chats))
         .route(
@@ -74,10 +94,14 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/chats/{id}/events", get(events::events))
         .route("/models", get(ops::models))
+        .merge(compat::api_routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .route("/openapi.json", get(ops::openapi));
-    Router::new()
+    let v1 = compat::v1_routes()
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    let routes = Router::new()
         .nest("/api/v1", api)
+        .nest("/v1", v1)
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -85,12 +109,23 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(
+            state.config.server.header_read_timeout(),
+            body_timeout,
+        ))
+        .with_state(state);
+    limit_in_flight(routes, in_flight, metrics)
+        .layer(middleware::from_fn_with_state(guard, guard::guard))
+        .layer(middleware::from_fn(request_id::assign))
 }
 
 /// Identifies the caller: the local user, or the owner of a valid bearer token.
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let caller = match state.auth {
+    let mode = match state.auth.mode(state.store.as_ref()).await {
+        Ok(mode) => mode,
+        Err(error) => return ApiError::from(error).into_response(),
+    };
+    let caller = match mode {
         AuthMode::SingleUser => Some(LOCAL_USER.to_owned()),
         AuthMode::Tokens => {
             let token = request

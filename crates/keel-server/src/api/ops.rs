@@ -12,21 +12,59 @@ pub async fn healthz() -> StatusCode {
     StatusCode::OK
 }
 
+/// How long `/readyz` waits for the database.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `200` when the database answers. Anyone who can reach the daemon may ask, so a failure
+/// is answered with its kind and the request id only; the error itself goes to the log.
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let database = state.store.list_chats(Some(""), None, 1).await;
-    let dependencies = (state.dependencies)();
+    // A database that does not answer is as unready as one that fails; the pool would
+    // otherwise keep retrying for its whole acquire timeout.
+    let database = match tokio::time::timeout(
+        READY_TIMEOUT,
+        state.store.list_chats(Some(""), None, 1),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {READY_TIMEOUT:?}")),
+    };
+    let dependencies = public_dependencies((state.dependencies)());
+    let backend = state.store.backend();
     match database {
         Ok(_) => (
             StatusCode::OK,
-            Json(json!({"status": "ready", "database": state.store.backend(), "mcp_servers": dependencies})),
+            Json(json!({"status": "ready", "database": backend, "mcp_servers": dependencies})),
         )
             .into_response(),
-        Err(error) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "unavailable", "database": error.to_string(), "mcp_servers": dependencies})),
-        )
-            .into_response(),
+        Err(error) => {
+            let request_id = crate::net::request_id::current();
+            tracing::error!(
+                request_id = request_id.as_deref().unwrap_or("-"),
+                %error,
+                "readiness check: the database did not answer"
+            );
+            let body = json!({
+                "status": "unavailable",
+                "database": backend,
+                "error": {"kind": "database_unavailable", "request_id": request_id},
+                "mcp_servers": dependencies,
+            });
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
     }
+}
+
+/// MCP servers' health without their error texts, which may hold a server's URL or
+/// output: the log has them.
+fn public_dependencies(mut dependencies: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+    for dependency in &mut dependencies {
+        if let Some(fields) = dependency.as_object_mut() {
+            fields.remove("error");
+        }
+    }
+    dependencies
 }
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
@@ -87,6 +125,18 @@ fn document_for(ids: &[&str]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readiness_shows_no_dependency_error_text() {
+        let shown = public_dependencies(vec![
+            json!({"name": "files", "state": "failed", "error": "spawn https://u:tok@x failed"}),
+            json!("odd"),
+        ]);
+        assert_eq!(
+            shown,
+            vec![json!({"name": "files", "state": "failed"}), json!("odd")]
+        );
+    }
 
     #[test]
     fn the_served_document_names_the_configured_models() {

@@ -1,6 +1,8 @@
 //! What every request handler shares.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use keel_store::{Chat, ChatId, Store};
 
@@ -10,6 +12,8 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::ModelRegistry;
+use crate::net::hosts::AllowedHosts;
+use crate::net::sse_slots::SseSlots;
 
 /// How callers are identified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +27,55 @@ pub enum AuthMode {
 /// The name every chat gets in single-user mode.
 pub const LOCAL_USER: &str = "local";
 
+/// How often a single-user daemon asks the database whether a user was added since.
+pub const USERS_RECHECK: Duration = Duration::from_secs(1);
+
+/// The authentication mode as it is now. A daemon that started without users switches to
+/// tokens as soon as one is added (`keel users add` on the same database), within
+/// [`USERS_RECHECK`] and without a restart; it never switches back while it runs, so
+/// removing the last user locks the API rather than opening it.
+pub struct LiveAuth {
+    tokens: AtomicBool,
+    checked: Mutex<Instant>,
+}
+
+impl LiveAuth {
+    pub fn new(mode: AuthMode) -> Self {
+        Self {
+            tokens: AtomicBool::new(mode == AuthMode::Tokens),
+            checked: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Whether callers are told apart by their tokens (as last seen).
+    pub fn requires_tokens(&self) -> bool {
+        self.tokens.load(Ordering::Acquire)
+    }
+
+    /// The mode for the request at hand.
+    pub async fn mode(&self, store: &dyn Store) -> Result<AuthMode, keel_store::StoreError> {
+        if self.tokens.load(Ordering::Acquire) {
+            return Ok(AuthMode::Tokens);
+        }
+        let due = {
+            // An instant cannot be left half-written, so a poisoned lock's value is fine.
+            let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+            let due = checked.elapsed() >= USERS_RECHECK;
+            if due {
+                *checked = Instant::now();
+            }
+            due
+        };
+        if due && store.has_users().await? {
+            if !self.tokens.swap(true, Ordering::AcqRel) {
+                tracing::info!("a user exists now: API requests need a bearer token from here on");
+            }
+            return Ok(AuthMode::Tokens);
+        }
+        Ok(AuthMode::SingleUser)
+    }
+}
+
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
@@ -30,11 +83,15 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub models: ModelRegistry,
     pub config: Arc<Config>,
-    pub auth: AuthMode,
+    pub auth: Arc<LiveAuth>,
     /// Health of optional dependencies (MCP servers) for `/readyz`.
     pub dependencies: Arc<dyn Fn() -> Vec<serde_json::Value> + Send + Sync>,
     /// Cancelled when the process stops: live event streams end so shutdown is not held up.
     pub shutdown: keel_core::Cancel,
+    /// The names requests may carry as `Host` and `Origin`.
+    pub allowed_hosts: Arc<AllowedHosts>,
+    /// Open live event streams, capped per user and in all.
+    pub sse_slots: Arc<SseSlots>,
 }
 
 impl AppState {

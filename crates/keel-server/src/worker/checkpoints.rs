@@ -13,10 +13,13 @@ use keel_agent::{CheckpointStore, StreamCheckpoint, StreamSnapshot};
 use keel_store::{ChatId, Store};
 
 use crate::resume::signed_reasoning;
+use crate::worker::sink::{SharedLease, current};
 
 pub struct StoreCheckpoints {
     pub chat_id: ChatId,
     pub store: Arc<dyn Store>,
+    /// Checkpoints are writes of the run like any other: fenced on its lease.
+    pub lease: SharedLease,
     /// The step rebuilt from the live-part log when the run started, if it had parts.
     pub from_log: Option<StreamSnapshot>,
     pub run_id: String,
@@ -32,7 +35,7 @@ impl CheckpointStore for StoreCheckpoints {
     async fn save(&self, checkpoint: &StreamCheckpoint) -> Result<(), CheckpointError> {
         let data = serde_json::to_value(checkpoint).map_err(failed)?;
         self.store
-            .put_checkpoint(self.chat_id, data)
+            .put_checkpoint(&current(&self.lease), data)
             .await
             .map_err(failed)
     }
@@ -60,6 +63,8 @@ impl CheckpointStore for StoreCheckpoints {
                 saved_at: chrono::Utc::now(),
             }));
         }
+        // The store only hands out a checkpoint of the step in progress: one written after its
+        // step was committed (a late or stale writer) is never loaded as the next step's.
         Ok(stored)
     }
 

@@ -24,6 +24,10 @@ pub struct StoreCompaction {
 
 #[async_trait]
 impl CompactionHooks for StoreCompaction {
+    fn summary_started(&self) {
+        self.sink.mark_summary();
+    }
+
     async fn commit_summary(&self, summary: SummaryRecord) -> Result<Vec<Message>, PersistError> {
         let record = NewSummary {
             text: summary.text,

@@ -9,6 +9,7 @@
 mod checkpoints;
 mod compaction;
 mod identity;
+mod lifecycle;
 mod persist;
 mod run;
 mod sink;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use keel_core::{Cancel, CancelCause};
-use keel_store::{ChangeNotice, ChatId, ChatStatus, Store};
+use keel_store::{ChangeNotice, ChatId, ChatStatus, RemoteNotice, Store};
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -52,7 +53,13 @@ struct ActiveRun {
     cancel: Cancel,
     stop: Arc<Mutex<StopReason>>,
     history_version: i64,
+    /// Closed when the task running the chat ends (see [`Finished`]).
+    finished: tokio::sync::watch::Receiver<()>,
 }
+
+/// Held by the task running a chat for as long as it runs; a later run of the same chat
+/// (after an edit superseded this one) waits for it to close before it starts.
+pub type Finished = tokio::sync::watch::Sender<()>;
 
 /// A registered run's identity and controls.
 pub struct RunSlot {
@@ -85,22 +92,52 @@ impl Shared {
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn register(&self, chat: ChatId, history_version: i64) -> RunSlot {
+    /// Registers a run of the chat by the task holding `finished`. Returns its slot and,
+    /// when another task still runs the chat (superseded, unwinding), what closes when that
+    /// task ends.
+    fn register(
+        &self,
+        chat: ChatId,
+        history_version: i64,
+        finished: &Finished,
+    ) -> (RunSlot, Option<tokio::sync::watch::Receiver<()>>) {
         let id = self
             .next_run
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let cancel = self.shutdown.child();
         let stop = Arc::new(Mutex::new(StopReason::None));
-        self.active().insert(
+        let previous = self.active().insert(
             chat,
             ActiveRun {
                 id,
                 cancel: cancel.clone(),
                 stop: stop.clone(),
                 history_version,
+                finished: finished.subscribe(),
             },
         );
-        RunSlot { id, cancel, stop }
+        let previous = previous.filter(|run| !run.finished.same_channel(&finished.subscribe()));
+        if let Some(run) = &previous {
+            // A new claim means the old run lost the chat (an edit released it); stop it
+            // even if the notice that says so has not been routed yet.
+            let mut reason = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
+            if *reason == StopReason::None {
+                *reason = StopReason::Superseded;
+            }
+            drop(reason);
+            run.cancel.cancel(CancelCause::Shutdown);
+        }
+        (
+            RunSlot { id, cancel, stop },
+            previous.map(|run| run.finished),
+        )
+    }
+
+    /// Cancels the chat's current run with the interrupt cause.
+    fn interrupt_run(&self, chat: ChatId) {
+        if let Some(run) = self.active().get(&chat) {
+            run.cancel.cancel(CancelCause::Interrupted);
+        }
     }
 
     /// Forgets a finished run, unless a later run of the chat already took its place.
@@ -123,10 +160,6 @@ impl Shared {
             drop(stop);
             run.cancel.cancel(CancelCause::Shutdown);
         }
-    }
-
-    fn is_active(&self, chat: ChatId) -> bool {
-        self.active().contains_key(&chat)
     }
 
     /// Runs of this process right now.
@@ -203,7 +236,7 @@ impl WorkerPool {
                 _ = shared.wake.notified() => {}
                 _ = poll.tick() => {}
             }
-            claim(&shared).await;
+            lifecycle::claim(&shared).await;
         }
         for run in shared.active().values() {
             let mut stop = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
@@ -223,34 +256,6 @@ impl WorkerPool {
     }
 }
 
-/// Claims as many runnable chats as there are free workers and starts them.
-async fn claim(shared: &Arc<Shared>) {
-    let free = shared
-        .config
-        .runs
-        .workers
-        .saturating_sub(shared.active_count());
-    if free == 0 {
-        return;
-    }
-    let leases = match shared.store.acquire(&shared.worker_id, free).await {
-        Ok(leases) => leases,
-        Err(error) => {
-            tracing::warn!(%error, "claiming runnable chats failed");
-            return;
-        }
-    };
-    for lease in leases {
-        if shared.is_active(lease.chat_id) {
-            // Still finishing a run of this chat (e.g. one an edit superseded): the chat is
-            // claimed again once that run is gone.
-            continue;
-        }
-        let slot = shared.register(lease.chat_id, lease.history_version);
-        tokio::spawn(run::run_chat(shared.clone(), lease, slot));
-    }
-}
-
 /// Routes change notices (of this process and, on PostgreSQL, of every replica).
 async fn route_notices(shared: Arc<Shared>) {
     let mut local = shared.store.subscribe();
@@ -266,7 +271,7 @@ async fn route_notices(shared: Arc<Shared>) {
             received = local.recv() => match received {
                 Ok(notice) => notice,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    shared.wake.notify_one();
+                    resync(&shared).await;
                     continue;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -276,13 +281,53 @@ async fn route_notices(shared: Arc<Shared>) {
                     Some(stream) => stream.next().await,
                     None => std::future::pending().await,
                 }
-            } => notice,
+            } => match notice {
+                RemoteNotice::Changed(notice) => notice,
+                RemoteNotice::Missed => {
+                    resync(&shared).await;
+                    continue;
+                }
+            },
         };
         shared.route(&notice);
         if notice.status.is_runnable() {
             shared.wake.notify_one();
         }
     }
+}
+
+/// Notices were lost (a LISTEN reconnect, a subscriber that fell behind): reads the state of
+/// every chat running here and routes it as if its notice had arrived, then looks for
+/// runnable chats. An interrupt posted meanwhile reaches its run now, not at the next
+/// lease renewal.
+async fn resync(shared: &Shared) {
+    let chats: Vec<ChatId> = shared.active().keys().copied().collect();
+    for chat_id in chats {
+        let notice = match shared.store.get_chat(chat_id).await {
+            Ok(chat) => ChangeNotice {
+                chat_id,
+                version: chat.version,
+                status: chat.status,
+                history_version: chat.history_version,
+                event_seq: chat.event_seq,
+                deleted: false,
+            },
+            Err(keel_store::StoreError::NotFound { .. }) => ChangeNotice {
+                chat_id,
+                version: 0,
+                status: ChatStatus::Waiting,
+                history_version: 0,
+                event_seq: 0,
+                deleted: true,
+            },
+            Err(error) => {
+                tracing::warn!(chat = %chat_id, %error, "reading a running chat to resync failed");
+                continue;
+            }
+        };
+        shared.route(&notice);
+    }
+    shared.wake.notify_one();
 }
 
 /// Releases at once the chats held by a process of this machine that no longer runs (a
@@ -317,10 +362,34 @@ async fn release_dead_local_owners(shared: &Shared) {
     }
 }
 
-/// Every lease period: release chats whose owner died; expire overdue client-side calls.
+/// How often the sweeper forgets old idempotency keys and finished tool records.
+const PURGE_EVERY: Duration = Duration::from_secs(600);
+
+/// Forgets idempotency keys past their time to live and the records of tool calls that
+/// finished that long ago in chats that are not running; both only grow otherwise.
+async fn purge(shared: &Shared) {
+    match shared.store.purge_idempotency_keys().await {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "purged old idempotency keys"),
+        Err(error) => tracing::warn!(%error, "purging idempotency keys failed"),
+    }
+    match shared.store.purge_tool_records().await {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "purged finished tool records"),
+        Err(error) => tracing::warn!(%error, "purging tool records failed"),
+    }
+}
+
+/// Every lease period: release chats whose owner died; expire overdue client-side calls;
+/// every [`PURGE_EVERY`] (and at start): purge what only grows.
 async fn sweep(shared: Arc<Shared>) {
     let period = shared.config.runs.lease();
+    let mut last_purge: Option<tokio::time::Instant> = None;
     loop {
+        if last_purge.is_none_or(|at| at.elapsed() >= PURGE_EVERY) {
+            purge(&shared).await;
+            last_purge = Some(tokio::time::Instant::now());
+        }
         release_dead_local_owners(&shared).await;
         match shared.store.recover_stale().await {
             Ok(chats) if !chats.is_empty() => {

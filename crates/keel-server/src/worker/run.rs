@@ -9,21 +9,27 @@ use keel_agent::{
     RunOptions, RunOutcome, StreamTimeouts, Tool,
 };
 use keel_core::{Cancel, CancelCause, ErrorKind, Part, Role, ToolDefinition};
-use keel_store::{Chat, ChatStatus, Lease, NewMessage, Next, PendingToolCall, StoreError};
+use keel_store::{Chat, ChatStatus, Lease, NewMessage};
 
 use crate::api::dto::ClientTool;
-use crate::metrics::{RetryLabels, StepLabels};
-use crate::resume::{snapshot_from_log, unhanded_client_calls};
+use crate::metrics::RetryLabels;
+use crate::resume::{LastStep, is_summary_log, last_step, snapshot_from_log};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
-use crate::worker::{RunSlot, Shared, StopReason};
+use crate::worker::{Finished, RunSlot, Shared, StopReason, lifecycle};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.
-pub async fn run_chat(shared: Arc<Shared>, lease: Lease, slot: RunSlot) {
+pub async fn run_chat(
+    shared: Arc<Shared>,
+    lease: Lease,
+    slot: RunSlot,
+    finished: Finished,
+    previous: Option<tokio::sync::watch::Receiver<()>>,
+) {
     let RunSlot {
         mut id,
         mut cancel,
@@ -31,7 +37,12 @@ pub async fn run_chat(shared: Arc<Shared>, lease: Lease, slot: RunSlot) {
     } = slot;
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
-    let renewer = tokio::spawn(renew_lease(shared.clone(), lease.clone()));
+    let renewer = tokio::spawn(lifecycle::renew_lease(shared.clone(), lease.clone()));
+    if let Some(mut previous) = previous {
+        // Superseded and unwinding: it writes nothing more (its lease is fenced) but still
+        // holds the chat's live channel until it ends.
+        let _ = previous.changed().await;
+    }
     shared.metrics.active_runs.inc();
     shared.hub.begin_run(&chat_id.to_string());
     loop {
@@ -41,7 +52,7 @@ pub async fn run_chat(shared: Arc<Shared>, lease: Lease, slot: RunSlot) {
         let Some(next_lease) = next else { break };
         *lease.lock().unwrap_or_else(PoisonError::into_inner) = next_lease.clone();
         // A fresh token for the next run: the previous one may carry an interrupt.
-        let slot = shared.register(chat_id, next_lease.history_version);
+        let (slot, _) = shared.register(chat_id, next_lease.history_version, &finished);
         (id, cancel, stop) = (slot.id, slot.cancel, slot.stop);
     }
     renewer.abort();
@@ -72,7 +83,10 @@ async fn run_once(
             Vec::new()
         }
     };
-    let from_log = (!recovered_log.is_empty())
+    // A log a compaction summary streamed into is not a reply to resume: the step runs
+    // afresh (after a reset that voids those parts for clients) and compacts again if due.
+    let summary_log = is_summary_log(recovered_log.iter().map(|e| &e.payload));
+    let from_log = (!recovered_log.is_empty() && !summary_log)
         .then(|| snapshot_from_log(recovered_log.iter().map(|e| &e.payload)));
     if let Some(snapshot) = &from_log {
         shared.metrics.recovered_runs.inc();
@@ -96,165 +110,97 @@ async fn run_once(
         shared.store.clone(),
         lease.clone(),
         shared.metrics.clone(),
+        stop.clone(),
     );
     let writer = tokio::spawn(writer.run());
 
+    if summary_log {
+        keel_agent::EventSink::publish(sink.as_ref(), keel_agent::LiveEvent::StreamReset);
+    }
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
-    let unhanded = if recovered_log.is_empty() {
-        unhanded_client_tool_calls(shared, &chat).await
+    let last = if recovered_log.is_empty() && !chat.compact_requested {
+        last_committed_step(shared, &chat).await
     } else {
-        Vec::new()
+        LastStep::Continue
     };
-    let outcome = if !unhanded.is_empty() {
+    let outcome = if let LastStep::Unhanded(unhanded) = last {
         // The previous owner died between committing the step and handing its client-side
         // calls over; hand them over now (or, when interrupting, answer them as interrupted).
-        Ok(RunOutcome::PendingToolCalls(unhanded))
+        let calls = unhanded
+            .into_iter()
+            .map(|c| keel_agent::PendingToolCall {
+                tool_call_id: c.tool_call_id,
+                tool_name: c.tool_name,
+                args: c.args,
+            })
+            .collect();
+        Ok(RunOutcome::PendingToolCalls(calls))
+    } else if last == LastStep::Final && chat.status == ChatStatus::Running {
+        // The previous owner died between committing the final reply and finishing the
+        // run: finish it; calling the model again would reply twice.
+        Ok(RunOutcome::Completed { steps: 0 })
     } else if chat.status == ChatStatus::Interrupting {
         // The previous owner died while committing an interrupt: commit what clients saw.
         commit_recovered_interruption(&sink, from_log.as_ref()).await;
         Ok(RunOutcome::Interrupted)
     } else {
         match prepare(shared, &chat, lease, &sink, from_log).await {
-            Ok(options) => keel_agent::run(options, cancel.clone()).await,
+            Ok(options) => run_guarded(options, cancel.clone()).await,
             Err(failure) => Err(failure),
         }
     };
     drop(sink);
     let _ = writer.await;
 
-    let held = current(lease);
-    let provider = shared
-        .models
-        .get(&chat.model)
-        .map(|m| m.provider.clone())
-        .unwrap_or_default();
-    let count = |outcome: &str| {
-        shared
-            .metrics
-            .steps
-            .get_or_create(&StepLabels {
-                provider: provider.clone(),
-                model: chat.model.clone(),
-                outcome: outcome.to_owned(),
-            })
-            .inc();
-    };
-    let next = match outcome {
-        Ok(RunOutcome::Completed { .. }) => {
-            count("completed");
-            shared.store.finish_run(&held).await
-        }
-        Ok(RunOutcome::Interrupted) => {
-            count("interrupted");
-            shared.store.finish_interruption(&held).await
-        }
-        Ok(RunOutcome::PendingToolCalls(calls)) => {
-            count("requires_action");
-            let calls = calls
-                .into_iter()
-                .map(|c| PendingToolCall {
-                    tool_call_id: c.tool_call_id,
-                    tool_name: c.tool_name,
-                    args: c.args,
-                })
-                .collect();
-            let deadline = chrono::Utc::now()
-                + chrono::Duration::milliseconds(
-                    i64::try_from(shared.config.runs.pending_action_timeout_ms).unwrap_or(i64::MAX),
-                );
-            shared
-                .store
-                .enter_requires_action(&held, calls, Some(deadline))
-                .await
-        }
-        Err(RunError::Cancelled) => {
-            let mut reason = *stop.lock().unwrap_or_else(PoisonError::into_inner);
-            if reason == StopReason::None && shared.shutdown.is_cancelled() {
-                reason = StopReason::Shutdown;
-            }
-            match reason {
-                StopReason::Shutdown => {
-                    count("released");
-                    shared
-                        .store
-                        .release_on_shutdown(&held)
-                        .await
-                        .map(|()| Next::Idle)
-                }
-                // The chat was edited, deleted or taken over: its new state wins; write nothing.
-                StopReason::Superseded | StopReason::LostLease | StopReason::None => Ok(Next::Idle),
-            }
-        }
-        Err(RunError::Persist(error)) if is_ownership_loss(&error) => Ok(Next::Idle),
-        Err(RunError::Persist(error)) if is_transient(&error) => {
-            // The database failed for a moment: the chat is not broken. Give it back (still
-            // `running`, its live-part log kept) so a claim resumes the step shortly.
-            count("released");
-            tracing::warn!(chat = %chat_id, %error, "the database failed mid-run; releasing the chat to resume it");
-            tokio::time::sleep(TRANSIENT_BACKOFF).await;
-            shared
-                .store
-                .release_on_shutdown(&held)
-                .await
-                .map(|()| Next::Idle)
-        }
-        Err(error) => {
-            count("error");
-            let (kind, message) = failure_of(&error);
-            tracing::warn!(chat = %chat_id, %kind, %message, "run failed");
-            shared
-                .store
-                .fail_run(&held, kind, message)
-                .await
-                .map(|()| Next::Idle)
-        }
-    };
-    match next {
-        Ok(Next::Continue { lease, .. }) if !shared.shutdown.is_cancelled() => Some(lease),
-        Ok(_) => None,
-        Err(error) => {
-            if !matches!(
-                error,
-                StoreError::LostOwnership { .. }
-                    | StoreError::Fenced { .. }
-                    | StoreError::NotFound { .. }
-            ) {
-                tracing::warn!(chat = %chat_id, %error, "ending the run failed");
-            }
-            None
+    lifecycle::end(shared, &chat, &current(lease), outcome, stop).await
+}
+
+/// The loop in a task of its own, so that a panic anywhere in it (an adapter, a tool, a
+/// hook) ends the run as a failure: the chat moves to `error` through `fail_run` instead of
+/// staying `running` or `interrupting` under a lease this task would keep renewing.
+async fn run_guarded(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, RunError> {
+    match tokio::spawn(keel_agent::run(options, cancel)).await {
+        Ok(outcome) => outcome,
+        Err(join) => {
+            let what = if join.is_panic() {
+                let payload = join.into_panic();
+                payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_owned())
+            } else {
+                "the run's task was cancelled".to_owned()
+            };
+            tracing::error!(error = %what, "the run panicked");
+            Err(RunError::Provider(keel_core::ProviderError::new(
+                ErrorKind::Unknown,
+                format!("internal error, the run stopped: {what}"),
+            )))
         }
     }
 }
 
-/// The client-side calls of the last committed step that never reached `requires_action`.
-async fn unhanded_client_tool_calls(
-    shared: &Arc<Shared>,
-    chat: &Chat,
-) -> Vec<keel_agent::PendingToolCall> {
+/// What the end of the committed history says the run should do (see [`last_step`]).
+async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
     let client_tools: Vec<ClientTool> =
         serde_json::from_value(chat.tools.clone()).unwrap_or_default();
-    if client_tools.is_empty() {
-        return Vec::new();
-    }
     let names: Vec<String> = client_tools.into_iter().map(|t| t.name).collect();
-    let messages = match shared.store.list_messages(chat.id, None).await {
+    let after = chat.last_message_id.saturating_sub(2);
+    let messages = match shared.store.list_messages(chat.id, Some(after)).await {
         Ok(messages) => messages,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "reading history failed");
-            return Vec::new();
+            return LastStep::Continue;
         }
     };
-    let last = messages.last().map(|m| (m.role, m.parts.as_slice()));
-    unhanded_client_calls(last, &names)
-        .into_iter()
-        .map(|c| keel_agent::PendingToolCall {
-            tool_call_id: c.tool_call_id,
-            tool_name: c.tool_name,
-            args: c.args,
-        })
-        .collect()
+    let recent: Vec<(keel_core::Role, &[Part])> = messages
+        .iter()
+        .map(|m| (m.role, m.parts.as_slice()))
+        .collect();
+    last_step(&recent, &names)
 }
 
 /// Builds the loop's options for a chat.
@@ -290,7 +236,15 @@ async fn prepare(
     };
     let prior = Arc::new(prior);
     let budget = keel_tools::budget_for(model.context_limit);
-    let tools: Vec<Arc<dyn Tool>> = keel_tools::limit_all(shared.tools.current(), budget)
+    // A workspace that cannot be opened fails the run with a message saying why, rather
+    // than running without the tools the model expects.
+    let offered = shared.tools.for_owner(&chat.owner).map_err(|e| {
+        RunError::Provider(keel_core::ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!("the tools' workspace cannot be used: {e}"),
+        ))
+    })?;
+    let tools: Vec<Arc<dyn Tool>> = keel_tools::limit_all(offered, budget)
         .into_iter()
         .map(|tool| {
             Arc::new(DurableTool {
@@ -338,8 +292,11 @@ async fn prepare(
         ..RetryPolicy::default()
     };
     options.timeouts = StreamTimeouts {
-        startup: Duration::from_millis(runs.startup_timeout_ms),
+        startup: model
+            .startup_timeout
+            .unwrap_or(Duration::from_millis(runs.startup_timeout_ms)),
         idle: Duration::from_millis(runs.idle_timeout_ms),
+        scale_startup: model.startup_timeout.is_none(),
     };
     let metrics = shared.metrics.clone();
     let (provider, model_id) = (model.provider.clone(), model.id.clone());
@@ -359,6 +316,7 @@ async fn prepare(
         store: Arc::new(StoreCheckpoints {
             chat_id: chat.id,
             store: shared.store.clone(),
+            lease: lease.clone(),
             from_log,
             run_id: run_id.clone(),
             model: model.model.model().to_owned(),
@@ -452,80 +410,5 @@ async fn commit_recovered_interruption(
     }
     if let Err(error) = sink.commit(messages).await {
         tracing::warn!(%error, "committing a recovered interrupted step failed");
-    }
-}
-
-/// Keeps the lease alive for as long as the chat runs here; a lost lease stops the run.
-async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
-    let period = shared.config.runs.lease() / 3;
-    loop {
-        tokio::time::sleep(period).await;
-        let held = current(&lease);
-        match shared.store.renew_lease(&held).await {
-            Ok(renewed) => {
-                shared.metrics.lease_renewals.inc();
-                *lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
-            }
-            Err(error) if error.is_transient() => {
-                // The lease may well still be ours; try again at the next period.
-                tracing::warn!(chat = %held.chat_id, %error, "renewing the lease failed; retrying");
-            }
-            Err(error) => {
-                tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
-                shared.metrics.lost_leases.inc();
-                shared.stop_run(held.chat_id, StopReason::LostLease);
-                return;
-            }
-        }
-    }
-}
-
-/// How long a run waits before giving its chat back after a transient database failure, so
-/// a database that is down is not hammered by immediate re-claims.
-const TRANSIENT_BACKOFF: Duration = Duration::from_secs(1);
-
-fn is_transient(error: &PersistError) -> bool {
-    match error {
-        PersistError::Other(inner) => inner
-            .downcast_ref::<StoreError>()
-            .is_some_and(StoreError::is_transient),
-        PersistError::Interrupted => false,
-    }
-}
-
-fn is_ownership_loss(error: &PersistError) -> bool {
-    match error {
-        PersistError::Other(inner) => matches!(
-            inner.downcast_ref::<StoreError>(),
-            Some(
-                StoreError::LostOwnership { .. }
-                    | StoreError::Fenced { .. }
-                    | StoreError::NotFound { .. }
-            )
-        ),
-        PersistError::Interrupted => false,
-    }
-}
-
-fn failure_of(error: &RunError) -> (ErrorKind, String) {
-    match error {
-        RunError::Provider(e) => (e.kind, e.message.clone()),
-        RunError::StreamInterrupted {
-            cause, attempts, ..
-        } => (
-            cause.kind,
-            format!(
-                "stream_interrupted after {attempts} attempts: {}",
-                cause.message
-            ),
-        ),
-        RunError::Persist(e) => (
-            ErrorKind::Unknown,
-            format!("persisting the step failed: {e}"),
-        ),
-        RunError::Cancelled => (ErrorKind::Cancelled, "cancelled".into()),
-        RunError::ContextStillTooLong { .. } | RunError::Compaction(_) => {
-            (ErrorKind::ContextOverflow, error.to_string())
-        }
     }
 }

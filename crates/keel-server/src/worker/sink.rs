@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::hub::{Frame, Hub};
 use crate::live::{LivePayload, logged, payload};
 use crate::metrics::Metrics;
+use crate::worker::StopReason;
 
 /// Parts per batch at most.
 pub const BATCH_PARTS: usize = 64;
@@ -53,6 +54,9 @@ pub struct LiveSink {
     last_seq: AtomicI64,
     log: mpsc::UnboundedSender<LogCommand>,
     step_started: Mutex<Option<Instant>>,
+    /// Why the run was stopped from outside: a superseded run (edited, deleted, taken over)
+    /// publishes nothing more, since the chat's channel now belongs to its new state.
+    stop: Arc<Mutex<StopReason>>,
 }
 
 impl LiveSink {
@@ -65,6 +69,7 @@ impl LiveSink {
         store: Arc<dyn Store>,
         lease: SharedLease,
         metrics: Arc<Metrics>,
+        stop: Arc<Mutex<StopReason>>,
     ) -> (Arc<Self>, LogWriter) {
         let (tx, rx) = mpsc::unbounded_channel();
         let writer = LogWriter { store, lease, rx };
@@ -75,6 +80,7 @@ impl LiveSink {
             last_seq: AtomicI64::new(last_seq),
             log: tx,
             step_started: Mutex::new(Some(Instant::now())),
+            stop,
         });
         (sink, writer)
     }
@@ -138,7 +144,17 @@ impl LiveSink {
 }
 
 impl LiveSink {
+    fn superseded(&self) -> bool {
+        matches!(
+            *self.stop.lock().unwrap_or_else(PoisonError::into_inner),
+            StopReason::Superseded | StopReason::LostLease
+        )
+    }
+
     fn publish_payload(&self, payload: LivePayload) {
+        if self.superseded() {
+            return;
+        }
         if !payload.durable {
             self.hub.publish(
                 &self.chat_id,
@@ -169,6 +185,21 @@ impl LiveSink {
         let _ = self.log.send(LogCommand::Append(LiveEntry {
             seq,
             payload: logged(&payload),
+        }));
+    }
+}
+
+impl LiveSink {
+    /// Records in the log (not for clients) that a compaction summary streams from here on,
+    /// so that a run resuming after a crash discards it instead of continuing it as a reply.
+    pub fn mark_summary(&self) {
+        if self.superseded() {
+            return;
+        }
+        let seq = self.last_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = self.log.send(LogCommand::Append(LiveEntry {
+            seq,
+            payload: serde_json::json!({"event": crate::resume::SUMMARY_MARK, "data": {}}),
         }));
     }
 }

@@ -3,7 +3,9 @@
 //! Before a tool runs its intent is recorded; after, its result. A worker that resumes a
 //! step after a crash therefore never runs a finished tool again (it reuses the recorded
 //! result) and reports a tool that was running as interrupted — unless the tool declares
-//! itself idempotent, in which case it simply runs again.
+//! itself idempotent, in which case it simply runs again. A record stands for a call only if
+//! the id, the tool name and the arguments all match, and records live only as long as the
+//! step they belong to (committing a step clears them).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +24,11 @@ pub type PriorRecords = Arc<HashMap<String, ToolRecord>>;
 
 pub const RESTARTED_RESULT: &str = "tool call was interrupted by a daemon restart before it produced a result; it was not run again";
 
+/// The result of a call whose intent could not be recorded.
+fn not_started(error: &keel_store::StoreError) -> String {
+    format!("tool call was not run: its start could not be recorded ({error})")
+}
+
 pub struct DurableTool {
     pub inner: Arc<dyn Tool>,
     pub chat_id: ChatId,
@@ -37,7 +44,7 @@ impl DurableTool {
         request: &ToolCallRequest,
         state: ToolState,
         result: Option<(Value, bool)>,
-    ) {
+    ) -> Result<(), keel_store::StoreError> {
         let now = chrono::Utc::now();
         let (result, is_error) = match result {
             Some((value, is_error)) => (Some(value), is_error),
@@ -54,9 +61,11 @@ impl DurableTool {
             started_at: now,
             finished_at: (state == ToolState::Finished).then_some(now),
         };
-        if let Err(error) = self.store.record_tool(&current(&self.lease), record).await {
+        let recorded = self.store.record_tool(&current(&self.lease), record).await;
+        if let Err(error) = &recorded {
             tracing::warn!(chat = %self.chat_id, tool = %request.tool_name, %error, "recording a tool call failed");
         }
+        recorded
     }
 
     fn count(&self, tool: &str, outcome: &str) {
@@ -68,6 +77,13 @@ impl DurableTool {
             })
             .inc();
     }
+}
+
+/// Whether a record is the one of this call: same id, tool and arguments.
+fn same_call(record: &ToolRecord, request: &ToolCallRequest) -> bool {
+    record.tool_call_id == request.tool_call_id
+        && record.tool_name == request.tool_name
+        && record.args == request.args
 }
 
 #[async_trait]
@@ -89,7 +105,11 @@ impl Tool for DurableTool {
         request: ToolCallRequest,
         cancel: Cancel,
     ) -> Result<ToolOutput, ToolError> {
-        if let Some(prior) = self.prior.get(&request.tool_call_id) {
+        if let Some(prior) = self
+            .prior
+            .get(&request.tool_call_id)
+            .filter(|prior| same_call(prior, &request))
+        {
             match (prior.state, &prior.result) {
                 (ToolState::Finished, Some(result)) => {
                     self.count(&request.tool_name, "replayed");
@@ -110,7 +130,12 @@ impl Tool for DurableTool {
                 _ => {}
             }
         }
-        self.record(&request, ToolState::Started, None).await;
+        // No intent on record, no run: a restart could not tell that the tool ran. The write
+        // is fenced on the lease, so a run that lost its chat runs no more tools either.
+        if let Err(error) = self.record(&request, ToolState::Started, None).await {
+            self.count(&request.tool_name, "not_started");
+            return Ok(ToolOutput::Error(not_started(&error)));
+        }
         let outcome = self.inner.call(request.clone(), cancel.clone()).await;
         if cancel.is_cancelled() {
             // The run was stopped while the tool ran; the loop reports the call itself.
@@ -122,8 +147,60 @@ impl Tool for DurableTool {
             Err(error) => (Value::String(error.0.clone()), true),
         };
         self.count(&request.tool_name, if is_error { "error" } else { "ok" });
-        self.record(&request, ToolState::Finished, Some((result, is_error)))
+        // A result that cannot be recorded is still the result; a restart reports the call
+        // as interrupted rather than running it again.
+        let _ = self
+            .record(&request, ToolState::Finished, Some((result, is_error)))
             .await;
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, name: &str, args: &str) -> ToolRecord {
+        let now = chrono::Utc::now();
+        ToolRecord {
+            chat_id: ChatId::new_v4(),
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            args: args.into(),
+            state: ToolState::Finished,
+            result: Some(Value::String("a".into())),
+            is_error: false,
+            started_at: now,
+            finished_at: Some(now),
+        }
+    }
+
+    fn request(id: &str, name: &str, args: &str) -> ToolCallRequest {
+        ToolCallRequest {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            args: args.into(),
+        }
+    }
+
+    #[test]
+    fn a_record_answers_only_the_same_id_tool_and_arguments() {
+        let r = record("call_0", "read_file", r#"{"path":"a"}"#);
+        assert!(same_call(
+            &r,
+            &request("call_0", "read_file", r#"{"path":"a"}"#)
+        ));
+        assert!(!same_call(
+            &r,
+            &request("call_0", "read_file", r#"{"path":"b"}"#)
+        ));
+        assert!(!same_call(
+            &r,
+            &request("call_0", "list_dir", r#"{"path":"a"}"#)
+        ));
+        assert!(!same_call(
+            &r,
+            &request("call_1", "read_file", r#"{"path":"a"}"#)
+        ));
     }
 }

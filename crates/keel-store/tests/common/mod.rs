@@ -6,7 +6,8 @@ use std::sync::Arc;
 use chrono::{Duration, TimeZone, Utc};
 use keel_core::{Part, Role};
 use keel_store::{
-    Busy, Chat, ChatId, Lease, ManualClock, NewChat, NewMessage, Store, StoreOptions,
+    Busy, Chat, ChatId, Lease, ManualClock, NewChat, NewMessage, PendingToolCall, Store,
+    StoreOptions,
 };
 use sqlx::Connection;
 
@@ -201,4 +202,38 @@ pub async fn send(
 
 pub fn hours(h: i64) -> Duration {
     Duration::hours(h)
+}
+
+pub async fn enter_ra(s: &std::sync::Arc<dyn keel_store::Store>, lease: &keel_store::Lease) {
+    s.commit_step(
+        lease,
+        vec![NewMessage::new(
+            Role::Assistant,
+            vec![
+                Part::tool_call("c1", "pick", "{}", false),
+                Part::tool_call("c2", "pick", "{}", false),
+            ],
+        )],
+    )
+    .await
+    .unwrap();
+    let calls = ["c1", "c2"]
+        .map(|id| PendingToolCall {
+            tool_call_id: id.into(),
+            tool_name: "pick".into(),
+            args: "{}".into(),
+        })
+        .to_vec();
+    s.enter_requires_action(lease, calls, None).await.unwrap();
+}
+
+pub trait Now {
+    fn clock_now(&self) -> chrono::DateTime<chrono::Utc>;
+}
+
+impl Now for TestDb {
+    fn clock_now(&self) -> chrono::DateTime<chrono::Utc> {
+        use keel_store::Clock;
+        self.clock.now()
+    }
 }

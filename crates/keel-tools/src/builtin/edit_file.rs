@@ -7,6 +7,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::args;
+use crate::builtin::read_file::MAX_FILE_BYTES;
+use crate::open;
 use crate::workspace::Workspace;
 
 pub const NAME: &str = "edit_file";
@@ -53,8 +55,15 @@ impl Tool for EditFile {
             .workspace
             .resolve_existing(&args.path)
             .map_err(|e| ToolError(e.to_string()))?;
-        let text = tokio::fs::read_to_string(&path)
-            .await
+        let bytes = open::read_to_end(
+            self.workspace.root().to_path_buf(),
+            path.clone(),
+            args.path.clone(),
+            MAX_FILE_BYTES,
+        )
+        .await
+        .map_err(|e| ToolError(format!("cannot edit `{}`: {e}", args.path)))?;
+        let text = String::from_utf8(bytes)
             .map_err(|e| ToolError(format!("cannot read `{}` as text: {e}", args.path)))?;
         let edited = replace_unique(&text, &args.old, &args.new).map_err(|count| {
             ToolError(if count == 0 {
@@ -67,9 +76,14 @@ impl Tool for EditFile {
                 )
             })
         })?;
-        tokio::fs::write(&path, edited.as_bytes())
-            .await
-            .map_err(|e| ToolError(format!("cannot write `{}`: {e}", args.path)))?;
+        open::write_all(
+            self.workspace.root().to_path_buf(),
+            path.clone(),
+            args.path.clone(),
+            edited.into_bytes(),
+        )
+        .await
+        .map_err(|e| ToolError(e.to_string()))?;
         Ok(ToolOutput::Text(format!(
             "edited {}",
             self.workspace.display(&path)

@@ -3,9 +3,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use keel_agent::Tool;
 
+use crate::sandbox::Launcher;
 use crate::workspace::{Workspace, WorkspaceError};
 
 pub mod edit_file;
@@ -40,37 +42,110 @@ pub enum ToolsConfigError {
     Workspace(#[from] WorkspaceError),
 }
 
+/// The built-ins enabled when `[tools]` does not list any: those that only read.
+pub const READ_ONLY_NAMES: &[&str] = &[read_file::NAME, list_dir::NAME];
+
+/// How the built-in tools run, beyond their workspace.
+#[derive(Debug, Clone, Default)]
+pub struct BuiltinOptions {
+    /// `run_command`'s launcher into a Landlock sandbox; `None` runs commands unconfined.
+    pub sandbox: Option<Launcher>,
+    /// The longest a command may run (`[tools] timeout_ms`); `None` keeps the tool's own cap.
+    pub max_command_time: Option<Duration>,
+}
+
+/// The configured built-in tools, built for one workspace at a time: the shared root in
+/// single-user mode, a user's own directory below it otherwise.
+#[derive(Debug, Clone)]
+pub struct Builtins {
+    names: Vec<String>,
+    /// `None` when no built-in is enabled: the workspace is then never created.
+    root: Option<Workspace>,
+    options: BuiltinOptions,
+}
+
+impl Builtins {
+    /// Checks `names` and opens `workspace` (created when missing) if any tool is named.
+    pub fn new(
+        names: &[String],
+        workspace: &Path,
+        options: BuiltinOptions,
+    ) -> Result<Self, ToolsConfigError> {
+        for (i, name) in names.iter().enumerate() {
+            if !BUILTIN_NAMES.contains(&name.as_str()) {
+                return Err(ToolsConfigError::UnknownTool { name: name.clone() });
+            }
+            if names[..i].contains(name) {
+                return Err(ToolsConfigError::Duplicate { name: name.clone() });
+            }
+        }
+        let root = if names.is_empty() {
+            None
+        } else {
+            Some(Workspace::new(workspace)?)
+        };
+        Ok(Self {
+            names: names.to_vec(),
+            root,
+            options,
+        })
+    }
+
+    /// The shared workspace root, when any built-in is enabled.
+    pub fn root(&self) -> Option<&Workspace> {
+        self.root.as_ref()
+    }
+
+    /// The enabled tool names.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The tools of `user`'s workspace (`None`: single-user mode, the root itself).
+    pub fn for_user(&self, user: Option<&str>) -> Result<Vec<Arc<dyn Tool>>, WorkspaceError> {
+        let Some(root) = &self.root else {
+            return Ok(Vec::new());
+        };
+        let workspace = match user {
+            Some(user) => root.for_user(user)?,
+            None => root.clone(),
+        };
+        Ok(self.tools_in(&workspace))
+    }
+
+    fn tools_in(&self, workspace: &Workspace) -> Vec<Arc<dyn Tool>> {
+        self.names
+            .iter()
+            .map(|name| -> Arc<dyn Tool> {
+                let ws = workspace.clone();
+                match name.as_str() {
+                    read_file::NAME => Arc::new(ReadFile::new(ws)),
+                    write_file::NAME => Arc::new(WriteFile::new(ws)),
+                    edit_file::NAME => Arc::new(EditFile::new(ws)),
+                    list_dir::NAME => Arc::new(ListDir::new(ws)),
+                    _ => {
+                        let mut tool = RunCommand::new(ws);
+                        if let Some(max) = self.options.max_command_time {
+                            tool = tool.with_max_timeout(max);
+                        }
+                        if let Some(launcher) = &self.options.sandbox {
+                            tool = tool.with_sandbox(launcher.clone());
+                        }
+                        Arc::new(tool)
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
 /// The built-in tools named in `names`, confined to `workspace` (created when missing).
 /// An empty list gives no tools and leaves the workspace untouched.
 pub fn builtin_tools(
     names: &[String],
     workspace: &Path,
 ) -> Result<Vec<Arc<dyn Tool>>, ToolsConfigError> {
-    for (i, name) in names.iter().enumerate() {
-        if !BUILTIN_NAMES.contains(&name.as_str()) {
-            return Err(ToolsConfigError::UnknownTool { name: name.clone() });
-        }
-        if names[..i].contains(name) {
-            return Err(ToolsConfigError::Duplicate { name: name.clone() });
-        }
-    }
-    if names.is_empty() {
-        return Ok(Vec::new());
-    }
-    let workspace = Workspace::new(workspace)?;
-    Ok(names
-        .iter()
-        .map(|name| -> Arc<dyn Tool> {
-            let ws = workspace.clone();
-            match name.as_str() {
-                read_file::NAME => Arc::new(ReadFile::new(ws)),
-                write_file::NAME => Arc::new(WriteFile::new(ws)),
-                edit_file::NAME => Arc::new(EditFile::new(ws)),
-                list_dir::NAME => Arc::new(ListDir::new(ws)),
-                _ => Arc::new(RunCommand::new(ws)),
-            }
-        })
-        .collect())
+    Ok(Builtins::new(names, workspace, BuiltinOptions::default())?.for_user(None)?)
 }
 
 #[cfg(test)]

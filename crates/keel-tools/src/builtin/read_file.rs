@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::args;
+use crate::open::{self, ReadError};
 use crate::workspace::Workspace;
 
 pub const NAME: &str = "read_file";
@@ -68,19 +69,21 @@ impl Tool for ReadFile {
                 args.path
             )));
         }
-        let size = tokio::fs::metadata(&path)
-            .await
-            .map_err(|e| ToolError(format!("cannot read `{}`: {e}", args.path)))?
-            .len();
-        if size > MAX_FILE_BYTES {
-            return Err(ToolError(format!(
-                "`{}` is {size} bytes, more than read_file reads ({MAX_FILE_BYTES}); use                  run_command with head, tail or sed -n to read parts of it",
+        let bytes = open::read_to_end(
+            self.workspace.root().to_path_buf(),
+            path,
+            args.path.clone(),
+            MAX_FILE_BYTES,
+        )
+        .await
+        .map_err(|e| match e {
+            ReadError::TooLarge { size } => ToolError(format!(
+                "`{}` is {size} bytes, more than read_file reads ({MAX_FILE_BYTES}); use \
+                     run_command with head, tail or sed -n to read parts of it",
                 args.path
-            )));
-        }
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| ToolError(format!("cannot read `{}`: {e}", args.path)))?;
+            )),
+            ReadError::Open(e) => ToolError(e.to_string()),
+        })?;
         // Invalid UTF-8 is shown with replacement characters rather than refused: a mostly
         // textual file with a stray byte is still worth reading.
         let text = String::from_utf8_lossy(&bytes);
@@ -204,6 +207,15 @@ mod tests {
         let tool = ReadFile::new(ws);
         let err = call(&tool, r#"{"path":"big.log"}"#).await.unwrap_err();
         assert!(err.0.starts_with("`big.log` is 16777217 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_fifo_is_refused_without_blocking() {
+        let (_dir, ws) = workspace();
+        nix::unistd::mkfifo(&ws.root().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let tool = ReadFile::new(ws);
+        let err = call(&tool, r#"{"path":"pipe"}"#).await.unwrap_err();
+        assert_eq!(err.0, "`pipe` is not a regular file");
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! when the call's future is dropped, and also after the shell exits normally: background jobs
 //! the command started (`server &`) would otherwise outlive the call with nobody to stop them.
 //! A process that deliberately leaves the group (`setsid`) is out of this reach.
+//!
+//! The command gets only the allowed environment variables (`env`), and, when the daemon has
+//! a launcher for it, runs inside a Landlock sandbox confined to the workspace (`sandbox`).
 
 use std::collections::VecDeque;
 use std::os::unix::process::ExitStatusExt;
@@ -22,7 +25,9 @@ use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::args;
+use crate::env;
 use crate::limit::cut_marker;
+use crate::sandbox::Launcher;
 use crate::workspace::Workspace;
 
 pub const NAME: &str = "run_command";
@@ -36,19 +41,14 @@ pub const DEFAULT_MAX_OUTPUT: usize = 64 * 1024;
 /// How long output is still collected after the group was killed; a process that left the
 /// group (`setsid`) could otherwise keep the pipes open forever.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
-/// Variables passed from the daemon's environment. Everything else (API keys above all) is
-/// withheld from commands the model writes.
-const PASSED_ENV: &[&str] = &[
-    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "TERM",
-];
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
     /// The command line, run with `sh -c` in the workspace directory.
     command: String,
-    /// Time limit in milliseconds (default 30000, at most 600000). The command and every
-    /// process it started are killed when it is reached.
+    /// Time limit in milliseconds (default 30000, at most the daemon's limit on a tool call).
+    /// The command and every process it started are killed when it is reached.
     #[serde(default)]
     timeout_ms: Option<u64>,
 }
@@ -58,7 +58,9 @@ struct Args {
 pub struct RunCommand {
     workspace: Workspace,
     default_timeout: Duration,
+    max_timeout: Duration,
     max_output: usize,
+    sandbox: Option<Launcher>,
 }
 
 impl RunCommand {
@@ -66,13 +68,30 @@ impl RunCommand {
         Self {
             workspace,
             default_timeout: DEFAULT_TIMEOUT,
+            max_timeout: MAX_TIMEOUT,
             max_output: DEFAULT_MAX_OUTPUT,
+            sandbox: None,
         }
     }
 
     /// The timeout of calls that do not give `timeout_ms`.
     pub fn with_default_timeout(mut self, timeout: Duration) -> Self {
-        self.default_timeout = timeout.min(MAX_TIMEOUT);
+        self.default_timeout = timeout.min(self.max_timeout);
+        self
+    }
+
+    /// The longest timeout a call may ask for (at most [`MAX_TIMEOUT`]); the daemon's
+    /// per-tool limit, so the command's own timeout, which keeps the output so far, fires
+    /// first.
+    pub fn with_max_timeout(mut self, timeout: Duration) -> Self {
+        self.max_timeout = timeout.min(MAX_TIMEOUT);
+        self.default_timeout = self.default_timeout.min(self.max_timeout);
+        self
+    }
+
+    /// Starts every command through `launcher`, confined to the workspace (`sandbox`).
+    pub fn with_sandbox(mut self, launcher: Launcher) -> Self {
+        self.sandbox = Some(launcher);
         self
     }
 
@@ -105,19 +124,18 @@ impl Tool for RunCommand {
             .timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(self.default_timeout)
-            .min(MAX_TIMEOUT);
+            .min(self.max_timeout);
 
-        let mut command = tokio::process::Command::new("sh");
+        let mut command = match &self.sandbox {
+            Some(launcher) => launcher.command(self.workspace.root(), "sh"),
+            None => tokio::process::Command::new("sh"),
+        };
         command
             .arg("-c")
             .arg(&args.command)
             .current_dir(self.workspace.root())
             .env_clear()
-            .envs(
-                PASSED_ENV
-                    .iter()
-                    .filter_map(|k| Some((*k, std::env::var_os(k)?))),
-            )
+            .envs(env::allowed())
             .env("PWD", self.workspace.root())
             .stdin(Stdio::null())
             .process_group(0)
@@ -364,7 +382,7 @@ mod tests {
             "PWD", "OLDPWD", "SHLVL", "_", "IFS", "PS1", "PS2", "PS4", "PPID",
         ];
         let (withheld, _) = std::env::vars()
-            .find(|(k, _)| !PASSED_ENV.contains(&k.as_str()) && !shell_own.contains(&k.as_str()))
+            .find(|(k, _)| !env::ALLOWED.contains(&k.as_str()) && !shell_own.contains(&k.as_str()))
             .expect("the test process has some environment");
         let out = call(&tool, r#"{"command":"env"}"#).await.unwrap();
         let ToolOutput::Text(text) = out else {

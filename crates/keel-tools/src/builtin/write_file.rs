@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::args;
+use crate::open;
 use crate::workspace::Workspace;
 
 pub const NAME: &str = "write_file";
@@ -64,12 +65,18 @@ impl Tool for WriteFile {
                 ))
             })?;
         }
-        tokio::fs::write(&path, args.content.as_bytes())
-            .await
-            .map_err(|e| ToolError(format!("cannot write `{}`: {e}", args.path)))?;
+        let written = args.content.len();
+        open::write_all(
+            self.workspace.root().to_path_buf(),
+            path.clone(),
+            args.path.clone(),
+            args.content.into_bytes(),
+        )
+        .await
+        .map_err(|e| ToolError(e.to_string()))?;
         Ok(ToolOutput::Text(format!(
             "wrote {} bytes to {}",
-            args.content.len(),
+            written,
             self.workspace.display(&path)
         )))
     }

@@ -16,11 +16,17 @@ pub struct McpServerConfig {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    /// Added to the daemon's environment for a stdio server.
+    /// Set in a stdio server's environment, on top of the allow-list (`crate::env`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables of the daemon's environment passed to a stdio server by name.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
     #[serde(default)]
     pub url: Option<String>,
+    /// The limit on one tool call of this server, instead of the daemon's.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// How the daemon talks to a server.
@@ -69,12 +75,17 @@ impl McpServerConfig {
 pub enum McpConfigError {
     #[error("mcp_servers[{index}].name: must not be empty")]
     EmptyName { index: usize },
+    #[error("mcp_servers[{index}].timeout_ms: must be at least 1")]
+    ZeroTimeout { index: usize },
     #[error(
         "mcp_servers[{index}] (`{name}`): exactly one of `command` (stdio) or `url` (streamable \
          HTTP) must be set"
     )]
     Transport { index: usize, name: String },
-    #[error("mcp_servers[{index}] (`{name}`): `args` and `env` only apply to `command`")]
+    #[error(
+        "mcp_servers[{index}] (`{name}`): `args`, `env` and `env_passthrough` only apply to \
+         `command`"
+    )]
     ArgsWithUrl { index: usize, name: String },
     #[error(
         "mcp_servers[{index}].name: `{name}` gives the tool prefix `{prefix}__`, already used by \
@@ -95,10 +106,17 @@ pub fn validate(configs: &[McpServerConfig]) -> Result<(), McpConfigError> {
         if name.trim().is_empty() {
             return Err(McpConfigError::EmptyName { index });
         }
+        if config.timeout_ms == Some(0) {
+            return Err(McpConfigError::ZeroTimeout { index });
+        }
         if config.command.is_some() == config.url.is_some() {
             return Err(McpConfigError::Transport { index, name });
         }
-        if config.url.is_some() && (!config.args.is_empty() || !config.env.is_empty()) {
+        if config.url.is_some()
+            && (!config.args.is_empty()
+                || !config.env.is_empty()
+                || !config.env_passthrough.is_empty())
+        {
             return Err(McpConfigError::ArgsWithUrl { index, name });
         }
         let prefix = sanitise(&name);

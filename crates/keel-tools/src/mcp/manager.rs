@@ -9,6 +9,7 @@ use super::config::{McpConfigError, McpServerConfig, validate};
 use super::server::{Server, spawn_refresher};
 use super::status::McpServerStatus;
 use super::tool::McpTool;
+use crate::timeout::DEFAULT_TOOL_TIMEOUT;
 
 /// How long a server may take to start and answer `initialize` (and `tools/list`).
 /// `npx` fetching a package on first use can take a while.
@@ -22,6 +23,8 @@ pub struct McpOptions {
     /// daemon passes the one its model providers use). `None`: a default client, built from
     /// the process's rustls crypto provider when a server is first reached.
     pub http: Option<reqwest::Client>,
+    /// The limit on one tool call of a server whose entry sets no `timeout_ms`.
+    pub call_timeout: Duration,
 }
 
 impl Default for McpOptions {
@@ -29,6 +32,7 @@ impl Default for McpOptions {
         Self {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             http: None,
+            call_timeout: DEFAULT_TOOL_TIMEOUT,
         }
     }
 }
@@ -72,6 +76,7 @@ impl McpManager {
                         config.clone(),
                         options.connect_timeout,
                         options.http.clone(),
+                        options.call_timeout,
                     ))
                 })
                 .collect(),

@@ -26,6 +26,7 @@ use super::config::McpServerConfig;
 use super::convert::to_output;
 use super::names::{exposed_names, sanitise};
 use super::status::{McpServerState, McpServerStatus};
+use crate::env;
 
 type Client = RunningService<RoleClient, Listener>;
 
@@ -94,6 +95,8 @@ pub(crate) struct Server {
     prefix: String,
     connect_timeout: Duration,
     http: Option<reqwest::Client>,
+    /// The limit on one tool call: the entry's `timeout_ms`, else the daemon's.
+    call_timeout: Duration,
     /// Held while connecting, so concurrent calls that find the server dead start it once.
     connecting: tokio::sync::Mutex<()>,
     state: Mutex<State>,
@@ -105,9 +108,13 @@ impl Server {
         config: McpServerConfig,
         connect_timeout: Duration,
         http: Option<reqwest::Client>,
+        call_timeout: Duration,
     ) -> Self {
         Self {
             prefix: sanitise(&config.name),
+            call_timeout: config
+                .timeout_ms
+                .map_or(call_timeout, Duration::from_millis),
             config,
             connect_timeout,
             http,
@@ -125,6 +132,10 @@ impl Server {
 
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -290,7 +301,14 @@ impl Server {
                 }
                 (None, Some(command)) => {
                     let mut cmd = tokio::process::Command::new(command);
-                    cmd.args(&self.config.args).envs(&self.config.env);
+                    // The allow-list and what the entry names, never the daemon's whole
+                    // environment (API keys).
+                    cmd.args(&self.config.args)
+                        .env_clear()
+                        .envs(env::for_server(
+                            &self.config.env_passthrough,
+                            &self.config.env,
+                        ));
                     let mut cmd = CommandWrap::from(cmd);
                     // Its own group, so stopping it also stops what it started (npx → node).
                     cmd.wrap(ProcessGroup::leader());

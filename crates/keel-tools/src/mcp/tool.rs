@@ -8,6 +8,7 @@ use keel_core::{Cancel, ToolDefinition};
 use serde_json::Value;
 
 use super::server::{RemoteTool, Server};
+use crate::timeout;
 
 pub(crate) struct McpTool {
     server: Arc<Server>,
@@ -54,8 +55,12 @@ impl Tool for McpTool {
                 }
             }
         };
-        self.server
-            .call(&self.tool.remote, arguments, &cancel)
-            .await
+        let limit = self.server.call_timeout();
+        timeout::within(
+            &self.tool.exposed,
+            limit,
+            self.server.call(&self.tool.remote, arguments, &cancel),
+        )
+        .await
     }
 }

@@ -72,6 +72,11 @@ impl TestServer {
             ),
             Tool::new("fail", "Always fails.", object(json!({"type":"object"}))),
             Tool::new(
+                "env",
+                "Lists the names of its environment variables.",
+                object(json!({"type":"object"})),
+            ),
+            Tool::new(
                 "grow",
                 "Adds the tool `extra`.",
                 object(json!({"type":"object"})),
@@ -132,6 +137,13 @@ impl ServerHandler for TestServer {
                 return Err(ErrorData::internal_error("cancelled", None));
             }
             "fail" => CallToolResult::error(vec![ContentBlock::text("it failed")]),
+            "env" => {
+                let mut names: Vec<String> = std::env::vars_os()
+                    .map(|(k, _)| k.to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                CallToolResult::success(vec![ContentBlock::text(names.join("\n"))])
+            }
             "grow" => {
                 self.grown.store(true, Ordering::SeqCst);
                 let _ = context.peer.notify_tool_list_changed().await;

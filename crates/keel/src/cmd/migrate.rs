@@ -2,6 +2,7 @@
 
 use anyhow::Context as _;
 use keel_server::config::{Config, Overrides, ProcessEnv};
+use keel_store::redact_url;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,7 +23,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = Config::load(&overrides, &ProcessEnv)?;
     keel_store::migrate(&config.database)
         .await
-        .with_context(|| format!("migrating {} failed", config.database))?;
-    eprintln!("database {} is up to date", config.database);
+        .with_context(|| format!("migrating {} failed", redact_url(&config.database)))?;
+    eprintln!("database {} is up to date", redact_url(&config.database));
     Ok(())
 }

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod migrate;
 pub mod mock_provider;
+pub mod sandbox_exec;
 pub mod serve;
 pub mod users;
 
@@ -33,6 +34,9 @@ pub enum Command {
     /// Run a local OpenAI- and Anthropic-compatible streaming server for demos, tests and
     /// benchmarks.
     MockProvider(mock_provider::Args),
+    /// Run a program confined to a workspace (how the daemon starts `run_command` commands).
+    #[command(hide = true)]
+    SandboxExec(sandbox_exec::Args),
 }
 
 impl Command {
@@ -44,6 +48,7 @@ impl Command {
             Command::Users(args) => users::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::MockProvider(args) => mock_provider::run(args).await,
+            Command::SandboxExec(args) => sandbox_exec::run(args),
         }
     }
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use keel_server::config::{Config, Overrides, ProcessEnv};
+use keel_tools::sandbox::Launcher;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -28,7 +29,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         database: args.database,
         allow_unauthenticated_public: args.allow_unauthenticated_public,
     };
-    let config = Config::load(&overrides, &ProcessEnv)?;
+    protect_memory();
+    let mut config = Config::load(&overrides, &ProcessEnv)?;
+    config.command_sandbox = command_sandbox(&config);
     let running = keel_server::serve::start(config)
         .await
         .context("keel could not start")?;
@@ -38,4 +41,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     running.wait().await.context("keel stopped with an error")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Makes the daemon non-dumpable: processes it starts (a model's commands, MCP servers) can
+/// then neither read its memory nor `/proc/<pid>/environ`, where API keys live, unless they
+/// run as root — against which the Landlock sandbox of `run_command` is the defence.
+fn protect_memory() {
+    if let Err(error) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(%error, "cannot make the daemon non-dumpable");
+    }
+}
+
+/// How `run_command` starts commands confined to their workspace: this binary's
+/// `sandbox-exec` mode, when the kernel offers Landlock.
+fn command_sandbox(config: &Config) -> Option<Launcher> {
+    if !config.tools.builtin.iter().any(|t| t == "run_command") {
+        return None;
+    }
+    if !keel_tools::sandbox::available() {
+        tracing::warn!(
+            "Landlock is not available on this kernel: run_command runs commands unconfined \
+             (they can read and write whatever the daemon's user can)"
+        );
+        return None;
+    }
+    match std::env::current_exe() {
+        Ok(program) => Some(Launcher {
+            program,
+            args: vec!["sandbox-exec".into()],
+        }),
+        Err(error) => {
+            tracing::warn!(%error, "cannot find the keel binary: run_command runs commands unconfined");
+            None
+        }
+    }
 }

@@ -1,8 +1,13 @@
-//! `keel users add NAME`: creates a user (or replaces its token) and prints the token once.
+//! `keel users add|remove|list`: the API's users, kept in the database.
+//!
+//! The daemon looks every token up in the database, so a change here takes effect on the
+//! next request without a restart. Users listed in the config file are written to the
+//! database at every start, so removing one of them needs the file edited too.
 
 use anyhow::Context as _;
 use keel_server::auth::new_token;
 use keel_server::config::{Config, Overrides, ProcessEnv};
+use keel_store::redact_url;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -20,6 +25,10 @@ pub struct Args {
 pub enum UsersCommand {
     /// Add a user and print its bearer token (shown only this once).
     Add { name: String },
+    /// Remove a user: its token stops working at once, its chats stay stored.
+    Remove { name: String },
+    /// List the users, one name a line, with when each was added.
+    List,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -31,7 +40,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = Config::load(&overrides, &ProcessEnv)?;
     let store = keel_store::open(&config.database)
         .await
-        .with_context(|| format!("cannot open database {}", config.database))?;
+        .with_context(|| format!("cannot open database {}", redact_url(&config.database)))?;
+    let in_file = |name: &str| config.users.iter().any(|u| u.name == name);
     match args.command {
         UsersCommand::Add { name } => {
             let name = name.trim().to_owned();
@@ -43,6 +53,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .context("cannot store the user")?;
             println!("{token}");
             eprintln!("user `{name}` added; the token above is shown only once");
+        }
+        UsersCommand::Remove { name } => {
+            let name = name.trim();
+            let removed = store
+                .remove_user(name)
+                .await
+                .context("cannot remove the user")?;
+            anyhow::ensure!(removed, "there is no user `{name}`");
+            eprintln!("user `{name}` removed; its token no longer works");
+            if in_file(name) {
+                eprintln!(
+                    "warning: `{name}` is also listed under [[users]] in the config file and \
+                     comes back at the next start unless it is removed there"
+                );
+            }
+        }
+        UsersCommand::List => {
+            let users = store.list_users().await.context("cannot list the users")?;
+            for user in users {
+                let source = if in_file(&user.name) {
+                    "  (config file)"
+                } else {
+                    ""
+                };
+                println!(
+                    "{}\t{}{source}",
+                    user.name,
+                    user.created_at.format("%Y-%m-%dT%H:%M:%SZ")
+                );
+            }
         }
     }
     Ok(())

@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
@@ -16,14 +16,39 @@ pub const WAIT: Duration = Duration::from_secs(30);
 pub struct Daemon {
     child: Option<Child>,
     pub url: String,
+    /// Every line the daemon logged so far.
+    pub log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Daemon {
     /// Starts a daemon with the demo model on a free port. `config` is extra TOML.
     pub fn start(dir: &Path, database: &str, config: &str) -> Daemon {
+        Self::start_with_env(dir, database, config, &[])
+    }
+
+    /// The process id of `keel serve`.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The `keel serve` command line of [`Daemon::start`].
+    fn command(
+        dir: &Path,
+        database: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        uid: Option<u32>,
+    ) -> Command {
         let config_path = dir.join("keel.toml");
-        std::fs::write(&config_path, format!("[runs]\nlease_ms = 2000\n{config}")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        // A short lease unless the test sets its own.
+        let lease = if config.contains("lease_ms") {
+            ""
+        } else {
+            "lease_ms = 2000\n"
+        };
+        std::fs::write(&config_path, format!("[runs]\n{lease}{config}")).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+        command
             .args([
                 "serve",
                 "--listen",
@@ -38,15 +63,45 @@ impl Daemon {
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("KEEL_CONFIG")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut command, uid);
+            std::os::unix::process::CommandExt::gid(&mut command, uid);
+        }
+        command
+    }
+
+    /// Like [`Daemon::start`], with extra environment variables.
+    pub fn start_with_env(
+        dir: &Path,
+        database: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        Self::start_as(dir, database, config, env, None)
+    }
+
+    /// Like [`Daemon::start_with_env`], as the user `uid` (group `uid` too) when given.
+    pub fn start_as(
+        dir: &Path,
+        database: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        uid: Option<u32>,
+    ) -> Daemon {
+        let mut child = Self::command(dir, database, config, env, uid)
             .spawn()
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[keel] {line}");
+                lines.lock().unwrap().push(line.clone());
                 let _ = tx.send(line);
             }
         });
@@ -65,7 +120,17 @@ impl Daemon {
         Daemon {
             child: Some(child),
             url,
+            log,
         }
+    }
+
+    /// Runs a daemon that must refuse to start; returns what it printed.
+    pub fn refused(dir: &Path, database: &str, config: &str) -> String {
+        let output = Self::command(dir, database, config, &[], None)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "keel serve started");
+        String::from_utf8_lossy(&output.stderr).into_owned()
     }
 
     pub async fn metrics(&self) -> String {
@@ -75,6 +140,16 @@ impl Daemon {
             .text()
             .await
             .unwrap()
+    }
+
+    /// The daemon's log so far, as one text.
+    pub fn logged(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// The port the daemon listens on.
+    pub fn port(&self) -> u16 {
+        self.url.rsplit(':').next().unwrap().parse().unwrap()
     }
 
     pub fn api(&self, path: &str) -> String {

@@ -4,9 +4,14 @@
 
 mod chain;
 mod compaction;
+mod compat;
+mod concurrency;
+mod confinement;
 mod continuation;
 mod harness;
+mod providers;
 mod replicas;
+mod security;
 mod thinking;
 mod tools;
 

@@ -5,7 +5,7 @@ use serde_json::json;
 use crate::harness::*;
 
 /// The MCP test server of the tools crate, built next to this binary by `cargo test`.
-fn mcp_test_server() -> Option<std::path::PathBuf> {
+pub fn mcp_test_server() -> Option<std::path::PathBuf> {
     let keel = std::path::PathBuf::from(env!("CARGO_BIN_EXE_keel"));
     let path = keel.parent()?.join("examples").join("mcp_test_server");
     if path.exists() {

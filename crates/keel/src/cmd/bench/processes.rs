@@ -182,6 +182,12 @@ context_limit = 1000000
 workers = {workers}
 {runs}
 
+# The load is the point: no cap may turn it away.
+[server]
+sse_max_per_user = 1000000
+sse_max_total = 1000000
+max_requests_in_flight = 1000000
+
 [tools]
 builtin = ["read_file", "list_dir"]
 workspace = "{workspace}"

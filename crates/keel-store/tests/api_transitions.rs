@@ -1,4 +1,4 @@
-//! Every transition, allowed and disallowed, on both backends.
+//! Transitions a client starts through the API, allowed and disallowed, on both backends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use keel_core::{ErrorKind, Part, PartKind, Role};
 use keel_store::{
-    Busy, ChatStatus, NewChat, NewMessage, Next, PendingToolCall, SendOutcome, StoreError,
-    ToolRecord, ToolResultInput, ToolState, Transition,
+    Busy, ChatStatus, NewChat, NewMessage, Next, SendOutcome, StoreError, ToolResultInput,
+    Transition,
 };
 use serde_json::json;
 
@@ -21,23 +21,10 @@ both_backends!(
     tool_results_round_trip,
     queued_messages_delete_and_promote,
     archive_and_delete,
-    acquire_is_exclusive_until_the_lease_expires,
-    renew_and_release,
-    recover_stale_leases,
-    a_lease_is_one_acquisition,
-    owners_known_to_be_gone_are_released_at_once,
-    taking_over_a_dead_owner_numbers_above_its_unflushed_parts,
-    client_tool_calls_made_while_interrupting_are_answered_at_once,
-    expire_pending_actions,
-    fail_run_then_recover,
-    disallowed_worker_moves,
-    live_parts_share_the_event_sequence,
-    interrupted_persist_is_allowed_while_interrupting,
     idempotent_create_and_send,
     concurrent_repeats_of_one_key_create_one_chat,
     notices_are_published,
     prompt_history_is_repaired,
-    checkpoints_users_and_tool_records,
 );
 
 async fn create_then_read(db: TestDb) {
@@ -254,29 +241,6 @@ async fn interrupt_moves(db: TestDb) {
     );
 }
 
-async fn enter_ra(s: &std::sync::Arc<dyn keel_store::Store>, lease: &keel_store::Lease) {
-    s.commit_step(
-        lease,
-        vec![NewMessage::new(
-            Role::Assistant,
-            vec![
-                Part::tool_call("c1", "pick", "{}", false),
-                Part::tool_call("c2", "pick", "{}", false),
-            ],
-        )],
-    )
-    .await
-    .unwrap();
-    let calls = ["c1", "c2"]
-        .map(|id| PendingToolCall {
-            tool_call_id: id.into(),
-            tool_name: "pick".into(),
-            args: "{}".into(),
-        })
-        .to_vec();
-    s.enter_requires_action(lease, calls, None).await.unwrap();
-}
-
 async fn tool_results_round_trip(db: TestDb) {
     let s = &db.store;
     let chat = create(s, "tools").await;
@@ -383,7 +347,6 @@ async fn archive_and_delete(db: TestDb) {
     let again = s.set_archived(chat.id, true).await.unwrap();
     assert_eq!(again.version, a.version);
     assert!(!s.set_archived(chat.id, false).await.unwrap().archived);
-    s.put_checkpoint(chat.id, json!({"k": 1})).await.unwrap();
     s.delete_chat(chat.id).await.unwrap();
     assert!(matches!(
         s.get_chat(chat.id).await.unwrap_err(),
@@ -397,329 +360,10 @@ async fn archive_and_delete(db: TestDb) {
         s.list_messages(chat.id, None).await.unwrap_err(),
         StoreError::NotFound { .. }
     ));
-    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
-}
-
-async fn acquire_is_exclusive_until_the_lease_expires(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let a = claim(s, "a", chat.id).await;
-    assert!(s.acquire("b", 10).await.unwrap().is_empty());
-    db.clock.advance(chrono::Duration::seconds(31));
-    let b = claim(s, "b", chat.id).await;
-    let err = s
-        .commit_step(&a, vec![assistant("late")])
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
-    s.commit_step(&b, vec![assistant("mine")]).await.unwrap();
-    assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 2);
-    // Waiting chats are not claimable.
-    s.finish_run(&b).await.unwrap();
-    assert!(s.acquire("c", 10).await.unwrap().is_empty());
-}
-
-async fn renew_and_release(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let lease = claim(s, "a", chat.id).await;
-    db.clock.advance(chrono::Duration::seconds(20));
-    let renewed = s.renew_lease(&lease).await.unwrap();
-    assert!(renewed.expires_at > lease.expires_at);
-    db.clock.advance(chrono::Duration::seconds(20));
-    assert!(
-        s.acquire("b", 10).await.unwrap().is_empty(),
-        "renewed lease holds"
-    );
-    s.release_on_shutdown(&renewed).await.unwrap();
-    let c = s.get_chat(chat.id).await.unwrap();
-    assert_eq!((c.status, c.worker_id.clone()), (ChatStatus::Running, None));
     assert!(matches!(
-        s.renew_lease(&renewed).await.unwrap_err(),
-        StoreError::LostOwnership { .. }
+        s.get_checkpoint(chat.id).await.unwrap_err(),
+        StoreError::NotFound { .. }
     ));
-    claim(s, "b", chat.id).await;
-}
-
-async fn recover_stale_leases(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    claim(s, "a", chat.id).await;
-    assert!(s.recover_stale().await.unwrap().is_empty());
-    db.clock.advance(chrono::Duration::minutes(5));
-    assert_eq!(s.recover_stale().await.unwrap(), vec![chat.id]);
-    let c = s.get_chat(chat.id).await.unwrap();
-    assert_eq!((c.status, c.worker_id), (ChatStatus::Running, None));
-}
-
-async fn a_lease_is_one_acquisition(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let first = claim(s, "w", chat.id).await;
-    db.clock.advance(chrono::Duration::minutes(5));
-    // The same worker claims the chat again after its lease expired: the first run is
-    // fenced out, it cannot write beside the second.
-    let second = claim(s, "w", chat.id).await;
-    assert_ne!(first.worker_id, second.worker_id);
-    let err = s
-        .append_live_parts(&first, &[json!({"event": "part"})])
-        .await
-        .map(|_| ())
-        .unwrap_err();
-    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
-    assert!(s.renew_lease(&first).await.is_err());
-    s.renew_lease(&second).await.unwrap();
-}
-
-async fn owners_known_to_be_gone_are_released_at_once(db: TestDb) {
-    let s = &db.store;
-    let gone = create(s, "gone").await;
-    let gone_lease = claim(s, "host~node~7", gone.id).await;
-    let alive = create(s, "alive").await;
-    let alive_lease = claim(s, "host~node~8", alive.id).await;
-    let before = s.get_chat(gone.id).await.unwrap().event_seq;
-    let owners = s.chat_owners("host~node~").await.unwrap();
-    assert_eq!(owners.len(), 2, "{owners:?}");
-    assert!(s.chat_owners("other~").await.unwrap().is_empty());
-    // Leases still valid: only the named owner loses its chat, and at once.
-    let released = s
-        .release_owners(std::slice::from_ref(&gone_lease.worker_id))
-        .await
-        .unwrap();
-    assert_eq!(released, vec![gone.id]);
-    let c = s.get_chat(gone.id).await.unwrap();
-    assert_eq!((c.status, c.worker_id), (ChatStatus::Running, None));
-    assert!(c.event_seq >= before + keel_store::RECOVERY_SEQ_GAP);
-    assert!(s.renew_lease(&gone_lease).await.is_err());
-    s.renew_lease(&alive_lease).await.unwrap();
-    assert!(
-        s.release_owners(&["host~node~7".into()])
-            .await
-            .unwrap()
-            .is_empty()
-    );
-}
-
-async fn taking_over_a_dead_owner_numbers_above_its_unflushed_parts(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let lease = claim(s, "a", chat.id).await;
-    s.append_live_parts(&lease, &[json!({"event": "part"})])
-        .await
-        .unwrap();
-    let flushed = s.get_chat(chat.id).await.unwrap().event_seq;
-    // Expired and taken over directly...
-    db.clock.advance(chrono::Duration::minutes(5));
-    claim(s, "b", chat.id).await;
-    let taken = s.get_chat(chat.id).await.unwrap().event_seq;
-    assert!(
-        taken >= flushed + keel_store::RECOVERY_SEQ_GAP,
-        "{taken} after {flushed}"
-    );
-    // ...or swept first: either way the numbers jump once per dead owner.
-    db.clock.advance(chrono::Duration::minutes(5));
-    assert_eq!(s.recover_stale().await.unwrap(), vec![chat.id]);
-    let swept = s.get_chat(chat.id).await.unwrap().event_seq;
-    assert!(swept >= taken + keel_store::RECOVERY_SEQ_GAP);
-    let lease = claim(s, "c", chat.id).await;
-    assert!(s.get_chat(chat.id).await.unwrap().event_seq < swept + keel_store::RECOVERY_SEQ_GAP);
-    // Given back (a shutdown, or a database failure mid-run): the same jump.
-    s.release_on_shutdown(&lease).await.unwrap();
-    let released = s.get_chat(chat.id).await.unwrap().event_seq;
-    assert!(released >= swept + keel_store::RECOVERY_SEQ_GAP);
-}
-
-async fn client_tool_calls_made_while_interrupting_are_answered_at_once(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let lease = claim(s, "w", chat.id).await;
-    s.interrupt(chat.id).await.unwrap();
-    enter_ra(s, &lease).await;
-    let c = s.get_chat(chat.id).await.unwrap();
-    assert_eq!((c.status, c.worker_id.clone()), (ChatStatus::Waiting, None));
-    assert!(c.pending_tool_calls.is_empty());
-    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
-    assert_eq!(last.role, Role::Tool);
-    assert_eq!(last.parts.len(), 2);
-    assert!(
-        last.parts
-            .iter()
-            .all(|p| matches!(p.kind, PartKind::ToolResult { is_error: true, .. }))
-    );
-}
-
-async fn expire_pending_actions(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let lease = claim(s, "a", chat.id).await;
-    s.enter_requires_action(
-        &lease,
-        vec![PendingToolCall {
-            tool_call_id: "c".into(),
-            tool_name: "t".into(),
-            args: "{}".into(),
-        }],
-        Some(db.clock_now() + chrono::Duration::minutes(1)),
-    )
-    .await
-    .unwrap();
-    assert!(s.expire_pending_actions().await.unwrap().is_empty());
-    db.clock.advance(chrono::Duration::minutes(2));
-    assert_eq!(s.expire_pending_actions().await.unwrap(), vec![chat.id]);
-    let c = s.get_chat(chat.id).await.unwrap();
-    assert_eq!(c.status, ChatStatus::Waiting);
-    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
-    assert_eq!(last.role, Role::Tool);
-}
-
-trait Now {
-    fn clock_now(&self) -> chrono::DateTime<chrono::Utc>;
-}
-
-impl Now for TestDb {
-    fn clock_now(&self) -> chrono::DateTime<chrono::Utc> {
-        use keel_store::Clock;
-        self.clock.now()
-    }
-}
-
-async fn fail_run_then_recover(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let lease = claim(s, "a", chat.id).await;
-    s.append_live_parts(&lease, &[json!("x")]).await.unwrap();
-    s.fail_run(&lease, ErrorKind::RateLimit, "slow down".into())
-        .await
-        .unwrap();
-    let c = s.get_chat(chat.id).await.unwrap();
-    assert_eq!(c.status, ChatStatus::Error);
-    let e = c.last_error.unwrap();
-    assert_eq!(
-        (e.kind, e.message.as_str()),
-        (ErrorKind::RateLimit, "slow down")
-    );
-    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
-    send(s, chat.id, "retry", Busy::Queue).await;
-    let c = s.get_chat(chat.id).await.unwrap();
-    assert_eq!((c.status, c.last_error), (ChatStatus::Running, None));
-}
-
-async fn disallowed_worker_moves(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let lease = claim(s, "a", chat.id).await;
-    let before = s.get_chat(chat.id).await.unwrap();
-    let err = s.finish_interruption(&lease).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            StoreError::Conflict {
-                status: ChatStatus::Running,
-                transition: Transition::FinishInterruption
-            }
-        ),
-        "{err}"
-    );
-    s.interrupt(chat.id).await.unwrap();
-    let err = s
-        .enter_requires_action(&lease, vec![], None)
-        .await
-        .unwrap_err();
-    assert!(matches!(
-        err,
-        StoreError::Conflict { .. } | StoreError::InvalidInput(_)
-    ));
-    assert_eq!(
-        s.get_chat(chat.id).await.unwrap().version,
-        before.version + 1
-    );
-    s.finish_interruption(&lease).await.unwrap();
-    // Released: every worker write is refused, nothing changes.
-    let idle = s.get_chat(chat.id).await.unwrap();
-    for err in [
-        s.commit_step(&lease, vec![assistant("x")])
-            .await
-            .unwrap_err(),
-        s.finish_run(&lease).await.map(|_| ()).unwrap_err(),
-        s.fail_run(&lease, ErrorKind::Server, "x".into())
-            .await
-            .unwrap_err(),
-        s.release_on_shutdown(&lease).await.unwrap_err(),
-        s.append_live_parts(&lease, &[json!(1)])
-            .await
-            .map(|_| ())
-            .unwrap_err(),
-        s.set_retry_state(&lease, None).await.unwrap_err(),
-    ] {
-        assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
-    }
-    assert_eq!(s.get_chat(chat.id).await.unwrap(), idle);
-}
-
-async fn live_parts_share_the_event_sequence(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    let first_msg_seq = s.list_messages(chat.id, None).await.unwrap()[0].event_seq;
-    let lease = claim(s, "a", chat.id).await;
-    let r1 = s
-        .append_live_parts(&lease, &[json!({"t": "a"}), json!({"t": "b"})])
-        .await
-        .unwrap();
-    let r2 = s
-        .append_live_parts(&lease, &[json!({"t": "c"})])
-        .await
-        .unwrap();
-    assert!(*r1.start() > first_msg_seq);
-    assert_eq!(*r2.start(), r1.end() + 1);
-    let live = s.live_parts_after(chat.id, *r1.start()).await.unwrap();
-    assert_eq!(
-        live.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![r1.end().to_owned(), *r2.start()]
-    );
-    assert_eq!(live[1].payload, json!({"t": "c"}));
-    // Committing voids the log; the message takes a later sequence number.
-    let ids = s.commit_step(&lease, vec![assistant("abc")]).await.unwrap();
-    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
-    let committed = s.messages_after_seq(chat.id, *r2.end()).await.unwrap();
-    assert_eq!(committed.len(), 1);
-    assert_eq!(committed[0].id, ids[0]);
-    assert!(committed[0].event_seq > *r2.end());
-    let all = s.messages_after_seq(chat.id, 0).await.unwrap();
-    assert_eq!(all.len(), 2);
-    let c = s.get_chat(chat.id).await.unwrap();
-    assert!(c.event_seq >= committed[0].event_seq);
-}
-
-async fn interrupted_persist_is_allowed_while_interrupting(db: TestDb) {
-    let s = &db.store;
-    // Owned and interrupting.
-    let chat = create(s, "hi").await;
-    let lease = claim(s, "a", chat.id).await;
-    s.interrupt(chat.id).await.unwrap();
-    let mut partial = assistant("half a rep");
-    partial.interrupted = true;
-    s.commit_step(&lease, vec![partial.clone()]).await.unwrap();
-    s.finish_interruption(&lease).await.unwrap();
-    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
-    assert!(last.interrupted);
-    // Released while interrupting: the partial output still lands, a normal step does not.
-    let chat = create(s, "again").await;
-    let lease = claim(s, "a", chat.id).await;
-    s.interrupt(chat.id).await.unwrap();
-    s.release_on_shutdown(&lease).await.unwrap();
-    let err = s
-        .commit_step(&lease, vec![assistant("full")])
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
-    s.commit_step(&lease, vec![partial.clone()]).await.unwrap();
-    let msgs = s.list_messages(chat.id, None).await.unwrap();
-    assert_eq!(msgs.len(), 2);
-    assert!(msgs[1].interrupted);
-    // Once another worker claimed it, the old worker is out even for partial output.
-    let _b = claim(s, "b", chat.id).await;
-    let err = s.commit_step(&lease, vec![partial]).await.unwrap_err();
-    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
 }
 
 async fn idempotent_create_and_send(db: TestDb) {
@@ -827,7 +471,6 @@ async fn bad_input_changes_nothing() {
             s.interrupt(unknown).await.map(|_| ()).unwrap_err(),
             s.get_chat(unknown).await.map(|_| ()).unwrap_err(),
             s.set_archived(unknown, true).await.map(|_| ()).unwrap_err(),
-            s.put_checkpoint(unknown, json!(1)).await.unwrap_err(),
         ];
         for e in not_found {
             assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
@@ -854,8 +497,10 @@ async fn notices_are_published(db: TestDb) {
     use futures::StreamExt;
     let got = tokio::time::timeout(std::time::Duration::from_secs(5), async {
         loop {
-            let n = remote.next().await.unwrap();
-            if n.chat_id == chat.id && n.version == 2 {
+            if let keel_store::RemoteNotice::Changed(n) = remote.next().await.unwrap()
+                && n.chat_id == chat.id
+                && n.version == 2
+            {
                 return n;
             }
         }
@@ -893,56 +538,6 @@ async fn prompt_history_is_repaired(db: TestDb) {
     ));
     // Stored history is untouched.
     assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 2);
-}
-
-async fn checkpoints_users_and_tool_records(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hi").await;
-    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
-    s.put_checkpoint(chat.id, json!({"step": 1})).await.unwrap();
-    s.put_checkpoint(chat.id, json!({"step": 2})).await.unwrap();
-    assert_eq!(
-        s.get_checkpoint(chat.id).await.unwrap(),
-        Some(json!({"step": 2}))
-    );
-    s.delete_checkpoint(chat.id).await.unwrap();
-    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
-
-    assert!(!s.has_users().await.unwrap());
-    s.upsert_user("alice", "secret-token").await.unwrap();
-    assert!(s.has_users().await.unwrap());
-    assert_eq!(
-        s.user_by_token("secret-token").await.unwrap().unwrap().name,
-        "alice"
-    );
-    assert!(s.user_by_token("wrong").await.unwrap().is_none());
-
-    let lease = claim(s, "a", chat.id).await;
-    let now = db.clock_now();
-    let mut rec = ToolRecord {
-        chat_id: chat.id,
-        tool_call_id: "c1".into(),
-        tool_name: "bash".into(),
-        args: "{}".into(),
-        state: ToolState::Started,
-        result: None,
-        is_error: false,
-        started_at: now,
-        finished_at: None,
-    };
-    s.record_tool(&lease, rec.clone()).await.unwrap();
-    rec.state = ToolState::Finished;
-    rec.result = Some(json!("done"));
-    rec.finished_at = Some(now);
-    s.record_tool(&lease, rec.clone()).await.unwrap();
-    assert_eq!(s.tool_records(chat.id).await.unwrap(), vec![rec]);
-    s.set_retry_state(&lease, Some(json!({"attempt": 2})))
-        .await
-        .unwrap();
-    assert_eq!(
-        s.get_chat(chat.id).await.unwrap().retry_state,
-        Some(json!({"attempt": 2}))
-    );
 }
 
 #[tokio::test]

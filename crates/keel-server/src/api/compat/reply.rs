@@ -1,0 +1,483 @@
+//! One reply as Keel's own events describe it: the steps the model took, their text,
+//! reasoning and tool calls with results, and how the reply ended.
+//!
+//! Both compatible protocols are built from this view rather than from the raw events, so
+//! they see the same thing a Keel client sees: live parts grow the step in progress, a
+//! committed message replaces it with what was stored, `stream_reset` voids it (a restart or
+//! a recovery that republishes what it continues from), `tool_call_cancel` drops a call, and
+//! `status` ends the reply. The emitters then send only what is new compared with what they
+//! already sent, so a republished prefix is never sent twice.
+//!
+//! | Keel event | effect on the reply |
+//! | --- | --- |
+//! | `part` text / reasoning | appended to the last block of that kind in the step in progress, or a new block |
+//! | `part` tool_call | arguments appended to the call with that id (a new call block if none); `complete` fixes them |
+//! | `part` tool_result | the result of the call with that id |
+//! | `message` assistant | the step in progress becomes exactly the stored parts and is committed |
+//! | `message` tool | results of the calls with those ids |
+//! | `message` user (after the reply began) | the reply is over (`Done`) |
+//! | `message` tool answering a client-side call, with [`Reply::ending_at_answers_to`] | the reply is over (`ToolCalls`): the answers start the next turn |
+//! | `stream_reset` | the step in progress loses its blocks (what follows republishes them) |
+//! | `tool_call_cancel` | the call leaves the step in progress |
+//! | `status` waiting / requires_action / error | the reply ends: `Done` or `Interrupted`, `ToolCalls`, `Failed` |
+
+use keel_core::{Part, PartKind};
+use serde_json::Value;
+
+/// How a reply ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The model finished.
+    Done,
+    /// The user stopped it; what was said is kept.
+    Interrupted,
+    /// The model called client-side tools and waits for their results.
+    ToolCalls,
+    /// The run failed with this message.
+    Failed(String),
+}
+
+/// A tool call's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub value: Value,
+    pub is_error: bool,
+}
+
+/// A tool call as far as it was streamed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    /// JSON text of the arguments (partial until `complete`).
+    pub args: String,
+    pub complete: bool,
+    pub result: Option<Outcome>,
+}
+
+/// One block of a step, in the order blocks started.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block {
+    Text(String),
+    Reasoning(String),
+    Call(Call),
+}
+
+/// One model call and its tool results.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Step {
+    pub blocks: Vec<Block>,
+    /// Stored: nothing in it changes any more (results of its calls may still arrive).
+    pub committed: bool,
+}
+
+/// A reply built from Keel events.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reply {
+    pub steps: Vec<Step>,
+    pub end: Option<End>,
+    /// A committed message of this reply was cut short by an interrupt.
+    interrupted: bool,
+    /// Client-side tools whose stored answers end the reply (see
+    /// [`Reply::ending_at_answers_to`]).
+    client_tools: Vec<String>,
+}
+
+impl Reply {
+    /// A reply rebuilt from stored messages (what followed one user message).
+    pub fn from_messages<'a>(messages: impl IntoIterator<Item = (&'a str, &'a [Part])>) -> Self {
+        let mut reply = Self::default();
+        for (role, parts) in messages {
+            match role {
+                "assistant" => reply.commit(parts),
+                "tool" => reply.results(parts),
+                _ => {}
+            }
+        }
+        reply
+    }
+
+    /// A reply that ends where the answers to these client-side tools were stored: for a
+    /// protocol where those answers start the next turn (OpenAI Responses).
+    pub fn ending_at_answers_to(client_tools: Vec<String>) -> Self {
+        Self {
+            client_tools,
+            ..Self::default()
+        }
+    }
+
+    /// Applies one Keel live event (its name and JSON data). Events after the end change
+    /// nothing.
+    pub fn apply(&mut self, event: &str, data: &Value) {
+        if self.end.is_some() {
+            return;
+        }
+        match event {
+            "message" => self.message(data),
+            "part" => self.part(data),
+            "stream_reset" => {
+                if let Some(step) = self.steps.last_mut().filter(|s| !s.committed) {
+                    step.blocks.clear();
+                }
+            }
+            "tool_call_cancel" => {
+                let id = str_field(data, "tool_call_id");
+                if let Some(step) = self.steps.last_mut().filter(|s| !s.committed) {
+                    step.blocks
+                        .retain(|b| !matches!(b, Block::Call(c) if c.id == id));
+                }
+            }
+            "status" => self.status(data),
+            _ => {}
+        }
+    }
+
+    fn begun(&self) -> bool {
+        !self.steps.is_empty()
+    }
+
+    fn message(&mut self, data: &Value) {
+        let parts: Vec<Part> = data
+            .get("parts")
+            .cloned()
+            .and_then(|p| serde_json::from_value(p).ok())
+            .unwrap_or_default();
+        match data.get("role").and_then(Value::as_str) {
+            Some("assistant") => {
+                if data.get("interrupted").and_then(Value::as_bool) == Some(true) {
+                    self.interrupted = true;
+                }
+                self.commit(&parts);
+            }
+            Some("tool") if self.begun() && self.answers_client(&parts) => {
+                self.end = Some(End::ToolCalls);
+            }
+            Some("tool") => self.results(&parts),
+            Some("user") if self.begun() => self.end = Some(End::Done),
+            _ => {}
+        }
+    }
+
+    /// The step in progress becomes exactly these stored parts.
+    fn commit(&mut self, parts: &[Part]) {
+        if self.steps.last().is_none_or(|s| s.committed) {
+            self.steps.push(Step::default());
+        }
+        let mut blocks = Vec::new();
+        let mut provider_results = Vec::new();
+        for part in parts {
+            match &part.kind {
+                PartKind::Text { text } => blocks.push(Block::Text(text.clone())),
+                PartKind::Reasoning { text, .. } => blocks.push(Block::Reasoning(text.clone())),
+                PartKind::ToolCall {
+                    tool_call_id,
+                    tool_name,
+                    args,
+                    ..
+                } => blocks.push(Block::Call(Call {
+                    id: tool_call_id.clone(),
+                    name: tool_name.clone(),
+                    args: args.clone(),
+                    complete: true,
+                    result: None,
+                })),
+                PartKind::ToolResult { .. } => provider_results.push(part.clone()),
+                _ => {}
+            }
+        }
+        if let Some(step) = self.steps.last_mut() {
+            // Results that arrived live stay with their calls.
+            for block in &mut blocks {
+                if let Block::Call(call) = block {
+                    call.result = step.blocks.iter().find_map(|b| match b {
+                        Block::Call(c) if c.id == call.id => c.result.clone(),
+                        _ => None,
+                    });
+                }
+            }
+            step.blocks = blocks;
+            step.committed = true;
+        }
+        self.results(&provider_results);
+    }
+
+    fn answers_client(&self, parts: &[Part]) -> bool {
+        parts.iter().any(|p| {
+            matches!(&p.kind, PartKind::ToolResult { tool_name, .. } if self.client_tools.contains(tool_name))
+        })
+    }
+
+    fn results(&mut self, parts: &[Part]) {
+        for part in parts {
+            if let PartKind::ToolResult {
+                tool_call_id,
+                result,
+                is_error,
+                ..
+            } = &part.kind
+            {
+                self.set_result(tool_call_id, result.clone(), *is_error);
+            }
+        }
+    }
+
+    fn set_result(&mut self, id: &str, value: Value, is_error: bool) {
+        let call = self
+            .steps
+            .iter_mut()
+            .rev()
+            .flat_map(|s| s.blocks.iter_mut())
+            .find_map(|b| match b {
+                Block::Call(c) if c.id == id => Some(c),
+                _ => None,
+            });
+        if let Some(call) = call {
+            call.result = Some(Outcome { value, is_error });
+        }
+    }
+
+    fn live_step(&mut self) -> &mut Step {
+        if self.steps.last().is_none_or(|s| s.committed) {
+            self.steps.push(Step::default());
+        }
+        let last = self.steps.len() - 1;
+        &mut self.steps[last]
+    }
+
+    fn part(&mut self, data: &Value) {
+        let Some(part) = data.get("part") else {
+            return;
+        };
+        match part.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                let text = str_field(part, "text");
+                let step = self.live_step();
+                match step.blocks.last_mut() {
+                    Some(Block::Text(t)) => t.push_str(text),
+                    _ => step.blocks.push(Block::Text(text.to_owned())),
+                }
+            }
+            Some("reasoning") => {
+                let text = str_field(part, "text");
+                let step = self.live_step();
+                match step.blocks.last_mut() {
+                    Some(Block::Reasoning(t)) => t.push_str(text),
+                    _ => step.blocks.push(Block::Reasoning(text.to_owned())),
+                }
+            }
+            Some("tool_call") => self.call_delta(part),
+            Some("tool_result") => {
+                let id = str_field(part, "tool_call_id").to_owned();
+                let value = part.get("result").cloned().unwrap_or(Value::Null);
+                let is_error = part.get("is_error").and_then(Value::as_bool) == Some(true);
+                self.set_result(&id, value, is_error);
+            }
+            _ => {}
+        }
+    }
+
+    fn call_delta(&mut self, part: &Value) {
+        let id = str_field(part, "tool_call_id").to_owned();
+        let name = str_field(part, "tool_name").to_owned();
+        let delta = str_field(part, "args_delta");
+        let complete = part.get("complete").and_then(Value::as_bool) == Some(true);
+        let step = self.live_step();
+        let index = step
+            .blocks
+            .iter()
+            .position(|b| matches!(b, Block::Call(c) if c.id == id));
+        let index = index.unwrap_or_else(|| {
+            step.blocks.push(Block::Call(Call {
+                id,
+                name,
+                args: String::new(),
+                complete: false,
+                result: None,
+            }));
+            step.blocks.len() - 1
+        });
+        if let Block::Call(call) = &mut step.blocks[index] {
+            call.args.push_str(delta);
+            if complete {
+                if let Some(args) = part.get("args").and_then(Value::as_str) {
+                    call.args = args.to_owned();
+                }
+                call.complete = true;
+            }
+        }
+    }
+
+    fn status(&mut self, data: &Value) {
+        match data.get("status").and_then(Value::as_str) {
+            Some("waiting") => {
+                self.end = Some(if self.interrupted {
+                    End::Interrupted
+                } else {
+                    End::Done
+                });
+            }
+            Some("requires_action") => self.end = Some(End::ToolCalls),
+            Some("error") => {
+                let message = data
+                    .pointer("/last_error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the run failed");
+                self.end = Some(End::Failed(message.to_owned()));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn str_field<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn text(t: &str) -> Value {
+        json!({"role": "assistant", "part": {"type": "text", "text": t}})
+    }
+
+    #[test]
+    fn live_text_grows_one_block_and_a_commit_replaces_it() {
+        let mut reply = Reply::default();
+        reply.apply("part", &text("Hel"));
+        reply.apply("part", &text("lo"));
+        assert_eq!(reply.steps[0].blocks, vec![Block::Text("Hello".into())]);
+        reply.apply(
+            "message",
+            &json!({"role": "assistant", "parts": [{"type": "text", "text": "Hello!"}]}),
+        );
+        assert!(reply.steps[0].committed);
+        assert_eq!(reply.steps[0].blocks, vec![Block::Text("Hello!".into())]);
+        reply.apply("part", &text("Next"));
+        assert_eq!(reply.steps.len(), 2, "a part after a commit starts a step");
+    }
+
+    #[test]
+    fn a_stream_reset_voids_the_step_in_progress_only() {
+        let mut reply = Reply::default();
+        reply.apply(
+            "message",
+            &json!({"role": "assistant", "parts": [{"type": "text", "text": "one"}]}),
+        );
+        reply.apply("part", &text("tw"));
+        reply.apply("stream_reset", &json!({}));
+        assert_eq!(reply.steps[0].blocks, vec![Block::Text("one".into())]);
+        assert!(reply.steps[1].blocks.is_empty());
+    }
+
+    #[test]
+    fn tool_calls_collect_arguments_and_results() {
+        let mut reply = Reply::default();
+        let delta = |d: &str| {
+            json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "c1",
+                   "tool_name": "read_file", "args_delta": d}})
+        };
+        reply.apply("part", &delta("{\"pa"));
+        reply.apply("part", &delta("th\":1}"));
+        reply.apply(
+            "part",
+            &json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "c1",
+                    "tool_name": "read_file", "args_delta": "", "args": "{\"path\":1}", "complete": true}}),
+        );
+        reply.apply(
+            "part",
+            &json!({"role": "tool", "part": {"type": "tool_result", "tool_call_id": "c1",
+                    "tool_name": "read_file", "result": "text", "is_error": false}}),
+        );
+        let Block::Call(call) = &reply.steps[0].blocks[0] else {
+            panic!("a call block");
+        };
+        assert_eq!(call.args, "{\"path\":1}");
+        assert!(call.complete);
+        assert_eq!(call.result.as_ref().unwrap().value, json!("text"));
+        // Committing the step keeps the result that arrived live.
+        reply.apply(
+            "message",
+            &json!({"role": "assistant", "parts": [{"type": "tool_call", "tool_call_id": "c1",
+                    "tool_name": "read_file", "args": "{\"path\":1}"}]}),
+        );
+        let Block::Call(call) = &reply.steps[0].blocks[0] else {
+            panic!("a call block");
+        };
+        assert!(call.result.is_some());
+    }
+
+    #[test]
+    fn statuses_end_the_reply() {
+        let cases = [
+            (json!({"status": "waiting"}), End::Done),
+            (json!({"status": "requires_action"}), End::ToolCalls),
+            (
+                json!({"status": "error", "last_error": {"kind": "auth", "message": "bad key"}}),
+                End::Failed("bad key".into()),
+            ),
+        ];
+        for (status, end) in cases {
+            let mut reply = Reply::default();
+            reply.apply("status", &json!({"status": "running"}));
+            assert_eq!(reply.end, None);
+            reply.apply("status", &status);
+            assert_eq!(reply.end, Some(end));
+        }
+        let mut reply = Reply::default();
+        reply.apply(
+            "message",
+            &json!({"role": "assistant", "interrupted": true, "parts": [{"type": "text", "text": "pa"}]}),
+        );
+        reply.apply("status", &json!({"status": "waiting"}));
+        assert_eq!(reply.end, Some(End::Interrupted));
+    }
+
+    #[test]
+    fn the_next_user_message_ends_a_begun_reply() {
+        let mut reply = Reply::default();
+        let user = json!({"role": "user", "parts": [{"type": "text", "text": "hi"}]});
+        reply.apply("message", &user);
+        assert_eq!(reply.end, None, "before the reply begins it is the input");
+        reply.apply("part", &text("a"));
+        reply.apply("message", &user);
+        assert_eq!(reply.end, Some(End::Done));
+    }
+
+    #[test]
+    fn answers_to_client_side_calls_can_end_the_reply() {
+        let call = json!({"role": "assistant", "parts": [{"type": "tool_call", "tool_call_id": "c",
+                          "tool_name": "ask", "args": "{}"}]});
+        let answer = json!({"role": "tool", "parts": [{"type": "tool_result", "tool_call_id": "c",
+                            "tool_name": "ask", "result": "yes"}]});
+        let mut reply = Reply::ending_at_answers_to(vec!["ask".into()]);
+        reply.apply("message", &call);
+        reply.apply("message", &answer);
+        assert_eq!(reply.end, Some(End::ToolCalls));
+        // By default the answer is part of the reply, which goes on.
+        let mut reply = Reply::default();
+        reply.apply("message", &call);
+        reply.apply("message", &answer);
+        assert_eq!(reply.end, None);
+        let Block::Call(call) = &reply.steps[0].blocks[0] else {
+            panic!("a call block");
+        };
+        assert!(call.result.is_some());
+    }
+
+    #[test]
+    fn a_cancelled_call_leaves_the_step() {
+        let mut reply = Reply::default();
+        reply.apply(
+            "part",
+            &json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "c",
+                    "tool_name": "t", "args_delta": "{"}}),
+        );
+        reply.apply(
+            "tool_call_cancel",
+            &json!({"tool_call_id": "c", "tool_name": "t", "reason": "x"}),
+        );
+        assert!(reply.steps[0].blocks.is_empty());
+    }
+}

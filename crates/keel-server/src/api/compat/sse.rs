@@ -1,0 +1,97 @@
+//! One reply streamed in another protocol: follows the chat's Keel events from a position,
+//! builds the [`Reply`] and writes what a [`Translator`] makes of each change, until the
+//! reply ends, the client leaves or the process stops. The run never depends on the
+//! connection: dropping it only stops the following.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Body;
+use keel_store::Chat;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::api::compat::reply::Reply;
+use crate::api::events::{LiveItem, follow_chat};
+use crate::api::state::AppState;
+
+/// A comment line at least this often keeps proxies from closing an idle stream.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Turns a reply into a protocol's SSE text.
+pub trait Translator: Send + 'static {
+    /// The SSE text that brings the client from what it was sent to `reply`.
+    fn update(&mut self, reply: &Reply) -> Vec<String>;
+    /// True once the reply's end was written.
+    fn finished(&self) -> bool;
+    /// Written after the end (`data: [DONE]` in the AI SDK protocol).
+    fn trailer(&self) -> Option<String> {
+        None
+    }
+}
+
+struct Feed<T> {
+    events: mpsc::Receiver<LiveItem>,
+    reply: Reply,
+    translator: T,
+    pending: VecDeque<String>,
+    /// The first update (the stream's opening) was made.
+    opened: bool,
+    done: bool,
+}
+
+/// The streamed body of a reply (empty so far) whose events come after `position`.
+pub fn body<T: Translator>(
+    state: AppState,
+    chat: Chat,
+    position: i64,
+    reply: Reply,
+    translator: T,
+) -> Body {
+    let feed = Feed {
+        events: follow_chat(state, chat, position),
+        reply,
+        translator,
+        pending: VecDeque::new(),
+        opened: false,
+        done: false,
+    };
+    Body::from_stream(futures::stream::unfold(feed, next))
+}
+
+async fn next<T: Translator>(mut feed: Feed<T>) -> Option<(Result<String, Infallible>, Feed<T>)> {
+    loop {
+        if let Some(text) = feed.pending.pop_front() {
+            return Some((Ok(text), feed));
+        }
+        if feed.done {
+            return None;
+        }
+        if feed.opened {
+            match tokio::time::timeout(KEEP_ALIVE, feed.events.recv()).await {
+                Err(_) => return Some((Ok(": keep-alive\n\n".to_owned()), feed)),
+                // The follower stopped (shutdown, deletion, too far behind): the client
+                // reconnects and resumes.
+                Ok(None) => return None,
+                Ok(Some(item)) => apply(&mut feed.reply, &item),
+            }
+            // Take whatever else is already here, so a replay is translated at once.
+            while let Ok(item) = feed.events.try_recv() {
+                apply(&mut feed.reply, &item);
+            }
+        }
+        feed.opened = true;
+        let texts = feed.translator.update(&feed.reply);
+        feed.pending.extend(texts);
+        if feed.translator.finished() {
+            feed.done = true;
+            feed.pending.extend(feed.translator.trailer());
+        }
+    }
+}
+
+fn apply(reply: &mut Reply, item: &LiveItem) {
+    let data: Value = serde_json::from_str(&item.data).unwrap_or(Value::Null);
+    reply.apply(item.event, &data);
+}

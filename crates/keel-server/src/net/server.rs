@@ -1,0 +1,140 @@
+//! The HTTP server: accepts connections and serves the router on each with the limits a
+//! greedy or slow client must not get past.
+//!
+//! * **Header-read timeout** (`[server] header_read_timeout_ms`): hyper closes a connection
+//!   whose request headers have not all arrived in time — also an idle kept-alive one, whose
+//!   next request's headers are awaited the same way — so slow-header clients cannot hold
+//!   connections open. `axum::serve` gives hyper no timer, so without this loop the timeout
+//!   would not run at all.
+//! * **Body reads**: the same timeout bounds the wait for each piece of a request's body,
+//!   so a client that sends headers and then stalls cannot hold a request in flight.
+//! * **Requests in flight** (`[server] max_requests_in_flight`): tower's global concurrency
+//!   limit behind a load shedder, so a request beyond the limit is answered `503` at once
+//!   instead of queueing without bound. A live event stream holds its place only until its
+//!   headers are sent; [`super::sse_slots`] caps open streams.
+//!
+//! Shutdown: when `shutdown` is cancelled the listener closes, every connection finishes its
+//! request in progress and closes, and [`serve`] returns when all have or `grace` is over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use keel_core::Cancel;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower::ServiceBuilder;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::load_shed::LoadShedLayer;
+use tower_http::timeout::TimeoutBody;
+
+use crate::api::error::{ApiError, Code};
+use crate::metrics::Metrics;
+
+/// Bounds the wait for each piece of a request's body; a stalled body fails to read, which
+/// the extractors answer with `400`.
+pub async fn body_timeout(
+    State(timeout): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    next.run(request.map(|body| Body::new(TimeoutBody::new(timeout, body))))
+        .await
+}
+
+/// `router` with the limit on requests in flight: beyond `max`, `503` at once.
+pub fn limit_in_flight(router: Router, max: usize, metrics: Arc<Metrics>) -> Router {
+    router.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(move |_: tower::BoxError| {
+                let metrics = metrics.clone();
+                async move { overloaded(&metrics) }
+            }))
+            .layer(LoadShedLayer::new())
+            .layer(GlobalConcurrencyLimitLayer::new(max)),
+    )
+}
+
+fn overloaded(metrics: &Metrics) -> Response {
+    metrics.refused("overloaded");
+    let mut response = ApiError::refused(
+        Code::Unavailable,
+        "overloaded",
+        "the daemon is handling as many requests as it is configured to; retry shortly",
+    )
+    .into_response();
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    response
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled and every connection closed
+/// (or `grace` passed since).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    header_read_timeout: Duration,
+    shutdown: Cancel,
+    grace: Duration,
+) -> std::io::Result<()> {
+    // Each connection task holds a receiver; all are gone when `closed()` completes.
+    let (all_closed, connection_alive) = watch::channel(());
+    loop {
+        let stream = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of file descriptors or a connection reset before it was accepted:
+                    // wait a moment rather than spin, then go on accepting.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let shutdown = shutdown.clone();
+        let alive = connection_alive.clone();
+        tokio::spawn(async move {
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                }
+                () = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop(alive);
+        });
+    }
+    drop(listener);
+    drop(connection_alive);
+    if tokio::time::timeout(grace, all_closed.closed())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace period; leaving them");
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! The run lifecycle in one place: claiming runnable chats, keeping their leases alive
+//! (and hearing interrupts through renewals), and the transition that ends each run —
+//! finish, finish an interruption, hand client-side calls over, release, or fail.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use keel_agent::{PersistError, RunError, RunOutcome};
+use keel_core::ErrorKind;
+use keel_store::{Chat, ChatStatus, Lease, Next, PendingToolCall, StoreError};
+
+use crate::metrics::StepLabels;
+use crate::worker::run;
+use crate::worker::sink::{SharedLease, current};
+use crate::worker::{Shared, StopReason};
+
+/// Claims as many runnable chats as there are free workers and starts them.
+pub async fn claim(shared: &Arc<Shared>) {
+    let free = shared
+        .config
+        .runs
+        .workers
+        .saturating_sub(shared.active_count());
+    if free == 0 {
+        return;
+    }
+    let leases = match shared.store.acquire(&shared.worker_id, free).await {
+        Ok(leases) => leases,
+        Err(error) => {
+            tracing::warn!(%error, "claiming runnable chats failed");
+            return;
+        }
+    };
+    for lease in leases {
+        // A run of this chat that an edit superseded may still be unwinding here: the new
+        // run takes the chat's place at once (notices reach it, its lease is renewed) and
+        // starts streaming once the old one is gone.
+        let (finished, _) = tokio::sync::watch::channel(());
+        let (slot, previous) = shared.register(lease.chat_id, lease.history_version, &finished);
+        tokio::spawn(run::run_chat(
+            shared.clone(),
+            lease,
+            slot,
+            finished,
+            previous,
+        ));
+    }
+}
+
+/// Keeps the lease alive for as long as the chat runs here; a lost lease stops the run.
+pub async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
+    let period = shared.config.runs.lease() / 3;
+    loop {
+        tokio::time::sleep(period).await;
+        let held = current(&lease);
+        match shared.store.renew_lease(&held).await {
+            Ok(renewed) => {
+                shared.metrics.lease_renewals.inc();
+                let interrupting = renewed.status == ChatStatus::Interrupting;
+                *lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
+                if interrupting {
+                    // Seen here even when every change notice of the interrupt was lost
+                    // (another replica's NOTIFY during a reconnect, a lagging subscriber).
+                    shared.interrupt_run(held.chat_id);
+                }
+            }
+            Err(error) if error.is_transient() => {
+                // The lease may well still be ours; try again at the next period.
+                tracing::warn!(chat = %held.chat_id, %error, "renewing the lease failed; retrying");
+            }
+            Err(error) => {
+                tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
+                shared.metrics.lost_leases.inc();
+                shared.stop_run(held.chat_id, StopReason::LostLease);
+                return;
+            }
+        }
+    }
+}
+
+/// Ends a run with the transition its outcome calls for: finish (the queue head may start
+/// next, on the same lease), finish an interruption, hand client-side calls over, release
+/// for another worker, or fail. Returns the lease to continue with when the queue head
+/// starts next.
+pub async fn end(
+    shared: &Arc<Shared>,
+    chat: &Chat,
+    held: &Lease,
+    outcome: Result<RunOutcome, RunError>,
+    stop: &Arc<Mutex<StopReason>>,
+) -> Option<Lease> {
+    let chat_id = chat.id;
+    let provider = shared
+        .models
+        .get(&chat.model)
+        .map(|m| m.provider.clone())
+        .unwrap_or_default();
+    let count = |outcome: &str| {
+        shared
+            .metrics
+            .steps
+            .get_or_create(&StepLabels {
+                provider: provider.clone(),
+                model: chat.model.clone(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    };
+    let next = match outcome {
+        Ok(RunOutcome::Completed { .. }) => {
+            count("completed");
+            shared.store.finish_run(held).await
+        }
+        Ok(RunOutcome::Interrupted) => {
+            count("interrupted");
+            shared.store.finish_interruption(held).await
+        }
+        Ok(RunOutcome::PendingToolCalls(calls)) => {
+            count("requires_action");
+            let calls = calls
+                .into_iter()
+                .map(|c| PendingToolCall {
+                    tool_call_id: c.tool_call_id,
+                    tool_name: c.tool_name,
+                    args: c.args,
+                })
+                .collect();
+            let deadline = chrono::Utc::now()
+                + chrono::Duration::milliseconds(
+                    i64::try_from(shared.config.runs.pending_action_timeout_ms).unwrap_or(i64::MAX),
+                );
+            shared
+                .store
+                .enter_requires_action(held, calls, Some(deadline))
+                .await
+        }
+        Err(RunError::Cancelled) => {
+            let mut reason = *stop.lock().unwrap_or_else(PoisonError::into_inner);
+            if reason == StopReason::None && shared.shutdown.is_cancelled() {
+                reason = StopReason::Shutdown;
+            }
+            match reason {
+                StopReason::Shutdown => {
+                    count("released");
+                    shared
+                        .store
+                        .release_on_shutdown(held)
+                        .await
+                        .map(|()| Next::Idle)
+                }
+                // The chat was edited, deleted or taken over: its new state wins; write nothing.
+                StopReason::Superseded | StopReason::LostLease | StopReason::None => Ok(Next::Idle),
+            }
+        }
+        Err(RunError::Persist(error)) if is_ownership_loss(&error) => Ok(Next::Idle),
+        Err(RunError::Persist(error)) if is_transient(&error) => {
+            // The database failed for a moment: the chat is not broken. Give it back (still
+            // `running`, its live-part log kept) so a claim resumes the step shortly.
+            count("released");
+            tracing::warn!(chat = %chat_id, %error, "the database failed mid-run; releasing the chat to resume it");
+            tokio::time::sleep(TRANSIENT_BACKOFF).await;
+            shared
+                .store
+                .release_on_shutdown(held)
+                .await
+                .map(|()| Next::Idle)
+        }
+        Err(error) => {
+            count("error");
+            let (kind, message) = failure_of(&error);
+            tracing::warn!(chat = %chat_id, %kind, %message, "run failed");
+            shared
+                .store
+                .fail_run(held, kind, message)
+                .await
+                .map(|()| Next::Idle)
+        }
+    };
+    match next {
+        Ok(Next::Continue { lease, .. }) if !shared.shutdown.is_cancelled() => Some(lease),
+        Ok(_) => None,
+        Err(error) => {
+            if !matches!(
+                error,
+                StoreError::LostOwnership { .. }
+                    | StoreError::Fenced { .. }
+                    | StoreError::NotFound { .. }
+            ) {
+                tracing::warn!(chat = %chat_id, %error, "ending the run failed");
+            }
+            None
+        }
+    }
+}
+
+/// How long a run waits before giving its chat back after a transient database failure, so
+/// a database that is down is not hammered by immediate re-claims.
+const TRANSIENT_BACKOFF: Duration = Duration::from_secs(1);
+
+fn is_transient(error: &PersistError) -> bool {
+    match error {
+        PersistError::Other(inner) => inner
+            .downcast_ref::<StoreError>()
+            .is_some_and(StoreError::is_transient),
+        PersistError::Interrupted => false,
+    }
+}
+
+fn is_ownership_loss(error: &PersistError) -> bool {
+    match error {
+        PersistError::Other(inner) => matches!(
+            inner.downcast_ref::<StoreError>(),
+            Some(
+                StoreError::LostOwnership { .. }
+                    | StoreError::Fenced { .. }
+                    | StoreError::NotFound { .. }
+            )
+        ),
+        PersistError::Interrupted => false,
+    }
+}
+
+fn failure_of(error: &RunError) -> (ErrorKind, String) {
+    match error {
+        RunError::Provider(e) => (e.kind, e.message.clone()),
+        RunError::StreamInterrupted {
+            cause, attempts, ..
+        } => (
+            cause.kind,
+            format!(
+                "stream_interrupted after {attempts} attempts: {}",
+                cause.message
+            ),
+        ),
+        RunError::Persist(e) => (
+            ErrorKind::Unknown,
+            format!("persisting the step failed: {e}"),
+        ),
+        RunError::Cancelled => (ErrorKind::Cancelled, "cancelled".into()),
+        RunError::ContextStillTooLong { .. } | RunError::Compaction(_) => {
+            (ErrorKind::ContextOverflow, error.to_string())
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Transitions a client starts through the HTTP API.
+
+use super::*;
+
+pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> {
+    check_content(cx.opts, &req.parts)?;
+    check_size(cx.opts, &req.tools)?;
+    if let Some(key) = &req.idempotency_key
+        && let Some(first) = cx.idem_lookup::<Chat>(&req.owner, &create_key(key)).await?
+    {
+        return Ok(first);
+    }
+    let mut chat = Chat {
+        id: Uuid::new_v4(),
+        owner: req.owner,
+        title: req.title,
+        model: req.model,
+        status: ChatStatus::Running,
+        archived: false,
+        max_steps: req.max_steps,
+        system: req.system,
+        tools: req.tools,
+        worker_id: None,
+        lease_expires_at: None,
+        version: 1,
+        history_version: 1,
+        event_seq: 0,
+        last_message_id: 0,
+        last_error: None,
+        retry_state: None,
+        pending_tool_calls: Vec::new(),
+        pending_deadline: None,
+        created_at: cx.now,
+        updated_at: cx.now,
+        compact_requested: false,
+        queued: Vec::new(),
+    };
+    cx.ops.insert_chat(&ChatCols::from_chat(&chat)?).await?;
+    cx.insert_user(&mut chat, req.parts).await?;
+    cx.ops.update_chat(&ChatCols::from_chat(&chat)?).await?;
+    cx.notice(&chat, false);
+    if let Some(key) = &req.idempotency_key {
+        let owner = chat.owner.clone();
+        cx.idem_remember(&owner, &create_key(key), &chat).await?;
+    }
+    Ok(chat)
+}
+
+pub(crate) async fn send_message(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    parts: Vec<Part>,
+    busy: Busy,
+    idempotency_key: Option<&str>,
+) -> Result<SendOutcome> {
+    check_content(cx.opts, &parts)?;
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::SendMessage)?;
+    let owner = chat.owner.clone();
+    if let Some(key) = idempotency_key
+        && let Some(first) = cx.idem_lookup(&owner, &send_key(chat_id, key)).await?
+    {
+        return Ok(first);
+    }
+    let mut queue_changed = false;
+    let outcome = match (chat.status, busy) {
+        (ChatStatus::Waiting | ChatStatus::Error, _) => {
+            chat.last_error = None;
+            chat.retry_state = None;
+            chat.status = ChatStatus::Running;
+            cx.load_queue(&mut chat).await?;
+            if chat.queued.is_empty() {
+                SendOutcome::Started {
+                    message_id: cx.insert_user(&mut chat, parts).await?,
+                }
+            } else {
+                // Messages queued before (left by a failed run) go first: this one queues
+                // behind them and the head starts now.
+                queue_changed = true;
+                let queue_id = cx.enqueue(&mut chat, parts, false).await?;
+                cx.start_queue_head(&mut chat).await?;
+                SendOutcome::Queued { queue_id }
+            }
+        }
+        (ChatStatus::RequiresAction, Busy::Interrupt) => {
+            cx.answer_pending_with_errors(&mut chat, INTERRUPTED_BY_USER)
+                .await?;
+            chat.status = ChatStatus::Running;
+            SendOutcome::Started {
+                message_id: cx.insert_user(&mut chat, parts).await?,
+            }
+        }
+        (ChatStatus::Running | ChatStatus::Interrupting, Busy::Interrupt) => {
+            queue_changed = true;
+            let queue_id = cx.enqueue(&mut chat, parts, true).await?;
+            chat.status = ChatStatus::Interrupting;
+            SendOutcome::Queued { queue_id }
+        }
+        (
+            ChatStatus::Running | ChatStatus::Interrupting | ChatStatus::RequiresAction,
+            Busy::Queue,
+        ) => {
+            queue_changed = true;
+            SendOutcome::Queued {
+                queue_id: cx.enqueue(&mut chat, parts, false).await?,
+            }
+        }
+    };
+    cx.save(&mut chat, mv, queue_changed).await?;
+    if let Some(key) = idempotency_key {
+        cx.idem_remember(&owner, &send_key(chat_id, key), &outcome)
+            .await?;
+    }
+    Ok(outcome)
+}
+
+pub(crate) async fn edit_message(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    message_id: MessageId,
+    parts: Vec<Part>,
+) -> Result<Chat> {
+    check_content(cx.opts, &parts)?;
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::EditMessage)?;
+    let id = chat.id.to_string();
+    let mut message = cx
+        .ops
+        .get_message(&id, message_id)
+        .await?
+        .ok_or(StoreError::not_found("message"))?
+        .into_message()?;
+    if message.role != Role::User {
+        return Err(StoreError::invalid("only user messages can be edited"));
+    }
+    cx.ops.soft_delete_after(&id, message_id).await?;
+    cx.ops.clear_queue(&id).await?;
+    cx.ops.clear_live(&id).await?;
+    cx.ops.delete_checkpoint(&id).await?;
+    cx.ops.clear_tool_records(&id).await?;
+    if chat.worker_id.is_some() {
+        // The superseded owner may have sent clients numbered parts its log never got:
+        // the edited message and the new reply are numbered above all of them.
+        skip_unflushed_numbers(&mut chat);
+    }
+    chat.event_seq += 1;
+    message.parts = parts;
+    message.content_version += 1;
+    message.event_seq = chat.event_seq;
+    cx.ops
+        .replace_message(&MessageCols::from_message(&message)?)
+        .await?;
+    // A new history version fences the worker that generated from the old history; the
+    // chat is released so that any worker claims it afresh.
+    chat.history_version += 1;
+    chat.status = ChatStatus::Running;
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    chat.pending_tool_calls.clear();
+    chat.pending_deadline = None;
+    chat.last_error = None;
+    chat.retry_state = None;
+    chat.queued.clear();
+    cx.save(&mut chat, mv, true).await?;
+    Ok(chat)
+}
+
+pub(crate) async fn interrupt(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::Interrupt)?;
+    match chat.status {
+        ChatStatus::Running => {
+            chat.status = ChatStatus::Interrupting;
+            cx.save(&mut chat, mv, false).await?;
+        }
+        ChatStatus::RequiresAction => {
+            cx.answer_pending_with_errors(&mut chat, INTERRUPTED_BY_USER)
+                .await?;
+            // A message queued behind the calls runs now; it must not be stranded.
+            let queue_changed = cx.next_or_idle(&mut chat).await?;
+            cx.save(&mut chat, mv, queue_changed).await?;
+        }
+        // Idle or already stopping: nothing changes, so the call is idempotent.
+        ChatStatus::Waiting | ChatStatus::Error | ChatStatus::Interrupting => {}
+    }
+    cx.load_queue(&mut chat).await?;
+    Ok(chat)
+}
+
+pub(crate) async fn submit_tool_results(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    results: Vec<ToolResultInput>,
+) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::SubmitToolResults)?;
+    check_size(cx.opts, &results)?;
+    let pending: HashSet<&str> = chat
+        .pending_tool_calls
+        .iter()
+        .map(|c| c.tool_call_id.as_str())
+        .collect();
+    let given: HashSet<&str> = results.iter().map(|r| r.tool_call_id.as_str()).collect();
+    if given.len() != results.len() || given != pending {
+        let mut want: Vec<&str> = pending.into_iter().collect();
+        want.sort_unstable();
+        return Err(StoreError::invalid(format!(
+            "tool results must answer exactly the pending calls: {}",
+            want.join(", ")
+        )));
+    }
+    let now = cx.now;
+    // Results in the order the model made the calls.
+    let parts = chat
+        .pending_tool_calls
+        .iter()
+        .filter_map(|call| {
+            results
+                .iter()
+                .find(|r| r.tool_call_id == call.tool_call_id)
+                .map(|r| {
+                    Part::tool_result(
+                        &call.tool_call_id,
+                        &call.tool_name,
+                        r.result.clone(),
+                        r.is_error,
+                        false,
+                    )
+                    .at(now)
+                })
+        })
+        .collect();
+    cx.insert_message(&mut chat, NewMessage::new(Role::Tool, parts))
+        .await?;
+    chat.pending_tool_calls.clear();
+    chat.pending_deadline = None;
+    chat.status = ChatStatus::Running;
+    cx.save(&mut chat, mv, false).await?;
+    cx.load_queue(&mut chat).await?;
+    Ok(chat)
+}
+
+/// Loads a chat with its queue for a queue transition, and finds the queued message.
+async fn load_queued(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    queue_id: QueueId,
+    transition: Transition,
+) -> Result<(Chat, Move, usize)> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, transition)?;
+    cx.load_queue(&mut chat).await?;
+    let index = chat
+        .queued
+        .iter()
+        .position(|q| q.id == queue_id)
+        .ok_or(StoreError::not_found("queued message"))?;
+    Ok((chat, mv, index))
+}
+
+pub(crate) async fn delete_queued(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    queue_id: QueueId,
+) -> Result<Chat> {
+    let (mut chat, mv, index) =
+        load_queued(cx, chat_id, queue_id, Transition::DeleteQueued).await?;
+    cx.ops.delete_queued(&queue_id.to_string()).await?;
+    chat.queued.remove(index);
+    cx.save(&mut chat, mv, true).await?;
+    Ok(chat)
+}
+
+pub(crate) async fn promote_queued(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    queue_id: QueueId,
+) -> Result<Chat> {
+    let (mut chat, mv, index) =
+        load_queued(cx, chat_id, queue_id, Transition::PromoteQueued).await?;
+    let mut item = chat.queued.remove(index);
+    item.position = chat
+        .queued
+        .first()
+        .map_or(item.position, |q| q.position.min(item.position) - 1);
+    cx.ops
+        .set_queued_position(&queue_id.to_string(), item.position)
+        .await?;
+    chat.queued.insert(0, item);
+    match chat.status {
+        ChatStatus::Running => chat.status = ChatStatus::Interrupting,
+        ChatStatus::Interrupting => {}
+        // Nothing is running: the promoted message starts now.
+        ChatStatus::Waiting | ChatStatus::Error | ChatStatus::RequiresAction => {
+            cx.answer_pending_with_errors(&mut chat, INTERRUPTED_BY_USER)
+                .await?;
+            cx.start_queue_head(&mut chat).await?;
+            chat.last_error = None;
+            chat.status = ChatStatus::Running;
+        }
+    }
+    cx.save(&mut chat, mv, true).await?;
+    Ok(chat)
+}
+
+pub(crate) async fn set_archived(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    archived: bool,
+) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let t = if archived {
+        Transition::Archive
+    } else {
+        Transition::Unarchive
+    };
+    let mv = check(&chat, t)?;
+    if chat.archived != archived {
+        chat.archived = archived;
+        cx.save(&mut chat, mv, false).await?;
+    }
+    cx.load_queue(&mut chat).await?;
+    Ok(chat)
+}
+
+pub(crate) async fn delete_chat(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<()> {
+    let mut chat = cx.load(chat_id).await?;
+    check(&chat, Transition::Delete)?;
+    cx.ops.delete_chat(&chat.id.to_string()).await?;
+    chat.version += 1;
+    cx.notice(&chat, true);
+    Ok(())
+}
+
+/// Asks for a compaction of an idle chat: it becomes runnable with the request flag set,
+/// and the worker that claims it only summarises the history.
+pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::RequestCompaction)?;
+    chat.status = ChatStatus::Running;
+    chat.compact_requested = true;
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    cx.save(&mut chat, mv, false).await?;
+    cx.load_queue(&mut chat).await?;
+    Ok(chat)
+}

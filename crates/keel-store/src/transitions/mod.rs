@@ -1,0 +1,428 @@
+//! The chat state machine: what every transition checks and writes.
+//!
+//! Each function runs inside one write transaction (opened and committed by
+//! the engine): it locks the chat row, checks the move against
+//! [`crate::status::allowed`], writes, bumps the snapshot version and records the change
+//! notice to publish after commit. Worker transitions are additionally fenced on the
+//! lease: the worker must own the chat at the history version it claimed.
+
+use std::collections::HashSet;
+use std::ops::RangeInclusive;
+
+use chrono::{DateTime, Utc};
+use keel_core::{ErrorKind, Part, Role};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::{Result, StoreError};
+use crate::ops::TxOps;
+use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols, from_json, ms, to_json};
+use crate::status::{ChatStatus, Transition, permits, target};
+use crate::types::{
+    Busy, ChangeNotice, Chat, ChatId, LastError, Lease, MessageId, MessageKind, NewChat,
+    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, SendOutcome,
+    StoreOptions, StoredMessage, ToolRecord, ToolResultInput,
+};
+
+/// The result given to pending client-side calls when the user interrupts.
+pub const INTERRUPTED_BY_USER: &str = "tool call was interrupted by the user";
+/// The result given to pending client-side calls whose deadline passed.
+pub const DEADLINE_PASSED: &str = "no tool result arrived before the deadline";
+/// The text of the visible record that a conversation was summarised.
+pub const COMPACTION_NOTICE: &str =
+    "The conversation so far was summarised to free space in the model's context.";
+
+/// Most chats one sweep (acquire, stale recovery, expiry) handles.
+const SWEEP_LIMIT: i64 = 100;
+
+/// One write transaction in progress.
+pub(crate) struct Ctx<'a> {
+    ops: &'a mut dyn TxOps,
+    opts: &'a StoreOptions,
+    now: DateTime<Utc>,
+    notices: Vec<ChangeNotice>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(ops: &'a mut dyn TxOps, opts: &'a StoreOptions) -> Self {
+        Self {
+            ops,
+            opts,
+            now: opts.clock.now(),
+            notices: Vec::new(),
+        }
+    }
+
+    pub fn into_notices(self) -> Vec<ChangeNotice> {
+        self.notices
+    }
+
+    async fn load(&mut self, id: ChatId) -> Result<Chat> {
+        self.ops
+            .lock_chat(&id.to_string())
+            .await?
+            .ok_or(StoreError::not_found("chat"))?
+            .into_chat()
+    }
+
+    async fn load_queue(&mut self, chat: &mut Chat) -> Result<()> {
+        chat.queued = self
+            .ops
+            .queue(&chat.id.to_string())
+            .await?
+            .into_iter()
+            .map(QueuedCols::into_queued)
+            .collect::<Result<_>>()?;
+        Ok(())
+    }
+
+    /// Writes the chat with a new snapshot version. A status or queue change is a chat
+    /// event and takes the next event sequence number.
+    async fn save(&mut self, chat: &mut Chat, mv: Move, queue_changed: bool) -> Result<()> {
+        self.stamp(chat, mv, queue_changed)?;
+        self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
+        self.notice(chat, false);
+        Ok(())
+    }
+
+    /// Checks the move's target against the state machine, then takes a new snapshot
+    /// version (and, for a status or queue change, the next event sequence number).
+    fn stamp(&self, chat: &mut Chat, mv: Move, queue_changed: bool) -> Result<()> {
+        if !permits(mv.transition, mv.from, chat.status) {
+            return Err(StoreError::IllegalMove {
+                transition: mv.transition,
+                from: mv.from,
+                to: chat.status,
+            });
+        }
+        chat.version += 1;
+        chat.updated_at = self.now;
+        if chat.status != mv.from || queue_changed {
+            chat.event_seq += 1;
+        }
+        Ok(())
+    }
+
+    fn notice(&mut self, chat: &Chat, deleted: bool) {
+        self.notices.push(ChangeNotice {
+            chat_id: chat.id,
+            version: chat.version,
+            status: chat.status,
+            history_version: chat.history_version,
+            event_seq: chat.event_seq,
+            deleted,
+        });
+    }
+
+    /// Appends a message to history with the next message id and event sequence number.
+    async fn insert_message(&mut self, chat: &mut Chat, msg: NewMessage) -> Result<StoredMessage> {
+        let stored = self.next_message(chat, msg)?;
+        self.ops
+            .insert_messages(&[MessageCols::from_message(&stored)?])
+            .await?;
+        Ok(stored)
+    }
+
+    /// Numbers a new message (next message id, next event sequence) without writing it.
+    fn next_message(&self, chat: &mut Chat, msg: NewMessage) -> Result<StoredMessage> {
+        let role = msg
+            .role
+            .ok_or_else(|| StoreError::invalid("a committed message needs a role"))?;
+        chat.last_message_id += 1;
+        chat.event_seq += 1;
+        let stored = StoredMessage {
+            id: chat.last_message_id,
+            chat_id: chat.id,
+            role,
+            parts: msg.parts,
+            content_version: 1,
+            usage: msg.usage,
+            context_limit: msg.context_limit,
+            runtime_ms: msg.runtime_ms,
+            interrupted: msg.interrupted,
+            provider_response_id: msg.provider_response_id,
+            event_seq: chat.event_seq,
+            created_at: self.now,
+            kind: msg.kind,
+        };
+        Ok(stored)
+    }
+
+    async fn insert_user(&mut self, chat: &mut Chat, parts: Vec<Part>) -> Result<MessageId> {
+        Ok(self
+            .insert_message(chat, NewMessage::new(Role::User, parts))
+            .await?
+            .id)
+    }
+
+    /// Answers every pending client-side call with an error result and leaves nothing
+    /// pending.
+    async fn answer_pending_with_errors(&mut self, chat: &mut Chat, reason: &str) -> Result<()> {
+        let pending = std::mem::take(&mut chat.pending_tool_calls);
+        chat.pending_deadline = None;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let now = self.now;
+        let parts = pending
+            .iter()
+            .map(|c| {
+                Part::tool_result(
+                    &c.tool_call_id,
+                    &c.tool_name,
+                    Value::String(reason.to_owned()),
+                    true,
+                    false,
+                )
+                .at(now)
+            })
+            .collect();
+        self.insert_message(chat, NewMessage::new(Role::Tool, parts))
+            .await?;
+        Ok(())
+    }
+
+    /// Moves the queue head into history as the next user message.
+    async fn start_queue_head(&mut self, chat: &mut Chat) -> Result<Option<MessageId>> {
+        self.load_queue(chat).await?;
+        if chat.queued.is_empty() {
+            return Ok(None);
+        }
+        let head = chat.queued.remove(0);
+        self.ops.delete_queued(&head.id.to_string()).await?;
+        Ok(Some(self.insert_user(chat, head.parts).await?))
+    }
+
+    /// After the pending calls of a `requires_action` chat were answered: the queue head
+    /// runs next (`running`, unowned, for any worker to claim), else the chat waits.
+    /// Returns whether the queue changed.
+    async fn next_or_idle(&mut self, chat: &mut Chat) -> Result<bool> {
+        if self.start_queue_head(chat).await?.is_some() {
+            chat.status = ChatStatus::Running;
+            chat.last_error = None;
+            chat.worker_id = None;
+            chat.lease_expires_at = None;
+            Ok(true)
+        } else {
+            chat.status = ChatStatus::Waiting;
+            Ok(false)
+        }
+    }
+
+    async fn enqueue(
+        &mut self,
+        chat: &mut Chat,
+        parts: Vec<Part>,
+        at_head: bool,
+    ) -> Result<QueueId> {
+        self.load_queue(chat).await?;
+        if chat.queued.len() >= self.opts.max_queue {
+            return Err(StoreError::QueueFull {
+                limit: self.opts.max_queue,
+            });
+        }
+        let position = if at_head {
+            chat.queued.first().map_or(0, |q| q.position - 1)
+        } else {
+            chat.queued.last().map_or(0, |q| q.position + 1)
+        };
+        let queued = QueuedMessage {
+            id: Uuid::new_v4(),
+            chat_id: chat.id,
+            position,
+            parts,
+            created_at: self.now,
+        };
+        self.ops
+            .insert_queued(&QueuedCols::from_queued(&queued)?)
+            .await?;
+        let id = queued.id;
+        if at_head {
+            chat.queued.insert(0, queued);
+        } else {
+            chat.queued.push(queued);
+        }
+        Ok(id)
+    }
+
+    fn renewed_lease(&self, chat: &mut Chat, worker_id: &str) -> Lease {
+        let expires_at = self.now + self.opts.lease_ttl;
+        chat.worker_id = Some(worker_id.to_owned());
+        chat.lease_expires_at = Some(expires_at);
+        Lease {
+            chat_id: chat.id,
+            status: chat.status,
+            worker_id: worker_id.to_owned(),
+            history_version: chat.history_version,
+            expires_at,
+        }
+    }
+
+    async fn idem_lookup<T: DeserializeOwned>(
+        &mut self,
+        user: &str,
+        key: &str,
+    ) -> Result<Option<T>> {
+        let since = ms(self.now - self.opts.idempotency_ttl);
+        match self.ops.idem_get(user, key, since).await? {
+            Some(resp) => Ok(Some(from_json("idempotency_keys.response", &resp)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn idem_remember<T: Serialize>(
+        &mut self,
+        user: &str,
+        key: &str,
+        value: &T,
+    ) -> Result<()> {
+        let resp = to_json("idempotency_keys.response", value)?;
+        let expired_before = ms(self.now - self.opts.idempotency_ttl);
+        if self
+            .ops
+            .idem_put(user, key, &resp, ms(self.now), expired_before)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(StoreError::IdempotencyInProgress)
+        }
+    }
+}
+
+/// A transition under way from a status the state machine allows; [`Ctx::save`] checks
+/// its target before anything is written.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Move {
+    transition: Transition,
+    from: ChatStatus,
+}
+
+/// Starts `transition` on a loaded chat, or a typed conflict when its status forbids it.
+fn check(chat: &Chat, transition: Transition) -> Result<Move> {
+    if let Some(mv) = may(chat, transition) {
+        Ok(mv)
+    } else {
+        Err(StoreError::Conflict {
+            status: chat.status,
+            transition,
+        })
+    }
+}
+
+/// Starts `transition` if the chat's status allows it (sweeps skip the chats it does not
+/// apply to).
+fn may(chat: &Chat, transition: Transition) -> Option<Move> {
+    target(transition, chat.status).map(|_| Move {
+        transition,
+        from: chat.status,
+    })
+}
+
+/// The worker must own the chat at the history version it claimed. `interrupted_persist`
+/// also lets the partial output of an interrupted step in while the chat is
+/// `interrupting` and was released: the user asked to stop, not to lose what was said.
+fn fence(chat: &Chat, lease: &Lease, interrupted_persist: bool) -> Result<()> {
+    if chat.history_version != lease.history_version {
+        return Err(StoreError::Fenced {
+            chat_id: chat.id,
+            expected: lease.history_version,
+            actual: chat.history_version,
+        });
+    }
+    match &chat.worker_id {
+        Some(owner) if *owner == lease.worker_id => Ok(()),
+        None if interrupted_persist && chat.status == ChatStatus::Interrupting => Ok(()),
+        _ => Err(StoreError::LostOwnership {
+            chat_id: chat.id,
+            worker_id: lease.worker_id.clone(),
+        }),
+    }
+}
+
+/// Rejects empty or oversize user content.
+pub(crate) fn check_content(opts: &StoreOptions, parts: &[Part]) -> Result<()> {
+    if parts.is_empty() {
+        return Err(StoreError::invalid("a message needs at least one part"));
+    }
+    check_size(opts, parts)
+}
+
+fn check_size<T: Serialize + ?Sized>(opts: &StoreOptions, value: &T) -> Result<()> {
+    let size = to_json("content", value)?.len();
+    if size > opts.max_content_bytes {
+        return Err(StoreError::invalid(format!(
+            "content is {size} bytes, more than the limit of {}",
+            opts.max_content_bytes
+        )));
+    }
+    Ok(())
+}
+
+fn create_key(key: &str) -> String {
+    format!("create:{key}")
+}
+
+fn send_key(chat: ChatId, key: &str) -> String {
+    format!("send:{chat}:{key}")
+}
+
+/// How far the event sequence jumps when a chat is taken from an owner that died, lost its
+/// lease or gave it back (shutdown, database failure). That owner may have sent clients numbered parts its log never received (they
+/// wait up to one batch window); the next owner numbers above all of them, so a client
+/// resuming from such a number misses nothing. No step streams a million parts between two
+/// flushes of its log.
+pub const RECOVERY_SEQ_GAP: i64 = 1_000_000;
+
+fn skip_unflushed_numbers(chat: &mut Chat) {
+    chat.event_seq = chat.event_seq.saturating_add(RECOVERY_SEQ_GAP);
+}
+
+// ---- writes outside the state machine
+
+pub(crate) async fn delete_checkpoint(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<()> {
+    cx.ops.delete_checkpoint(&chat_id.to_string()).await
+}
+
+pub(crate) async fn upsert_user(cx: &mut Ctx<'_>, name: &str, token_sha256: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(StoreError::invalid("a user needs a name"));
+    }
+    cx.ops.insert_user(name, token_sha256, ms(cx.now)).await
+}
+
+pub(crate) async fn remove_user(cx: &mut Ctx<'_>, name: &str) -> Result<bool> {
+    cx.ops.delete_user(name).await
+}
+
+/// Names `chat` for `owner` unless the name is taken (it is never moved to another chat);
+/// the chat the name stands for afterwards.
+pub(crate) async fn claim_alias(
+    cx: &mut Ctx<'_>,
+    owner: &str,
+    alias: &str,
+    chat: ChatId,
+) -> Result<ChatId> {
+    if alias.is_empty() {
+        return Err(StoreError::invalid("a chat alias must not be empty"));
+    }
+    cx.ops
+        .alias_insert(owner, alias, &chat.to_string(), ms(cx.now))
+        .await?;
+    let named = cx
+        .ops
+        .alias_get(owner, alias)
+        .await?
+        .ok_or(StoreError::not_found("chat alias"))?;
+    crate::rows::uuid("chat_aliases.chat_id", &named)
+}
+
+mod api;
+mod sweep;
+mod worker;
+
+pub(crate) use api::*;
+pub(crate) use sweep::*;
+pub(crate) use worker::*;

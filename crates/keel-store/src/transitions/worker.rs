@@ -1,0 +1,345 @@
+//! Transitions the worker holding a chat's lease starts: claim, renew, write, end.
+
+use super::*;
+
+pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> Result<Vec<Lease>> {
+    let limit = i64::try_from(limit).unwrap_or(SWEEP_LIMIT).min(SWEEP_LIMIT);
+    let ids = cx.ops.claimable_chats(ms(cx.now), limit).await?;
+    let mut leases = Vec::with_capacity(ids.len());
+    for id in ids {
+        let Some(cols) = cx.ops.lock_chat(&id).await? else {
+            continue;
+        };
+        let mut chat = cols.into_chat()?;
+        let lease_live = chat.lease_expires_at.is_some_and(|t| t >= cx.now);
+        let Some(mv) = may(&chat, Transition::Acquire) else {
+            continue;
+        };
+        if chat.worker_id.is_some() && lease_live {
+            continue;
+        }
+        // Each acquisition gets an owner token of its own: a run of this same worker that
+        // lost the lease (say, its renewal came late and the chat was claimed again) is
+        // fenced out instead of writing beside the new run.
+        if chat.worker_id.is_some() {
+            skip_unflushed_numbers(&mut chat);
+        }
+        let owner = format!("{worker_id}.{}", Uuid::new_v4().simple());
+        let lease = cx.renewed_lease(&mut chat, &owner);
+        cx.save(&mut chat, mv, false).await?;
+        leases.push(lease);
+    }
+    Ok(leases)
+}
+
+pub(crate) async fn renew_lease(cx: &mut Ctx<'_>, lease: &Lease) -> Result<Lease> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    let mv = check(&chat, Transition::RenewLease)?;
+    let renewed = cx.renewed_lease(&mut chat, &lease.worker_id);
+    cx.save(&mut chat, mv, false).await?;
+    Ok(renewed)
+}
+
+/// Appends to the live-part log. Not a snapshot change: the version stays, only the
+/// event sequence advances (one number per entry).
+pub(crate) async fn append_live_parts(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    payloads: &[Value],
+) -> Result<RangeInclusive<i64>> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    check(&chat, Transition::AppendLiveParts)?;
+    let first = chat.event_seq + 1;
+    let count = i64::try_from(payloads.len())
+        .map_err(|_| StoreError::invalid("too many live parts in one batch"))?;
+    let last = first + count - 1;
+    if payloads.is_empty() {
+        return Ok(first..=last);
+    }
+    // One row per batch: a single JSON array is far cheaper to write than a row per part.
+    let json = to_json("live_parts.payloads", payloads)?;
+    let id = chat.id.to_string();
+    cx.ops.append_live(&id, first, last, &json).await?;
+    chat.event_seq = last;
+    cx.ops.set_event_seq(&id, last).await?;
+    cx.notice(&chat, false);
+    Ok(first..=last)
+}
+
+/// Appends live parts the worker numbered itself. Each run of consecutive numbers is one
+/// batch row; the event sequence advances past the highest number.
+pub(crate) async fn append_live_entries(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    entries: &[crate::types::LiveEntry],
+) -> Result<()> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    check(&chat, Transition::AppendLiveParts)?;
+    let id = chat.id.to_string();
+    let mut start = 0;
+    while start < entries.len() {
+        let mut end = start + 1;
+        while end < entries.len() && entries[end].seq == entries[end - 1].seq + 1 {
+            end += 1;
+        }
+        let run = &entries[start..end];
+        let payloads: Vec<&Value> = run.iter().map(|e| &e.payload).collect();
+        let json = to_json("live_parts.payloads", &payloads)?;
+        cx.ops
+            .append_live(&id, run[0].seq, run[run.len() - 1].seq, &json)
+            .await?;
+        start = end;
+    }
+    let last = entries
+        .iter()
+        .map(|e| e.seq)
+        .max()
+        .unwrap_or(chat.event_seq);
+    if last > chat.event_seq {
+        chat.event_seq = last;
+        cx.ops.set_event_seq(&id, last).await?;
+    }
+    Ok(())
+}
+
+/// Commits a step's messages and voids the live-part log in the same transaction.
+pub(crate) async fn commit_step(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    messages: Vec<NewMessage>,
+) -> Result<Vec<MessageId>> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    let interrupted = messages.iter().any(|m| m.interrupted);
+    fence(&chat, lease, interrupted)?;
+    let mv = check(&chat, Transition::CommitStep)?;
+    if messages.iter().any(|m| m.role.is_none()) {
+        return Err(StoreError::invalid("a committed message needs a role"));
+    }
+    let mut ids = Vec::with_capacity(messages.len());
+    let mut rows = Vec::with_capacity(messages.len());
+    for m in messages {
+        let stored = cx.next_message(&mut chat, m)?;
+        ids.push(stored.id);
+        rows.push(MessageCols::from_message(&stored)?);
+    }
+    cx.stamp(&mut chat, mv, false)?;
+    cx.ops
+        .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
+        .await?;
+    // Tool records only serve to resume the step in progress; once its results are
+    // committed, a record could only be mistaken for a later call's.
+    cx.ops.clear_tool_records(&chat.id.to_string()).await?;
+    cx.notice(&chat, false);
+    Ok(ids)
+}
+
+/// Commits a summary boundary and the visible notice that the conversation was
+/// summarised, clearing the live-part log the summary streamed into.
+pub(crate) async fn commit_summary(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    summary: NewSummary,
+) -> Result<Vec<MessageId>> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    let mv = check(&chat, Transition::CommitSummary)?;
+    if summary.text.trim().is_empty() {
+        return Err(StoreError::invalid("a summary needs text"));
+    }
+    let messages = [
+        NewMessage {
+            usage: Some(summary.usage),
+            context_limit: summary.context_limit,
+            kind: MessageKind::Summary,
+            ..NewMessage::new(Role::Assistant, vec![Part::text(summary.text)])
+        },
+        NewMessage {
+            kind: MessageKind::CompactionNotice,
+            ..NewMessage::new(Role::System, vec![Part::text(COMPACTION_NOTICE)])
+        },
+    ];
+    let mut ids = Vec::with_capacity(messages.len());
+    let mut rows = Vec::with_capacity(messages.len());
+    for m in messages {
+        let stored = cx.next_message(&mut chat, m)?;
+        ids.push(stored.id);
+        rows.push(MessageCols::from_message(&stored)?);
+    }
+    chat.compact_requested = false;
+    cx.stamp(&mut chat, mv, false)?;
+    cx.ops
+        .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
+        .await?;
+    cx.notice(&chat, false);
+    Ok(ids)
+}
+
+pub(crate) async fn record_tool(cx: &mut Ctx<'_>, lease: &Lease, record: ToolRecord) -> Result<()> {
+    let chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    check(&chat, Transition::RecordTool)?;
+    if record.chat_id != chat.id {
+        return Err(StoreError::invalid("tool record of another chat"));
+    }
+    cx.ops
+        .upsert_tool_record(&ToolRecordCols::from_record(&record)?)
+        .await
+}
+
+pub(crate) async fn set_retry_state(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    state: Option<Value>,
+) -> Result<()> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    let mv = check(&chat, Transition::SetRetryState)?;
+    chat.retry_state = state;
+    cx.save(&mut chat, mv, false).await
+}
+
+/// Ends a run: the queue head starts next (same worker, chat stays `running`), or the
+/// chat goes `waiting` and is released.
+async fn end_run(cx: &mut Ctx<'_>, lease: &Lease, transition: Transition) -> Result<Next> {
+    let chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    let mv = check(&chat, transition)?;
+    end_loaded_run(cx, chat, mv, lease).await
+}
+
+/// Ends the run of a loaded, fenced chat: the live-part log and checkpoint are void, and the
+/// queue head starts the next run, or the chat waits.
+async fn end_loaded_run(cx: &mut Ctx<'_>, mut chat: Chat, mv: Move, lease: &Lease) -> Result<Next> {
+    let id = chat.id.to_string();
+    cx.ops.clear_live(&id).await?;
+    cx.ops.delete_checkpoint(&id).await?;
+    chat.retry_state = None;
+    chat.compact_requested = false;
+    let next = match cx.start_queue_head(&mut chat).await? {
+        Some(message_id) => {
+            chat.status = ChatStatus::Running;
+            Next::Continue {
+                lease: cx.renewed_lease(&mut chat, &lease.worker_id),
+                message_id,
+            }
+        }
+        None => {
+            chat.status = ChatStatus::Waiting;
+            chat.worker_id = None;
+            chat.lease_expires_at = None;
+            Next::Idle
+        }
+    };
+    let queue_changed = matches!(next, Next::Continue { .. });
+    cx.save(&mut chat, mv, queue_changed).await?;
+    Ok(next)
+}
+
+pub(crate) async fn finish_interruption(cx: &mut Ctx<'_>, lease: &Lease) -> Result<Next> {
+    end_run(cx, lease, Transition::FinishInterruption).await
+}
+
+pub(crate) async fn finish_run(cx: &mut Ctx<'_>, lease: &Lease) -> Result<Next> {
+    end_run(cx, lease, Transition::FinishRun).await
+}
+
+pub(crate) async fn fail_run(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    kind: ErrorKind,
+    message: String,
+) -> Result<()> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    let mv = check(&chat, Transition::FailRun)?;
+    cx.ops.clear_live(&chat.id.to_string()).await?;
+    chat.status = ChatStatus::Error;
+    chat.compact_requested = false;
+    chat.last_error = Some(LastError { kind, message });
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    chat.retry_state = None;
+    cx.save(&mut chat, mv, false).await
+}
+
+/// The step ended with client-side tool calls. Normally the chat waits for their results;
+/// when the user interrupted meanwhile, the calls are answered as interrupted at once (as an
+/// interrupt of a `requires_action` chat would) and the run ends like any interrupted one.
+pub(crate) async fn enter_requires_action(
+    cx: &mut Ctx<'_>,
+    lease: &Lease,
+    calls: Vec<PendingToolCall>,
+    deadline: Option<DateTime<Utc>>,
+) -> Result<Next> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    let mv = check(&chat, Transition::EnterRequiresAction)?;
+    if calls.is_empty() {
+        return Err(StoreError::invalid(
+            "requires_action needs pending tool calls",
+        ));
+    }
+    if chat.status == ChatStatus::Interrupting {
+        chat.pending_tool_calls = calls;
+        cx.answer_pending_with_errors(&mut chat, INTERRUPTED_BY_USER)
+            .await?;
+        return end_loaded_run(cx, chat, mv, lease).await;
+    }
+    chat.status = ChatStatus::RequiresAction;
+    chat.pending_tool_calls = calls;
+    chat.pending_deadline = deadline;
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    chat.retry_state = None;
+    cx.save(&mut chat, mv, false).await?;
+    Ok(Next::Idle)
+}
+
+/// The worker stops without finishing: the chat stays runnable and unowned, so another
+/// worker (or this one after a restart) picks it up at once.
+pub(crate) async fn release_on_shutdown(cx: &mut Ctx<'_>, lease: &Lease) -> Result<()> {
+    let mut chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    let mv = check(&chat, Transition::ReleaseOnShutdown)?;
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    // A run released after a database failure may have sent parts its log never got.
+    skip_unflushed_numbers(&mut chat);
+    cx.save(&mut chat, mv, false).await
+}
+
+/// A checkpoint as stored: the loop's data plus the step it belongs to, so that one written
+/// late (after its step was committed) is never taken for the next step's.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct StoredCheckpoint {
+    /// The chat's last message when it was written: the step it belongs to starts after it.
+    after_message: MessageId,
+    history_version: i64,
+    data: Value,
+}
+
+impl StoredCheckpoint {
+    /// The data, if it belongs to the chat's step in progress.
+    pub(crate) fn current_for(self, chat: &Chat) -> Option<Value> {
+        (self.after_message == chat.last_message_id && self.history_version == chat.history_version)
+            .then_some(self.data)
+    }
+}
+
+pub(crate) async fn put_checkpoint(cx: &mut Ctx<'_>, lease: &Lease, data: Value) -> Result<()> {
+    let chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    check(&chat, Transition::PutCheckpoint)?;
+    let stored = StoredCheckpoint {
+        after_message: chat.last_message_id,
+        history_version: chat.history_version,
+        data,
+    };
+    let json = to_json("checkpoints.data", &stored)?;
+    cx.ops
+        .put_checkpoint(&chat.id.to_string(), &json, ms(cx.now))
+        .await
+}

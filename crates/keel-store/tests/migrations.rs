@@ -1,0 +1,174 @@
+//! Migrations are append-only: a shipped file never changes, and a database created by the
+//! first released schema upgrades to the current one with its chats intact.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use keel_core::{Part, PartKind, Role};
+use keel_store::{Busy, ChatStatus, SendOutcome};
+use sha2::{Digest, Sha256};
+use sqlx::Connection;
+use sqlx::migrate::Migrator;
+
+/// Every migration file that shipped, with its SHA-256. A released file is never edited:
+/// a database that applied it would not get the change (and sqlx refuses to start on a
+/// changed checksum). A schema change is a new file with the next number, recorded here
+/// when it ships.
+const SHIPPED: &[(&str, &str)] = &[
+    (
+        "postgres/0001_initial.sql",
+        "8139a923498fb75c0494611b6dda54f05847c8493f8fca2a8b093bd184805a9b",
+    ),
+    (
+        "postgres/0002_compaction.sql",
+        "b4e720ffbbce29765a043bd77a742d774e962d467b39e31e81ac95c5481933d0",
+    ),
+    (
+        "sqlite/0001_initial.sql",
+        "2ea8aa720d893a6e224236a93ef0df0d4ffe1f5fcc98f8ee3b13ba6ab903fef2",
+    ),
+    (
+        "sqlite/0002_compaction.sql",
+        "b4e720ffbbce29765a043bd77a742d774e962d467b39e31e81ac95c5481933d0",
+    ),
+];
+
+fn migrations_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+}
+
+#[test]
+fn shipped_migrations_never_change() {
+    for (file, sha) in SHIPPED {
+        let bytes = std::fs::read(migrations_dir().join(file))
+            .unwrap_or_else(|e| panic!("shipped migration {file} is gone: {e}"));
+        let actual: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            &actual, sha,
+            "{file} shipped and must not change; put the change in a new migration"
+        );
+    }
+}
+
+#[test]
+fn new_migrations_come_after_the_shipped_ones() {
+    for backend in ["postgres", "sqlite"] {
+        let last_shipped = SHIPPED
+            .iter()
+            .filter_map(|(f, _)| f.strip_prefix(&format!("{backend}/")))
+            .max()
+            .unwrap()
+            .to_owned();
+        for entry in std::fs::read_dir(migrations_dir().join(backend)).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            let shipped = SHIPPED
+                .iter()
+                .any(|(f, _)| *f == format!("{backend}/{name}"));
+            assert!(
+                shipped || name > last_shipped,
+                "{backend}/{name} is inserted before the shipped {last_shipped}: migrations only append"
+            );
+        }
+    }
+}
+
+/// A connection to a database of either backend, as the first release left it.
+enum Conn {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl Conn {
+    /// Connects and applies only the first released migration.
+    async fn first_release(url: &str, migrator: &Migrator) -> Conn {
+        let first = Migrator {
+            migrations: Cow::Owned(migrator.migrations[..1].to_vec()),
+            ..Migrator::DEFAULT
+        };
+        if url.starts_with("sqlite:") {
+            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+            first.run(&mut conn).await.unwrap();
+            Conn::Sqlite(conn)
+        } else {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            first.run(&mut conn).await.unwrap();
+            Conn::Postgres(conn)
+        }
+    }
+
+    async fn execute(&mut self, sql: &str) {
+        match self {
+            Conn::Sqlite(conn) => sqlx::raw_sql(sql).execute(conn).await.map(|_| ()),
+            Conn::Postgres(conn) => sqlx::raw_sql(sql).execute(conn).await.map(|_| ()),
+        }
+        .unwrap();
+    }
+}
+
+/// A waiting chat with a question and its answer, in the first release's columns.
+fn a_chat_of_the_first_release(id: &str) -> String {
+    let user = serde_json::to_string(&vec![Part::text("question")]).unwrap();
+    let reply = serde_json::to_string(&vec![Part::text("answer")]).unwrap();
+    format!(
+        "INSERT INTO chats (id, owner, model, status, archived, version, history_version, \
+         event_seq, last_message_id, created_at, updated_at) \
+         VALUES ('{id}', 'alice', 'm', 'waiting', FALSE, 3, 1, 2, 2, 1000, 1000); \
+         INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
+         event_seq, created_at) VALUES \
+         ('{id}', 1, 'user', '{user}', 1, FALSE, 1, 1000), \
+         ('{id}', 2, 'assistant', '{reply}', 1, FALSE, 2, 1000);"
+    )
+}
+
+async fn upgrade_and_continue(url: &str, migrator: &Migrator) {
+    let mut conn = Conn::first_release(url, migrator).await;
+    let id = uuid::Uuid::new_v4();
+    conn.execute(&a_chat_of_the_first_release(&id.to_string()))
+        .await;
+    drop(conn);
+
+    let store = keel_store::open(url).await.unwrap();
+    let chat = store.get_chat(id).await.unwrap();
+    assert_eq!(chat.status, ChatStatus::Waiting);
+    assert!(!chat.compact_requested);
+    let messages = store.list_messages(id, None).await.unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[1].role, Role::Assistant);
+    assert!(matches!(&messages[1].parts[0].kind, PartKind::Text { text } if text == "answer"));
+    let outcome = store
+        .send_message(id, vec![Part::text("more")], Busy::Queue, None)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, SendOutcome::Started { message_id: 3 }));
+}
+
+#[tokio::test]
+async fn a_sqlite_database_of_the_first_release_upgrades() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/keel.db?mode=rwc", dir.path().display());
+    upgrade_and_continue(&url, &sqlx::migrate!("./migrations/sqlite")).await;
+}
+
+#[tokio::test]
+async fn a_postgres_database_of_the_first_release_upgrades() {
+    let Ok(base) = std::env::var("KEEL_TEST_DATABASE_URL") else {
+        eprintln!("KEEL_TEST_DATABASE_URL is unset: skipping the PostgreSQL upgrade");
+        return;
+    };
+    let name = format!("keel_upgrade_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let (prefix, _) = base.rsplit_once('/').unwrap();
+    let url = format!("{prefix}/{name}");
+    upgrade_and_continue(&url, &sqlx::migrate!("./migrations/postgres")).await;
+    let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await;
+}

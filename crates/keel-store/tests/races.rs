@@ -1,0 +1,315 @@
+//! Two things at once, on both backends: queues behind client-side calls, stale writers,
+//! edits of owned chats, interrupts seen through renewals, and what the sweeper purges.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use keel_core::{ErrorKind, Part, Role};
+use keel_store::{
+    Busy, ChatStatus, Clock, Lease, NewChat, NewMessage, PendingToolCall, SendOutcome, StoreError,
+    ToolRecord, ToolState,
+};
+use serde_json::json;
+
+both_backends!(
+    interrupting_a_chat_waiting_for_client_tools_runs_its_queue_head,
+    an_expired_client_call_runs_the_queue_head,
+    a_send_behind_a_stranded_queue_runs_after_it,
+    a_renewal_reports_the_chats_status,
+    a_checkpoint_from_an_earlier_step_is_never_loaded,
+    a_run_that_lost_its_lease_cannot_checkpoint_or_start_tools,
+    an_edit_of_an_owned_chat_numbers_above_its_unflushed_parts,
+    old_idempotency_keys_and_finished_tool_records_are_purged,
+);
+
+/// Claims `chat` and leaves it `requires_action` with one pending call `c1`.
+async fn waiting_for_a_client_call(db: &TestDb, chat: keel_store::ChatId) -> Lease {
+    let s = &db.store;
+    let lease = claim(s, "w", chat).await;
+    s.commit_step(
+        &lease,
+        vec![NewMessage::new(
+            Role::Assistant,
+            vec![Part::tool_call("c1", "pick", "{}", false)],
+        )],
+    )
+    .await
+    .unwrap();
+    let call = PendingToolCall {
+        tool_call_id: "c1".into(),
+        tool_name: "pick".into(),
+        args: "{}".into(),
+    };
+    s.enter_requires_action(
+        &lease,
+        vec![call],
+        Some(db.clock.now() + chrono::Duration::minutes(1)),
+    )
+    .await
+    .unwrap();
+    lease
+}
+
+fn user_texts(messages: &[keel_store::StoredMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| {
+            m.parts
+                .iter()
+                .filter_map(|p| match &p.kind {
+                    keel_core::PartKind::Text { text } => Some(text.clone()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+async fn interrupting_a_chat_waiting_for_client_tools_runs_its_queue_head(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    waiting_for_a_client_call(&db, chat.id).await;
+    assert!(matches!(
+        send(s, chat.id, "queued", Busy::Queue).await,
+        SendOutcome::Queued { .. }
+    ));
+    let c = s.interrupt(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Running, "the queued message runs");
+    assert!(c.queued.is_empty());
+    assert_eq!(c.worker_id, None, "any worker claims it");
+    let messages = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(user_texts(&messages), ["hi", "queued"]);
+    // The call's error result comes before the queued message.
+    assert_eq!(messages[2].role, Role::Tool);
+    claim(s, "w2", chat.id).await;
+}
+
+async fn an_expired_client_call_runs_the_queue_head(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    waiting_for_a_client_call(&db, chat.id).await;
+    send(s, chat.id, "first", Busy::Queue).await;
+    send(s, chat.id, "second", Busy::Queue).await;
+    db.clock.advance(hours(1));
+    assert_eq!(s.expire_pending_actions().await.unwrap(), vec![chat.id]);
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Running);
+    assert_eq!(c.queued.len(), 1);
+    let messages = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(user_texts(&messages), ["hi", "first"]);
+}
+
+async fn a_send_behind_a_stranded_queue_runs_after_it(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w", chat.id).await;
+    send(s, chat.id, "queued", Busy::Queue).await;
+    s.fail_run(&lease, ErrorKind::InvalidRequest, "bad".into())
+        .await
+        .unwrap();
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!((c.status, c.queued.len()), (ChatStatus::Error, 1));
+
+    let outcome = send(s, chat.id, "later", Busy::Queue).await;
+    assert!(matches!(outcome, SendOutcome::Queued { .. }), "{outcome:?}");
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Running);
+    assert_eq!(c.queued.len(), 1);
+    assert_eq!(c.queued[0].parts, text("later"));
+    let messages = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(user_texts(&messages), ["hi", "queued"]);
+}
+
+async fn a_renewal_reports_the_chats_status(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w", chat.id).await;
+    assert_eq!(lease.status, ChatStatus::Running);
+    assert_eq!(
+        s.renew_lease(&lease).await.unwrap().status,
+        ChatStatus::Running
+    );
+    s.interrupt(chat.id).await.unwrap();
+    assert_eq!(
+        s.renew_lease(&lease).await.unwrap().status,
+        ChatStatus::Interrupting
+    );
+}
+
+async fn a_checkpoint_from_an_earlier_step_is_never_loaded(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w", chat.id).await;
+    s.put_checkpoint(&lease, json!({"text": "step one"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_checkpoint(chat.id).await.unwrap(),
+        Some(json!({"text": "step one"}))
+    );
+    s.commit_step(&lease, vec![assistant("step one")])
+        .await
+        .unwrap();
+    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
+    // A checkpoint write that raced the commit lands after it: still not the next step's.
+    s.put_checkpoint(&lease, json!({"text": "late"}))
+        .await
+        .unwrap();
+    s.commit_step(&lease, vec![assistant("step two")])
+        .await
+        .unwrap();
+    s.finish_run(&lease).await.unwrap();
+    send(s, chat.id, "again", Busy::Queue).await;
+    claim(s, "w2", chat.id).await;
+    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
+}
+
+async fn a_run_that_lost_its_lease_cannot_checkpoint_or_start_tools(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let stale = claim(s, "old", chat.id).await;
+    db.clock.advance(hours(1));
+    claim(s, "new", chat.id).await;
+    let err = s
+        .put_checkpoint(&stale, json!({"text": "foreign"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    let record = ToolRecord {
+        chat_id: chat.id,
+        tool_call_id: "c1".into(),
+        tool_name: "bash".into(),
+        args: "{}".into(),
+        state: ToolState::Started,
+        result: None,
+        is_error: false,
+        started_at: db.clock.now(),
+        finished_at: None,
+    };
+    let err = s.record_tool(&stale, record).await.unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
+    assert!(s.tool_records(chat.id).await.unwrap().is_empty());
+}
+
+async fn an_edit_of_an_owned_chat_numbers_above_its_unflushed_parts(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w", chat.id).await;
+    let seq = s.get_chat(chat.id).await.unwrap().event_seq;
+    // The owner sent clients parts numbered above `seq` that its log never received.
+    let user = s.list_messages(chat.id, None).await.unwrap()[0].id;
+    let edited = s.edit_message(chat.id, user, text("edited")).await.unwrap();
+    assert!(
+        edited.event_seq > seq + keel_store::RECOVERY_SEQ_GAP,
+        "{} after {seq}",
+        edited.event_seq
+    );
+    let message = &s.messages_after_seq(chat.id, seq).await.unwrap()[0];
+    assert!(message.event_seq > seq + keel_store::RECOVERY_SEQ_GAP);
+    assert!(s.renew_lease(&lease).await.is_err());
+}
+
+async fn old_idempotency_keys_and_finished_tool_records_are_purged(db: TestDb) {
+    let s = &db.store;
+    let first = s
+        .create_chat(NewChat {
+            owner: "alice".into(),
+            model: "m".into(),
+            parts: text("hi"),
+            idempotency_key: Some("k".into()),
+            ..NewChat::default()
+        })
+        .await
+        .unwrap();
+    let lease = claim(s, "w", first.id).await;
+    let record = ToolRecord {
+        chat_id: first.id,
+        tool_call_id: "c1".into(),
+        tool_name: "bash".into(),
+        args: "{}".into(),
+        state: ToolState::Finished,
+        result: Some(json!("ok")),
+        is_error: false,
+        started_at: db.clock.now(),
+        finished_at: Some(db.clock.now()),
+    };
+    s.record_tool(&lease, record).await.unwrap();
+    db.clock.advance(hours(25));
+    // A running chat keeps its records: its run may resume from them.
+    assert_eq!(s.purge_tool_records().await.unwrap(), 0);
+    s.commit_step(&lease, vec![assistant("done")])
+        .await
+        .unwrap();
+    s.finish_run(&lease).await.unwrap();
+    assert_eq!(s.purge_tool_records().await.unwrap(), 1);
+    assert!(s.tool_records(first.id).await.unwrap().is_empty());
+    assert_eq!(s.purge_idempotency_keys().await.unwrap(), 1);
+    assert_eq!(s.purge_idempotency_keys().await.unwrap(), 0);
+}
+
+/// A fresh PostgreSQL database of its own (so its connections can be told apart), or
+/// `None` when no server is configured.
+async fn own_postgres_database() -> Option<(String, String)> {
+    let Ok(base) = std::env::var("KEEL_TEST_DATABASE_URL") else {
+        eprintln!("KEEL_TEST_DATABASE_URL is unset: skipping");
+        return None;
+    };
+    use sqlx::Connection;
+    let name = format!("keel_listen_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let (prefix, _) = base.rsplit_once('/').unwrap();
+    Some((format!("{prefix}/{name}"), name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listen_connection_tells_subscribers_to_resync() {
+    use futures::StreamExt;
+    use keel_store::RemoteNotice;
+    use sqlx::Connection;
+    let Some((url, name)) = own_postgres_database().await else {
+        return;
+    };
+    let replica = keel_store::open(&url).await.unwrap();
+    let other = keel_store::open(&url).await.unwrap();
+    let mut remote = replica.subscribe_remote().await.unwrap();
+
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    let killed: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = $1 AND query LIKE 'LISTEN%'",
+    )
+    .bind(&name)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(killed.len(), 1, "one LISTEN connection per process");
+
+    let wait = std::time::Duration::from_secs(10);
+    let first = tokio::time::timeout(wait, remote.next()).await.unwrap();
+    assert_eq!(first, Some(RemoteNotice::Missed));
+    // Listening again: another replica's change arrives.
+    let chat = create(&other, "hi").await;
+    let heard = tokio::time::timeout(wait, async {
+        loop {
+            if let Some(RemoteNotice::Changed(n)) = remote.next().await
+                && n.chat_id == chat.id
+            {
+                return n;
+            }
+        }
+    })
+    .await
+    .expect("a notice after the reconnect");
+    assert_eq!(heard.status, ChatStatus::Running);
+    drop((remote, replica, other));
+    let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await;
+}

@@ -1,0 +1,295 @@
+//! Transitions of the worker holding a lease (claim, renew, write, end), on both backends.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use keel_core::{ErrorKind, PartKind, Role};
+use keel_store::{Busy, ChatStatus, StoreError, ToolRecord, ToolState, Transition};
+use serde_json::json;
+
+both_backends!(
+    acquire_is_exclusive_until_the_lease_expires,
+    renew_and_release,
+    a_lease_is_one_acquisition,
+    client_tool_calls_made_while_interrupting_are_answered_at_once,
+    fail_run_then_recover,
+    disallowed_worker_moves,
+    live_parts_share_the_event_sequence,
+    interrupted_persist_is_allowed_while_interrupting,
+    checkpoints_users_and_tool_records,
+);
+
+async fn acquire_is_exclusive_until_the_lease_expires(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let a = claim(s, "a", chat.id).await;
+    assert!(s.acquire("b", 10).await.unwrap().is_empty());
+    db.clock.advance(chrono::Duration::seconds(31));
+    let b = claim(s, "b", chat.id).await;
+    let err = s
+        .commit_step(&a, vec![assistant("late")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    s.commit_step(&b, vec![assistant("mine")]).await.unwrap();
+    assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 2);
+    // Waiting chats are not claimable.
+    s.finish_run(&b).await.unwrap();
+    assert!(s.acquire("c", 10).await.unwrap().is_empty());
+}
+
+async fn renew_and_release(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    db.clock.advance(chrono::Duration::seconds(20));
+    let renewed = s.renew_lease(&lease).await.unwrap();
+    assert!(renewed.expires_at > lease.expires_at);
+    db.clock.advance(chrono::Duration::seconds(20));
+    assert!(
+        s.acquire("b", 10).await.unwrap().is_empty(),
+        "renewed lease holds"
+    );
+    s.release_on_shutdown(&renewed).await.unwrap();
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!((c.status, c.worker_id.clone()), (ChatStatus::Running, None));
+    assert!(matches!(
+        s.renew_lease(&renewed).await.unwrap_err(),
+        StoreError::LostOwnership { .. }
+    ));
+    claim(s, "b", chat.id).await;
+}
+
+async fn a_lease_is_one_acquisition(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let first = claim(s, "w", chat.id).await;
+    db.clock.advance(chrono::Duration::minutes(5));
+    // The same worker claims the chat again after its lease expired: the first run is
+    // fenced out, it cannot write beside the second.
+    let second = claim(s, "w", chat.id).await;
+    assert_ne!(first.worker_id, second.worker_id);
+    let err = s
+        .append_live_parts(&first, &[json!({"event": "part"})])
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    assert!(s.renew_lease(&first).await.is_err());
+    s.renew_lease(&second).await.unwrap();
+}
+
+async fn client_tool_calls_made_while_interrupting_are_answered_at_once(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w", chat.id).await;
+    s.interrupt(chat.id).await.unwrap();
+    enter_ra(s, &lease).await;
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!((c.status, c.worker_id.clone()), (ChatStatus::Waiting, None));
+    assert!(c.pending_tool_calls.is_empty());
+    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
+    assert_eq!(last.role, Role::Tool);
+    assert_eq!(last.parts.len(), 2);
+    assert!(
+        last.parts
+            .iter()
+            .all(|p| matches!(p.kind, PartKind::ToolResult { is_error: true, .. }))
+    );
+}
+
+async fn fail_run_then_recover(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.append_live_parts(&lease, &[json!("x")]).await.unwrap();
+    s.fail_run(&lease, ErrorKind::RateLimit, "slow down".into())
+        .await
+        .unwrap();
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(c.status, ChatStatus::Error);
+    let e = c.last_error.unwrap();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::RateLimit, "slow down")
+    );
+    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+    send(s, chat.id, "retry", Busy::Queue).await;
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert_eq!((c.status, c.last_error), (ChatStatus::Running, None));
+}
+
+async fn disallowed_worker_moves(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    let before = s.get_chat(chat.id).await.unwrap();
+    let err = s.finish_interruption(&lease).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                status: ChatStatus::Running,
+                transition: Transition::FinishInterruption
+            }
+        ),
+        "{err}"
+    );
+    s.interrupt(chat.id).await.unwrap();
+    let err = s
+        .enter_requires_action(&lease, vec![], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::Conflict { .. } | StoreError::InvalidInput(_)
+    ));
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().version,
+        before.version + 1
+    );
+    s.finish_interruption(&lease).await.unwrap();
+    // Released: every worker write is refused, nothing changes.
+    let idle = s.get_chat(chat.id).await.unwrap();
+    for err in [
+        s.commit_step(&lease, vec![assistant("x")])
+            .await
+            .unwrap_err(),
+        s.finish_run(&lease).await.map(|_| ()).unwrap_err(),
+        s.fail_run(&lease, ErrorKind::Server, "x".into())
+            .await
+            .unwrap_err(),
+        s.release_on_shutdown(&lease).await.unwrap_err(),
+        s.append_live_parts(&lease, &[json!(1)])
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        s.set_retry_state(&lease, None).await.unwrap_err(),
+    ] {
+        assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    }
+    assert_eq!(s.get_chat(chat.id).await.unwrap(), idle);
+}
+
+async fn live_parts_share_the_event_sequence(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let first_msg_seq = s.list_messages(chat.id, None).await.unwrap()[0].event_seq;
+    let lease = claim(s, "a", chat.id).await;
+    let r1 = s
+        .append_live_parts(&lease, &[json!({"t": "a"}), json!({"t": "b"})])
+        .await
+        .unwrap();
+    let r2 = s
+        .append_live_parts(&lease, &[json!({"t": "c"})])
+        .await
+        .unwrap();
+    assert!(*r1.start() > first_msg_seq);
+    assert_eq!(*r2.start(), r1.end() + 1);
+    let live = s.live_parts_after(chat.id, *r1.start()).await.unwrap();
+    assert_eq!(
+        live.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![r1.end().to_owned(), *r2.start()]
+    );
+    assert_eq!(live[1].payload, json!({"t": "c"}));
+    // Committing voids the log; the message takes a later sequence number.
+    let ids = s.commit_step(&lease, vec![assistant("abc")]).await.unwrap();
+    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+    let committed = s.messages_after_seq(chat.id, *r2.end()).await.unwrap();
+    assert_eq!(committed.len(), 1);
+    assert_eq!(committed[0].id, ids[0]);
+    assert!(committed[0].event_seq > *r2.end());
+    let all = s.messages_after_seq(chat.id, 0).await.unwrap();
+    assert_eq!(all.len(), 2);
+    let c = s.get_chat(chat.id).await.unwrap();
+    assert!(c.event_seq >= committed[0].event_seq);
+}
+
+async fn interrupted_persist_is_allowed_while_interrupting(db: TestDb) {
+    let s = &db.store;
+    // Owned and interrupting.
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.interrupt(chat.id).await.unwrap();
+    let mut partial = assistant("half a rep");
+    partial.interrupted = true;
+    s.commit_step(&lease, vec![partial.clone()]).await.unwrap();
+    s.finish_interruption(&lease).await.unwrap();
+    let last = s.list_messages(chat.id, None).await.unwrap().pop().unwrap();
+    assert!(last.interrupted);
+    // Released while interrupting: the partial output still lands, a normal step does not.
+    let chat = create(s, "again").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.interrupt(chat.id).await.unwrap();
+    s.release_on_shutdown(&lease).await.unwrap();
+    let err = s
+        .commit_step(&lease, vec![assistant("full")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+    s.commit_step(&lease, vec![partial.clone()]).await.unwrap();
+    let msgs = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(msgs.len(), 2);
+    assert!(msgs[1].interrupted);
+    // Once another worker claimed it, the old worker is out even for partial output.
+    let _b = claim(s, "b", chat.id).await;
+    let err = s.commit_step(&lease, vec![partial]).await.unwrap_err();
+    assert!(matches!(err, StoreError::LostOwnership { .. }), "{err}");
+}
+
+async fn checkpoints_users_and_tool_records(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
+    let lease = claim(s, "w", chat.id).await;
+    s.put_checkpoint(&lease, json!({"step": 1})).await.unwrap();
+    s.put_checkpoint(&lease, json!({"step": 2})).await.unwrap();
+    assert_eq!(
+        s.get_checkpoint(chat.id).await.unwrap(),
+        Some(json!({"step": 2}))
+    );
+    s.delete_checkpoint(chat.id).await.unwrap();
+    assert_eq!(s.get_checkpoint(chat.id).await.unwrap(), None);
+
+    assert!(!s.has_users().await.unwrap());
+    s.upsert_user("alice", "secret-token").await.unwrap();
+    assert!(s.has_users().await.unwrap());
+    assert_eq!(
+        s.user_by_token("secret-token").await.unwrap().unwrap().name,
+        "alice"
+    );
+    assert!(s.user_by_token("wrong").await.unwrap().is_none());
+
+    let now = db.clock_now();
+    let mut rec = ToolRecord {
+        chat_id: chat.id,
+        tool_call_id: "c1".into(),
+        tool_name: "bash".into(),
+        args: "{}".into(),
+        state: ToolState::Started,
+        result: None,
+        is_error: false,
+        started_at: now,
+        finished_at: None,
+    };
+    s.record_tool(&lease, rec.clone()).await.unwrap();
+    rec.state = ToolState::Finished;
+    rec.result = Some(json!("done"));
+    rec.finished_at = Some(now);
+    s.record_tool(&lease, rec.clone()).await.unwrap();
+    assert_eq!(s.tool_records(chat.id).await.unwrap(), vec![rec]);
+    // Records serve the step in progress only: committing it clears them, so a later call
+    // with the same id is never answered from them.
+    s.commit_step(&lease, vec![assistant("reply")])
+        .await
+        .unwrap();
+    assert_eq!(s.tool_records(chat.id).await.unwrap(), vec![]);
+    s.set_retry_state(&lease, Some(json!({"attempt": 2})))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().retry_state,
+        Some(json!({"attempt": 2}))
+    );
+}

@@ -1,0 +1,250 @@
+//! The AI SDK UI and OpenAI Responses endpoints through the running daemon: streaming,
+//! resuming after a kill -9, stopping, client-side tools and typed errors. (The real client
+//! libraries drive the same endpoints in `tests/compat/`.)
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// The data of each SSE event of a response, until it ends or `stop` says enough.
+async fn sse_data(
+    response: reqwest::Response,
+    mut stop: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    let mut stream = Box::pin(response.bytes_stream().eventsource());
+    let mut out = Vec::new();
+    loop {
+        let next = tokio::time::timeout(WAIT, stream.next())
+            .await
+            .expect("no event arrived in time");
+        let Some(Ok(event)) = next else {
+            return out;
+        };
+        if event.data == "[DONE]" {
+            out.push(json!("[DONE]"));
+            return out;
+        }
+        out.push(serde_json::from_str(&event.data).unwrap());
+        if stop(&out) {
+            return out;
+        }
+    }
+}
+
+fn ui_text(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .filter_map(|c| c["delta"].as_str())
+        .collect()
+}
+
+fn responses_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect()
+}
+
+fn ui_body(id: &str, text: &str) -> Value {
+    json!({"id": id, "trigger": "submit-message", "messageId": null,
+           "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}]})
+}
+
+#[tokio::test]
+async fn an_ai_sdk_reply_streams_and_resumes_from_its_start_after_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}/keel.db", dir.path().display());
+    let mut daemon = Daemon::start(dir.path(), &database, "");
+    let http = reqwest::Client::new();
+    let reply = words(80);
+    let response = http
+        .post(daemon.api("/ai-sdk/chat"))
+        .json(&ui_body("client-chat-1", &scripted(&reply, 40.0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    let first = sse_data(response, |chunks| ui_text(chunks).len() > 20).await;
+    assert_eq!(first[0]["type"], "start");
+    assert_eq!(first[1]["type"], "start-step");
+    assert!(reply.starts_with(&ui_text(&first)));
+    let message_id = first[0]["messageId"].clone();
+
+    daemon.kill();
+    let daemon = Daemon::start(dir.path(), &database, "");
+    let response = http
+        .get(daemon.api("/ai-sdk/chat/client-chat-1/stream"))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    if status == 200 {
+        let resumed = sse_data(response, |_| false).await;
+        assert_eq!(
+            resumed[0]["messageId"], message_id,
+            "the same message, replayed"
+        );
+        assert_eq!(ui_text(&resumed), reply, "the whole reply, once");
+        let types: Vec<&str> = resumed.iter().filter_map(|c| c["type"].as_str()).collect();
+        assert_eq!(types[types.len() - 2..], ["finish-step", "finish"]);
+        assert_eq!(resumed.last().unwrap(), "[DONE]");
+    } else {
+        // The recovered run finished before the page came back: nothing to resume.
+        assert_eq!(status, 204);
+    }
+    let history: Value = http
+        .get(daemon.api("/ai-sdk/chat/client-chat-1/messages"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut history = history;
+    while history.as_array().unwrap().len() < 2
+        || history[1]["parts"].as_array().unwrap().len() < 2
+        || history[1]["parts"][1]["text"] != json!(reply)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "{history}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        history = http
+            .get(daemon.api("/ai-sdk/chat/client-chat-1/messages"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    }
+    assert_eq!(history[1]["id"], message_id);
+    assert_eq!(history.as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn an_ai_sdk_stop_aborts_the_stream_and_a_client_tool_result_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}/keel.db", dir.path().display());
+    let daemon = Daemon::start(dir.path(), &database, "");
+    let http = reqwest::Client::new();
+    let response = http
+        .post(daemon.api("/ai-sdk/chat"))
+        .json(&ui_body("stop-me", &scripted(&words(200), 40.0)))
+        .send()
+        .await
+        .unwrap();
+    let mut stopped = false;
+    let chunks = sse_data(response, |chunks| {
+        if !stopped && ui_text(chunks).len() > 10 {
+            stopped = true;
+            let (http, url) = (http.clone(), daemon.api("/ai-sdk/chat/stop-me/stop"));
+            tokio::spawn(async move { http.post(url).send().await.unwrap() });
+        }
+        false
+    })
+    .await;
+    let types: Vec<&str> = chunks.iter().filter_map(|c| c["type"].as_str()).collect();
+    assert!(types.contains(&"abort"), "{types:?}");
+    assert!(!types.contains(&"finish"));
+
+    // A client-side tool: the call ends the stream, the answer continues the same message.
+    let script =
+        json!({"steps": [{"tool_calls": [{"name": "pick", "args": {}}]}, {"text": "Picked."}]});
+    let mut body = ui_body("tools", &format!("pick one\n#mock {script}"));
+    body["tools"] = json!([{"name": "pick", "parameters": {"type": "object"}}]);
+    let response = http
+        .post(daemon.api("/ai-sdk/chat"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let chunks = sse_data(response, |_| false).await;
+    let call = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-input-available")
+        .unwrap();
+    let call_id = call["toolCallId"].as_str().unwrap();
+    assert_eq!(chunks[chunks.len() - 2]["finishReason"], "tool-calls");
+    let assistant = json!({"id": "a1", "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-pick", "toolCallId": call_id, "state": "output-available", "input": {}, "output": "B"}
+    ]});
+    body["messages"].as_array_mut().unwrap().push(assistant);
+    let response = http
+        .post(daemon.api("/ai-sdk/chat"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let chunks = sse_data(response, |_| false).await;
+    assert_eq!(chunks[0], json!({"type": "start", "messageId": "a1"}));
+    assert_eq!(ui_text(&chunks), "Picked.");
+
+    // Answering again is a conflict: nothing is pending any more.
+    let response = http
+        .post(daemon.api("/ai-sdk/chat"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 409);
+}
+
+#[tokio::test]
+async fn a_responses_stream_resumes_after_kill_9_with_nothing_missing_or_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}/keel.db", dir.path().display());
+    let mut daemon = Daemon::start(dir.path(), &database, "");
+    let http = reqwest::Client::new();
+    let reply = words(80);
+    let response = http
+        .post(format!("{}/v1/responses", daemon.url))
+        .json(&json!({"model": "demo", "input": scripted(&reply, 40.0), "stream": true, "background": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let seen = sse_data(response, |events| responses_text(events).len() > 20).await;
+    let id = seen[0]["response"]["id"].as_str().unwrap().to_owned();
+    let last = seen.last().unwrap()["sequence_number"].as_u64().unwrap();
+
+    daemon.kill();
+    let daemon = Daemon::start(dir.path(), &database, "");
+    let response = http
+        .get(format!(
+            "{}/v1/responses/{id}?stream=true&starting_after={last}",
+            daemon.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    let rest = sse_data(response, |_| false).await;
+    let numbers: Vec<u64> = seen
+        .iter()
+        .chain(&rest)
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+    assert_eq!(responses_text(&seen) + &responses_text(&rest), reply);
+    assert_eq!(rest.last().unwrap()["type"], "response.completed");
+
+    let (status, body) = Client::new()
+        .get(&format!("{}/v1/responses/resp_nope", daemon.url))
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["type"], "not_found_error");
+    let (status, body) = Client::new()
+        .post(
+            &format!("{}/v1/responses", daemon.url),
+            json!({"model": "no-such-model", "input": "hi"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+}

@@ -1,0 +1,70 @@
+// A chat page as a Next.js app would write it: `useChat` with the stock transport pointed at
+// Keel, `resume: true`, initial messages from Keel, a Stop button and a client-side tool.
+import { useState } from "react";
+import { createRoot } from "react-dom/client";
+import { useChat } from "@ai-sdk/react";
+import { DefaultChatTransport, lastAssistantMessageIsCompleteWithToolCalls } from "ai";
+
+const api = "/api/v1/ai-sdk/chat";
+const tools = [{ name: "favourite_colour", description: "Asks the user", parameters: { type: "object" } }];
+
+function Chat({ id, initialMessages }) {
+  const { messages, sendMessage, stop, status, addToolResult } = useChat({
+    id,
+    messages: initialMessages,
+    resume: true,
+    transport: new DefaultChatTransport({ api, body: { tools } }),
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls,
+  });
+  const [input, setInput] = useState("");
+  const onStop = () => {
+    stop();
+    fetch(`${api}/${id}/stop`, { method: "POST" });
+  };
+  return (
+    <div>
+      <div id="status">{status}</div>
+      {messages.map((m) => (
+        <div key={m.id} className={`message ${m.role}`}>
+          {m.parts.map((p, i) => {
+            if (p.type === "text") return <span key={i} className="text">{p.text}</span>;
+            if (!p.type.startsWith("tool-")) return null;
+            return (
+              <div key={i} className="tool" data-tool={p.type} data-state={p.state}>
+                {p.state === "output-available" ? <pre className="output">{JSON.stringify(p.output)}</pre> : null}
+                {p.type === "tool-favourite_colour" && p.state === "input-available" ? (
+                  <button
+                    className="answer"
+                    onClick={() => addToolResult({ tool: "favourite_colour", toolCallId: p.toolCallId, output: "green" })}
+                  >
+                    green
+                  </button>
+                ) : null}
+              </div>
+            );
+          })}
+        </div>
+      ))}
+      <textarea id="input" value={input} onChange={(e) => setInput(e.target.value)} />
+      <button
+        id="send"
+        onClick={() => {
+          sendMessage({ text: input });
+          setInput("");
+        }}
+      >
+        Send
+      </button>
+      <button id="stop" onClick={onStop}>
+        Stop
+      </button>
+    </div>
+  );
+}
+
+const id = new URLSearchParams(location.search).get("chat");
+fetch(`${api}/${encodeURIComponent(id)}/messages`)
+  .then((r) => r.json())
+  .then((initialMessages) =>
+    createRoot(document.getElementById("root")).render(<Chat id={id} initialMessages={initialMessages} />),
+  );

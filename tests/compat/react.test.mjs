@@ -1,0 +1,111 @@
+// The React `useChat` page (react-page.jsx) in headless Chromium against `keel serve`:
+// send, stream, stop, reload and resume mid-reply, resume after kill -9, tool calls.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { build } from "esbuild";
+import { chromium } from "playwright-core";
+import { Daemon, until, words } from "./daemon.mjs";
+
+const daemon = new Daemon();
+let browser;
+let script;
+before(async () => {
+  const bundle = await build({
+    entryPoints: [new URL("./react-page.jsx", import.meta.url).pathname],
+    bundle: true,
+    write: false,
+    format: "iife",
+    jsx: "automatic",
+    define: { "process.env.NODE_ENV": '"production"' },
+    logLevel: "error",
+  });
+  script = bundle.outputFiles[0].text;
+  await daemon.start();
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox"],
+  });
+});
+after(async () => {
+  await browser?.close();
+  await daemon.stop();
+});
+
+let seq = 0;
+const mock = (text, s) => `${text}\n#mock ${JSON.stringify(s)}`;
+const api = () => `${daemon.url}/api/v1/ai-sdk/chat`;
+const idle = async (id) => (await fetch(`${api()}/${id}/stream`)).status === 204;
+
+/** A page of the app on Keel's own origin, so the transport's requests are same-origin. */
+async function openPage() {
+  const id = `react-${process.pid}-${++seq}`;
+  const context = await browser.newContext();
+  // The page is served for any origin the daemon has (its port stays across restarts).
+  await context.route("**/compat-page*", (route) =>
+    route.fulfill({ contentType: "text/html", body: `<div id="root"></div><script>${script}</script>` }),
+  );
+  const page = await context.newPage();
+  await page.goto(`${daemon.url}/compat-page?chat=${id}`);
+  await page.waitForSelector("#send");
+  return { id, page };
+}
+
+const assistantText = (page) =>
+  page.evaluate(() => [...document.querySelectorAll(".message.assistant .text")].map((e) => e.textContent).join(""));
+const assistantCount = (page) => page.evaluate(() => document.querySelectorAll(".message.assistant").length);
+
+async function send(page, text) {
+  await page.fill("#input", text);
+  await page.click("#send");
+}
+
+test("send, stream and stop from the page", async () => {
+  const { id, page } = await openPage();
+  const full = words(200);
+  await send(page, mock(full, { rate: 40 }));
+  await until(async () => (await assistantText(page)).length > 20, 30000, "streamed text");
+  await page.click("#stop");
+  await until(() => idle(id), 30000, "the run to stop");
+  const shown = await assistantText(page);
+  assert.ok(full.startsWith(shown) && shown.length < full.length);
+  await page.close();
+});
+
+test("reload mid-reply resumes the reply, shown once", async () => {
+  const { page } = await openPage();
+  const full = words(120);
+  await send(page, mock(full, { rate: 40 }));
+  await until(async () => (await assistantText(page)).length > 20, 30000, "streamed text");
+  await page.reload();
+  await until(async () => (await assistantText(page)) === full, 30000, "the whole reply after reload");
+  assert.equal(await assistantCount(page), 1);
+  await page.close();
+});
+
+test("reload after a kill -9 of the daemon resumes the reply", async () => {
+  const { page } = await openPage();
+  const full = words(120);
+  await send(page, mock(full, { rate: 40 }));
+  await until(async () => (await assistantText(page)).length > 20, 30000, "streamed text");
+  await daemon.kill();
+  await daemon.start();
+  await page.reload();
+  await until(async () => (await assistantText(page)) === full, 30000, "the whole reply after the restart");
+  assert.equal(await assistantCount(page), 1);
+  await page.close();
+});
+
+test("a tool call is rendered with its result, a client-side tool is answered on the page", async () => {
+  const { page } = await openPage();
+  const listing = { steps: [{ tool_calls: [{ name: "list_dir", args: { path: "." } }] }, { text: "Listed." }] };
+  await send(page, mock("what is here?", listing));
+  await page.waitForSelector('.tool[data-tool="tool-list_dir"][data-state="output-available"] .output');
+  await until(async () => (await assistantText(page)) === "Listed.", 30000, "the text after the tool");
+
+  const asking = { steps: [{ tool_calls: [{ name: "favourite_colour", args: {} }] }, { text: "Green it is." }] };
+  await send(page, mock("guess my colour", asking));
+  await page.click("button.answer");
+  await until(async () => (await assistantText(page)).endsWith("Green it is."), 30000, "the continued reply");
+  await page.waitForSelector('.tool[data-tool="tool-favourite_colour"][data-state="output-available"]');
+  await page.close();
+});
