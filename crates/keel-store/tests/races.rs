@@ -240,10 +240,11 @@ async fn old_idempotency_keys_and_finished_tool_records_are_purged(db: TestDb) {
     db.clock.advance(hours(25));
     // A running chat keeps its records: its run may resume from them.
     assert_eq!(s.purge_tool_records().await.unwrap(), 0);
-    s.commit_step(&lease, vec![assistant("done")])
+    // A committed step clears its records at once; a run that failed before committing
+    // leaves them behind for the purge.
+    s.fail_run(&lease, keel_core::ErrorKind::Server, "boom".into())
         .await
         .unwrap();
-    s.finish_run(&lease).await.unwrap();
     assert_eq!(s.purge_tool_records().await.unwrap(), 1);
     assert!(s.tool_records(first.id).await.unwrap().is_empty());
     assert_eq!(s.purge_idempotency_keys().await.unwrap(), 1);
