@@ -489,7 +489,10 @@ async fn adding_an_existing_user_is_refused_unless_the_token_is_rotated() {
     let first = add_user(dir.path(), &database, "alice");
     let daemon = Daemon::start(dir.path(), &database, "");
 
-    let again = keel(dir.path(), &["users", "add", "alice", "--database", &database]);
+    let again = keel(
+        dir.path(),
+        &["users", "add", "alice", "--database", &database],
+    );
     assert!(!again.status.success(), "{again:?}");
     assert!(again.stdout.is_empty(), "no token is printed: {again:?}");
     assert!(String::from_utf8_lossy(&again.stderr).contains("already a user `alice`"));
@@ -503,8 +506,20 @@ async fn adding_an_existing_user_is_refused_unless_the_token_is_rotated() {
     assert!(rotated.status.success(), "{rotated:?}");
     let second = String::from_utf8(rotated.stdout).unwrap().trim().to_owned();
     assert_ne!(second, first);
-    assert_eq!(Client::with_token(&first).get(&daemon.api("/chats")).await.0, 401);
-    assert_eq!(Client::with_token(&second).get(&daemon.api("/chats")).await.0, 200);
+    assert_eq!(
+        Client::with_token(&first)
+            .get(&daemon.api("/chats"))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        Client::with_token(&second)
+            .get(&daemon.api("/chats"))
+            .await
+            .0,
+        200
+    );
 }
 
 /// A TCP forwarder to PostgreSQL that can be cut: while down it accepts connections and
