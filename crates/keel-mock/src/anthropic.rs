@@ -86,12 +86,14 @@ fn conversation(request: &Value) -> Conversation {
 
 /// A user message carries tool results (Anthropic sends them with the user role), text, or
 /// both; text after tool results is a new instruction and restarts the script's steps.
+/// Consecutive user messages arrive merged into one turn (the API merges them too), so a
+/// text block with a second directive starts the next user message.
 fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>, content: &Value) {
     let Some(blocks) = content.as_array() else {
         conversation.user(content_text(content));
         return;
     };
-    let mut texts = Vec::new();
+    let mut texts: Vec<&str> = Vec::new();
     let mut had_results = false;
     for block in blocks {
         match block["type"].as_str() {
@@ -104,6 +106,9 @@ fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>
             }
             _ => {
                 if let Some(text) = block["text"].as_str() {
+                    if has_directive(text) && texts.iter().any(|t| has_directive(t)) {
+                        conversation.user(std::mem::take(&mut texts).join("\n"));
+                    }
                     texts.push(text);
                 }
             }
@@ -112,6 +117,10 @@ fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>
     if !had_results || !texts.is_empty() {
         conversation.user(texts.join("\n"));
     }
+}
+
+fn has_directive(text: &str) -> bool {
+    matches!(crate::script::parse_directive(text), Ok(Some(_)))
 }
 
 fn message_id(reply: &Reply) -> String {

@@ -313,7 +313,10 @@ fn build(
             }
         })
         .collect();
-    let sent = reasoning.len() + text.len() + refusal.len() + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
+    let sent = reasoning.len()
+        + text.len()
+        + refusal.len()
+        + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let scripted = step.usage.unwrap_or_default();
     let usage = Figures {

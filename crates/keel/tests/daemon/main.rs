@@ -8,6 +8,7 @@ mod compat;
 mod concurrency;
 mod confinement;
 mod continuation;
+mod fidelity;
 mod harness;
 mod providers;
 mod replicas;

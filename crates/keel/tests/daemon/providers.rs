@@ -13,7 +13,9 @@ pub struct Fixture {
     pub mock: keel_mock::MockServer,
     pub daemon: Daemon,
     pub client: Client,
-    _dir: tempfile::TempDir,
+    config: String,
+    database: String,
+    dir: tempfile::TempDir,
 }
 
 impl Fixture {
@@ -56,8 +58,32 @@ impl Fixture {
             mock,
             daemon,
             client: Client::new(),
-            _dir: dir,
+            config,
+            database,
+            dir,
         }
+    }
+
+    /// Kills the daemon with SIGKILL and starts a new one on the same database.
+    pub fn kill_and_restart(&mut self) {
+        self.daemon.kill();
+        self.daemon = Daemon::start(self.dir.path(), &self.database, &self.config);
+    }
+
+    /// The latest request the mock received on `protocol`'s endpoint.
+    pub fn last_request(&self, protocol: &str) -> Value {
+        let path = match protocol {
+            "chat" => "/v1/chat/completions",
+            "responses" => "/v1/responses",
+            _ => "/v1/messages",
+        };
+        self.mock
+            .recent_requests()
+            .into_iter()
+            .rev()
+            .find(|(p, _)| p == path)
+            .map(|(_, body)| body)
+            .unwrap_or_else(|| panic!("no request on {path}"))
     }
 
     /// Starts a chat on `model` with `text` and `script` as its directive.

@@ -62,7 +62,9 @@ impl Block {
         if self.text.is_empty() {
             return Vec::new();
         }
-        streamed(&self.kind, self.text.clone()).into_iter().collect()
+        streamed(&self.kind, self.text.clone())
+            .into_iter()
+            .collect()
     }
 }
 
