@@ -10,6 +10,7 @@ mod confinement;
 mod continuation;
 mod fidelity;
 mod harness;
+mod panics;
 mod providers;
 mod replicas;
 mod security;
