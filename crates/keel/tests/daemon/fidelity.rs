@@ -286,3 +286,76 @@ async fn a_kill_9_mid_tool_arguments_resumes_on_every_protocol() {
         );
     }
 }
+
+/// Anthropic web search run by the provider, its query streamed slowly.
+fn server_search(query_len: usize) -> Value {
+    json!({"text": "Let me search.", "rate": 20.0, "tool_calls": [
+        {"name": "web_search", "server": true, "args": {"query": "q".repeat(query_len)}}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_provider_run_call_gets_no_local_result_and_the_next_turn_is_accepted() {
+    let f = Fixture::start("", "").await;
+    let id = f.chat("anthropic", "search", &server_search(600)).await;
+    let mut events = f.client.events(&f.daemon, &id, None).await;
+    let mut deltas = 0;
+    while deltas < 5 {
+        let event = events.next().await.expect("the stream ended early");
+        if event.event == "part" && event.data["part"]["tool_name"] == "web_search" {
+            deltas += 1;
+        }
+    }
+    let (status, body) = f
+        .client
+        .post(&f.daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let chat = f.ended(&id).await;
+    assert_eq!(chat["status"], "waiting", "{chat}");
+    let messages = f.client.messages(&f.daemon, &id).await;
+    let calls: Vec<Value> = parts_of(&messages, "assistant")
+        .into_iter()
+        .filter(|p| p["type"] == "tool_call")
+        .collect();
+    assert_eq!(calls.len(), 1, "{messages:?}");
+    assert_eq!(calls[0]["provider_executed"], true);
+    let results: Vec<Value> = messages
+        .iter()
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .filter(|p| p["type"] == "tool_result")
+        .collect();
+    assert!(
+        results.is_empty(),
+        "only the provider can answer: {results:?}"
+    );
+    // The next request leaves the unanswered server call out, so the API accepts it.
+    f.send(&id, "go on", &json!({"text": "ok"})).await;
+    assert_eq!(text_of(f.settle(&id).await.last().unwrap()), "ok");
+    let request = f.last_request("anthropic");
+    assert!(
+        !request.to_string().contains("server_tool_use"),
+        "{request}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_provider_run_call_goes_back_with_its_result_in_the_same_turn() {
+    let f = Fixture::start("", "").await;
+    let id = f.chat("anthropic", "search", &server_search(8)).await;
+    let messages = f.settle(&id).await;
+    let kinds: Vec<String> = parts_of(&messages, "assistant")
+        .iter()
+        .map(|p| p["type"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["text", "tool_call", "tool_result"],
+        "{messages:?}"
+    );
+    f.send(&id, "and?", &json!({"text": "done"})).await;
+    assert_eq!(text_of(f.settle(&id).await.last().unwrap()), "done");
+    let request = f.last_request("anthropic");
+    let turn = &request["messages"][1]["content"];
+    assert_eq!(turn[1]["type"], "server_tool_use", "{request}");
+    assert_eq!(turn[2]["type"], "web_search_tool_result", "{request}");
+}
