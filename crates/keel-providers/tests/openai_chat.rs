@@ -2,7 +2,9 @@
 
 mod common;
 
-use common::{ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use common::{
+    ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
+};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use common::{
+    ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
+};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
@@ -521,5 +523,8 @@ fn a_refusal_goes_back_as_a_refusal_part_of_the_assistant_message() {
         ..ModelCall::default()
     };
     let body = build_request(&plain, "m");
-    assert_eq!(body["input"][1], json!({"role": "assistant", "content": "hello"}));
+    assert_eq!(
+        body["input"][1],
+        json!({"role": "assistant", "content": "hello"})
+    );
 }
