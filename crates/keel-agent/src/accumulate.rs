@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use keel_core::{FinishReason, Part, PartKind, StreamEvent, Usage};
 use serde_json::Value;
 
-use crate::clock::Clock;
 use crate::sink::{EventSink, LiveEvent};
+use keel_core::Clock;
 
 /// A tool call as streamed.
 #[derive(Debug, Clone, PartialEq)]

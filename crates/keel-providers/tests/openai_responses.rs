@@ -262,7 +262,7 @@ fn request_maps_input_items_and_round_trips_encrypted_reasoning() {
             ToolDefinition::provider("web_search", "web_search_preview"),
         ],
         options: CallOptions {
-            reasoning_effort: Some("medium".into()),
+            reasoning_effort: Some(keel_core::ReasoningEffort::Medium),
             max_output_tokens: Some(1000),
             tool_choice: ToolChoice::Auto,
             ..CallOptions::default()
