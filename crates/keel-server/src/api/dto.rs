@@ -226,6 +226,7 @@ pub struct SendMessageRequest {
 }))]
 #[serde(deny_unknown_fields)]
 pub struct ToolResultsRequest {
+    #[schema(min_items = 1)]
     pub results: Vec<keel_store::ToolResultInput>,
 }
 
@@ -233,7 +234,8 @@ pub struct ToolResultsRequest {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListChatsQuery {
-    /// At most this many chats (1 to 200; default 50).
+    /// At most this many chats (1 to 200; default 50; more is taken as 200).
+    #[param(minimum = 0, maximum = 4294967295_u64, format = Int64)]
     pub limit: Option<u32>,
     /// Only chats older than this chat id (the last id of the previous page).
     #[param(format = "uuid")]
@@ -256,6 +258,19 @@ pub struct EventsQuery {
     /// Replay events with a greater sequence number first (as `Last-Event-ID`).
     #[param(minimum = 0)]
     pub after: Option<i64>,
+}
+
+/// One Server-Sent Event as a client's parser reads it: the schema of every
+/// `text/event-stream` answer (what each stream's events hold is in `docs/api.md` and
+/// `docs/compat.md`).
+#[derive(Debug, ToSchema)]
+pub struct SseEvent {
+    /// The event type; absent means `message`.
+    pub event: Option<String>,
+    /// The event's data, JSON for every Keel stream.
+    pub data: String,
+    /// The event's id, for `Last-Event-ID`.
+    pub id: Option<String>,
 }
 
 /// `GET /api/v1/chats`: newest first.

@@ -136,7 +136,7 @@ fn ui_stream(
 }
 
 /// `POST /api/v1/ai-sdk/chat`.
-#[utoipa::path(post, path = "/ai-sdk/chat", tag = "ai-sdk", summary = "AI SDK UI: send a message (or tool results, or regenerate) and stream the reply as a UI message stream", request_body = ChatRequest, responses((status = 200, description = "UI message stream (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = String)))]
+#[utoipa::path(post, path = "/ai-sdk/chat", tag = "ai-sdk", summary = "AI SDK UI: send a message (or tool results, or regenerate) and stream the reply as a UI message stream", request_body = ChatRequest, responses((status = 200, description = "UI message stream (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
 pub async fn chat(
     State(state): State<AppState>,
     caller: Caller,
@@ -296,7 +296,7 @@ async fn start_chat(
 }
 
 /// `GET /api/v1/ai-sdk/chat/{id}/stream`: the reply in progress, replayed from its start.
-#[utoipa::path(get, path = "/ai-sdk/chat/{id}/stream", tag = "ai-sdk", summary = "AI SDK UI: resume the reply in progress from its start", params(("id" = String, Path, description = "The client's chat id")), responses((status = 200, description = "UI message stream", content_type = "text/event-stream", body = String), (status = 204, description = "No reply in progress")))]
+#[utoipa::path(get, path = "/ai-sdk/chat/{id}/stream", tag = "ai-sdk", summary = "AI SDK UI: resume the reply in progress from its start", params(("id" = String, Path, description = "The client's chat id")), responses((status = 200, description = "UI message stream", content_type = "text/event-stream", body = crate::api::dto::SseEvent), (status = 204, description = "No reply in progress")))]
 pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,

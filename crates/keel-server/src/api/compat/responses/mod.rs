@@ -322,7 +322,7 @@ async fn wait_for_end(state: &AppState, chat: Chat, position: i64) -> Reply {
     reply
 }
 
-#[utoipa::path(post, path = "/responses", tag = "responses", summary = "OpenAI Responses: create a response (a new chat, or the next turn after previous_response_id)", request_body = CreateResponse, responses((status = 200, description = "Response object, or its events with stream=true", content((Object = "application/json"), (String = "text/event-stream"))), (status = 429, description = "A response of the conversation is still in progress", body = Object)))]
+#[utoipa::path(post, path = "/responses", tag = "responses", summary = "OpenAI Responses: create a response (a new chat, or the next turn after previous_response_id)", request_body = CreateResponse, responses((status = 200, description = "Response object, or its events with stream=true", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream"))), (status = 429, description = "A response of the conversation is still in progress", body = Object)))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -515,10 +515,20 @@ async fn continue_chat(state: &AppState, chat: &Chat, input: Input) -> Result<i6
 pub struct RetrieveQuery {
     #[serde(default)]
     pub stream: bool,
+    /// Stream only the events after this sequence number.
+    #[param(schema_with = any_unsigned)]
     pub starting_after: Option<u64>,
 }
 
-#[utoipa::path(get, path = "/responses/{id}", tag = "responses", summary = "OpenAI Responses: retrieve a response, or stream its events after starting_after", params(("id" = String, Path, description = "The response's id"), RetrieveQuery), responses((status = 200, description = "Response object, or its events", content((Object = "application/json"), (String = "text/event-stream")))))]
+/// Any non-negative integer a `u64` holds: the `int64` format would cap it at `i64::MAX`.
+fn any_unsigned() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Integer)
+        .minimum(Some(0))
+        .build()
+}
+
+#[utoipa::path(get, path = "/responses/{id}", tag = "responses", summary = "OpenAI Responses: retrieve a response, or stream its events after starting_after", params(("id" = String, Path, description = "The response's id"), RetrieveQuery), responses((status = 200, description = "Response object, or its events", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream")))))]
 pub async fn retrieve(
     State(state): State<AppState>,
     caller: Caller,
