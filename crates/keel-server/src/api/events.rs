@@ -32,6 +32,7 @@ use crate::net::sse_slots::SlotRefusal;
 /// Events buffered for a client between the follower task and the socket.
 const CLIENT_BUFFER: usize = 256;
 
+#[utoipa::path(get, path = "/chats/{id}/events", tag = "chats", summary = "Live events (Server-Sent Events)", params(("id" = String, Path, description = "The chat's id"), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (as `after`)")), responses((status = 200, description = "Live events", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
 pub async fn events(
     State(state): State<AppState>,
     caller: Caller,
