@@ -90,8 +90,15 @@ pub trait Store: Send + Sync {
     ) -> Result<RangeInclusive<i64>>;
     /// Appends live parts the worker already numbered (it publishes them to subscribers
     /// before they are written); the chat's event sequence advances past them. No notice is
-    /// published: parts reach this process's subscribers directly, and other replicas poll.
+    /// published in this process: parts reach its subscribers directly; other replicas are
+    /// notified.
     async fn append_live_entries(&self, lease: &Lease, entries: &[LiveEntry]) -> Result<()>;
+    /// Appends the numbered parts of several runs (of any chats) in one transaction, each
+    /// group fenced on its own lease: one outcome per group, in order, so a run that lost
+    /// its chat is refused without holding back the others. `Err` means nothing was
+    /// written. Other replicas are notified of each chat's new event sequence.
+    async fn append_live_groups(&self, groups: &[(Lease, &[LiveEntry])])
+    -> Result<Vec<Result<()>>>;
     /// Commits a step's messages and clears the live-part log. A step with an
     /// `interrupted` message is also accepted while the chat is `interrupting` and released.
     async fn commit_step(&self, lease: &Lease, messages: Vec<NewMessage>)
