@@ -475,6 +475,21 @@ pub(crate) fn finished_in_one_attempt(attempts: u32, resumed: bool) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_checkpoint_is_due_by_count_or_on_new_reasoning_metadata() {
+        let mut acc = StepAccumulator::new();
+        acc.content_events = 8;
+        assert!(super::checkpoint_due(4, (4, 0), &acc));
+        assert!(!super::checkpoint_due(4, (5, 0), &acc));
+        // 0: never by count, however long the reply.
+        acc.content_events = 100_000;
+        assert!(!super::checkpoint_due(0, (0, 0), &acc));
+        // A signature arrived.
+        acc.metadata_events = 1;
+        assert!(super::checkpoint_due(0, (100_000, 0), &acc));
+        assert!(!super::checkpoint_due(0, (100_000, 1), &acc));
+    }
     use super::*;
 
     #[test]

@@ -129,6 +129,10 @@ pub struct RunsConfig {
     pub pending_action_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Connections of the database pool; absent: sized to `workers`
+    /// ([`RunsConfig::database_connections`]).
+    #[serde(rename = "database_connections")]
+    pub database_connections_set: Option<u32>,
 }
 
 impl Default for RunsConfig {
@@ -146,6 +150,7 @@ impl Default for RunsConfig {
             queue_max: 20,
             pending_action_timeout_ms: 300_000,
             max_body_bytes: 1024 * 1024,
+            database_connections_set: None,
         }
     }
 }
@@ -153,6 +158,18 @@ impl Default for RunsConfig {
 impl RunsConfig {
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
+    }
+
+    /// The database pool's size: as configured, else one connection per four workers,
+    /// between 8 and 32 (a run holds a connection only for each write, and the process's
+    /// live-part log shares one transaction among all runs; two replicas at the cap stay
+    /// within PostgreSQL's default limit of 100 connections).
+    pub fn database_connections(&self) -> u32 {
+        self.database_connections_set.unwrap_or_else(|| {
+            u32::try_from(self.workers.div_ceil(4))
+                .unwrap_or(u32::MAX)
+                .clamp(8, 32)
+        })
     }
 }
 
@@ -582,6 +599,12 @@ fn validate_runs(runs: &RunsConfig) -> Result<(), ConfigError> {
     if runs.workers == 0 {
         return Err(ConfigError::invalid("runs.workers", "must be at least 1"));
     }
+    if runs.database_connections_set.is_some_and(|n| n < 2) {
+        return Err(ConfigError::invalid(
+            "runs.database_connections",
+            "must be at least 2",
+        ));
+    }
     if !(runs.compaction_threshold > 0.0 && runs.compaction_threshold <= 1.0) {
         return Err(ConfigError::invalid(
             "runs.compaction_threshold",
@@ -987,6 +1010,22 @@ workspace = "./workspace"
     }
 
     #[test]
+    fn the_database_pool_is_sized_to_the_workers_unless_set() {
+        let runs = |workers, set| RunsConfig {
+            workers,
+            database_connections_set: set,
+            ..RunsConfig::default()
+        };
+        assert_eq!(runs(1, None).database_connections(), 8);
+        assert_eq!(runs(64, None).database_connections(), 16);
+        assert_eq!(runs(1000, None).database_connections(), 32);
+        assert_eq!(runs(1000, Some(50)).database_connections(), 50);
+        let config = resolve("[runs]\ndatabase_connections = 12", &env(&[])).unwrap();
+        assert_eq!(config.runs.database_connections(), 12);
+        assert!(resolve("[runs]\ndatabase_connections = 1", &env(&[])).is_err());
+    }
+
+    #[test]
     fn providers_come_from_the_usual_environment_variables() {
         let config = resolve(
             "",
@@ -1015,6 +1054,7 @@ workspace = "./workspace"
         "context_limit",
         "continuation",
         "database",
+        "database_connections",
         "default",
         "env",
         "id",

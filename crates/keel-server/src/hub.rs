@@ -318,4 +318,63 @@ mod tests {
         hub.prune("c");
         assert_eq!(hub.channel_count(), 0);
     }
+
+    fn notice(chat_id: uuid::Uuid, version: i64, event_seq: i64) -> ChangeNotice {
+        ChangeNotice {
+            chat_id,
+            version,
+            status: keel_store::ChatStatus::Running,
+            history_version: 0,
+            event_seq,
+            deleted: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_notice_wakes_the_followers_of_its_chat_and_no_one_else() {
+        let hub = Hub::new();
+        let (one, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let mut mine = hub.subscribe(&one.to_string()).changes;
+        let mut theirs = hub.subscribe(&other.to_string()).changes;
+        hub.changed(&notice(one, 3, 10));
+        assert!(mine.has_changed().unwrap());
+        assert!(!theirs.has_changed().unwrap());
+        assert_eq!(mine.borrow_and_update().event_seq, 10);
+        // A chat nobody follows here costs nothing and keeps no entry.
+        hub.changed(&notice(uuid::Uuid::new_v4(), 1, 1));
+        assert_eq!(hub.channel_count(), 2);
+        hub.resync();
+        assert!(theirs.has_changed().unwrap());
+    }
+
+    #[test]
+    fn notices_merge_to_the_highest_version_and_sequence() {
+        let chat = uuid::Uuid::new_v4();
+        let mut changes = Changes::default();
+        changes.merge(&notice(chat, 5, 40));
+        // An older notice arriving late says nothing new.
+        changes.merge(&notice(chat, 4, 30));
+        assert_eq!((changes.version, changes.event_seq), (5, 40));
+    }
+
+    #[test]
+    fn a_follower_reads_only_when_a_notice_is_news_to_it() {
+        let changes = Changes {
+            version: 5,
+            event_seq: 40,
+            deleted: false,
+            resyncs: 0,
+        };
+        // Parts it already sent from the hub (the log writer's notices) and a version it
+        // already read: no query.
+        assert!(!changes.news_for(40, 5, 0));
+        assert!(changes.news_for(39, 5, 0), "parts it has not sent");
+        assert!(changes.news_for(40, 4, 0), "a status or queue change");
+        assert!(changes.news_for(40, 5, 1), "notices were lost since");
+        let deleted = Changes {
+            deleted: true,
+            ..changes
+        };
+        assert!(deleted.news_for(40, 5, 0));
+    }
 }

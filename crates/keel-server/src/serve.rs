@@ -73,6 +73,7 @@ fn store_options(config: &Config) -> StoreOptions {
         lease_ttl: chrono::Duration::milliseconds(
             i64::try_from(config.runs.lease_ms).unwrap_or(30_000),
         ),
+        max_connections: config.runs.database_connections(),
         ..StoreOptions::default()
     }
 }

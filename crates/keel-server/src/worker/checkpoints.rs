@@ -97,3 +97,43 @@ impl CheckpointStore for StoreCheckpoints {
             .map_err(failed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn checkpoint(reasoning: Vec<CapturedReasoning>) -> StreamCheckpoint {
+        StreamCheckpoint {
+            run_id: "r".into(),
+            chat_id: "c".into(),
+            model: "m".into(),
+            reasoning,
+            partial_text: "a long reply".repeat(1000),
+            completed_calls: Vec::new(),
+            in_flight: None,
+            saved_at: chrono::Utc::now(),
+        }
+    }
+
+    fn block(text: &str, signed: bool) -> CapturedReasoning {
+        CapturedReasoning {
+            text: text.into(),
+            provider_metadata: signed.then(|| json!({"signature": "sig"})),
+        }
+    }
+
+    #[test]
+    fn only_reasoning_up_to_its_last_signature_is_kept() {
+        assert_eq!(reasoning_to_keep(&checkpoint(vec![])), None);
+        assert_eq!(
+            reasoning_to_keep(&checkpoint(vec![block("thinking", false)])),
+            None
+        );
+        let kept = reasoning_to_keep(&checkpoint(vec![
+            block("first", true),
+            block("second, still streaming", false),
+        ]));
+        assert_eq!(kept, Some(vec![block("first", true)]));
+    }
+}

@@ -265,3 +265,98 @@ impl Writer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_core::{Part, Role};
+    use keel_store::{NewChat, NewMessage};
+    use serde_json::json;
+    use std::sync::Mutex;
+
+    async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("keel.db").display());
+        keel_store::open(&url).await.unwrap()
+    }
+
+    async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
+        let chat = store
+            .create_chat(NewChat {
+                owner: "alice".into(),
+                model: "m".into(),
+                parts: vec![Part::text("hi")],
+                ..NewChat::default()
+            })
+            .await
+            .unwrap();
+        let lease = store
+            .acquire("w", 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.chat_id == chat.id)
+            .unwrap();
+        Arc::new(Mutex::new(lease))
+    }
+
+    fn entry(seq: i64) -> LiveEntry {
+        LiveEntry {
+            seq,
+            payload: json!({"event": "part", "data": seq}),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_flush_writes_the_waiting_parts_of_every_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b) = (claimed(&store).await, claimed(&store).await);
+        let log = GroupLog::start(store.clone());
+        let (ka, kb) = (next_run_key(), next_run_key());
+        let start_a = store.get_chat(current(&a).chat_id).await.unwrap().event_seq;
+        let start_b = store.get_chat(current(&b).chat_id).await.unwrap().event_seq;
+        log.append(ka, &a, entry(start_a + 1));
+        log.append(kb, &b, entry(start_b + 1));
+        log.append(ka, &a, entry(start_a + 2));
+        // Flushing `a` writes `b`'s parts in the same transaction.
+        log.flush(ka).await.unwrap();
+        let logged = |chat| {
+            let store = store.clone();
+            async move { store.live_parts_after(chat, 0).await.unwrap().len() }
+        };
+        assert_eq!(logged(current(&a).chat_id).await, 2);
+        assert_eq!(logged(current(&b).chat_id).await, 1);
+        log.flush(kb).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_run_that_lost_its_chat_is_refused_and_its_commit_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b) = (claimed(&store).await, claimed(&store).await);
+        let log = GroupLog::start(store.clone());
+        let (ka, kb) = (next_run_key(), next_run_key());
+        // `b`'s chat is edited under its run: the history version fences it out.
+        let chat_b = current(&b).chat_id;
+        let first = store.list_messages(chat_b, None).await.unwrap()[0].id;
+        store
+            .edit_message(chat_b, first, vec![Part::text("again")])
+            .await
+            .unwrap();
+        log.append(ka, &a, entry(1_000));
+        log.append(kb, &b, entry(1_000));
+        log.flush(ka).await.unwrap();
+        let refused = log.flush(kb).await.unwrap_err();
+        assert!(matches!(refused, StoreError::Fenced { .. }), "{refused}");
+        assert!(store.live_parts_after(chat_b, 0).await.unwrap().is_empty());
+        // The refusal is reported once; the run's commit is fenced by the store as well.
+        log.flush(kb).await.unwrap();
+        let commit = store
+            .commit_step(
+                &current(&b),
+                vec![NewMessage::new(Role::Assistant, vec![Part::text("x")])],
+            )
+            .await;
+        assert!(commit.is_err());
+    }
+}
