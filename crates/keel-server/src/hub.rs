@@ -17,8 +17,10 @@ use futures::StreamExt;
 use keel_store::{ChangeNotice, RemoteNotice, Store};
 use tokio::sync::{broadcast, watch};
 
-/// Events a subscriber may buffer before it is cut off.
-pub const SUBSCRIBER_BUFFER: usize = 1024;
+/// Events a subscriber may buffer before it is cut off. The channel allocates every slot
+/// up front, so this is memory each followed chat holds; a subscriber cut off resumes
+/// from its last event id without loss.
+pub const SUBSCRIBER_BUFFER: usize = 256;
 
 /// One event, ready to be written as SSE.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -335,7 +337,7 @@ mod tests {
         let hub = Hub::new();
         let (one, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
         let mut mine = hub.subscribe(&one.to_string()).changes;
-        let mut theirs = hub.subscribe(&other.to_string()).changes;
+        let theirs = hub.subscribe(&other.to_string()).changes;
         hub.changed(&notice(one, 3, 10));
         assert!(mine.has_changed().unwrap());
         assert!(!theirs.has_changed().unwrap());

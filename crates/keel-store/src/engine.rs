@@ -282,6 +282,23 @@ impl Store for SqlStore {
         })
     }
 
+    async fn messages_page(
+        &self,
+        chat: ChatId,
+        after: i64,
+        by_seq: bool,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            Self::all_messages(
+                ops.visible_page(&chat.to_string(), after, by_seq, limit)
+                    .await?,
+            )
+        })
+    }
+
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>> {
         let batches = in_read!(self, |ops| {
             Self::require_chat(ops, chat).await?;

@@ -67,6 +67,15 @@ pub(crate) trait TxOps: Send {
     async fn messages(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
     /// Live messages committed at an event sequence above `after`, in sequence order.
     async fn messages_after_seq(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
+    /// At most `limit` messages clients see (live, no summaries) after `after`: by id, or by
+    /// event sequence when `by_seq`.
+    async fn visible_page(
+        &mut self,
+        chat: &str,
+        after: i64,
+        by_seq: bool,
+        limit: i64,
+    ) -> Result<Vec<MessageCols>>;
 
     async fn queue(&mut self, chat: &str) -> Result<Vec<QueuedCols>>;
     async fn insert_queued(&mut self, q: &QueuedCols) -> Result<()>;

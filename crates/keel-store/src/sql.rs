@@ -376,6 +376,33 @@ macro_rules! tx_ops {
                     .await?)
             }
 
+            async fn visible_page(
+                &mut self,
+                chat: &str,
+                after: i64,
+                by_seq: bool,
+                limit: i64,
+            ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
+                const BY_ID: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND id > $2 AND NOT deleted \
+                     AND COALESCE(kind, '') <> 'summary' ORDER BY id LIMIT $3"
+                );
+                const BY_SEQ: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND NOT deleted \
+                     AND COALESCE(kind, '') <> 'summary' ORDER BY event_seq LIMIT $3"
+                );
+                Ok(sqlx::query_as(if by_seq { BY_SEQ } else { BY_ID })
+                    .bind(chat)
+                    .bind(after)
+                    .bind(limit)
+                    .fetch_all(self.conn().await?)
+                    .await?)
+            }
+
             async fn queue(
                 &mut self,
                 chat: &str,

@@ -68,6 +68,17 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<StoredMessage>>;
     /// Live messages committed at an event sequence above `after_seq`, in order.
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>>;
+    /// One page of what [`Self::list_messages`] (`by_seq` false: after a message id) or
+    /// [`Self::messages_after_seq`] (`by_seq` true: after an event sequence) returns: at most
+    /// `limit` messages; the next page starts after the last one, and a shorter page is
+    /// the last.
+    async fn messages_page(
+        &self,
+        chat: ChatId,
+        after: i64,
+        by_seq: bool,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>>;
     /// The live parts of the step in progress after `after_seq`.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
     /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired

@@ -28,9 +28,9 @@ async fn a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one(db: Te
         create(s, "b").await,
         create(s, "c").await,
     );
-    let la = claim(s, "w", a.id).await;
-    let lb = claim(s, "w", b.id).await;
-    let lc = claim(s, "w", c.id).await;
+    let leases = s.acquire("w", 10).await.unwrap();
+    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
+    let (la, lb, lc) = (lease(a.id), lease(b.id), lease(c.id));
     // `b` is edited under its run: that run's parts must not land.
     let first = s.list_messages(b.id, None).await.unwrap()[0].id;
     s.edit_message(b.id, first, text("b again")).await.unwrap();

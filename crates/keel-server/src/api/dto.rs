@@ -215,7 +215,12 @@ pub struct ListChatsQuery {
 #[serde(deny_unknown_fields)]
 pub struct ListMessagesQuery {
     pub after: Option<i64>,
+    /// At most this many messages (1 to [`MAX_PAGE`]); absent: all after `after`.
+    pub limit: Option<i64>,
 }
+
+/// The largest page of messages one request may ask for.
+pub const MAX_PAGE: i64 = 1000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -32,6 +32,9 @@ use crate::net::sse_slots::SlotRefusal;
 /// Events buffered for a client between the follower task and the socket.
 const CLIENT_BUFFER: usize = 256;
 
+/// Committed messages one catch-up query reads at most.
+const CATCH_UP_PAGE: usize = 200;
+
 pub async fn events(
     State(state): State<AppState>,
     caller: Caller,
@@ -208,18 +211,24 @@ impl Follower {
 
     /// Sends committed messages and logged live parts after the position.
     async fn catch_up(&mut self, backlog: &[Arc<Frame>]) -> Result<bool, keel_store::StoreError> {
-        let messages = self
-            .state
-            .store
-            .messages_after_seq(self.chat_id, self.position)
-            .await?;
         let mut replayed = 0u64;
-        for message in &messages {
-            let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
-            if !self.durable(message.event_seq, "message", data).await {
-                return Ok(false);
+        // Page by page: a long history is never held in memory at once.
+        loop {
+            let page = self
+                .state
+                .store
+                .messages_page(self.chat_id, self.position, true, CATCH_UP_PAGE)
+                .await?;
+            for message in &page {
+                let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
+                if !self.durable(message.event_seq, "message", data).await {
+                    return Ok(false);
+                }
+                replayed += 1;
             }
-            replayed += 1;
+            if page.len() < CATCH_UP_PAGE {
+                break;
+            }
         }
         let logged = self
             .state

@@ -105,6 +105,8 @@ struct Writer {
     store: Arc<dyn Store>,
     /// Runs with parts waiting, in the order they first had one.
     pending: Vec<(RunKey, Pending)>,
+    /// Where each run is in `pending`.
+    index: HashMap<RunKey, usize>,
     parts: usize,
     /// A refused run's error, for its next flush.
     refused: HashMap<RunKey, StoreError>,
@@ -115,6 +117,7 @@ impl Writer {
         Self {
             store,
             pending: Vec::new(),
+            index: HashMap::new(),
             parts: 0,
             refused: HashMap::new(),
         }
@@ -178,21 +181,37 @@ impl Writer {
 
     fn forget(&mut self, run: RunKey) {
         self.refused.remove(&run);
-        self.pending.retain(|(key, _)| *key != run);
+        if self.index.contains_key(&run) {
+            self.pending.retain(|(key, _)| *key != run);
+            self.reindex();
+        }
+    }
+
+    /// Rebuilds the index and the count after runs left `pending`.
+    fn reindex(&mut self) {
+        self.index = self
+            .pending
+            .iter()
+            .enumerate()
+            .map(|(at, (key, _))| (*key, at))
+            .collect();
         self.parts = self.pending.iter().map(|(_, p)| p.entries.len()).sum();
     }
 
     fn push(&mut self, run: RunKey, lease: SharedLease, entry: LiveEntry) {
         self.parts += 1;
-        match self.pending.iter_mut().find(|(key, _)| *key == run) {
-            Some((_, pending)) => pending.entries.push(entry),
-            None => self.pending.push((
-                run,
-                Pending {
-                    lease,
-                    entries: vec![entry],
-                },
-            )),
+        match self.index.get(&run) {
+            Some(&at) => self.pending[at].1.entries.push(entry),
+            None => {
+                self.index.insert(run, self.pending.len());
+                self.pending.push((
+                    run,
+                    Pending {
+                        lease,
+                        entries: vec![entry],
+                    },
+                ));
+            }
         }
     }
 
@@ -207,7 +226,7 @@ impl Writer {
         if let Some(error) = self.refused.remove(&run) {
             return Err(error);
         }
-        let Some(index) = self.pending.iter().position(|(key, _)| *key == run) else {
+        let Some(&index) = self.index.get(&run) else {
             return Ok(());
         };
         let (_, pending) = &self.pending[index];
@@ -220,8 +239,8 @@ impl Writer {
             .as_ref()
             .map_or_else(|e| !e.is_transient(), |()| true)
         {
-            let (_, written) = self.pending.remove(index);
-            self.parts = self.parts.saturating_sub(written.entries.len());
+            self.pending.remove(index);
+            self.reindex();
         }
         result
     }
@@ -232,6 +251,7 @@ impl Writer {
             return;
         }
         let pending = std::mem::take(&mut self.pending);
+        self.index.clear();
         let groups: Vec<(keel_store::Lease, &[LiveEntry])> = pending
             .iter()
             .map(|(_, p)| (current(&p.lease), p.entries.as_slice()))
@@ -251,6 +271,7 @@ impl Writer {
                 drop(groups);
                 tracing::warn!(%error, runs = pending.len(), "appending live parts failed; retrying with the next batch");
                 self.pending = pending;
+                self.reindex();
             }
             Err(error) => {
                 drop(groups);
