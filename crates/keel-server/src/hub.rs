@@ -17,10 +17,8 @@ use futures::StreamExt;
 use keel_store::{ChangeNotice, RemoteNotice, Store};
 use tokio::sync::{broadcast, watch};
 
-/// Events a subscriber may buffer before it is cut off. The channel allocates every slot
-/// up front, so this is memory each followed chat holds; a subscriber cut off resumes
-/// from its last event id without loss.
-pub const SUBSCRIBER_BUFFER: usize = 256;
+/// Events a subscriber may buffer before it is cut off.
+pub const SUBSCRIBER_BUFFER: usize = 1024;
 
 /// One event, ready to be written as SSE.
 #[derive(Debug, Clone, PartialEq, Eq)]
