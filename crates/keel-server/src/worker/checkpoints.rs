@@ -83,6 +83,7 @@ impl CheckpointStore for StoreCheckpoints {
                 partial_text: snapshot.partial_text.clone(),
                 completed_calls: snapshot.completed_calls.clone(),
                 in_flight: snapshot.in_flight.clone(),
+                refused: snapshot.refused,
                 saved_at: chrono::Utc::now(),
             }));
         }
@@ -112,6 +113,7 @@ mod tests {
             partial_text: "a long reply".repeat(1000),
             completed_calls: Vec::new(),
             in_flight: None,
+            refused: false,
             saved_at: chrono::Utc::now(),
         }
     }

@@ -8,6 +8,8 @@
 
 mod checkpoints;
 mod compaction;
+#[cfg(debug_assertions)]
+mod fault;
 mod group_log;
 mod identity;
 mod lifecycle;
