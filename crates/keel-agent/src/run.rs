@@ -116,6 +116,10 @@ pub struct RunOptions {
     pub compaction: Option<Compaction>,
     /// Only summarise the history (a requested compaction); no step is streamed.
     pub compact_only: bool,
+    /// The history ends in a turn the provider paused (a run resumed after its owner died
+    /// between that step and the next): the first call carries it on, as the loop's own
+    /// next step would have.
+    pub paused_turn: bool,
 }
 
 impl RunOptions {
@@ -147,6 +151,7 @@ impl RunOptions {
             jitter_seed: None,
             compaction: None,
             compact_only: false,
+            paused_turn: false,
         }
     }
 }
@@ -253,6 +258,7 @@ impl Runner {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => rand::make_rng(),
         };
+        let paused_turn = options.paused_turn;
         Self {
             options,
             cancel,
@@ -260,7 +266,7 @@ impl Runner {
             dynamic_names,
             offered,
             rng,
-            paused_turn: false,
+            paused_turn,
         }
     }
 

@@ -768,6 +768,28 @@ async fn a_paused_turn_is_carried_on_with_its_content_sent_back_as_the_last_mess
 }
 
 #[tokio::test]
+async fn a_run_resumed_after_a_paused_turn_carries_it_on_from_the_first_call() {
+    let model = ScriptedModel::new(vec![Reply::Stream(
+        [text("t", "Found it."), vec![finish(FinishReason::Stop)]].concat(),
+        Ending::Done,
+    )]);
+    let persister = RecordingPersister::new();
+    let history = vec![user("look it up"), Message::assistant("Searching the web")];
+    let mut options = RunOptions::new(model.clone(), history, persister.clone());
+    options.paused_turn = true;
+    assert_eq!(
+        run(options, Cancel::new()).await.unwrap(),
+        RunOutcome::Completed { steps: 1 }
+    );
+    let calls = model.calls();
+    assert!(calls[0].options.paused_turn);
+    assert_eq!(
+        calls[0].messages.last().map(|m| (m.role, m.text())),
+        Some((Role::Assistant, "Searching the web".to_owned()))
+    );
+}
+
+#[tokio::test]
 async fn a_refusal_is_published_and_stored_as_a_part_of_its_own() {
     let model = ScriptedModel::new(vec![Reply::Stream(
         vec![

@@ -7,7 +7,7 @@
 use keel_agent::StreamSnapshot;
 use keel_agent::recovery::{CapturedCall, CapturedReasoning, args_are_json};
 use keel_core::PendingToolCall;
-use keel_core::{Part, PartKind, Role};
+use keel_core::{FinishReason, Part, PartKind, Role};
 use serde_json::Value;
 
 use crate::live::from_log;
@@ -106,17 +106,28 @@ pub enum LastStep {
     /// The step was the model's final reply (the owner died between committing it and
     /// finishing the run): the run only finishes, it does not call the model again.
     Final,
+    /// The step was a turn the provider paused (Anthropic `pause_turn`; the owner died
+    /// before the next step): the run carries it on, sending it back as the last message.
+    Paused,
     /// Anything else: the run calls the model.
     Continue,
 }
 
+/// A committed message as the resume decision sees it: its role, its parts and why the
+/// model stopped at its step (assistant messages; `None` when not recorded).
+pub type Committed<'a> = (Role, &'a [Part], Option<FinishReason>);
+
 /// Decides from the last two committed messages (oldest first). The client-side calls of
 /// a step that also ran local tools sit in the assistant message before the tool message
 /// holding the local results.
-pub fn last_step(recent: &[(Role, &[Part])], client_tools: &[String]) -> LastStep {
-    let (assistant, results): (&[Part], &[Part]) = match recent {
-        [.., (Role::Assistant, parts), (Role::Tool, results)] => (parts, results),
-        [.., (Role::Assistant, parts)] => (parts, &[]),
+pub fn last_step(recent: &[Committed<'_>], client_tools: &[String]) -> LastStep {
+    let (assistant, results, finish): (&[Part], &[Part], _) = match recent {
+        [
+            ..,
+            (Role::Assistant, parts, finish),
+            (Role::Tool, results, _),
+        ] => (parts, results, *finish),
+        [.., (Role::Assistant, parts, finish)] => (parts, &[], *finish),
         _ => return LastStep::Continue,
     };
     let answered = |id: &str| {
@@ -153,6 +164,8 @@ pub fn last_step(recent: &[(Role, &[Part])], client_tools: &[String]) -> LastSte
     });
     if !unhanded.is_empty() {
         LastStep::Unhanded(unhanded)
+    } else if results.is_empty() && finish == Some(FinishReason::PauseTurn) {
+        LastStep::Paused
     } else if results.is_empty() && !calls_tools {
         LastStep::Final
     } else {
@@ -275,7 +288,8 @@ mod tests {
             Part::tool_call("c1", "ask", "{}", false),
             Part::tool_call("c3", "ask", "{}", true),
         ];
-        let LastStep::Unhanded(calls) = last_step(&[(Role::Assistant, &parts)], &tools) else {
+        let LastStep::Unhanded(calls) = last_step(&[(Role::Assistant, &parts, None)], &tools)
+        else {
             panic!("the call is handed over");
         };
         assert_eq!(calls.len(), 1);
@@ -300,7 +314,10 @@ mod tests {
             false,
             false,
         )];
-        let step = [(Role::Assistant, &calls[..]), (Role::Tool, &results[..])];
+        let step = [
+            (Role::Assistant, &calls[..], Some(FinishReason::ToolCalls)),
+            (Role::Tool, &results[..], None),
+        ];
         let LastStep::Unhanded(pending) = last_step(&step, &tools) else {
             panic!("the client call is handed over");
         };
@@ -309,7 +326,10 @@ mod tests {
         // Every call answered (the client's results arrived): the model carries on.
         let mut all = results.clone();
         all.push(Part::tool_result("c1", "ask", Value::Null, false, false));
-        let step = [(Role::Assistant, &calls[..]), (Role::Tool, &all[..])];
+        let step = [
+            (Role::Assistant, &calls[..], Some(FinishReason::ToolCalls)),
+            (Role::Tool, &all[..], None),
+        ];
         assert_eq!(last_step(&step, &tools), LastStep::Continue);
     }
 
@@ -318,10 +338,17 @@ mod tests {
         let tools: Vec<String> = Vec::new();
         let question = [Part::text("q")];
         let reply = [Part::text("the answer")];
-        let step = [(Role::User, &question[..]), (Role::Assistant, &reply[..])];
+        let stop = Some(FinishReason::Stop);
+        let step = [
+            (Role::User, &question[..], None),
+            (Role::Assistant, &reply[..], stop),
+        ];
         assert_eq!(last_step(&step, &tools), LastStep::Final);
         // A user message after it (the queue head started) is answered.
-        let step = [(Role::Assistant, &reply[..]), (Role::User, &question[..])];
+        let step = [
+            (Role::Assistant, &reply[..], stop),
+            (Role::User, &question[..], None),
+        ];
         assert_eq!(last_step(&step, &tools), LastStep::Continue);
         // A step that ran local tools continues.
         let call = [Part::tool_call("c1", "read_file", "{}", false)];
@@ -332,8 +359,38 @@ mod tests {
             false,
             false,
         )];
-        let step = [(Role::Assistant, &call[..]), (Role::Tool, &result[..])];
+        let step = [
+            (Role::Assistant, &call[..], None),
+            (Role::Tool, &result[..], None),
+        ];
         assert_eq!(last_step(&step, &tools), LastStep::Continue);
+    }
+
+    #[test]
+    fn a_committed_paused_turn_is_carried_on_not_taken_for_the_reply() {
+        let tools = vec!["ask".to_owned()];
+        let question = [Part::text("look it up")];
+        let paused = [
+            Part::text("Searching the web."),
+            Part::tool_call("s1", "web_search", "{}", true),
+        ];
+        let pause = Some(FinishReason::PauseTurn);
+        let step = [
+            (Role::User, &question[..], None),
+            (Role::Assistant, &paused[..], pause),
+        ];
+        assert_eq!(last_step(&step, &tools), LastStep::Paused);
+        // The same reply stored without its finish reason (before it was recorded) stays
+        // what it was taken for.
+        let step = [
+            (Role::User, &question[..], None),
+            (Role::Assistant, &paused[..], None),
+        ];
+        assert_eq!(last_step(&step, &tools), LastStep::Final);
+        // Client calls of a paused step are still handed over first.
+        let with_call = [Part::text("x"), Part::tool_call("c1", "ask", "{}", false)];
+        let step = [(Role::Assistant, &with_call[..], pause)];
+        assert!(matches!(last_step(&step, &tools), LastStep::Unhanded(_)));
     }
 
     #[test]

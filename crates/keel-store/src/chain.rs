@@ -59,6 +59,7 @@ mod tests {
             event_seq: id,
             created_at: Utc::now(),
             kind,
+            finish_reason: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! both and the backend code only binds and fetches these structs.
 
 use chrono::{DateTime, TimeZone, Utc};
+use keel_core::FinishReason;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
@@ -168,6 +169,29 @@ pub(crate) struct MessageCols {
     pub event_seq: i64,
     pub created_at: i64,
     pub kind: String,
+    pub finish_reason: Option<String>,
+}
+
+/// A finish reason as its bare snake_case name (`pause_turn`), as the API spells it.
+fn finish_name(reason: FinishReason) -> Result<String> {
+    match serde_json::to_value(reason) {
+        Ok(serde_json::Value::String(name)) => Ok(name),
+        Ok(other) => Err(StoreError::Corrupt {
+            what: "messages.finish_reason",
+            source: serde::ser::Error::custom(format!("not a name: {other}")),
+        }),
+        Err(source) => Err(StoreError::Corrupt {
+            what: "messages.finish_reason",
+            source,
+        }),
+    }
+}
+
+fn parse_finish(name: String) -> Result<FinishReason> {
+    serde_json::from_value(serde_json::Value::String(name)).map_err(|source| StoreError::Corrupt {
+        what: "messages.finish_reason",
+        source,
+    })
 }
 
 impl MessageCols {
@@ -190,6 +214,7 @@ impl MessageCols {
             event_seq: m.event_seq,
             created_at: ms(m.created_at),
             kind: m.kind.as_str().to_owned(),
+            finish_reason: m.finish_reason.map(finish_name).transpose()?,
         })
     }
 
@@ -220,6 +245,7 @@ impl MessageCols {
                 what: "messages.kind",
                 source: serde::de::Error::custom(format!("unknown kind {:?}", self.kind)),
             })?,
+            finish_reason: self.finish_reason.map(parse_finish).transpose()?,
         })
     }
 }

@@ -19,7 +19,7 @@ macro_rules! chat_columns {
 macro_rules! message_columns {
     () => {
         "chat_id, id, role, parts, content_version, usage, context_limit, runtime_ms, \
-         interrupted, provider_response_id, event_seq, created_at, kind"
+         interrupted, provider_response_id, event_seq, created_at, kind, finish_reason"
     };
 }
 
@@ -267,7 +267,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!(
                     "INSERT INTO messages (",
                     message_columns!(),
-                    ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, FALSE)"
+                    ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, FALSE)"
                 );
                 for m in messages {
                     sqlx::query(SQL)
@@ -284,6 +284,7 @@ macro_rules! tx_ops {
                         .bind(m.event_seq)
                         .bind(m.created_at)
                         .bind(&m.kind)
+                        .bind(&m.finish_reason)
                         .execute(self.conn().await?)
                         .await?;
                 }

@@ -113,7 +113,7 @@ tx_ops!(
             const SQL: &str = concat!(
                 "INSERT INTO messages (",
                 message_columns!(),
-                ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $32, FALSE); \
+                ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $32, $34, FALSE); \
                  DELETE FROM live_parts WHERE chat_id = $1; \
                  DELETE FROM checkpoints WHERE chat_id = $1; \
                  UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
@@ -162,6 +162,7 @@ tx_ops!(
                 .bind(c.updated_at)
                 .bind(&m.kind)
                 .bind(c.compact_requested)
+                .bind(&m.finish_reason)
                 .execute(self.conn().await?)
                 .await?;
             Ok(())

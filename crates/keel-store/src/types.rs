@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use keel_core::{Clock, SystemClock};
-use keel_core::{ErrorKind, Message, Part, PendingToolCall, Role, Usage};
+use keel_core::{ErrorKind, FinishReason, Message, Part, PendingToolCall, Role, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -85,6 +85,10 @@ pub struct StoredMessage {
     pub event_seq: i64,
     pub created_at: DateTime<Utc>,
     pub kind: MessageKind,
+    /// Why the model stopped at the step this assistant message holds; `None` on other
+    /// messages and on those stored before it was recorded.
+    #[serde(default)]
+    pub finish_reason: Option<FinishReason>,
 }
 
 /// What a stored message is to the conversation.
@@ -149,6 +153,8 @@ pub struct NewMessage {
     pub interrupted: bool,
     pub provider_response_id: Option<String>,
     pub kind: MessageKind,
+    /// Why the model stopped at the step (assistant messages only).
+    pub finish_reason: Option<FinishReason>,
 }
 
 impl NewMessage {

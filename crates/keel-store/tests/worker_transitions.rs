@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use keel_core::{ErrorKind, PartKind, Role};
+use keel_core::{ErrorKind, FinishReason, PartKind, Role};
 use keel_store::{Busy, ChatStatus, StoreError, ToolRecord, ToolState, Transition};
 use serde_json::json;
 
@@ -19,7 +19,39 @@ both_backends!(
     interrupted_persist_is_allowed_while_interrupting,
     checkpoints_users_and_tool_records,
     a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one,
+    a_steps_finish_reason_is_stored_with_its_message,
 );
+
+async fn a_steps_finish_reason_is_stored_with_its_message(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "look it up").await;
+    let lease = s.acquire("w", 1).await.unwrap().remove(0);
+    let mut paused = assistant("Searching the web.");
+    paused.finish_reason = Some(FinishReason::PauseTurn);
+    // The single-message commit and the multi-message one take different paths.
+    s.commit_step(&lease, vec![paused]).await.unwrap();
+    let mut called = assistant("reading");
+    called.finish_reason = Some(FinishReason::ToolCalls);
+    s.commit_step(&lease, vec![called, assistant("no reason")])
+        .await
+        .unwrap();
+    let reasons: Vec<_> = s
+        .list_messages(chat.id, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.finish_reason)
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            None,
+            Some(FinishReason::PauseTurn),
+            Some(FinishReason::ToolCalls),
+            None
+        ]
+    );
+}
 
 async fn a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one(db: TestDb) {
     let s = &db.store;

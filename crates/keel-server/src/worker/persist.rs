@@ -32,6 +32,7 @@ pub fn new_messages(step: &PersistedStep) -> Vec<NewMessage> {
                 new.context_limit = step.context_limit.and_then(|l| i64::try_from(l).ok());
                 new.runtime_ms = i64::try_from(step.runtime.as_millis()).ok();
                 new.provider_response_id = step.provider_response_id.clone();
+                new.finish_reason = Some(step.finish_reason);
             }
             new
         })

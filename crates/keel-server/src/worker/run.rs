@@ -13,7 +13,7 @@ use keel_store::{Chat, ChatStatus, Lease, NewMessage};
 
 use crate::api::dto::ClientTool;
 use crate::metrics::RetryLabels;
-use crate::resume::{LastStep, is_summary_log, last_step, snapshot_from_log};
+use crate::resume::{Committed, LastStep, is_summary_log, last_step, snapshot_from_log};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
@@ -139,7 +139,10 @@ async fn run_once(
         Ok(RunOutcome::Interrupted)
     } else {
         match prepare(shared, &chat, lease, &sink, from_log).await {
-            Ok(options) => run_guarded(options, cancel.clone()).await,
+            Ok(mut options) => {
+                options.paused_turn = last == LastStep::Paused;
+                run_guarded(options, cancel.clone()).await
+            }
             Err(failure) => Err(failure),
         }
     };
@@ -188,9 +191,9 @@ async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
             return LastStep::Continue;
         }
     };
-    let recent: Vec<(keel_core::Role, &[Part])> = messages
+    let recent: Vec<Committed<'_>> = messages
         .iter()
-        .map(|m| (m.role, m.parts.as_slice()))
+        .map(|m| (m.role, m.parts.as_slice(), m.finish_reason))
         .collect();
     last_step(&recent, &names)
 }

@@ -146,6 +146,7 @@ impl<'a> Ctx<'a> {
             event_seq: chat.event_seq,
             created_at: self.now,
             kind: msg.kind,
+            finish_reason: msg.finish_reason,
         };
         Ok(stored)
     }

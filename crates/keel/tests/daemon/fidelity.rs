@@ -161,6 +161,50 @@ async fn a_paused_anthropic_turn_is_carried_on_with_its_content_sent_back_as_is(
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_9_right_after_a_paused_anthropic_turn_carries_it_on_exactly_once() {
+    let mut f = Fixture::start("", "").await;
+    // The step after the pause holds its first attempt before any content, so the daemon
+    // dies with the paused step committed and nothing of the next one streamed.
+    let script = json!({"id": "paused-kill", "steps": [
+        {"text": "Searching the web.", "finish": "pause_turn"},
+        {"text": "Found it.", "stall": {"after": 0, "ms": 600000, "times": 1}}
+    ]});
+    let id = f.chat("anthropic", "look it up", &script).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while f.mock.attempts("paused-kill", 1) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the paused turn was never carried on"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    f.kill_and_restart();
+
+    let messages = f.settle(&id).await;
+    let replies: Vec<String> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(text_of)
+        .collect();
+    assert_eq!(
+        replies,
+        vec!["Searching the web.", "Found it."],
+        "{messages:#?}"
+    );
+    assert_eq!(f.mock.attempts("paused-kill", 0), 1);
+    assert_eq!(f.mock.attempts("paused-kill", 1), 2);
+    // The resumed run sent the paused turn back as it is, as the last message.
+    let request = f.last_request("anthropic");
+    let last = request["messages"].as_array().unwrap().last().unwrap();
+    let blocks = last["content"].as_array().unwrap();
+    assert_eq!(
+        (&last["role"], blocks.len(), &blocks[0]["text"]),
+        (&json!("assistant"), 1, &json!("Searching the web.")),
+        "{request}"
+    );
+}
+
 /// A step that reasons and reads a file, then a step that reasons and answers.
 fn tool_turn(turn: usize) -> Value {
     json!({"steps": [

@@ -208,6 +208,7 @@ mod tests {
             event_seq: id,
             created_at: Utc::now(),
             kind: Default::default(),
+            finish_reason: None,
         }
     }
 
