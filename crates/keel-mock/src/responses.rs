@@ -249,6 +249,9 @@ fn message_item(reply: &Reply, status: &str, content: Vec<Value>) -> Value {
 }
 
 fn call_item(reply: &Reply, index: usize, status: &str, arguments: &str) -> Value {
+    if is_server(reply, index) {
+        return server_item(reply, index, status, arguments);
+    }
     json!({
         "id": call_item_id(reply, index),
         "type": "function_call",
@@ -257,6 +260,28 @@ fn call_item(reply: &Reply, index: usize, status: &str, arguments: &str) -> Valu
         "name": reply.calls.get(index).map(|c| c.name.as_str()),
         "arguments": arguments,
     })
+}
+
+fn is_server(reply: &Reply, index: usize) -> bool {
+    reply.calls.get(index).is_some_and(|c| c.server)
+}
+
+/// A tool the provider runs itself is an output item of its own type, never a
+/// `function_call`: a web search is a `web_search_call` whose `action` says what it searched
+/// once done, and that nothing in the next request may answer
+/// (<https://platform.openai.com/docs/api-reference/responses/object>, `output`, "Web search
+/// tool call").
+fn server_item(reply: &Reply, index: usize, status: &str, arguments: &str) -> Value {
+    let mut item = json!({
+        "id": format!("ws_mock{}x{index}", reply.seq),
+        "type": "web_search_call",
+        "status": status,
+    });
+    if status == "completed" {
+        let args: Value = serde_json::from_str(arguments).unwrap_or_default();
+        item["action"] = json!({"type": "search", "query": args["query"]});
+    }
+    item
 }
 
 /// The complete output items, in stream order.
@@ -455,6 +480,16 @@ impl Encoder for Events {
                     "response.output_item.added",
                     json!({"output_index": output,
                            "item": call_item(reply, index, "in_progress", "")}),
+                )]
+            }
+            // A provider-run call streams no arguments; it is only searching meanwhile.
+            Piece::ToolDelta(index, _) if is_server(reply, index) => Vec::new(),
+            Piece::ToolEnd(index) if is_server(reply, index) => {
+                let args = reply.calls.get(index).map(|c| c.args.clone());
+                vec![self.event(
+                    "response.output_item.done",
+                    json!({"output_index": self.call_index(index),
+                           "item": call_item(reply, index, "completed", &args.unwrap_or_default())}),
                 )]
             }
             Piece::ToolDelta(index, delta) => {

@@ -288,8 +288,8 @@ pub struct ToolCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// Anthropic: a tool the provider runs itself (web search): a `server_tool_use` block
-    /// and, once its input is complete, its `NAME_tool_result` block. Other protocols send
-    /// it as an ordinary call.
+    /// and, once its input is complete, its `NAME_tool_result` block. Responses: a
+    /// `web_search_call` item. Chat Completions sends it as an ordinary call.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub server: bool,
 }

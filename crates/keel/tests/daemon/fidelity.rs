@@ -405,6 +405,71 @@ async fn an_interrupted_provider_run_call_gets_no_local_result_and_the_next_turn
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_responses_web_search_gets_no_local_result_and_the_next_turn_is_accepted() {
+    let f = Fixture::start("", "").await;
+    // The search's item opens right after the text, then holds (`in_progress`, the stall
+    // is due within the text or at the query's second chunk) until the interrupt.
+    let script = json!({"text": "Let me search.", "stall": {"after": 4, "ms": 600000},
+        "tool_calls": [{"name": "web_search", "server": true,
+                        "args": {"query": "q".repeat(600)}}]});
+    let id = f.chat("responses", "search", &script).await;
+    let mut events = f.client.events(&f.daemon, &id, None).await;
+    let mut text = String::new();
+    while text != "Let me search." {
+        let event = events.next().await.expect("the stream ended early");
+        if event.event == "part" && event.data["part"]["type"] == "text" {
+            text.push_str(event.data["part"]["text"].as_str().unwrap_or_default());
+        }
+    }
+    let (status, body) = f
+        .client
+        .post(&f.daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let chat = f.ended(&id).await;
+    assert_eq!(chat["status"], "waiting", "{chat}");
+    let messages = f.client.messages(&f.daemon, &id).await;
+    let results: Vec<Value> = messages
+        .iter()
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .filter(|p| p["type"] == "tool_result")
+        .collect();
+    assert!(
+        results.is_empty(),
+        "only the provider can answer: {results:?}"
+    );
+    assert!(
+        parts_of(&messages, "assistant")
+            .iter()
+            .filter(|p| p["type"] == "tool_call")
+            .all(|p| p["provider_executed"] == true),
+        "{messages:?}"
+    );
+    // The next request answers nothing of the search, so the API accepts it.
+    f.send(&id, "go on", &json!({"text": "ok"})).await;
+    assert_eq!(text_of(f.settle(&id).await.last().unwrap()), "ok");
+    let request = f.last_request("responses");
+    // Only messages: no `function_call`, `function_call_output` or `web_search_call` item.
+    let items = request["input"].as_array().unwrap();
+    assert!(items.iter().all(|i| i.get("role").is_some()), "{request}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_responses_web_search_is_a_provider_run_call_with_its_result() {
+    let f = Fixture::start("", "").await;
+    let id = f.chat("responses", "search", &server_search(8)).await;
+    let messages = f.settle(&id).await;
+    let parts = parts_of(&messages, "assistant");
+    let call = parts.iter().find(|p| p["type"] == "tool_call").unwrap();
+    assert_eq!(
+        (&call["tool_name"], &call["provider_executed"]),
+        (&json!("web_search"), &json!(true)),
+        "{messages:?}"
+    );
+    assert!(parts_of(&messages, "tool").is_empty(), "{messages:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_provider_run_call_goes_back_with_its_result_in_the_same_turn() {
     let f = Fixture::start("", "").await;
     let id = f.chat("anthropic", "search", &server_search(8)).await;
