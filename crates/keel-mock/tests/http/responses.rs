@@ -133,3 +133,36 @@ async fn non_streaming_response() {
     assert_eq!(object["status"], "completed");
     assert_eq!(object["output"][0]["content"][0]["text"], "Hello you");
 }
+
+#[tokio::test]
+async fn a_provider_run_call_is_a_web_search_call_item_with_no_argument_events() {
+    let server = server().await;
+    let mut step = Step::text("Searching.").call("web_search", json!({"query": "keel"}));
+    step.tool_calls[0].server = true;
+    let events = read_events(
+        post(
+            &server,
+            "/responses",
+            &responses(&Script::new(step).message("go")),
+        )
+        .await,
+    )
+    .await;
+    let added = named(&events, "response.output_item.added");
+    let types: Vec<&str> = added
+        .iter()
+        .map(|a| a["item"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["message", "web_search_call"]);
+    assert_eq!(added[1]["item"]["status"], "in_progress");
+    assert!(named(&events, "response.function_call_arguments.delta").is_empty());
+    let done = named(&events, "response.output_item.done");
+    let search = &done.last().unwrap()["item"];
+    assert_eq!(
+        (&search["status"], &search["action"]),
+        (
+            &json!("completed"),
+            &json!({"type": "search", "query": "keel"})
+        )
+    );
+}
