@@ -117,6 +117,14 @@ pub struct ContentInput {
 }
 
 /// `POST /api/v1/chats`.
+/// `PATCH /chats/{id}`: what to change.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateChatRequest {
+    pub title: Option<String>,
+    pub model: Option<String>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateChatRequest {

@@ -7,6 +7,7 @@ pub mod dto;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod feed;
 pub mod ops;
 pub mod state;
 
@@ -31,6 +32,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/chats"),
     ("get", "/api/v1/chats/{id}"),
     ("delete", "/api/v1/chats/{id}"),
+    ("patch", "/api/v1/chats/{id}"),
+    ("get", "/api/v1/events"),
     ("post", "/api/v1/chats/{id}/archive"),
     ("post", "/api/v1/chats/{id}/unarchive"),
     ("get", "/api/v1/chats/{id}/messages"),
@@ -72,8 +75,11 @@ pub fn router(state: AppState) -> Router {
         .route("/chats", post(chats::create_chat).get(chats::list_chats))
         .route(
             "/chats/{id}",
-            get(chats::get_chat).delete(chats::delete_chat),
+            get(chats::get_chat)
+                .delete(chats::delete_chat)
+                .patch(chats::update_chat),
         )
+        .route("/events", get(feed::events))
         .route("/chats/{id}/archive", post(chats::archive))
         .route("/chats/{id}/unarchive", post(chats::unarchive))
         .route(

@@ -111,6 +111,10 @@ pub struct RunsConfig {
     pub pending_action_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Whether an untitled chat gets a title generated after its first reply.
+    pub titles: bool,
+    /// The model that writes titles; the chat's own model when absent.
+    pub title_model: Option<String>,
 }
 
 impl Default for RunsConfig {
@@ -128,6 +132,8 @@ impl Default for RunsConfig {
             queue_max: 20,
             pending_action_timeout_ms: 300_000,
             max_body_bytes: 1024 * 1024,
+            titles: true,
+            title_model: None,
         }
     }
 }

@@ -343,3 +343,15 @@ pub(crate) async fn put_checkpoint(cx: &mut Ctx<'_>, lease: &Lease, data: Value)
         .put_checkpoint(&chat.id.to_string(), &json, ms(cx.now))
         .await
 }
+
+/// Gives an untitled chat its generated title; a title set meanwhile is kept.
+pub(crate) async fn name_chat(cx: &mut Ctx<'_>, chat_id: ChatId, title: &str) -> Result<bool> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::NameChat)?;
+    if chat.title.is_some() {
+        return Ok(false);
+    }
+    chat.title = Some(title.to_owned());
+    cx.save(&mut chat, mv, false).await?;
+    Ok(true)
+}
