@@ -7,6 +7,20 @@ use serde_json::Value;
 /// The text that introduces a conversation summary when it is sent to a model.
 pub const SUMMARY_PREFIX: &str = "Summary of the conversation so far:";
 
+/// The result recorded for a tool call that never produced one: the run stopped (a user
+/// interrupt, a crash) between the call and its result, and the model must still see the
+/// call answered.
+pub const INTERRUPTED_RESULT: &str = "tool call was interrupted before it produced a result";
+
+/// A call to a client-side tool: the loop does not run it, the chat waits in
+/// `requires_action` until the client sends its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingToolCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: String,
+}
+
 /// Who said a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -77,6 +91,13 @@ impl Message {
             .collect()
     }
 
+    /// Whether the model declined this turn (a refusal part).
+    pub fn is_refusal(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p.kind, PartKind::Refusal { .. }))
+    }
+
     /// Tool calls in this message, in order.
     pub fn tool_calls(&self) -> impl Iterator<Item = &Part> {
         self.parts
@@ -116,6 +137,10 @@ impl Part {
             text: text.into(),
             provider_metadata,
         })
+    }
+
+    pub fn refusal(text: impl Into<String>) -> Self {
+        Self::new(PartKind::Refusal { text: text.into() })
     }
 
     pub fn tool_call(
@@ -189,6 +214,12 @@ pub enum PartKind {
         #[serde(default)]
         provider_executed: bool,
     },
+    /// The model declined to answer: OpenAI's `refusal` (a Chat delta, a Responses content
+    /// part) or an Anthropic reply stopped with `stop_reason: "refusal"` (then the text is
+    /// the provider's explanation, or a fixed notice when it gives none).
+    Refusal {
+        text: String,
+    },
     Source {
         url: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +253,10 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(file.kind, PartKind::File { ref url, .. } if url.is_some()));
+        let refusal: Part =
+            serde_json::from_value(json!({"type":"refusal","text":"I can't help with that."}))
+                .unwrap();
+        assert_eq!(refusal, Part::refusal("I can't help with that."));
     }
 
     #[test]

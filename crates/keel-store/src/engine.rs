@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part};
+use keel_core::{ErrorKind, Message, Part, PendingToolCall};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
@@ -22,8 +22,8 @@ use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, MessageKind,
-    NewChat, NewMessage, NewSummary, Next, PendingToolCall, Prompt, QueueId, QueuedMessage,
-    RemoteNotice, SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
+    NewChat, NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage, RemoteNotice,
+    SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind

@@ -5,15 +5,15 @@ use std::ops::RangeInclusive;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part};
+use keel_core::{ErrorKind, Message, Part, PendingToolCall};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat, NewMessage,
-    NewSummary, Next, PendingToolCall, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage,
-    ToolRecord, ToolResultInput, User,
+    NewSummary, Next, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord,
+    ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
