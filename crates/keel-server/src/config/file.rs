@@ -117,6 +117,10 @@ pub struct RunsConfig {
     pub titles: bool,
     /// The model that writes titles; the chat's own model when absent.
     pub title_model: Option<String>,
+    /// Connections of the database pool; absent: sized to `workers`
+    /// ([`RunsConfig::database_connections`]).
+    #[serde(rename = "database_connections")]
+    pub database_connections_set: Option<u32>,
 }
 
 impl Default for RunsConfig {
@@ -136,6 +140,7 @@ impl Default for RunsConfig {
             max_body_bytes: 1024 * 1024,
             titles: true,
             title_model: None,
+            database_connections_set: None,
         }
     }
 }
@@ -143,6 +148,18 @@ impl Default for RunsConfig {
 impl RunsConfig {
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
+    }
+
+    /// The database pool's size: as configured, else one connection per four workers,
+    /// between 8 and 32 (a run holds a connection only for each write, and the process's
+    /// live-part log shares one transaction among all runs; two replicas at the cap stay
+    /// within PostgreSQL's default limit of 100 connections).
+    pub fn database_connections(&self) -> u32 {
+        self.database_connections_set.unwrap_or_else(|| {
+            u32::try_from(self.workers.div_ceil(4))
+                .unwrap_or(u32::MAX)
+                .clamp(8, 32)
+        })
     }
 }
 
@@ -241,6 +258,19 @@ fn yes() -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_database_pool_is_sized_to_the_workers_unless_set() {
+        let runs = |workers, set| super::RunsConfig {
+            workers,
+            database_connections_set: set,
+            ..super::RunsConfig::default()
+        };
+        assert_eq!(runs(1, None).database_connections(), 8);
+        assert_eq!(runs(64, None).database_connections(), 16);
+        assert_eq!(runs(1000, None).database_connections(), 32);
+        assert_eq!(runs(1000, Some(50)).database_connections(), 50);
+    }
+
     use std::time::Duration;
 
     use super::*;

@@ -10,6 +10,7 @@ mod checkpoints;
 mod compaction;
 #[cfg(debug_assertions)]
 mod fault;
+mod group_log;
 mod identity;
 mod lifecycle;
 mod persist;
@@ -32,10 +33,11 @@ use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::ModelRegistry;
 use crate::tools::ToolSet;
+use crate::worker::group_log::GroupLog;
 use crate::worker::identity::Identity;
 
+pub use group_log::{BATCH_PARTS, BATCH_WINDOW};
 pub use persist::new_messages;
-pub use sink::{BATCH_PARTS, BATCH_WINDOW};
 
 /// Why a run was stopped from outside the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +77,8 @@ pub struct RunSlot {
 pub struct Shared {
     pub store: Arc<dyn Store>,
     pub hub: Arc<Hub>,
+    /// The process's writer of the live-part log.
+    pub log: GroupLog,
     pub metrics: Arc<Metrics>,
     pub models: ModelRegistry,
     pub tools: Arc<ToolSet>,
@@ -206,6 +210,7 @@ impl WorkerPool {
         let worker_id = identity.worker_id();
         Self {
             shared: Arc::new(Shared {
+                log: GroupLog::start(store.clone()),
                 store,
                 hub,
                 metrics,

@@ -34,8 +34,8 @@ const INSTRUCTION: &str = "You name conversations. The user's first message of a
 is quoted below. Reply with a title for the conversation of two to six words, in the language \
 of the message: the title alone, without quotes, without a final full stop.";
 
-/// Starts writing a title for `chat` (whose first user message is `first`) unless titles
-/// are off or the chat has one. Returns at once.
+/// Starts writing a title for `chat` with `model` (unless `runs.title_model` names another)
+/// when titles are on. Returns at once.
 pub fn spawn(shared: &Arc<Shared>, chat: ChatId, model: &str) {
     if !shared.config.runs.titles {
         return;
@@ -48,8 +48,10 @@ pub fn spawn(shared: &Arc<Shared>, chat: ChatId, model: &str) {
         .unwrap_or_else(|| model.to_owned());
     let shared = shared.clone();
     tokio::spawn(async move {
-        if let Err(error) = write(&shared, chat, &model).await {
-            tracing::warn!(%chat, %error, "writing the chat's title failed");
+        match write(&shared, chat, &model).await {
+            // Deleted meanwhile: nothing to name.
+            Ok(()) | Err(keel_store::StoreError::NotFound { .. }) => {}
+            Err(error) => tracing::warn!(%chat, %error, "writing the chat's title failed"),
         }
     });
 }
