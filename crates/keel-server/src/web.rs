@@ -20,7 +20,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; st
 
 /// The page's routes: `/`, `/app.js` and `/app.css`. Generic over the state so it merges
 /// into the API router before the state is supplied.
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+pub(crate) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route(
             "/",

@@ -21,14 +21,14 @@ use crate::metrics::Metrics;
 use crate::worker::StopReason;
 
 /// Parts per batch at most.
-pub const BATCH_PARTS: usize = 64;
+pub(super) const BATCH_PARTS: usize = 64;
 /// Time a part may wait for its batch at most.
-pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
+pub(super) const BATCH_WINDOW: Duration = Duration::from_millis(50);
 
 /// The run's lease, renewed in the background and read by every write.
-pub type SharedLease = Arc<Mutex<Lease>>;
+pub(super) type SharedLease = Arc<Mutex<Lease>>;
 
-pub fn current(lease: &SharedLease) -> Lease {
+pub(super) fn current(lease: &SharedLease) -> Lease {
     // Each critical section is one clone or assignment, so a poisoned lock is still whole.
     lease.lock().unwrap_or_else(PoisonError::into_inner).clone()
 }
@@ -46,7 +46,7 @@ enum LogCommand {
 }
 
 /// The loop's event sink for one chat.
-pub struct LiveSink {
+pub(super) struct LiveSink {
     chat_id: String,
     hub: Arc<Hub>,
     metrics: Arc<Metrics>,
@@ -62,7 +62,7 @@ pub struct LiveSink {
 impl LiveSink {
     /// Starts the log writer and returns the sink feeding it. `last_seq` is the chat's
     /// event sequence when the run started.
-    pub fn start(
+    pub(super) fn start(
         chat_id: String,
         last_seq: i64,
         hub: Arc<Hub>,
@@ -86,14 +86,20 @@ impl LiveSink {
     }
 
     /// Commits a step through the log writer (after flushing its pending parts).
-    pub async fn commit(&self, messages: Vec<NewMessage>) -> Result<Vec<MessageId>, StoreError> {
+    pub(super) async fn commit(
+        &self,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<MessageId>, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.send_commit(LogCommand::Commit { messages, reply }, answer)
             .await
     }
 
     /// Commits a compaction summary through the log writer, like a step.
-    pub async fn commit_summary(&self, summary: NewSummary) -> Result<Vec<MessageId>, StoreError> {
+    pub(super) async fn commit_summary(
+        &self,
+        summary: NewSummary,
+    ) -> Result<Vec<MessageId>, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.send_commit(LogCommand::CommitSummary { summary, reply }, answer)
             .await
@@ -117,7 +123,7 @@ impl LiveSink {
     }
 
     /// Later parts are numbered above `seq` (a committed message's number).
-    pub fn advance_to(&self, seq: i64) {
+    pub(super) fn advance_to(&self, seq: i64) {
         self.last_seq.fetch_max(seq, Ordering::SeqCst);
         *self
             .step_started
@@ -125,7 +131,7 @@ impl LiveSink {
             .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 
-    pub fn last_seq(&self) -> i64 {
+    pub(super) fn last_seq(&self) -> i64 {
         self.last_seq.load(Ordering::SeqCst)
     }
 
@@ -192,7 +198,7 @@ impl LiveSink {
 impl LiveSink {
     /// Records in the log (not for clients) that a compaction summary streams from here on,
     /// so that a run resuming after a crash discards it instead of continuing it as a reply.
-    pub fn mark_summary(&self) {
+    pub(super) fn mark_summary(&self) {
         if self.superseded() {
             return;
         }
@@ -211,14 +217,14 @@ impl EventSink for LiveSink {
 }
 
 /// The task that appends live parts to the store and performs commits in order.
-pub struct LogWriter {
+pub(super) struct LogWriter {
     store: Arc<dyn Store>,
     lease: SharedLease,
     rx: mpsc::UnboundedReceiver<LogCommand>,
 }
 
 impl LogWriter {
-    pub async fn run(mut self) {
+    pub(super) async fn run(mut self) {
         let mut pending: Vec<LiveEntry> = Vec::new();
         let mut deadline: Option<Instant> = None;
         loop {

@@ -20,7 +20,7 @@ use crate::api::state::AppState;
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Turns a reply into a protocol's SSE text.
-pub trait Translator: Send + 'static {
+pub(crate) trait Translator: Send + 'static {
     /// The SSE text that brings the client from what it was sent to `reply`.
     fn update(&mut self, reply: &Reply) -> Vec<String>;
     /// True once the reply's end was written.
@@ -42,7 +42,7 @@ struct Feed<T> {
 }
 
 /// The streamed body of a reply (empty so far) whose events come after `position`.
-pub fn body<T: Translator>(
+pub(crate) fn body<T: Translator>(
     state: AppState,
     chat: Chat,
     position: i64,
