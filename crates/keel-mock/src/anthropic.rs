@@ -86,12 +86,14 @@ fn conversation(request: &Value) -> Conversation {
 
 /// A user message carries tool results (Anthropic sends them with the user role), text, or
 /// both; text after tool results is a new instruction and restarts the script's steps.
+/// Consecutive user messages arrive merged into one turn (the API merges them too), so a
+/// text block with a second directive starts the next user message.
 fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>, content: &Value) {
     let Some(blocks) = content.as_array() else {
         conversation.user(content_text(content));
         return;
     };
-    let mut texts = Vec::new();
+    let mut texts: Vec<&str> = Vec::new();
     let mut had_results = false;
     for block in blocks {
         match block["type"].as_str() {
@@ -104,6 +106,9 @@ fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>
             }
             _ => {
                 if let Some(text) = block["text"].as_str() {
+                    if has_directive(text) && texts.iter().any(|t| has_directive(t)) {
+                        conversation.user(std::mem::take(&mut texts).join("\n"));
+                    }
                     texts.push(text);
                 }
             }
@@ -112,6 +117,10 @@ fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>
     if !had_results || !texts.is_empty() {
         conversation.user(texts.join("\n"));
     }
+}
+
+fn has_directive(text: &str) -> bool {
+    matches!(crate::script::parse_directive(text), Ok(Some(_)))
 }
 
 fn message_id(reply: &Reply) -> String {
@@ -124,6 +133,7 @@ fn stop_reason(finish: Finish) -> &'static str {
         Finish::Length => "max_tokens",
         Finish::ToolCalls => "tool_use",
         Finish::ContentFilter => "refusal",
+        Finish::PauseTurn => "pause_turn",
     }
 }
 
@@ -134,6 +144,36 @@ fn usage(reply: &Reply, output_tokens: u64) -> Value {
         "cache_creation_input_tokens": u.cache_write,
         "cache_read_input_tokens": u.cache_read,
         "output_tokens": output_tokens,
+    })
+}
+
+fn call_type(call: &crate::plan::Call) -> &'static str {
+    if call.server {
+        "server_tool_use"
+    } else {
+        "tool_use"
+    }
+}
+
+fn tool_id(reply: &Reply, index: usize) -> String {
+    match reply.calls.get(index) {
+        Some(call) if call.server => reply.call_id(index, "srvtoolu_"),
+        _ => reply.call_id(index, "toolu_"),
+    }
+}
+
+/// The result block a provider-run tool's call is followed by in the same turn
+/// (<https://platform.claude.com/docs/en/agents-and-tools/tool-use/server-tools>).
+fn server_result(reply: &Reply, index: usize) -> Value {
+    let name = reply
+        .calls
+        .get(index)
+        .map_or("web_search", |c| c.name.as_str());
+    json!({
+        "type": format!("{name}_tool_result"),
+        "tool_use_id": tool_id(reply, index),
+        "content": [{"type": "web_search_result", "url": "https://example.com/",
+                     "title": "Example", "encrypted_content": "mock", "page_age": Value::Null}],
     })
 }
 
@@ -152,10 +192,11 @@ fn message(reply: &Reply) -> Value {
         content.push(json!({"type": "text", "text": reply.text()}));
     }
     for (index, call) in reply.calls.iter().enumerate() {
-        content.push(
-            json!({"type": "tool_use", "id": reply.call_id(index, "toolu_"),
-                            "name": call.name, "input": input(&call.args)}),
-        );
+        content.push(json!({"type": call_type(call), "id": tool_id(reply, index),
+                            "name": call.name, "input": input(&call.args)}));
+        if call.server {
+            content.push(server_result(reply, index));
+        }
     }
     json!({
         "id": message_id(reply),
@@ -163,10 +204,29 @@ fn message(reply: &Reply) -> Value {
         "role": "assistant",
         "model": reply.model,
         "content": content,
-        "stop_reason": stop_reason(reply.finish),
+        "stop_reason": stop_reason_of(reply),
         "stop_sequence": Value::Null,
+        "stop_details": stop_details(reply),
         "usage": usage(reply, reply.usage.output),
     })
+}
+
+/// A refusal is no content block on this API: the reply stops with `stop_reason: "refusal"`
+/// and explains itself in `stop_details`
+/// (<https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals>).
+fn stop_reason_of(reply: &Reply) -> &'static str {
+    if reply.refusal.is_empty() {
+        stop_reason(reply.finish)
+    } else {
+        "refusal"
+    }
+}
+
+fn stop_details(reply: &Reply) -> Value {
+    if reply.refusal.is_empty() {
+        return Value::Null;
+    }
+    json!({"type": "refusal", "category": Value::Null, "explanation": reply.refusal()})
 }
 
 struct Events {
@@ -236,15 +296,24 @@ impl Encoder for Events {
             Piece::TextStart => self.block_start(json!({"type": "text", "text": ""})),
             Piece::TextDelta(text) => self.delta(json!({"type": "text_delta", "text": text})),
             Piece::ToolStart(index) => self.block_start(json!({
-                "type": "tool_use",
-                "id": reply.call_id(index, "toolu_"),
+                "type": reply.calls.get(index).map_or("tool_use", call_type),
+                "id": tool_id(reply, index),
                 "name": reply.calls.get(index).map(|c| c.name.as_str()),
                 "input": {},
             })),
+            Piece::ToolEnd(index) if reply.calls.get(index).is_some_and(|c| c.server) => {
+                let stop = self.block_stop();
+                let result = self.block_start(server_result(reply, index));
+                return vec![stop, result, self.block_stop()];
+            }
             Piece::ToolDelta(_, chunk) => {
                 self.delta(json!({"type": "input_json_delta", "partial_json": chunk}))
             }
             Piece::TextEnd | Piece::ToolEnd(_) => self.block_stop(),
+            // The refusal rides on `message_delta` (see `stop_details`).
+            Piece::RefusalStart | Piece::RefusalDelta(_) | Piece::RefusalEnd => {
+                return Vec::new();
+            }
         };
         vec![frame]
     }
@@ -254,7 +323,8 @@ impl Encoder for Events {
             event(
                 "message_delta",
                 json!({
-                    "delta": {"stop_reason": stop_reason(reply.finish), "stop_sequence": Value::Null},
+                    "delta": {"stop_reason": stop_reason_of(reply), "stop_sequence": Value::Null,
+                              "stop_details": stop_details(reply)},
                     "usage": usage(reply, reply.usage.output),
                 }),
             ),

@@ -18,6 +18,8 @@ pub(crate) struct Reply {
     pub model: String,
     pub reasoning: Vec<String>,
     pub text: Vec<String>,
+    /// Refusal tokens, streamed after the text.
+    pub refusal: Vec<String>,
     pub calls: Vec<Call>,
     pub usage: Figures,
     pub finish: Finish,
@@ -31,6 +33,8 @@ pub(crate) struct Reply {
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     id: Option<String>,
+    /// Run by the provider itself (see `ToolCall::server`).
+    pub server: bool,
     pub name: String,
     pub args: String,
     pub chunks: Vec<String>,
@@ -84,6 +88,10 @@ impl Reply {
         self.reasoning.concat()
     }
 
+    pub fn refusal(&self) -> String {
+        self.refusal.concat()
+    }
+
     /// The id of call `index`: the scripted one, or `prefix` and a unique suffix.
     pub fn call_id(&self, index: usize, prefix: &str) -> String {
         match self.calls.get(index).and_then(|c| c.id.clone()) {
@@ -105,7 +113,11 @@ impl Reply {
 
 /// Plans the answer to `conversation`.
 pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> Plan {
-    let continuation = conversation.continuation();
+    // A turn the mock paused is carried on by sending it back as it is: that is the next
+    // step of the script, not a partial reply to continue.
+    let continuation = conversation
+        .continuation()
+        .filter(|c| !state.was_paused(c.prefix));
     let user_text = match &continuation {
         Some(c) => c.user_text,
         None => conversation.last_user_text().unwrap_or_default(),
@@ -149,6 +161,9 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
         return Plan::Fail(error.clone());
     }
     let mut reply = build(&step, conversation, model, state, &active);
+    if reply.finish == Finish::PauseTurn {
+        state.pause(&reply.text());
+    }
     if let Some(c) = &continuation
         && !(c.by_instruction && step.restart_on_continue)
     {
@@ -282,6 +297,11 @@ fn build(
         .as_deref()
         .map(tokens::words)
         .unwrap_or_default();
+    let refusal = step
+        .refusal
+        .as_deref()
+        .map(tokens::words)
+        .unwrap_or_default();
     let calls: Vec<Call> = step
         .tool_calls
         .iter()
@@ -289,13 +309,17 @@ fn build(
             let args = call.args_text();
             Call {
                 id: call.id.clone(),
+                server: call.server,
                 name: call.name.clone(),
                 chunks: tokens::chunks(&args),
                 args,
             }
         })
         .collect();
-    let sent = reasoning.len() + text.len() + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
+    let sent = reasoning.len()
+        + text.len()
+        + refusal.len()
+        + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let scripted = step.usage.unwrap_or_default();
     let usage = Figures {
@@ -307,7 +331,8 @@ fn build(
         cache_write: scripted.cache_write_tokens.unwrap_or(0),
         reasoning: scripted.reasoning_tokens.unwrap_or(count(reasoning.len())),
     };
-    let finish = step.finish.unwrap_or(if calls.is_empty() {
+    // Calls the provider runs itself do not end the turn for the client.
+    let finish = step.finish.unwrap_or(if calls.iter().all(|c| c.server) {
         Finish::Stop
     } else {
         Finish::ToolCalls
@@ -349,6 +374,7 @@ fn build(
         model: model.to_owned(),
         reasoning,
         text,
+        refusal,
         calls,
         usage,
         finish,

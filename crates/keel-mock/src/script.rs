@@ -148,6 +148,11 @@ pub struct Step {
     /// Reasoning text, streamed before the reply text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// A refusal, streamed after the text: OpenAI Chat `refusal` deltas, a Responses
+    /// `refusal` content part, or Anthropic's `stop_reason: "refusal"` with this text as
+    /// the explanation in `stop_details`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
     /// Tool calls, streamed after the text.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
@@ -224,6 +229,11 @@ impl Step {
         self
     }
 
+    pub fn refusal(mut self, text: impl Into<String>) -> Self {
+        self.refusal = Some(text.into());
+        self
+    }
+
     pub fn usage(mut self, usage: Usage) -> Self {
         self.usage = Some(usage);
         self
@@ -277,6 +287,11 @@ pub struct ToolCall {
     /// The call id; generated when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Anthropic: a tool the provider runs itself (web search): a `server_tool_use` block
+    /// and, once its input is complete, its `NAME_tool_result` block. Other protocols send
+    /// it as an ordinary call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub server: bool,
 }
 
 impl ToolCall {
@@ -285,6 +300,7 @@ impl ToolCall {
             name: name.into(),
             args,
             id: None,
+            server: false,
         }
     }
 
@@ -323,6 +339,9 @@ pub enum Finish {
     Length,
     ToolCalls,
     ContentFilter,
+    /// Anthropic's `pause_turn` (a long turn of server tools paused); `stop` and
+    /// `completed` on the OpenAI protocols, which have no such thing.
+    PauseTurn,
 }
 
 /// An HTTP error returned instead of a reply.

@@ -19,6 +19,7 @@ pub(crate) fn snapshot_from_log<'a>(
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<(CapturedCall, bool)> = Vec::new();
+    let mut refused = false;
     for value in payloads {
         let Some((event, data)) = from_log(value) else {
             continue;
@@ -28,9 +29,13 @@ pub(crate) fn snapshot_from_log<'a>(
                 text.clear();
                 reasoning.clear();
                 calls.clear();
+                refused = false;
             }
             _ if data["role"] == "assistant" && data["part"]["type"] == "reasoning" => {
                 reasoning.push_str(data["part"]["text"].as_str().unwrap_or_default());
+            }
+            _ if data["role"] == "assistant" && data["part"]["type"] == "refusal" => {
+                refused = true;
             }
             "tool_call_cancel" => {
                 let id = data["tool_call_id"].as_str().unwrap_or_default();
@@ -42,6 +47,7 @@ pub(crate) fn snapshot_from_log<'a>(
     let mut snapshot = StreamSnapshot {
         bytes_received: text.len(),
         partial_text: text,
+        refused,
         ..StreamSnapshot::default()
     };
     // What clients were sent of the reasoning carries no signature.

@@ -8,6 +8,8 @@
 
 mod checkpoints;
 mod compaction;
+#[cfg(debug_assertions)]
+mod fault;
 mod identity;
 mod lifecycle;
 mod persist;

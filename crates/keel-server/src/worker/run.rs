@@ -252,8 +252,12 @@ async fn prepare(
     let client_tools: Vec<ClientTool> =
         serde_json::from_value(chat.tools.clone()).unwrap_or_default();
     let runs = &shared.config.runs;
+    #[cfg(debug_assertions)]
+    let language_model = super::fault::wrap(model.model.clone());
+    #[cfg(not(debug_assertions))]
+    let language_model = model.model.clone();
     let mut options = RunOptions::new(
-        model.model.clone(),
+        language_model,
         history,
         Arc::new(StorePersister {
             chat_id: chat.id,
