@@ -122,22 +122,14 @@ fn ui_stream(
     position: i64,
     message_id: String,
 ) -> Response {
-    let body = sse::body(
+    sse::response(
         state,
         chat,
         position,
         Reply::default(),
         UiStream::new(message_id),
-    );
-    (
-        [
-            ("content-type", "text/event-stream"),
-            ("cache-control", "no-cache"),
-            STREAM_HEADER,
-        ],
-        body,
+        &[STREAM_HEADER],
     )
-        .into_response()
 }
 
 /// `POST /api/v1/ai-sdk/chat`.

@@ -251,15 +251,7 @@ impl Translator for ResponsesStream {
 
 fn event_stream(state: AppState, chat: Chat, position: i64, stream: ResponsesStream) -> Response {
     let reply = Reply::ending_at_answers_to(client_tool_names(&chat));
-    let body = sse::body(state, chat, position, reply, stream);
-    (
-        [
-            ("content-type", "text/event-stream"),
-            ("cache-control", "no-cache"),
-        ],
-        body,
-    )
-        .into_response()
+    sse::response(state, chat, position, reply, stream, &[])
 }
 
 async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<(Chat, i64)> {
