@@ -76,7 +76,8 @@ pub struct Checkpointing {
     pub store: Arc<dyn CheckpointStore>,
     pub run_id: String,
     pub chat_id: String,
-    /// Save every this many content deltas (and on every captured failure).
+    /// Save every this many content deltas (0: never by count), whenever reasoning gets
+    /// provider metadata (signatures), and on every captured failure.
     pub every: u64,
 }
 

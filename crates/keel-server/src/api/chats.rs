@@ -9,7 +9,7 @@ use keel_store::{NewChat, SendOutcome};
 use crate::api::doc::IdempotencyKey;
 use crate::api::dto::{
     ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
-    MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
+    MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
 };
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
@@ -176,8 +176,26 @@ pub(super) async fn list_messages(
     if query.after.is_some_and(|a| a < 0) {
         return Err(ApiError::invalid("`after` must be a non-negative integer"));
     }
+    let limit = match query.limit {
+        None => None,
+        Some(limit @ 1..=MAX_PAGE) => usize::try_from(limit).ok(),
+        Some(_) => {
+            return Err(ApiError::invalid(format!(
+                "`limit` must be between 1 and {MAX_PAGE}"
+            )));
+        }
+    };
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let messages = state.store.list_messages(chat.id, query.after).await?;
+    let messages = match limit {
+        Some(limit) => {
+            let after = query.after.unwrap_or(0);
+            state
+                .store
+                .messages_page(chat.id, after, false, limit)
+                .await?
+        }
+        None => state.store.list_messages(chat.id, query.after).await?,
+    };
     let messages = messages.iter().map(MessageView::from).collect();
     Ok(Json(MessageList { messages }))
 }

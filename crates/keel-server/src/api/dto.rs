@@ -249,7 +249,13 @@ pub(crate) struct ListMessagesQuery {
     /// Only messages with a greater id.
     #[param(minimum = 0)]
     pub after: Option<i64>,
+    /// At most this many messages (1 to 1000); absent: all after `after`.
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
 }
+
+/// The largest page of messages one request may ask for.
+pub(crate) const MAX_PAGE: i64 = 1000;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -113,6 +113,10 @@ pub struct RunsConfig {
     pub pending_action_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Connections of the database pool; absent: sized to `workers`
+    /// ([`RunsConfig::database_connections`]).
+    #[serde(rename = "database_connections")]
+    pub database_connections_set: Option<u32>,
 }
 
 impl Default for RunsConfig {
@@ -130,6 +134,7 @@ impl Default for RunsConfig {
             queue_max: 20,
             pending_action_timeout_ms: 300_000,
             max_body_bytes: 1024 * 1024,
+            database_connections_set: None,
         }
     }
 }
@@ -137,6 +142,18 @@ impl Default for RunsConfig {
 impl RunsConfig {
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
+    }
+
+    /// The database pool's size: as configured, else one connection per four workers,
+    /// between 8 and 32 (a run holds a connection only for each write, and the process's
+    /// live-part log shares one transaction among all runs; two replicas at the cap stay
+    /// within PostgreSQL's default limit of 100 connections).
+    pub fn database_connections(&self) -> u32 {
+        self.database_connections_set.unwrap_or_else(|| {
+            u32::try_from(self.workers.div_ceil(4))
+                .unwrap_or(u32::MAX)
+                .clamp(8, 32)
+        })
     }
 }
 
@@ -235,6 +252,19 @@ fn yes() -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_database_pool_is_sized_to_the_workers_unless_set() {
+        let runs = |workers, set| super::RunsConfig {
+            workers,
+            database_connections_set: set,
+            ..super::RunsConfig::default()
+        };
+        assert_eq!(runs(1, None).database_connections(), 8);
+        assert_eq!(runs(64, None).database_connections(), 16);
+        assert_eq!(runs(1000, None).database_connections(), 32);
+        assert_eq!(runs(1000, Some(50)).database_connections(), 50);
+    }
+
     use std::time::Duration;
 
     use super::*;

@@ -134,6 +134,7 @@ mod tests {
         "context_limit",
         "continuation",
         "database",
+        "database_connections",
         "default",
         "env",
         "id",

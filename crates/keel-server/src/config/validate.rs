@@ -168,6 +168,12 @@ pub(super) fn runs(runs: &RunsConfig) -> Result<(), ConfigError> {
     if runs.workers == 0 {
         return Err(ConfigError::invalid("runs.workers", "must be at least 1"));
     }
+    if runs.database_connections_set.is_some_and(|n| n < 2) {
+        return Err(ConfigError::invalid(
+            "runs.database_connections",
+            "must be at least 2",
+        ));
+    }
     if !(runs.compaction_threshold > 0.0 && runs.compaction_threshold <= 1.0) {
         return Err(ConfigError::invalid(
             "runs.compaction_threshold",
@@ -311,6 +317,10 @@ mod tests {
     fn bad_values_name_their_key() {
         let cases = [
             ("[runs]\nworkers = 0", "runs.workers"),
+            (
+                "[runs]\ndatabase_connections = 1",
+                "runs.database_connections",
+            ),
             (
                 "[runs]\ncompaction_threshold = 1.5",
                 "runs.compaction_threshold",

@@ -10,6 +10,7 @@ mod checkpoints;
 mod compaction;
 #[cfg(debug_assertions)]
 mod fault;
+mod group_log;
 mod identity;
 mod lifecycle;
 mod persist;
@@ -31,6 +32,7 @@ use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::ModelRegistry;
 use crate::tools::ToolSet;
+use crate::worker::group_log::GroupLog;
 use crate::worker::identity::Identity;
 
 /// Why a run was stopped from outside the loop.
@@ -71,6 +73,8 @@ pub(crate) struct RunSlot {
 pub(crate) struct Shared {
     pub store: Arc<dyn Store>,
     pub hub: Arc<Hub>,
+    /// The process's writer of the live-part log.
+    pub log: GroupLog,
     pub metrics: Arc<Metrics>,
     pub models: ModelRegistry,
     pub tools: Arc<ToolSet>,
@@ -202,6 +206,7 @@ impl WorkerPool {
         let worker_id = identity.worker_id();
         Self {
             shared: Arc::new(Shared {
+                log: GroupLog::start(store.clone()),
                 store,
                 hub,
                 metrics,

@@ -103,7 +103,7 @@ async fn run_once(
     let last_seq = recovered_log
         .last()
         .map_or(chat.event_seq, |e| e.seq.max(chat.event_seq));
-    let (sink, writer) = LiveSink::start(
+    let sink = LiveSink::start(
         chat_id.to_string(),
         last_seq,
         shared.hub.clone(),
@@ -111,8 +111,8 @@ async fn run_once(
         lease.clone(),
         shared.metrics.clone(),
         stop.clone(),
+        shared.log.clone(),
     );
-    let writer = tokio::spawn(writer.run());
 
     if summary_log {
         keel_agent::EventSink::publish(sink.as_ref(), keel_agent::LiveEvent::StreamReset);
@@ -143,8 +143,8 @@ async fn run_once(
             Err(failure) => Err(failure),
         }
     };
+    sink.finish().await;
     drop(sink);
-    let _ = writer.await;
 
     lifecycle::end(shared, &chat, &current(lease), outcome, stop).await
 }
@@ -319,7 +319,8 @@ async fn prepare(
         }),
         run_id,
         chat_id: chat.id.to_string(),
-        every: 4,
+        // No snapshot by count: the live-part log is the step (see `checkpoints`).
+        every: 0,
     });
     options.compaction = Some(Compaction {
         threshold: runs.compaction_threshold,
