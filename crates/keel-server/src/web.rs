@@ -46,7 +46,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; st
 
 /// The page's routes: `/`, `/app.js`, `/app.css` and the vendored libraries. Generic over
 /// the state so it merges into the API router before the state is supplied.
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+pub(crate) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     let mut router = Router::new();
     for &(path, content_type, body) in VENDOR {
         router = router.route(path, get(move || async move { asset(content_type, body) }));

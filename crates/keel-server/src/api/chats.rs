@@ -38,7 +38,7 @@ fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String
 }
 
 #[utoipa::path(post, path = "/chats", tag = "chats", summary = "Create a chat; its first message starts a run", params(IdempotencyKey), request_body = CreateChatRequest, responses((status = 201, description = "Created", body = ChatView)))]
-pub async fn create_chat(
+pub(super) async fn create_chat(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
@@ -94,7 +94,7 @@ pub async fn create_chat(
 }
 
 #[utoipa::path(get, path = "/chats", tag = "chats", summary = "List chats, newest first", params(ListChatsQuery), responses((status = 200, description = "Chats", body = ChatList)))]
-pub async fn list_chats(
+pub(super) async fn list_chats(
     State(state): State<AppState>,
     caller: Caller,
     query: Result<Query<ListChatsQuery>, axum::extract::rejection::QueryRejection>,
@@ -117,7 +117,7 @@ pub async fn list_chats(
 }
 
 #[utoipa::path(get, path = "/chats/{id}", tag = "chats", summary = "Get a chat", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
-pub async fn get_chat(
+pub(super) async fn get_chat(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -127,11 +127,11 @@ pub async fn get_chat(
 }
 
 /// The longest title a client may set, in characters.
-pub const TITLE_MAX_CHARS: usize = 200;
+pub(super) const TITLE_MAX_CHARS: usize = 200;
 
 /// A title as a client sent it: trimmed, not empty, at most [`TITLE_MAX_CHARS`] characters,
 /// one line without control characters. The error says what is wrong.
-pub fn checked_title(title: &str) -> Result<String, String> {
+pub(super) fn checked_title(title: &str) -> Result<String, String> {
     let title = title.trim();
     if title.is_empty() {
         return Err("title must not be empty".into());
@@ -150,7 +150,7 @@ pub fn checked_title(title: &str) -> Result<String, String> {
 /// Renames a chat and/or switches its model; the next model call of the chat uses the new
 /// model. Every field is checked before anything is written.
 #[utoipa::path(patch, path = "/chats/{id}", tag = "chats", summary = "Rename a chat or switch its model (the next model call uses it)", params(("id" = String, Path, description = "The chat's id")), request_body = UpdateChatRequest, responses((status = 200, description = "Chat", body = ChatView)))]
-pub async fn update_chat(
+pub(super) async fn update_chat(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -184,7 +184,7 @@ pub async fn update_chat(
 }
 
 #[utoipa::path(delete, path = "/chats/{id}", tag = "chats", summary = "Delete a chat (an active run is stopped first)", params(("id" = String, Path, description = "The chat's id")), responses((status = 204, description = "Deleted")))]
-pub async fn delete_chat(
+pub(super) async fn delete_chat(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -206,7 +206,7 @@ async fn set_archived(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/archive", tag = "chats", summary = "Archive", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
-pub async fn archive(
+pub(super) async fn archive(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -215,7 +215,7 @@ pub async fn archive(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/unarchive", tag = "chats", summary = "Unarchive", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
-pub async fn unarchive(
+pub(super) async fn unarchive(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -224,7 +224,7 @@ pub async fn unarchive(
 }
 
 #[utoipa::path(get, path = "/chats/{id}/messages", tag = "chats", summary = "Committed messages in order", params(("id" = String, Path, description = "The chat's id"), ListMessagesQuery), responses((status = 200, description = "Messages", body = MessageList)))]
-pub async fn list_messages(
+pub(super) async fn list_messages(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -259,7 +259,7 @@ pub async fn list_messages(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/messages", tag = "chats", summary = "Send a message", params(("id" = String, Path, description = "The chat's id"), IdempotencyKey), request_body = SendMessageRequest, responses((status = 202, description = "Started or queued", body = Sent)))]
-pub async fn send_message(
+pub(super) async fn send_message(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
@@ -287,7 +287,7 @@ pub async fn send_message(
 }
 
 #[utoipa::path(put, path = "/chats/{id}/messages/{message_id}", tag = "chats", summary = "Edit a user message; later history is deleted and a run starts", params(("id" = String, Path, description = "The chat's id"), ("message_id" = i64, Path, description = "The message's id")), request_body = ContentInput, responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn edit_message(
+pub(super) async fn edit_message(
     State(state): State<AppState>,
     caller: Caller,
     Path((id, message_id)): Path<(String, String)>,
@@ -303,7 +303,7 @@ pub async fn edit_message(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/interrupt", tag = "chats", summary = "Interrupt the active run (idempotent)", params(("id" = String, Path, description = "The chat's id")), responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn interrupt(
+pub(super) async fn interrupt(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -316,7 +316,7 @@ pub async fn interrupt(
 /// Asks for a compaction of an idle chat; the worker summarises it and it returns to
 /// `waiting`.
 #[utoipa::path(post, path = "/chats/{id}/compact", tag = "chats", summary = "Summarise older history now (the chat must be idle)", params(("id" = String, Path, description = "The chat's id")), responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn compact(
+pub(super) async fn compact(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -327,7 +327,7 @@ pub async fn compact(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/tool-results", tag = "chats", summary = "Answer pending client-side tool calls", params(("id" = String, Path, description = "The chat's id")), request_body = ToolResultsRequest, responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn tool_results(
+pub(super) async fn tool_results(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -342,7 +342,7 @@ pub async fn tool_results(
 }
 
 #[utoipa::path(delete, path = "/chats/{id}/queue/{queue_id}", tag = "chats", summary = "Delete a queued message", params(("id" = String, Path, description = "The chat's id"), ("queue_id" = String, Path, description = "The queued message's id")), responses((status = 204, description = "Deleted")))]
-pub async fn delete_queued(
+pub(super) async fn delete_queued(
     State(state): State<AppState>,
     caller: Caller,
     Path((id, queue_id)): Path<(String, String)>,
@@ -356,7 +356,7 @@ pub async fn delete_queued(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/queue/{queue_id}/promote", tag = "chats", summary = "Make a queued message next", params(("id" = String, Path, description = "The chat's id"), ("queue_id" = String, Path, description = "The queued message's id")), responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn promote_queued(
+pub(super) async fn promote_queued(
     State(state): State<AppState>,
     caller: Caller,
     Path((id, queue_id)): Path<(String, String)>,

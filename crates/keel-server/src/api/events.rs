@@ -36,7 +36,7 @@ const CLIENT_BUFFER: usize = 256;
 const CATCH_UP_PAGE: usize = 200;
 
 #[utoipa::path(get, path = "/chats/{id}/events", tag = "chats", summary = "Live events (Server-Sent Events)", params(("id" = String, Path, description = "The chat's id"), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (as `after`)")), responses((status = 200, description = "Live events", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
-pub async fn events(
+pub(super) async fn events(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -108,7 +108,7 @@ pub(crate) fn stream_slot(state: &AppState, caller: &Caller) -> Result<SseSlot, 
 /// One event of a chat as the contract names it: its id (the position it carries), name and
 /// JSON data.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveItem {
+pub(super) struct LiveItem {
     pub id: i64,
     pub event: &'static str,
     pub data: String,
@@ -118,7 +118,7 @@ pub struct LiveItem {
 /// live events) until the receiver is dropped, the client falls too far behind, the chat is
 /// deleted or the process stops. A position the chat never reached opens with `stream_reset`
 /// and the step in progress from its start, as on the SSE route.
-pub fn follow_chat(state: AppState, chat: Chat, position: i64) -> mpsc::Receiver<LiveItem> {
+pub(super) fn follow_chat(state: AppState, chat: Chat, position: i64) -> mpsc::Receiver<LiveItem> {
     let (tx, rx) = mpsc::channel::<LiveItem>(CLIENT_BUFFER);
     let requested = if position == 0 {
         Requested::Start

@@ -37,7 +37,7 @@ struct FeedItem {
 }
 
 #[utoipa::path(get, path = "/events", tag = "chats", summary = "The caller's chat list as live events (Server-Sent Events): `chat` when a chat is created, renamed, archived, deleted or changes status or model; `resync` when changes may have been missed", responses((status = 200, description = "Live events of the chat list", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
-pub async fn events(
+pub(super) async fn events(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {

@@ -1,15 +1,15 @@
 //! HTTP API v1 (described for users in `docs/api.md`): routes, authentication, body limits
 //! and error mapping.
 
-pub mod chats;
-pub mod compat;
-pub mod doc;
-pub mod dto;
-pub mod error;
-pub mod events;
-pub mod extract;
-pub mod feed;
-pub mod ops;
+mod chats;
+mod compat;
+mod doc;
+pub(crate) mod dto;
+pub(crate) mod error;
+mod events;
+mod extract;
+mod feed;
+mod ops;
 pub mod state;
 
 use axum::Router;

@@ -36,7 +36,7 @@ of the message: the title alone, without quotes, without a final full stop.";
 
 /// Starts writing a title for `chat` with `model` (unless `runs.title_model` names another)
 /// when titles are on. Returns at once.
-pub fn spawn(shared: &Arc<Shared>, chat: ChatId, model: &str) {
+pub(super) fn spawn(shared: &Arc<Shared>, chat: ChatId, model: &str) {
     if !shared.config.runs.titles {
         return;
     }
@@ -123,7 +123,7 @@ async fn ask(shared: &Arc<Shared>, model: &str, first: &str, cancel: &Cancel) ->
 }
 
 /// The title request: the instruction, then the first message quoted.
-pub fn request(first: &str) -> Vec<Message> {
+pub(super) fn request(first: &str) -> Vec<Message> {
     let shown: String = first.chars().take(QUOTED_CHARS).collect();
     let quoted = shown
         .lines()
@@ -147,7 +147,7 @@ fn text_of(parts: &[Part]) -> String {
 /// A title from the model's answer: its first line without quote marks, Markdown
 /// emphasis, a `Title:` label or a final full stop, at most [`TITLE_WORDS`] words and
 /// [`TITLE_CHARS`] characters. `None` when nothing is left.
-pub fn from_answer(answer: &str) -> Option<String> {
+pub(super) fn from_answer(answer: &str) -> Option<String> {
     let line = answer.lines().map(str::trim).find(|l| !l.is_empty())?;
     let line = line.trim_start_matches(['>', '#', ' ']);
     let line = strip_label(line);
@@ -171,7 +171,7 @@ fn strip_label(line: &str) -> &str {
 
 /// The first words of the first message's first non-empty line, for when no model answer
 /// is to be had.
-pub fn fallback(first: &str) -> String {
+pub(super) fn fallback(first: &str) -> String {
     let line = first
         .lines()
         .map(str::trim)

@@ -46,7 +46,7 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(ops: &'a mut dyn TxOps, opts: &'a StoreOptions) -> Self {
+    pub(crate) fn new(ops: &'a mut dyn TxOps, opts: &'a StoreOptions) -> Self {
         Self {
             ops,
             opts,
@@ -55,7 +55,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    pub fn into_notices(self) -> Vec<ChangeNotice> {
+    pub(crate) fn into_notices(self) -> Vec<ChangeNotice> {
         self.notices
     }
 

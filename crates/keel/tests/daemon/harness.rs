@@ -204,6 +204,19 @@ pub struct Client {
 
 /// A plain HTTP client on the process's rustls crypto provider, which `keel` installs in
 /// `main`; reqwest needs one to build any client.
+/// A SQLite database in `dir`.
+pub fn sqlite(dir: &Path) -> String {
+    format!("sqlite://{}/keel.db", dir.display())
+}
+
+/// A daemon with no configuration (the built-in demo model) on a SQLite database in a fresh
+/// directory, which lives as long as the returned guard.
+pub fn demo_daemon() -> (tempfile::TempDir, Daemon) {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    (dir, daemon)
+}
+
 pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
