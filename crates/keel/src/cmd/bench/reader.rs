@@ -1,0 +1,109 @@
+//! A soak client's event stream, read in the background for the whole life of a chat:
+//! it reconnects with its last event id to a random replica whenever the stream breaks,
+//! and drops it on purpose every few events. What it learns is shared with the user.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::check::EventView;
+use super::live::Live;
+use super::target::Target;
+
+/// What the client has read so far.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub view: EventView,
+    /// Live parts seen, and how many of them were complete tool calls.
+    pub parts: usize,
+    pub tool_calls: usize,
+    /// Where a reconnect resumes.
+    pub position: Option<i64>,
+    /// A `message` event that could not be applied.
+    pub error: Option<String>,
+}
+
+/// The background reader of one chat; dropping it stops the reader.
+pub struct Reader {
+    pub read: Arc<Mutex<Read>>,
+    /// The last status a `status` event carried.
+    pub status: watch::Receiver<String>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Reader {
+    pub fn start(target: Arc<Target>, chat: String, disconnect_every: Option<usize>) -> Self {
+        let read = Arc::new(Mutex::new(Read::default()));
+        let (status_tx, status) = watch::channel(String::new());
+        let task = tokio::spawn(follow(
+            target,
+            chat,
+            read.clone(),
+            status_tx,
+            disconnect_every,
+        ));
+        Self { read, status, task }
+    }
+
+    /// A look at what was read.
+    pub fn with<T>(&self, look: impl FnOnce(&Read) -> T) -> T {
+        look(&self.read.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+async fn follow(
+    target: Arc<Target>,
+    chat: String,
+    read: Arc<Mutex<Read>>,
+    status: watch::Sender<String>,
+    disconnect_every: Option<usize>,
+) {
+    loop {
+        let position = read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .position;
+        let Ok(mut live) = Live::open(&target.any().api, &chat, position).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let mut on_connection = 0;
+        while let Ok(event) = live.next(Duration::from_secs(20)).await {
+            on_connection += 1;
+            let mut read = read.lock().unwrap_or_else(PoisonError::into_inner);
+            read.position = live.last_id;
+            match event.kind.as_str() {
+                "message" => {
+                    if let Err(error) = read.view.apply(&event.data) {
+                        read.error.get_or_insert(format!("{error:#}"));
+                    }
+                }
+                "part" => {
+                    read.parts += 1;
+                    if event.data["part"]["type"] == "tool_call"
+                        && event.data["part"]["complete"] == true
+                    {
+                        read.tool_calls += 1;
+                    }
+                }
+                "status" => {
+                    let now = event.data["status"].as_str().unwrap_or_default();
+                    status.send_replace(now.to_owned());
+                }
+                _ => {}
+            }
+            drop(read);
+            if disconnect_every.is_some_and(|every| on_connection % every == 0) {
+                break;
+            }
+        }
+    }
+}
