@@ -137,6 +137,17 @@ impl User<'_> {
                 }
             }
         }
+        // A user who waits for something else still answers the calls of client tools.
+        if self.reader.status.borrow().as_str() == "requires_action" {
+            let state = self
+                .target
+                .call(Method::GET, &self.path(""), None, None)
+                .await?;
+            self.reconcile(&state)?;
+            if state["status"] == "requires_action" {
+                self.answer_tools(&state).await?;
+            }
+        }
         Ok(())
     }
 
@@ -337,7 +348,8 @@ impl User<'_> {
                     }
                     return Ok(state);
                 }
-                "requires_action" => self.answer_tools(&state).await?,
+                "requires_action" if self.answer_tools(&state).await? => {}
+                // Running, or calls already answered (or left unanswered on purpose).
                 _ => {
                     let _ = tokio::time::timeout(
                         Duration::from_secs(2),
@@ -349,7 +361,9 @@ impl User<'_> {
         }
     }
 
-    async fn answer_tools(&mut self, state: &Value) -> anyhow::Result<()> {
+    /// Answers the calls pending in `state` as the program says; false when there were
+    /// none the user had not already dealt with.
+    async fn answer_tools(&mut self, state: &Value) -> anyhow::Result<bool> {
         let pending: Vec<String> = state["pending_tool_calls"]
             .as_array()
             .into_iter()
@@ -358,9 +372,7 @@ impl User<'_> {
             .filter(|id| !self.answered.contains(id))
             .collect();
         if pending.is_empty() {
-            let _ = tokio::time::timeout(Duration::from_secs(2), self.reader.status.changed())
-                .await;
-            return Ok(());
+            return Ok(false);
         }
         self.answered.extend(pending.iter().cloned());
         self.done.tool_answers = Some(self.tools);
@@ -373,7 +385,7 @@ impl User<'_> {
         match self.tools {
             ToolAnswers::Never => {
                 self.model.expose();
-                return Ok(());
+                return Ok(true);
             }
             ToolAnswers::Late => {
                 let pause = self.rng.random_range(200..1_500);
@@ -396,7 +408,7 @@ impl User<'_> {
                     answer.status,
                     answer.body
                 );
-                return Ok(());
+                return Ok(true);
             }
             ToolAnswers::Prompt => {}
         }
@@ -405,15 +417,13 @@ impl User<'_> {
             .request(Method::POST, &path, Some(&body), None)
             .await?;
         match answer.status {
-            StatusCode::ACCEPTED => self.reconcile(&answer.body),
+            StatusCode::ACCEPTED => self.reconcile(&answer.body)?,
             // The deadline for answers passed (the daemon answered the calls with errors),
             // or a retry after the first attempt was taken.
-            StatusCode::CONFLICT => {
-                self.model.expose();
-                Ok(())
-            }
+            StatusCode::CONFLICT => self.model.expose(),
             other => bail!("tool results answered {other}: {}", answer.body),
         }
+        Ok(true)
     }
 
     /// A deleted chat is gone for good, for every replica.
