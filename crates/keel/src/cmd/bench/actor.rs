@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::actions::{Action, Program, ToolAnswers, Trigger};
 use super::check::{answered_by_daemon, check_turn, text_of, tool_calls_pair_up, turns};
 use super::model::{Turn, UserModel};
-use super::reader::Reader;
+use super::reader::{Reader, message_event_ids};
 use super::scenario::{Expect, Scenario};
 use super::target::Target;
 
@@ -466,21 +466,31 @@ impl User<'_> {
         // A scripted failure never answered stays in the prompt of the turns after it, so
         // the mock fails those too.
         let mut unanswered_failure = false;
+        // Unanswered user messages reach the model together with the next one.
+        let mut lead: Vec<String> = Vec::new();
         for (at, (turn, view)) in expected.iter().zip(&turns).enumerate() {
             let last = at + 1 == turns.len() && queue.is_empty();
             // Answers the user was too slow to give: the deadline answered for them.
             let mut turn = turn.clone();
             turn.exposed |= answered_by_daemon(&view.answers, &client_tools);
-            let verdict = check_turn(&turn, view, last, status, tools && at == 0);
+            // Behind an unanswered script the mock follows the script: no echo to expect.
+            turn.exposed |= lead.iter().any(|text| text.contains("#mock"));
+            let verdict = check_turn(&turn, view, &lead, last, status, tools && at == 0);
             let failed = Turn {
                 expect: Expect::Failure,
                 ..turn.clone()
             };
-            if !(unanswered_failure && check_turn(&failed, view, last, status, false).is_ok()) {
+            if !(unanswered_failure && check_turn(&failed, view, &lead, last, status, false).is_ok())
+            {
                 verdict.with_context(|| format!("turn {at} ({:?})", turn.text))?;
             }
             unanswered_failure = view.answers.is_empty()
                 && (unanswered_failure || turn.expect == Expect::Failure);
+            if view.answers.is_empty() {
+                lead.push(turn.text.clone());
+            } else {
+                lead.clear();
+            }
         }
         tool_calls_pair_up(&messages)?;
         // The stream delivers the last messages shortly after the status; wait for them.
@@ -488,14 +498,22 @@ impl User<'_> {
         while !self.reader.with(|r| r.view.matches(&messages)) && Instant::now() < patience {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.reader.with(|read| {
+        let verdict = self.reader.with(|read| {
             if let Some(error) = &read.error {
                 bail!("{error}");
             }
-            read.view
-                .check(&messages)
-                .with_context(|| format!("client at event {:?}", read.position))
-        })
+            read.view.check(&messages).with_context(|| {
+                format!(
+                    "client at event {:?} after {:?}",
+                    read.position, read.recent
+                )
+            })
+        });
+        if let Err(error) = verdict {
+            let ids = message_event_ids(self.target, &self.chat).await;
+            bail!("{error:#}; the messages' event ids: {ids:?}");
+        }
+        Ok(())
     }
 }
 

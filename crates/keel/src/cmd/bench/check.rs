@@ -172,11 +172,22 @@ fn is_reply(text: &str, expected: &str) -> bool {
         || (text.starts_with(SUMMARY_PREFIX) && text.ends_with(&format!("\n{expected}")))
 }
 
+/// What a turn is answered with when `lead` (user messages left unanswered right before
+/// it) reaches the model together with it: the mock echoes them all, one per line.
+fn with_lead(lead: &[String], expected: &str) -> String {
+    lead.iter()
+        .map(String::as_str)
+        .chain([expected])
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// One turn's reply against its script. `last` turns decide the chat's final `status`;
 /// `tools` turns may end in text other than the scripted one when a tool call was cut off.
 pub fn check_turn(
     turn: &Turn,
     view: &TurnView<'_>,
+    lead: &[String],
     last: bool,
     status: &str,
     tools: bool,
@@ -191,6 +202,7 @@ pub fn check_turn(
             );
         }
         Expect::Reply(expected) => {
+            let expected = &with_lead(lead, expected);
             ensure!(
                 !last || status == "waiting",
                 "expected status waiting, found {status}"
@@ -311,14 +323,14 @@ mod tests {
         let reply = message(2, "assistant", "one two");
         let carry_on = message(4, "assistant", &format!("{SUMMARY_PREFIX}\n\nearlier"));
         let mut compacted = view(&[&reply, &carry_on]);
-        assert!(check_turn(&turn, &compacted, true, "waiting", false).is_err());
+        assert!(check_turn(&turn, &compacted, &[], true, "waiting", false).is_err());
         compacted.compacted = true;
-        assert!(check_turn(&turn, &compacted, true, "waiting", false).is_ok());
+        assert!(check_turn(&turn, &compacted, &[], true, "waiting", false).is_ok());
         let only_carry_on = TurnView {
             compacted: true,
             ..view(&[&carry_on])
         };
-        assert!(check_turn(&turn, &only_carry_on, true, "waiting", false).is_err());
+        assert!(check_turn(&turn, &only_carry_on, &[], true, "waiting", false).is_err());
     }
 
     #[test]
@@ -328,21 +340,21 @@ mod tests {
         let other = message(2, "assistant", "three");
         let mut cut = message(2, "assistant", "one");
         cut["interrupted"] = json!(true);
-        assert!(check_turn(&turn, &view(&[&full]), true, "waiting", false).is_ok());
-        assert!(check_turn(&turn, &view(&[&full]), true, "running", false).is_err());
-        assert!(check_turn(&turn, &view(&[&other]), false, "waiting", false).is_err());
-        assert!(check_turn(&turn, &view(&[]), false, "waiting", false).is_err());
-        assert!(check_turn(&turn, &view(&[&cut]), false, "waiting", false).is_err());
+        assert!(check_turn(&turn, &view(&[&full]), &[], true, "waiting", false).is_ok());
+        assert!(check_turn(&turn, &view(&[&full]), &[], true, "running", false).is_err());
+        assert!(check_turn(&turn, &view(&[&other]), &[], false, "waiting", false).is_err());
+        assert!(check_turn(&turn, &view(&[]), &[], false, "waiting", false).is_err());
+        assert!(check_turn(&turn, &view(&[&cut]), &[], false, "waiting", false).is_err());
         let exposed = Turn {
             exposed: true,
             ..turn
         };
-        assert!(check_turn(&exposed, &view(&[&cut]), false, "waiting", false).is_ok());
-        assert!(check_turn(&exposed, &view(&[]), false, "waiting", false).is_ok());
+        assert!(check_turn(&exposed, &view(&[&cut]), &[], false, "waiting", false).is_ok());
+        assert!(check_turn(&exposed, &view(&[]), &[], false, "waiting", false).is_ok());
         let mut wrong_cut = other.clone();
         wrong_cut["interrupted"] = json!(true);
-        assert!(check_turn(&exposed, &view(&[&wrong_cut]), false, "waiting", false).is_err());
-        assert!(check_turn(&exposed, &view(&[&wrong_cut]), false, "waiting", true).is_ok());
+        assert!(check_turn(&exposed, &view(&[&wrong_cut]), &[], false, "waiting", false).is_err());
+        assert!(check_turn(&exposed, &view(&[&wrong_cut]), &[], false, "waiting", true).is_ok());
     }
 
     #[test]
@@ -350,8 +362,8 @@ mod tests {
         let turn = Turn::new("x", Expect::Reply("one two".into()));
         let led = message(2, "assistant", &format!("{SUMMARY_PREFIX}\n\nearlier\none two"));
         let summary = message(2, "assistant", &format!("{SUMMARY_PREFIX}\n\nearlier"));
-        assert!(check_turn(&turn, &view(&[&led]), true, "waiting", false).is_ok());
-        assert!(check_turn(&turn, &view(&[&summary]), true, "waiting", false).is_err());
+        assert!(check_turn(&turn, &view(&[&led]), &[], true, "waiting", false).is_ok());
+        assert!(check_turn(&turn, &view(&[&summary]), &[], true, "waiting", false).is_err());
     }
 
     #[test]
@@ -370,10 +382,19 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_behind_unanswered_messages_echoes_them_too() {
+        let turn = Turn::new("x", Expect::Reply("b".into()));
+        let both = message(3, "assistant", "a\nb");
+        let lead = ["a".to_owned()];
+        assert!(check_turn(&turn, &view(&[&both]), &lead, true, "waiting", false).is_ok());
+        assert!(check_turn(&turn, &view(&[&both]), &[], true, "waiting", false).is_err());
+    }
+
+    #[test]
     fn a_failing_script_must_leave_the_chat_in_error() {
         let turn = Turn::new("x", Expect::Failure);
-        assert!(check_turn(&turn, &view(&[]), true, "error", false).is_ok());
-        assert!(check_turn(&turn, &view(&[]), true, "waiting", false).is_err());
-        assert!(check_turn(&turn, &view(&[]), false, "waiting", false).is_ok());
+        assert!(check_turn(&turn, &view(&[]), &[], true, "error", false).is_ok());
+        assert!(check_turn(&turn, &view(&[]), &[], true, "waiting", false).is_err());
+        assert!(check_turn(&turn, &view(&[]), &[], false, "waiting", false).is_ok());
     }
 }

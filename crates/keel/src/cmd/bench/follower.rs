@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::check::{EventView, answered_by_daemon, text_of, tool_calls_pair_up};
 use super::live::Live;
+use super::reader::message_event_ids;
 use super::scenario::{Expect, Scenario};
 use super::target::Target;
 
@@ -286,18 +287,4 @@ async fn verify(shared: &Target, chat: &str, scenario: &Scenario, seen: &Seen) -
     Ok(())
 }
 
-/// Message id → event id, read from a fresh connection, to explain a miss.
-async fn message_event_ids(shared: &Target, chat: &str) -> Vec<(i64, Option<i64>)> {
-    let api = shared.any().api.clone();
-    let Ok(mut live) = Live::open(&api, chat, None).await else {
-        return Vec::new();
-    };
-    let mut ids = Vec::new();
-    while let Ok(event) = live.next(Duration::from_secs(1)).await {
-        if event.kind == "message" {
-            ids.push((event.data["id"].as_i64().unwrap_or(-1), live.last_id));
-        }
-    }
-    ids
-}
 

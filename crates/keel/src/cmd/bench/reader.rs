@@ -2,6 +2,7 @@
 //! it reconnects with its last event id to a random replica whenever the stream breaks,
 //! and drops it on purpose every few events. What it learns is shared with the user.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -23,7 +24,12 @@ pub struct Read {
     pub position: Option<i64>,
     /// A `message` event that could not be applied.
     pub error: Option<String>,
+    /// The last few events (name and id), to explain a miss.
+    pub recent: VecDeque<(String, Option<i64>)>,
 }
+
+/// How many events [`Read::recent`] keeps.
+const RECENT: usize = 16;
 
 /// The background reader of one chat; dropping it stops the reader.
 pub struct Reader {
@@ -80,6 +86,10 @@ async fn follow(
             on_connection += 1;
             let mut read = read.lock().unwrap_or_else(PoisonError::into_inner);
             read.position = live.last_id;
+            if read.recent.len() == RECENT {
+                read.recent.pop_front();
+            }
+            read.recent.push_back((event.kind.clone(), live.last_id));
             match event.kind.as_str() {
                 "message" => {
                     if let Err(error) = read.view.apply(&event.data) {
@@ -106,4 +116,19 @@ async fn follow(
             }
         }
     }
+}
+
+/// Message id → event id, read from a fresh connection, to explain a miss.
+pub async fn message_event_ids(shared: &Target, chat: &str) -> Vec<(i64, Option<i64>)> {
+    let api = shared.any().api.clone();
+    let Ok(mut live) = Live::open(&api, chat, None).await else {
+        return Vec::new();
+    };
+    let mut ids = Vec::new();
+    while let Ok(event) = live.next(Duration::from_secs(1)).await {
+        if event.kind == "message" {
+            ids.push((event.data["id"].as_i64().unwrap_or(-1), live.last_id));
+        }
+    }
+    ids
 }
