@@ -31,6 +31,8 @@ pub struct StreamedCall {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
     Text(String),
+    /// The model declined to answer.
+    Refusal(String),
     Reasoning {
         text: String,
         metadata: Option<Value>,
@@ -56,6 +58,7 @@ pub struct StepAccumulator {
     /// Number of content events seen (deltas, calls, results), for checkpoint cadence.
     pub content_events: u64,
     open_text: HashMap<String, usize>,
+    open_refusal: HashMap<String, usize>,
     open_reasoning: HashMap<String, usize>,
     open_calls: HashMap<String, usize>,
     /// The text block the next new text block continues (mid-stream recovery).
@@ -93,6 +96,25 @@ impl StepAccumulator {
             }
             StreamEvent::TextEnd { id } => {
                 self.open_text.remove(&id);
+            }
+            StreamEvent::RefusalDelta { id, delta } => {
+                if delta.is_empty() {
+                    return;
+                }
+                let index = match self.open_refusal.get(&id) {
+                    Some(&index) => index,
+                    None => {
+                        self.blocks.push(Block::Refusal(String::new()));
+                        let index = self.blocks.len() - 1;
+                        self.open_refusal.insert(id, index);
+                        index
+                    }
+                };
+                if let Some(Block::Refusal(text)) = self.blocks.get_mut(index) {
+                    text.push_str(&delta);
+                }
+                self.content_events += 1;
+                sink.publish(LiveEvent::RefusalDelta { delta });
             }
             StreamEvent::ReasoningStart { id, metadata } => {
                 let index = self.open_reasoning_block(id);
@@ -227,7 +249,7 @@ impl StepAccumulator {
     /// Whether nothing user-visible has accumulated.
     pub fn is_empty(&self) -> bool {
         self.blocks.iter().all(|b| match b {
-            Block::Text(t) => t.is_empty(),
+            Block::Text(t) | Block::Refusal(t) => t.is_empty(),
             Block::Reasoning { text, .. } => text.is_empty(),
             _ => false,
         })
@@ -237,6 +259,7 @@ impl StepAccumulator {
     /// continued reply is stored as one text, not as prefix and continuation side by side.
     pub fn continue_text(&mut self) {
         self.open_text.clear();
+        self.open_refusal.clear();
         self.open_reasoning.clear();
         self.continuation_target = self
             .blocks
@@ -259,6 +282,11 @@ impl StepAccumulator {
                 Block::Text(text) if !text.is_empty() => sink.publish(LiveEvent::TextDelta {
                     delta: text.clone(),
                 }),
+                Block::Refusal(text) if !text.is_empty() => {
+                    sink.publish(LiveEvent::RefusalDelta {
+                        delta: text.clone(),
+                    });
+                }
                 Block::ToolCall(call) if call.complete => sink.publish(LiveEvent::ToolCall {
                     tool_call_id: call.tool_call_id.clone(),
                     tool_name: call.tool_name.clone(),
@@ -312,6 +340,7 @@ impl StepAccumulator {
 
     fn reindex(&mut self) {
         self.open_text.clear();
+        self.open_refusal.clear();
         self.open_reasoning.clear();
         self.open_calls.clear();
         for (index, block) in self.blocks.iter().enumerate() {
@@ -387,6 +416,7 @@ pub(crate) fn block_part(block: &Block, now: DateTime<Utc>) -> Option<Part> {
     let part = match block {
         Block::Text(text) if text.trim().is_empty() => return None,
         Block::Text(text) => Part::text(text.clone()),
+        Block::Refusal(text) => Part::refusal(text.clone()),
         Block::Reasoning { text, metadata } => {
             if text.trim().is_empty() && metadata.is_none() {
                 return None;

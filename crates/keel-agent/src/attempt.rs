@@ -439,6 +439,7 @@ impl Runner {
             partial_text: snapshot.partial_text,
             completed_calls: snapshot.completed_calls,
             in_flight: snapshot.in_flight,
+            refused: snapshot.refused,
             saved_at: self.options.clock.now(),
         };
         if let Err(error) = checkpointing.store.save(&checkpoint).await {

@@ -29,6 +29,9 @@ pub struct StreamCheckpoint {
     pub partial_text: String,
     pub completed_calls: Vec<CapturedCall>,
     pub in_flight: Option<CapturedCall>,
+    /// A refusal had begun: the step restarts rather than continues.
+    #[serde(default)]
+    pub refused: bool,
     pub saved_at: DateTime<Utc>,
 }
 
@@ -40,6 +43,7 @@ impl StreamCheckpoint {
             completed_calls: self.completed_calls.clone(),
             in_flight: self.in_flight.clone(),
             bytes_received: 0,
+            refused: self.refused,
         }
     }
 }

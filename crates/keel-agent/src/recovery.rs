@@ -10,6 +10,7 @@
 //! | R3 [`RecoveryPlan::TruncateBeforeTool`] | text and only a partial tool call | cancel the partial call, then continue as R1 |
 //! | R4 [`RecoveryPlan::WholeRestart`] | nothing usable | void the live parts (`stream_reset`) and retry from scratch |
 //! | R4 [`RecoveryPlan::WholeRestart`] | R2 on a model that needs signed reasoning, without it | as above: never send a tool-use turn without its signed thinking |
+//! | R4 [`RecoveryPlan::WholeRestart`] | a refusal had begun | as above: a refusal is not text a provider can be asked to continue |
 //!
 //! A model with signed reasoning (Anthropic extended thinking) rejects a tool-use turn that
 //! does not start with its thinking block and the signature the provider gave it. Reasoning
@@ -51,6 +52,9 @@ pub struct StreamSnapshot {
     /// The call whose arguments were still streaming.
     pub in_flight: Option<CapturedCall>,
     pub bytes_received: usize,
+    /// A refusal had begun streaming.
+    #[serde(default)]
+    pub refused: bool,
 }
 
 impl StreamSnapshot {
@@ -61,11 +65,15 @@ impl StreamSnapshot {
             ..Self::default()
         };
         for block in &acc.blocks {
-            if let Block::Reasoning { text, metadata } = block {
-                snapshot.reasoning.push(CapturedReasoning {
-                    text: text.clone(),
-                    provider_metadata: metadata.clone(),
-                });
+            match block {
+                Block::Reasoning { text, metadata } => {
+                    snapshot.reasoning.push(CapturedReasoning {
+                        text: text.clone(),
+                        provider_metadata: metadata.clone(),
+                    });
+                }
+                Block::Refusal(_) => snapshot.refused = true,
+                _ => {}
             }
         }
         for call in acc.tool_calls().filter(|c| !c.provider_executed) {
@@ -122,6 +130,9 @@ pub enum RecoveryPlan {
 /// tool-use turn without its signed reasoning
 /// ([`keel_core::LanguageModel::requires_signed_reasoning`]).
 pub fn choose_plan(snapshot: &StreamSnapshot, signed_reasoning: bool) -> RecoveryPlan {
+    if snapshot.refused {
+        return RecoveryPlan::WholeRestart;
+    }
     match plan_content(snapshot) {
         RecoveryPlan::SynthesizeToolUse { .. }
             if signed_reasoning && !snapshot.has_signed_reasoning() =>
@@ -161,6 +172,16 @@ mod tests {
             tool_name: "t".into(),
             args: args.into(),
         }
+    }
+
+    #[test]
+    fn a_refusal_cut_midway_restarts_the_step() {
+        let s = StreamSnapshot {
+            partial_text: "Sure, here".into(),
+            refused: true,
+            ..Default::default()
+        };
+        assert_eq!(choose_plan(&s, false), RecoveryPlan::WholeRestart);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! For each step: prepare a prompt *copy*, stream the model's reply into a
 //! [`StepAccumulator`] (publishing every delta), run the local tool calls concurrently,
 //! persist the step, and go round again only if the model asked for a local tool and finished
-//! with reason tool-calls.
+//! with reason tool-calls, or if the provider paused the turn (`pause_turn`) to be carried on.
 //!
 //! Interrupts are the heart of it. Whichever way a user interrupt surfaces — an error event,
 //! a stream that stops yielding, between the stream and the tools, while tools run, or right
@@ -214,6 +214,9 @@ pub(crate) struct Runner {
     dynamic_names: HashSet<String>,
     offered: Vec<ToolDefinition>,
     pub(crate) rng: StdRng,
+    /// The last persisted step was a turn the provider paused: the next call sends it back
+    /// as it is, to be carried on.
+    paused_turn: bool,
 }
 
 impl Runner {
@@ -257,6 +260,7 @@ impl Runner {
             dynamic_names,
             offered,
             rng,
+            paused_turn: false,
         }
     }
 
@@ -414,6 +418,13 @@ impl Runner {
                 return Ok(PassEnd::Outcome(RunOutcome::PendingToolCalls(plan.pending)));
             }
             let wants_tools = !plan.local.is_empty();
+            // A paused turn (Anthropic `pause_turn`: the provider's own tools ran long) is
+            // not the end of the reply: the next step carries it on. It goes back as the
+            // last message, so nothing (no compaction) may come between.
+            self.paused_turn = !wants_tools && acc.finish_reason == Some(FinishReason::PauseTurn);
+            if self.paused_turn {
+                continue;
+            }
             if !(wants_tools && acc.finish_reason == Some(FinishReason::ToolCalls)) {
                 return Ok(PassEnd::Final(last));
             }
@@ -487,10 +498,12 @@ impl Runner {
             prepare(&mut prompt);
         }
         self.options.model.prepare_prompt(&mut prompt);
+        let mut options = self.options.call_options.clone();
+        options.paused_turn = self.paused_turn;
         ModelCall {
             messages: prompt,
             tools: self.offered.clone(),
-            options: self.options.call_options.clone(),
+            options,
         }
     }
 

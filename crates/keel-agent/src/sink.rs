@@ -17,6 +17,10 @@ pub enum LiveEvent {
     ReasoningDelta {
         delta: String,
     },
+    /// New text of the model's refusal.
+    RefusalDelta {
+        delta: String,
+    },
     ToolCallDelta {
         tool_call_id: String,
         tool_name: String,

@@ -730,3 +730,82 @@ async fn an_interrupted_provider_run_call_gets_no_local_result() {
     let step = &persister.steps()[0];
     assert!(tool_results(step).is_empty(), "{:?}", step.messages);
 }
+
+#[tokio::test]
+async fn a_paused_turn_is_carried_on_with_its_content_sent_back_as_the_last_message() {
+    let model = ScriptedModel::new(vec![
+        Reply::Stream(
+            [
+                text("t", "Searching the web"),
+                vec![finish(FinishReason::PauseTurn)],
+            ]
+            .concat(),
+            Ending::Done,
+        ),
+        Reply::Stream(
+            [text("t", "Found it."), vec![finish(FinishReason::Stop)]].concat(),
+            Ending::Done,
+        ),
+    ]);
+    let persister = RecordingPersister::new();
+    let mut options = RunOptions::new(model.clone(), vec![user("look it up")], persister.clone());
+    options.max_steps = 5;
+    assert_eq!(
+        run(options, Cancel::new()).await.unwrap(),
+        RunOutcome::Completed { steps: 2 }
+    );
+    let calls = model.calls();
+    assert_eq!(calls.len(), 2, "the paused turn is carried on, not ended");
+    assert!(!calls[0].options.paused_turn);
+    let second = &calls[1];
+    assert!(second.options.paused_turn);
+    let last = second.messages.last().unwrap();
+    assert_eq!(
+        (last.role, last.text()),
+        (Role::Assistant, "Searching the web".to_owned())
+    );
+    let steps = persister.steps();
+    assert_eq!(assistant(&steps[1]).text(), "Found it.");
+}
+
+#[tokio::test]
+async fn a_refusal_is_published_and_stored_as_a_part_of_its_own() {
+    let model = ScriptedModel::new(vec![Reply::Stream(
+        vec![
+            StreamEvent::RefusalDelta {
+                id: "r".into(),
+                delta: "I can't ".into(),
+            },
+            StreamEvent::RefusalDelta {
+                id: "r".into(),
+                delta: "help with that.".into(),
+            },
+            finish(FinishReason::Stop),
+        ],
+        Ending::Done,
+    )]);
+    let persister = RecordingPersister::new();
+    let sink = Arc::new(RecordingSink::default());
+    let mut options = RunOptions::new(model, vec![user("hi")], persister.clone());
+    options.sink = sink.clone();
+    run(options, Cancel::new()).await.unwrap();
+    assert_eq!(
+        sink.events(),
+        vec![
+            LiveEvent::RefusalDelta {
+                delta: "I can't ".into()
+            },
+            LiveEvent::RefusalDelta {
+                delta: "help with that.".into()
+            },
+        ]
+    );
+    let steps = persister.steps();
+    let parts: Vec<&PartKind> = assistant(&steps[0]).parts.iter().map(|p| &p.kind).collect();
+    assert_eq!(
+        parts,
+        vec![&PartKind::Refusal {
+            text: "I can't help with that.".into()
+        }]
+    );
+}

@@ -647,6 +647,7 @@ async fn resume_from_text_checkpoint_continues_and_deletes_it() {
             partial_text: "Hello".into(),
             completed_calls: vec![],
             in_flight: None,
+            refused: false,
             saved_at: chrono::Utc::now(),
         })
         .await
@@ -694,6 +695,7 @@ async fn resume_from_completed_tool_checkpoint_never_opens_a_stream() {
                 args: r#"{"path":"a"}"#.into(),
             }],
             in_flight: None,
+            refused: false,
             saved_at: chrono::Utc::now(),
         })
         .await
@@ -724,6 +726,7 @@ fn tool_checkpoint(reasoning: Vec<CapturedReasoning>) -> StreamCheckpoint {
             args: r#"{"path":"a"}"#.into(),
         }],
         in_flight: None,
+        refused: false,
         saved_at: chrono::Utc::now(),
     }
 }

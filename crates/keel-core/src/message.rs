@@ -77,6 +77,13 @@ impl Message {
             .collect()
     }
 
+    /// Whether the model declined this turn (a refusal part).
+    pub fn is_refusal(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p.kind, PartKind::Refusal { .. }))
+    }
+
     /// Tool calls in this message, in order.
     pub fn tool_calls(&self) -> impl Iterator<Item = &Part> {
         self.parts
@@ -116,6 +123,10 @@ impl Part {
             text: text.into(),
             provider_metadata,
         })
+    }
+
+    pub fn refusal(text: impl Into<String>) -> Self {
+        Self::new(PartKind::Refusal { text: text.into() })
     }
 
     pub fn tool_call(
@@ -189,6 +200,12 @@ pub enum PartKind {
         #[serde(default)]
         provider_executed: bool,
     },
+    /// The model declined to answer: OpenAI's `refusal` (a Chat delta, a Responses content
+    /// part) or an Anthropic reply stopped with `stop_reason: "refusal"` (then the text is
+    /// the provider's explanation, or a fixed notice when it gives none).
+    Refusal {
+        text: String,
+    },
     Source {
         url: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +239,10 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(file.kind, PartKind::File { ref url, .. } if url.is_some()));
+        let refusal: Part =
+            serde_json::from_value(json!({"type":"refusal","text":"I can't help with that."}))
+                .unwrap();
+        assert_eq!(refusal, Part::refusal("I can't help with that."));
     }
 
     #[test]

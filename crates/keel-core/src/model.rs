@@ -74,6 +74,11 @@ pub struct CallOptions {
     /// Anything else, passed through to the provider unchanged.
     #[serde(default)]
     pub provider_options: Map<String, Value>,
+    /// The trailing assistant message is a turn the provider paused (Anthropic
+    /// `pause_turn`): it goes back exactly as it is, never with an instruction to continue,
+    /// and the provider carries the turn on. Set by the loop for one call, never configured.
+    #[serde(skip)]
+    pub paused_turn: bool,
 }
 
 /// Whether and how the model may call tools.

@@ -22,6 +22,12 @@ pub enum StreamEvent {
     TextEnd {
         id: String,
     },
+    /// Text of a refusal (OpenAI `refusal` deltas, or the explanation of an Anthropic
+    /// `stop_reason: "refusal"`); deltas of one `id` form one refusal part.
+    RefusalDelta {
+        id: String,
+        delta: String,
+    },
     ReasoningStart {
         id: String,
         metadata: Option<Value>,

@@ -60,6 +60,9 @@ pub enum FinishReason {
     ToolCalls,
     /// The provider filtered the content.
     ContentFilter,
+    /// The provider paused a long turn of its own tools (Anthropic `pause_turn`): the turn
+    /// goes on when its content is sent back as the last assistant message.
+    PauseTurn,
     /// The provider stopped for an error.
     Error,
     /// Something else, or nothing was reported.

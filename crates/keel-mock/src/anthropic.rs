@@ -124,6 +124,7 @@ fn stop_reason(finish: Finish) -> &'static str {
         Finish::Length => "max_tokens",
         Finish::ToolCalls => "tool_use",
         Finish::ContentFilter => "refusal",
+        Finish::PauseTurn => "pause_turn",
     }
 }
 
@@ -163,10 +164,29 @@ fn message(reply: &Reply) -> Value {
         "role": "assistant",
         "model": reply.model,
         "content": content,
-        "stop_reason": stop_reason(reply.finish),
+        "stop_reason": stop_reason_of(reply),
         "stop_sequence": Value::Null,
+        "stop_details": stop_details(reply),
         "usage": usage(reply, reply.usage.output),
     })
+}
+
+/// A refusal is no content block on this API: the reply stops with `stop_reason: "refusal"`
+/// and explains itself in `stop_details`
+/// (<https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals>).
+fn stop_reason_of(reply: &Reply) -> &'static str {
+    if reply.refusal.is_empty() {
+        stop_reason(reply.finish)
+    } else {
+        "refusal"
+    }
+}
+
+fn stop_details(reply: &Reply) -> Value {
+    if reply.refusal.is_empty() {
+        return Value::Null;
+    }
+    json!({"type": "refusal", "category": Value::Null, "explanation": reply.refusal()})
 }
 
 struct Events {
@@ -245,6 +265,10 @@ impl Encoder for Events {
                 self.delta(json!({"type": "input_json_delta", "partial_json": chunk}))
             }
             Piece::TextEnd | Piece::ToolEnd(_) => self.block_stop(),
+            // The refusal rides on `message_delta` (see `stop_details`).
+            Piece::RefusalStart | Piece::RefusalDelta(_) | Piece::RefusalEnd => {
+                return Vec::new();
+            }
         };
         vec![frame]
     }
@@ -254,7 +278,8 @@ impl Encoder for Events {
             event(
                 "message_delta",
                 json!({
-                    "delta": {"stop_reason": stop_reason(reply.finish), "stop_sequence": Value::Null},
+                    "delta": {"stop_reason": stop_reason_of(reply), "stop_sequence": Value::Null,
+                              "stop_details": stop_details(reply)},
                     "usage": usage(reply, reply.usage.output),
                 }),
             ),

@@ -27,6 +27,9 @@ pub(crate) enum Piece<'a> {
     TextStart,
     TextDelta(&'a str),
     TextEnd,
+    RefusalStart,
+    RefusalDelta(&'a str),
+    RefusalEnd,
     ToolStart(usize),
     ToolDelta(usize, &'a str),
     ToolEnd(usize),
@@ -107,6 +110,16 @@ impl Player {
                 Piece::TextStart,
                 reply.text.iter().map(|t| Piece::TextDelta(t)),
                 Piece::TextEnd,
+            )
+            .await?;
+        }
+        if !reply.refusal.is_empty() {
+            self.block(
+                reply,
+                &mut encoder,
+                Piece::RefusalStart,
+                reply.refusal.iter().map(|t| Piece::RefusalDelta(t)),
+                Piece::RefusalEnd,
             )
             .await?;
         }

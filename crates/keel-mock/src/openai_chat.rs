@@ -1,7 +1,8 @@
 //! OpenAI Chat Completions: `POST /v1/chat/completions`.
 //!
 //! Streams `chat.completion.chunk` objects whose `choices[0].delta` carries `content`,
-//! `reasoning_content` (the field OpenAI-compatible servers use for reasoning) or indexed
+//! `reasoning_content` (the field OpenAI-compatible servers use for reasoning), `refusal` or
+//! indexed
 //! `tool_calls`; then a chunk with `finish_reason`, a usage-only chunk (empty `choices`)
 //! when `stream_options.include_usage` is set, and `data: [DONE]`.
 
@@ -96,7 +97,7 @@ fn conversation(request: &Value) -> Conversation {
 
 fn finish_reason(finish: Finish) -> &'static str {
     match finish {
-        Finish::Stop => "stop",
+        Finish::Stop | Finish::PauseTurn => "stop",
         Finish::Length => "length",
         Finish::ToolCalls => "tool_calls",
         Finish::ContentFilter => "content_filter",
@@ -127,6 +128,9 @@ fn completion(reply: &Reply) -> Value {
     }
     if !reply.reasoning.is_empty() {
         message["reasoning_content"] = Value::String(reply.reasoning());
+    }
+    if !reply.refusal.is_empty() {
+        message["refusal"] = Value::String(reply.refusal());
     }
     if !reply.calls.is_empty() {
         let calls: Vec<Value> = reply
@@ -195,6 +199,7 @@ impl Encoder for Chunks {
         let delta = match piece {
             Piece::ReasoningDelta(text) => json!({"reasoning_content": text}),
             Piece::TextDelta(text) => json!({"content": text}),
+            Piece::RefusalDelta(text) => json!({"refusal": text}),
             Piece::ToolStart(index) => {
                 let mut call = json!({
                     "index": index,
@@ -222,6 +227,8 @@ impl Encoder for Chunks {
             | Piece::ReasoningEnd
             | Piece::TextStart
             | Piece::TextEnd
+            | Piece::RefusalStart
+            | Piece::RefusalEnd
             | Piece::ToolEnd(_) => return Vec::new(),
         };
         vec![self.chunk(reply, delta, None)]

@@ -18,6 +18,8 @@ pub(crate) struct Reply {
     pub model: String,
     pub reasoning: Vec<String>,
     pub text: Vec<String>,
+    /// Refusal tokens, streamed after the text.
+    pub refusal: Vec<String>,
     pub calls: Vec<Call>,
     pub usage: Figures,
     pub finish: Finish,
@@ -84,6 +86,10 @@ impl Reply {
         self.reasoning.concat()
     }
 
+    pub fn refusal(&self) -> String {
+        self.refusal.concat()
+    }
+
     /// The id of call `index`: the scripted one, or `prefix` and a unique suffix.
     pub fn call_id(&self, index: usize, prefix: &str) -> String {
         match self.calls.get(index).and_then(|c| c.id.clone()) {
@@ -105,7 +111,11 @@ impl Reply {
 
 /// Plans the answer to `conversation`.
 pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> Plan {
-    let continuation = conversation.continuation();
+    // A turn the mock paused is carried on by sending it back as it is: that is the next
+    // step of the script, not a partial reply to continue.
+    let continuation = conversation
+        .continuation()
+        .filter(|c| !state.was_paused(c.prefix));
     let user_text = match &continuation {
         Some(c) => c.user_text,
         None => conversation.last_user_text().unwrap_or_default(),
@@ -149,6 +159,9 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
         return Plan::Fail(error.clone());
     }
     let mut reply = build(&step, conversation, model, state, &active);
+    if reply.finish == Finish::PauseTurn {
+        state.pause(&reply.text());
+    }
     if let Some(c) = &continuation
         && !(c.by_instruction && step.restart_on_continue)
     {
@@ -282,6 +295,11 @@ fn build(
         .as_deref()
         .map(tokens::words)
         .unwrap_or_default();
+    let refusal = step
+        .refusal
+        .as_deref()
+        .map(tokens::words)
+        .unwrap_or_default();
     let calls: Vec<Call> = step
         .tool_calls
         .iter()
@@ -295,7 +313,7 @@ fn build(
             }
         })
         .collect();
-    let sent = reasoning.len() + text.len() + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
+    let sent = reasoning.len() + text.len() + refusal.len() + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let scripted = step.usage.unwrap_or_default();
     let usage = Figures {
@@ -349,6 +367,7 @@ fn build(
         model: model.to_owned(),
         reasoning,
         text,
+        refusal,
         calls,
         usage,
         finish,

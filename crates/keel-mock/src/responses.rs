@@ -222,6 +222,22 @@ fn text_part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": []})
 }
 
+fn refusal_part(text: &str) -> Value {
+    json!({"type": "refusal", "refusal": text})
+}
+
+/// The content of the reply's message item: its text, then its refusal, each a part.
+fn message_content(reply: &Reply) -> Vec<Value> {
+    let mut content = Vec::new();
+    if !reply.text.is_empty() {
+        content.push(text_part(&reply.text()));
+    }
+    if !reply.refusal.is_empty() {
+        content.push(refusal_part(&reply.refusal()));
+    }
+    content
+}
+
 fn message_item(reply: &Reply, status: &str, content: Vec<Value>) -> Value {
     json!({
         "id": message_id(reply),
@@ -249,17 +265,19 @@ fn output(reply: &Reply, context: &Context) -> Vec<Value> {
     if !reply.reasoning.is_empty() {
         items.push(reasoning_item(reply, context));
     }
-    if !reply.text.is_empty() {
-        items.push(message_item(
-            reply,
-            "completed",
-            vec![text_part(&reply.text())],
-        ));
+    let content = message_content(reply);
+    if !content.is_empty() {
+        items.push(message_item(reply, "completed", content));
     }
     for (index, call) in reply.calls.iter().enumerate() {
         items.push(call_item(reply, index, "completed", &call.args));
     }
     items
+}
+
+/// Where the refusal sits in the message item's content: after the text, if any.
+fn refusal_index(reply: &Reply) -> usize {
+    usize::from(!reply.text.is_empty())
 }
 
 struct Events {
@@ -366,7 +384,7 @@ impl Encoder for Events {
             }
             Piece::TextEnd => {
                 let (id, output, text) = (message_id(reply), self.text_index, reply.text());
-                vec![
+                let mut frames = vec![
                     self.event(
                         "response.output_text.done",
                         json!({"item_id": id, "output_index": output, "content_index": 0,
@@ -377,10 +395,55 @@ impl Encoder for Events {
                         json!({"item_id": id, "output_index": output, "content_index": 0,
                                "part": text_part(&text)}),
                     ),
+                ];
+                // A refusal that follows is a part of the same message item.
+                if reply.refusal.is_empty() {
+                    frames.push(self.event(
+                        "response.output_item.done",
+                        json!({"output_index": output,
+                               "item": message_item(reply, "completed", message_content(reply))}),
+                    ));
+                }
+                frames
+            }
+            Piece::RefusalStart => {
+                let mut frames = Vec::new();
+                if reply.text.is_empty() {
+                    self.text_index = self.claim_output();
+                    frames.push(self.event(
+                        "response.output_item.added",
+                        json!({"output_index": self.text_index,
+                               "item": message_item(reply, "in_progress", Vec::new())}),
+                    ));
+                }
+                let data = json!({"item_id": message_id(reply), "output_index": self.text_index,
+                                  "content_index": refusal_index(reply), "part": refusal_part("")});
+                frames.push(self.event("response.content_part.added", data));
+                frames
+            }
+            Piece::RefusalDelta(delta) => {
+                let data = json!({"item_id": message_id(reply), "output_index": self.text_index,
+                                  "content_index": refusal_index(reply), "delta": delta});
+                vec![self.event("response.refusal.delta", data)]
+            }
+            Piece::RefusalEnd => {
+                let (id, output, index) = (message_id(reply), self.text_index, refusal_index(reply));
+                let refusal = reply.refusal();
+                vec![
+                    self.event(
+                        "response.refusal.done",
+                        json!({"item_id": id, "output_index": output, "content_index": index,
+                               "refusal": refusal}),
+                    ),
+                    self.event(
+                        "response.content_part.done",
+                        json!({"item_id": id, "output_index": output, "content_index": index,
+                               "part": refusal_part(&refusal)}),
+                    ),
                     self.event(
                         "response.output_item.done",
                         json!({"output_index": output,
-                               "item": message_item(reply, "completed", vec![text_part(&text)])}),
+                               "item": message_item(reply, "completed", message_content(reply))}),
                     ),
                 ]
             }

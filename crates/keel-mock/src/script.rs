@@ -148,6 +148,11 @@ pub struct Step {
     /// Reasoning text, streamed before the reply text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// A refusal, streamed after the text: OpenAI Chat `refusal` deltas, a Responses
+    /// `refusal` content part, or Anthropic's `stop_reason: "refusal"` with this text as
+    /// the explanation in `stop_details`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
     /// Tool calls, streamed after the text.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
@@ -221,6 +226,11 @@ impl Step {
 
     pub fn reasoning(mut self, text: impl Into<String>) -> Self {
         self.reasoning = Some(text.into());
+        self
+    }
+
+    pub fn refusal(mut self, text: impl Into<String>) -> Self {
+        self.refusal = Some(text.into());
         self
     }
 
@@ -323,6 +333,9 @@ pub enum Finish {
     Length,
     ToolCalls,
     ContentFilter,
+    /// Anthropic's `pause_turn` (a long turn of server tools paused); `stop` and
+    /// `completed` on the OpenAI protocols, which have no such thing.
+    PauseTurn,
 }
 
 /// An HTTP error returned instead of a reply.

@@ -1,6 +1,6 @@
 //! State shared by all requests of one server: attempt counters, stored responses, ids.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -18,6 +18,9 @@ pub(crate) struct State {
     responses: Mutex<Stored>,
     /// The latest requests, oldest first, for tests that check what a client sent.
     requests: Mutex<VecDeque<(String, serde_json::Value)>>,
+    /// Texts of the replies that ended with `pause_turn` (trailing whitespace trimmed, as a
+    /// client sending them back as the last assistant turn must).
+    paused: Mutex<HashSet<String>>,
     seq: AtomicU64,
 }
 
@@ -38,6 +41,7 @@ impl State {
             attempts: Mutex::default(),
             responses: Mutex::default(),
             requests: Mutex::default(),
+            paused: Mutex::default(),
             seq: AtomicU64::new(1),
         }
     }
@@ -59,6 +63,18 @@ impl State {
     pub fn attempts(&self, key: &str, step: usize) -> u32 {
         let attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
         attempts.get(&(key.to_owned(), step)).copied().unwrap_or(0)
+    }
+
+    /// Remembers a reply that paused its turn.
+    pub fn pause(&self, text: &str) {
+        let mut paused = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
+        paused.insert(text.trim_end().to_owned());
+    }
+
+    /// Whether `text` is a paused reply sent back to be carried on.
+    pub fn was_paused(&self, text: &str) -> bool {
+        let paused = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
+        paused.contains(text.trim_end())
     }
 
     /// Keeps a request body for [`Self::recent_requests`]; only the latest few are kept.

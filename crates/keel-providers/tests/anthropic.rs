@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ctx, final_error, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use common::{ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
@@ -500,4 +500,112 @@ fn images_and_documents_become_source_blocks() {
             {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}},
         ])
     );
+}
+
+fn stop_with(delta: Value) -> Vec<StreamEvent> {
+    let data = format!(
+        concat!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{{\"input_tokens\":5,\"output_tokens\":1}}}}}}\n\n",
+            "event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n",
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"Hello..\"}}}}\n\n",
+            "event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n",
+            "event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{},\"usage\":{{\"output_tokens\":3}}}}\n\n",
+            "event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n",
+        ),
+        delta
+    );
+    replay(AnthropicDecoder::new(ctx()), data.as_bytes())
+}
+
+fn refusal_text(events: &[StreamEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::RefusalDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn stop_reason_refusal_becomes_a_refusal_part_with_the_explanation() {
+    let events = stop_with(json!({"stop_reason": "refusal", "stop_details": {
+        "type": "refusal", "category": "cyber",
+        "explanation": "This request was declined because it could enable cyber harm."}}));
+    assert_eq!(
+        refusal_text(&events),
+        "This request was declined because it could enable cyber harm."
+    );
+    assert_eq!(finish_of(&events), Some(FinishReason::ContentFilter));
+    // The text before the refusal stays text.
+    assert!(events.iter().any(|e| matches!(e, StreamEvent::TextDelta { delta, .. } if delta == "Hello..")));
+    // Without an explanation the part still says what happened.
+    let events = stop_with(json!({"stop_reason": "refusal"}));
+    assert!(!refusal_text(&events).is_empty());
+}
+
+#[test]
+fn pause_turn_is_a_finish_reason_of_its_own() {
+    let events = stop_with(json!({"stop_reason": "pause_turn"}));
+    assert_eq!(finish_of(&events), Some(FinishReason::PauseTurn));
+    assert!(refusal_text(&events).is_empty());
+}
+
+#[test]
+fn a_refused_turn_is_left_out_of_later_requests() {
+    let refused = Message::new(
+        Role::Assistant,
+        vec![Part::text("Hello.."), Part::refusal("declined")],
+    );
+    let call = ModelCall {
+        messages: vec![
+            Message::user("first"),
+            Message::assistant("fine"),
+            Message::user("bad"),
+            refused,
+            Message::user("something else"),
+        ],
+        ..ModelCall::default()
+    };
+    let body = build_request(&call, "m");
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "first"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "fine"}]},
+            {"role": "user", "content": [{"type": "text", "text": "bad"},
+                                         {"type": "text", "text": "something else"}]},
+        ])
+    );
+}
+
+#[test]
+fn a_paused_turn_goes_back_as_it_is_even_with_thinking_or_continuation_by_prompt() {
+    let call = ModelCall {
+        messages: vec![
+            Message::user("search"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::text("Searching "),
+                    Part::tool_call("srvtoolu_1", "web_search", r#"{"query":"q"}"#, true),
+                ],
+            ),
+        ],
+        options: CallOptions {
+            thinking_budget_tokens: Some(1024),
+            paused_turn: true,
+            ..CallOptions::default()
+        },
+        ..ModelCall::default()
+    };
+    for body in [
+        build_request(&call, "m"),
+        keel_providers::anthropic::build_continuing(&call, "m", false),
+    ] {
+        let turns = body["messages"].as_array().unwrap();
+        assert_eq!(turns.len(), 2, "no instruction to continue: {body}");
+        assert_eq!(turns[1]["role"], "assistant");
+        assert_eq!(turns[1]["content"][1]["type"], "server_tool_use");
+    }
 }

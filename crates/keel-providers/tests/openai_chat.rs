@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{ctx, final_error, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use common::{ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
@@ -513,4 +513,50 @@ fn reasoning_goes_back_as_reasoning_content_except_to_openai() {
     let body = build_request(&call, "gpt-4.1", openai);
     assert!(body["messages"][1].get("reasoning_content").is_none());
     assert!(body["messages"][3].get("reasoning_content").is_none());
+}
+
+#[test]
+fn a_refusal_streams_as_refusal_deltas_never_as_text() {
+    let data = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"I can't \"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"help.\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let events = replay(ChatDecoder::new(ctx()), data.as_bytes());
+    let refusal: String = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::RefusalDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refusal, "I can't help.");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::TextDelta { .. }))
+    );
+    assert_eq!(finish_of(&events), Some(FinishReason::Stop));
+}
+
+#[test]
+fn a_refusal_goes_back_as_a_refusal_content_part() {
+    let refused = Message::new(
+        Role::Assistant,
+        vec![Part::text("Well,"), Part::refusal("I can't help.")],
+    );
+    let call = ModelCall {
+        messages: vec![Message::user("hi"), refused, Message::user("why?")],
+        ..ModelCall::default()
+    };
+    let body = build_request(&call, "m", ChatRequestOptions::default());
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "text", "text": "Well,"},
+            {"type": "refusal", "refusal": "I can't help."},
+        ]})
+    );
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ctx, final_error, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use common::{ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
@@ -468,4 +468,58 @@ fn client_run_items_get_neither_a_call_nor_a_made_up_result() {
         .collect();
     // The provider-run web search is kept with its result; the computer call is not.
     assert_eq!(ids, vec!["ws_1", "ws_1"]);
+}
+
+#[test]
+fn a_refusal_content_part_streams_as_refusal_deltas() {
+    let data = concat!(
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\n",
+        "event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"refusal\",\"refusal\":\"\"}}\n\n",
+        "event: response.refusal.delta\ndata: {\"type\":\"response.refusal.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"No, \"}\n\n",
+        "event: response.refusal.delta\ndata: {\"type\":\"response.refusal.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"sorry.\"}\n\n",
+        "event: response.refusal.done\ndata: {\"type\":\"response.refusal.done\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"refusal\":\"No, sorry.\"}\n\n",
+        "event: response.content_part.done\ndata: {\"type\":\"response.content_part.done\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"refusal\",\"refusal\":\"No, sorry.\"}}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"status\":\"completed\",\"output\":[]}}\n\n",
+    );
+    let events = replay(ResponsesDecoder::new(ctx()), data.as_bytes());
+    let refusal: String = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::RefusalDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refusal, "No, sorry.");
+    assert!(!events.iter().any(|e| matches!(
+        e,
+        StreamEvent::TextDelta { .. } | StreamEvent::TextStart { .. }
+    )));
+    assert_eq!(finish_of(&events), Some(FinishReason::Stop));
+}
+
+#[test]
+fn a_refusal_goes_back_as_a_refusal_part_of_the_assistant_message() {
+    let refused = Message::new(
+        Role::Assistant,
+        vec![Part::text("Well,"), Part::refusal("No, sorry.")],
+    );
+    let call = ModelCall {
+        messages: vec![Message::user("hi"), refused, Message::user("why?")],
+        ..ModelCall::default()
+    };
+    let body = build_request(&call, "m");
+    assert_eq!(
+        body["input"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "output_text", "text": "Well,", "annotations": []},
+            {"type": "refusal", "refusal": "No, sorry."},
+        ]})
+    );
+    // Text alone keeps the short form.
+    let plain = ModelCall {
+        messages: vec![Message::user("hi"), Message::assistant("hello")],
+        ..ModelCall::default()
+    };
+    let body = build_request(&plain, "m");
+    assert_eq!(body["input"][1], json!({"role": "assistant", "content": "hello"}));
 }

@@ -29,6 +29,11 @@ pub fn payload(event: &LiveEvent) -> LivePayload {
             part("assistant", json!({"type": "reasoning", "text": delta})),
             true,
         ),
+        LiveEvent::RefusalDelta { delta } => (
+            "part",
+            part("assistant", json!({"type": "refusal", "text": delta})),
+            true,
+        ),
         LiveEvent::ToolCallDelta {
             tool_call_id,
             tool_name,

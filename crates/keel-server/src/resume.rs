@@ -17,6 +17,7 @@ pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> S
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<(CapturedCall, bool)> = Vec::new();
+    let mut refused = false;
     for value in payloads {
         let Some((event, data)) = from_log(value) else {
             continue;
@@ -26,9 +27,13 @@ pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> S
                 text.clear();
                 reasoning.clear();
                 calls.clear();
+                refused = false;
             }
             _ if data["role"] == "assistant" && data["part"]["type"] == "reasoning" => {
                 reasoning.push_str(data["part"]["text"].as_str().unwrap_or_default());
+            }
+            _ if data["role"] == "assistant" && data["part"]["type"] == "refusal" => {
+                refused = true;
             }
             "tool_call_cancel" => {
                 let id = data["tool_call_id"].as_str().unwrap_or_default();
@@ -40,6 +45,7 @@ pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> S
     let mut snapshot = StreamSnapshot {
         bytes_received: text.len(),
         partial_text: text,
+        refused,
         ..StreamSnapshot::default()
     };
     // What clients were sent of the reasoning carries no signature.

@@ -29,19 +29,34 @@ function el(tag, attrs, ...children) {
 
 let tokenPrompt = null;
 
-function askToken() {
+// Asks for a token after a 401. `rejected` is the token that was refused, if one was sent:
+// the dialog then says so, instead of coming back without a word.
+function askToken(rejected) {
   if (!tokenPrompt) {
     tokenPrompt = new Promise((resolve) => {
       const dialog = $('token-dialog');
+      $('token-error').hidden = !rejected;
+      $('token-input').value = '';
       $('token-form').onsubmit = () => {
         localStorage.setItem(TOKEN_KEY, $('token-input').value.trim());
         tokenPrompt = null;
+        showLogOut();
         resolve();
       };
       dialog.showModal();
     });
   }
   return tokenPrompt;
+}
+
+function showLogOut() {
+  $('log-out').hidden = !localStorage.getItem(TOKEN_KEY);
+}
+
+function logOut() {
+  localStorage.removeItem(TOKEN_KEY);
+  location.hash = '';
+  location.reload();
 }
 
 function authHeaders(extra) {
@@ -57,7 +72,7 @@ async function api(method, path, body) {
     if (body !== undefined) init.body = JSON.stringify(body);
     const response = await fetch(API + path, init);
     if (response.status === 401) {
-      await askToken();
+      await askToken(init.headers.Authorization);
       continue;
     }
     const text = await response.text();
@@ -408,7 +423,7 @@ async function follow(chatId, controller) {
       const headers = authHeaders({ Accept: 'text/event-stream' });
       if (view.lastEventId !== null) headers['Last-Event-ID'] = String(view.lastEventId);
       const response = await fetch(API + '/chats/' + chatId + '/events', { headers, signal: controller.signal });
-      if (response.status === 401) { await askToken(); continue; }
+      if (response.status === 401) { await askToken(headers.Authorization); continue; }
       if (response.status === 404) { showError('This chat no longer exists.'); return; }
       if (!response.ok) throw new Error('events: ' + response.status);
       $('connection').hidden = true;
@@ -553,6 +568,8 @@ function start() {
   $('stop').addEventListener('click', () => {
     if (view.chatId) api('POST', '/chats/' + view.chatId + '/interrupt').catch(showError);
   });
+  $('log-out').addEventListener('click', logOut);
+  showLogOut();
   $('new-chat').addEventListener('click', () => { openChat(null); $('input').focus(); });
   $('toggle-sidebar').addEventListener('click', () => $('sidebar').classList.toggle('open'));
   const match = /chat=([0-9a-fA-F-]+)/.exec(location.hash);

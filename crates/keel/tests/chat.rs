@@ -112,6 +112,18 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
+/// `keel chat ARGS` in a pseudo-terminal, with no token from the environment.
+fn spawn_chat(args: &[&str], env: &[(&str, &str)]) -> Session {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command.args(args).env_remove("KEEL_TOKEN");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut chat = Session::spawn(command).unwrap();
+    chat.set_expect_timeout(Some(TIMEOUT));
+    chat
+}
+
 fn words(n: usize) -> String {
     (1..=n)
         .map(|i| format!("word{i}"))
@@ -122,17 +134,15 @@ fn words(n: usize) -> String {
 #[test]
 fn ctrl_c_interrupts_a_streaming_reply_and_exits() {
     let daemon = Daemon::start();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
-    command.args(["chat", "--url", &daemon.url]);
-    command.env_remove("KEEL_TOKEN");
-    let mut chat = Session::spawn(command).unwrap();
-    chat.set_expect_timeout(Some(TIMEOUT));
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[]);
     chat.expect("> ").unwrap();
 
     let reply = words(40);
     chat.send_line(format!(r##"#mock {{"text": "{reply}", "rate": 5}}"##))
         .unwrap();
-    // A few words have streamed: the reply is visibly in progress.
+    // Past the echo of the typed line (which holds the words too), a few words have
+    // streamed: the reply is visibly in progress.
+    chat.expect(r#""rate": 5}"#).unwrap();
     chat.expect("word1 word2 word3").unwrap();
     chat.send(ControlCode::EndOfText).unwrap();
     chat.expect("[interrupted]").unwrap();
@@ -229,11 +239,7 @@ fn once_reports_a_failed_run() {
 #[test]
 fn a_daemon_restart_mid_reply_prints_every_word_once() {
     let daemon = Daemon::start();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
-    command.args(["chat", "--url", &daemon.url]);
-    command.env_remove("KEEL_TOKEN");
-    let mut chat = Session::spawn(command).unwrap();
-    chat.set_expect_timeout(Some(TIMEOUT));
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[]);
     chat.expect("> ").unwrap();
 
     let reply = words(30);
@@ -269,4 +275,81 @@ fn a_daemon_restart_mid_reply_prints_every_word_once() {
     assert_eq!(last["parts"][0]["text"], reply.as_str(), "{last}");
     chat.send(ControlCode::EndOfText).unwrap();
     chat.expect(Eof).unwrap();
+}
+
+/// The texts of the chat's user messages, as the daemon stored them.
+fn user_texts(daemon: &Daemon) -> Vec<String> {
+    let chats = daemon.get("/chats");
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    let messages = daemon.get(&format!("/chats/{id}/messages"));
+    messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["parts"][0]["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_pasted_block_of_five_lines_is_sent_as_one_message() {
+    let daemon = Daemon::start();
+    // A bare host:port is taken as plain HTTP.
+    let bare = daemon.url.trim_start_matches("http://");
+    let mut chat = spawn_chat(&["chat", "--url", bare], &[]);
+    chat.expect("> ").unwrap();
+
+    let lines = [
+        "first line",
+        "second line",
+        "third line",
+        "fourth line",
+        "fifth line",
+    ];
+    // What a terminal sends for a paste when bracketed paste is on, then Enter.
+    chat.send(format!("\x1b[200~{}\x1b[201~", lines.join("\n")))
+        .unwrap();
+    chat.send("\r").unwrap();
+    chat.expect("fifth line").unwrap();
+    chat.expect("> ").unwrap();
+
+    assert_eq!(user_texts(&daemon), [lines.join("\n")]);
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}
+
+#[test]
+fn the_readme_demo_command_asks_the_demo_model_for_the_tool() {
+    let daemon = Daemon::start();
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[("NO_COLOR", "1")]);
+    chat.expect("> ").unwrap();
+
+    chat.send_line(r#"/list_dir {"path":"."}"#).unwrap();
+    let shown = chat.expect("Tool list_dir returned").unwrap();
+    let shown = String::from_utf8_lossy(shown.as_bytes()).into_owned();
+    assert!(!shown.contains("unknown command"), "{shown}");
+    assert!(shown.contains("list_dir"), "{shown}");
+    chat.expect("> ").unwrap();
+    assert_eq!(user_texts(&daemon), [r#"/list_dir {"path":"."}"#]);
+
+    // NO_COLOR: the reply and the lines around it carry no styles.
+    chat.send_line("**plain** words").unwrap();
+    let shown = chat.expect("> ").unwrap();
+    let shown = String::from_utf8_lossy(shown.as_bytes()).into_owned();
+    assert!(shown.contains("**plain** words"), "{shown:?}");
+    assert!(!shown.contains("\x1b[1m"), "{shown:?}");
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}
+
+#[test]
+fn the_prompt_says_clearly_when_the_daemon_is_down() {
+    let mut chat = spawn_chat(&["chat", "--url", "127.0.0.1:9"], &[]);
+    let shown = chat.expect(Eof).unwrap();
+    let shown = String::from_utf8_lossy(shown.as_bytes()).into_owned();
+    assert!(
+        shown.contains("cannot reach keel at http://127.0.0.1:9") && shown.contains("keel serve"),
+        "{shown}"
+    );
+    assert!(!shown.contains("builder error"), "{shown}");
 }

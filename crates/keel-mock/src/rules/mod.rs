@@ -81,6 +81,27 @@ pub(crate) fn array<'a>(value: &'a Value, key: &str) -> &'a [Value] {
         .map_or(&[], Vec::as_slice)
 }
 
+/// The first content part of an assistant message (in `messages`) whose type is not one of
+/// `allowed`: the message's index, the part's index and its type. Content given as a string
+/// has no parts.
+pub(crate) fn foreign_assistant_part<'a>(
+    messages: &'a [Value],
+    allowed: &[&str],
+) -> Option<(usize, usize, &'a str)> {
+    messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| str_at(m, "role") == "assistant")
+        .find_map(|(i, m)| {
+            array(m, "content")
+                .iter()
+                .enumerate()
+                .map(|(j, part)| (j, str_at(part, "type")))
+                .find(|(_, kind)| !allowed.contains(kind))
+                .map(|(j, kind)| (i, j, kind))
+        })
+}
+
 /// The string under `key`, or `""`.
 pub(crate) fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
     value.get(key).and_then(Value::as_str).unwrap_or_default()

@@ -4,13 +4,14 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{Rule, Violation, array, str_at};
+use super::{Rule, Violation, array, foreign_assistant_part, str_at};
 
 /// Every Chat Completions rule, in the order the server checks them.
 pub(crate) const RULES: &[Rule] = &[
     tool_calls_are_answered,
     tool_messages_answer_a_call,
     reasoning_content_is_passed_back,
+    assistant_parts_are_text_or_refusal,
 ];
 
 /// An assistant message with `tool_calls` must be followed by one `role: tool` message per
@@ -96,6 +97,20 @@ pub(crate) fn reasoning_content_is_passed_back(request: &Value) -> Result<(), Vi
     Ok(())
 }
 
+/// An assistant message's content parts are `text` or `refusal`, nothing else.
+/// <https://platform.openai.com/docs/api-reference/chat/create> (`messages`, assistant
+/// message, `content`: array of content parts).
+pub(crate) fn assistant_parts_are_text_or_refusal(request: &Value) -> Result<(), Violation> {
+    match foreign_assistant_part(array(request, "messages"), &["text", "refusal"]) {
+        Some((i, j, kind)) => Err(Violation::new(format!(
+            "Invalid value: '{kind}'. Supported values are: 'text' and 'refusal'."
+        ))
+        .code("invalid_value")
+        .param(format!("messages[{i}].content[{j}].type"))),
+        None => Ok(()),
+    }
+}
+
 /// Whether a request runs in DeepSeek's thinking mode: asked for with `thinking`, or the
 /// default of DeepSeek's reasoning models.
 fn thinking_mode(request: &Value) -> bool {
@@ -174,6 +189,21 @@ mod tests {
         assert!(reasoning_content_is_passed_back(&vllm).is_err());
         let off = json!({"model": "deepseek-v4-pro", "thinking": {"type": "disabled"}, "messages": turn(None)});
         assert!(reasoning_content_is_passed_back(&off).is_ok());
+    }
+
+    #[test]
+    fn assistant_content_parts_are_text_or_refusal() {
+        let refused = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Well"},
+                                              {"type": "refusal", "refusal": "No."}]},
+        ]});
+        assert!(check_all(&refused).is_ok());
+        let image = json!({"messages": [
+            {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+        ]});
+        let error = assistant_parts_are_text_or_refusal(&image).unwrap_err();
+        assert!(error.message.contains("'image_url'"), "{error:?}");
     }
 
     fn check_all(request: &Value) -> Result<(), Violation> {

@@ -4,13 +4,14 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{Rule, Violation, array, str_at};
+use super::{Rule, Violation, array, foreign_assistant_part, str_at};
 
 /// Every Responses rule, in the order the server checks them.
 pub(crate) const RULES: &[Rule] = &[
     outputs_answer_a_call,
     calls_have_outputs,
     reasoning_is_followed_by_its_item,
+    assistant_parts_are_output_text_or_refusal,
 ];
 
 /// Items the client runs itself: each needs an output item of the matching type.
@@ -118,6 +119,21 @@ pub(crate) fn reasoning_is_followed_by_its_item(request: &Value) -> Result<(), V
     Ok(())
 }
 
+/// An assistant message's content parts are `output_text` or `refusal`: what the model
+/// said goes back as it said it, never as input parts.
+/// <https://platform.openai.com/docs/api-reference/responses/create> (`input`, output
+/// message, `content`).
+pub(crate) fn assistant_parts_are_output_text_or_refusal(request: &Value) -> Result<(), Violation> {
+    match foreign_assistant_part(input(request), &["output_text", "refusal"]) {
+        Some((i, j, kind)) => Err(Violation::new(format!(
+            "Invalid value: '{kind}'. Supported values are: 'output_text' and 'refusal'."
+        ))
+        .code("invalid_value")
+        .param(format!("input[{i}].content[{j}]"))),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +166,20 @@ mod tests {
             {"type": "function_call_output", "call_id": "c1", "output": "x"},
         ]});
         assert!(super::super::check(RULES, &paired).is_ok());
+    }
+
+    #[test]
+    fn assistant_content_is_output_text_or_refusal() {
+        let refused = json!({"input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]},
+        ]});
+        assert!(super::super::check(RULES, &refused).is_ok());
+        let as_input = json!({"input": [
+            {"role": "assistant", "content": [{"type": "input_text", "text": "No."}]},
+        ]});
+        let error = assistant_parts_are_output_text_or_refusal(&as_input).unwrap_err();
+        assert!(error.message.contains("'input_text'"), "{error:?}");
     }
 
     #[test]

@@ -285,6 +285,9 @@ impl AnthropicDecoder {
             "message_delta" => {
                 if let Some(reason) = event.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.stop_reason = Some(stop_reason(reason));
+                    if reason == "refusal" {
+                        out.push(refusal(event));
+                    }
                 }
                 if let Some(usage) = event.get("usage") {
                     self.usage.merge_max(&usage_of(usage));
@@ -340,9 +343,28 @@ fn redacted_metadata(data: &Value) -> Value {
     json!({ METADATA_KEY: { "redacted_data": data } })
 }
 
+/// The notice a refusal carries when the provider explains nothing.
+pub const REFUSAL_NOTICE: &str = "The model declined to continue this reply.";
+
+/// A reply stopped with `stop_reason: "refusal"` becomes a refusal part: the explanation in
+/// `stop_details` when there is one (it rides on the same `message_delta`), else a fixed
+/// notice, since the API adds no refusal text of its own
+/// (https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals).
+fn refusal(event: &Value) -> StreamEvent {
+    let explanation = ["/delta/stop_details/explanation", "/stop_details/explanation"]
+        .iter()
+        .filter_map(|at| event.pointer(at).and_then(Value::as_str))
+        .find(|text| !text.trim().is_empty());
+    StreamEvent::RefusalDelta {
+        id: "refusal".to_owned(),
+        delta: explanation.unwrap_or(REFUSAL_NOTICE).to_owned(),
+    }
+}
+
 pub(crate) fn stop_reason(reason: &str) -> FinishReason {
     match reason {
-        "end_turn" | "stop_sequence" | "pause_turn" => FinishReason::Stop,
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "pause_turn" => FinishReason::PauseTurn,
         "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
         "tool_use" => FinishReason::ToolCalls,
         "refusal" => FinishReason::ContentFilter,

@@ -58,8 +58,10 @@ pub fn build_continuing(call: &ModelCall, model: &str, prefill: bool) -> Value {
         body.insert("system".into(), Value::Array(system));
     }
     // Extended thinking does not allow assistant prefill, so a trailing assistant message is
-    // then continued by instruction instead.
-    let prefill = prefill && thinking.is_none();
+    // then continued by instruction instead. A paused turn always goes back as it is: that
+    // is how the API carries it on (https://platform.claude.com/docs/en/agents-and-tools/tool-use/server-tools,
+    // "The server-side loop and pause_turn").
+    let prefill = (prefill && thinking.is_none()) || o.paused_turn;
     body.insert(
         "messages".into(),
         Value::Array(messages(&call.messages[leading..], prefill)),
@@ -116,7 +118,7 @@ pub fn build_continuing(call: &ModelCall, model: &str, prefill: bool) -> Value {
 
 fn messages(messages: &[Message], prefill: bool) -> Vec<Value> {
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for message in messages {
+    for message in messages.iter().filter(|m| !is_refused_turn(m)) {
         let role = if message.role == Role::Assistant {
             "assistant"
         } else {
@@ -154,6 +156,15 @@ fn messages(messages: &[Message], prefill: bool) -> Vec<Value> {
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect()
+}
+
+/// A turn the model refused is left out of later requests: the API asks for the refused turn
+/// to be removed before the conversation goes on, or it refuses again
+/// (https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals,
+/// "Reset context after refusal"). A refused turn that called tools stays (without its
+/// refusal), since its calls are answered by the next message.
+fn is_refused_turn(message: &Message) -> bool {
+    message.role == Role::Assistant && message.is_refusal() && message.tool_calls().next().is_none()
 }
 
 /// The API rejects a final assistant turn ending in whitespace, or with an empty block.

@@ -1,7 +1,7 @@
 //! Decodes the Chat Completions chunk stream into [`StreamEvent`]s.
 //!
 //! Text and reasoning (`reasoning_content` from DeepSeek, `reasoning` from vLLM) arrive as
-//! deltas of one choice; tool calls arrive as deltas keyed by `index`, the id and name on a
+//! deltas of one choice, a refusal as `refusal` deltas; tool calls arrive as deltas keyed by `index`, the id and name on a
 //! call's first chunk, argument text after, several calls possibly interleaved. Calls are
 //! complete only when the choice reports a finish reason. Usage comes in a final chunk
 //! without choices, and `[DONE]` ends the stream.
@@ -228,6 +228,18 @@ impl ChatDecoder {
                 && !text.is_empty()
             {
                 self.text_delta(text, out);
+            }
+            // OpenAI streams a refusal under its own key, never as `content`
+            // (https://platform.openai.com/docs/api-reference/chat-streaming).
+            if let Some(text) = delta.get("refusal").and_then(Value::as_str)
+                && !text.is_empty()
+            {
+                self.close_reasoning(out);
+                self.close_text(out);
+                out.push(StreamEvent::RefusalDelta {
+                    id: "refusal".to_owned(),
+                    delta: text.to_owned(),
+                });
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (position, call) in calls.iter().enumerate() {

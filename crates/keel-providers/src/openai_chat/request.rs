@@ -147,19 +147,20 @@ fn assistant(message: &Message, reasoning_content: bool) -> Option<Value> {
             _ => None,
         })
         .collect();
-    if text.is_empty() && calls.is_empty() {
+    let refusal: String = message
+        .parts
+        .iter()
+        .filter_map(|p| match &p.kind {
+            PartKind::Refusal { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    if text.is_empty() && calls.is_empty() && refusal.is_empty() {
         return None;
     }
     let mut m = Map::new();
     m.insert("role".into(), json!("assistant"));
-    m.insert(
-        "content".into(),
-        if text.is_empty() {
-            Value::Null
-        } else {
-            json!(text)
-        },
-    );
+    m.insert("content".into(), assistant_content(text, refusal));
     let mut reasoning: Option<String> = None;
     for part in &message.parts {
         if let PartKind::Reasoning { text, .. } = &part.kind {
@@ -178,6 +179,26 @@ fn assistant(message: &Message, reasoning_content: bool) -> Option<Value> {
         m.insert("tool_calls".into(), Value::Array(calls));
     }
     Some(Value::Object(m))
+}
+
+/// An assistant turn's `content`: its text, or content parts when it refused, since a
+/// refusal goes back as a part of its own (`{"type": "refusal"}`, the only part besides
+/// `text` an assistant message takes;
+/// <https://platform.openai.com/docs/api-reference/chat/create>, assistant message).
+fn assistant_content(text: String, refusal: String) -> Value {
+    if refusal.is_empty() {
+        return if text.is_empty() {
+            Value::Null
+        } else {
+            json!(text)
+        };
+    }
+    let mut parts = Vec::new();
+    if !text.is_empty() {
+        parts.push(json!({"type": "text", "text": text}));
+    }
+    parts.push(json!({"type": "refusal", "refusal": refusal}));
+    Value::Array(parts)
 }
 
 /// A user or tool message: tool results become one `role: tool` message each, in order,

@@ -345,11 +345,20 @@ impl ResponsesDecoder {
             }
             "response.content_part.added" => {
                 let kind = event.pointer("/part/type").and_then(Value::as_str);
-                if matches!(kind, Some("output_text" | "refusal")) {
+                if kind == Some("output_text") {
                     self.open_text(Self::text_id(event), out);
                 }
             }
-            "response.output_text.delta" | "response.refusal.delta" => {
+            "response.refusal.delta" => {
+                let delta = str_at(event, "delta");
+                if !delta.is_empty() {
+                    out.push(StreamEvent::RefusalDelta {
+                        id: Self::text_id(event),
+                        delta: delta.to_owned(),
+                    });
+                }
+            }
+            "response.output_text.delta" => {
                 let id = Self::text_id(event);
                 self.open_text(id.clone(), out);
                 let delta = str_at(event, "delta");

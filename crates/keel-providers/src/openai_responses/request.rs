@@ -113,12 +113,13 @@ fn input(messages: &[Message], store: bool) -> Vec<Value> {
 fn assistant(message: &Message, store: bool, items: &mut Vec<Value>) {
     let mut turn = Turn {
         items,
-        text: String::new(),
+        content: Vec::new(),
         awaiting: None,
     };
     for part in &message.parts {
         match &part.kind {
-            PartKind::Text { text: t } => turn.text.push_str(t),
+            PartKind::Text { text } => turn.say("output_text", "text", text),
+            PartKind::Refusal { text } => turn.say("refusal", "refusal", text),
             PartKind::Reasoning { .. } => {
                 if let Some((item, next)) = reasoning_item(part, store) {
                     turn.flush_text();
@@ -155,7 +156,10 @@ fn assistant(message: &Message, store: bool, items: &mut Vec<Value>) {
 /// The items of one assistant turn being built.
 struct Turn<'a> {
     items: &'a mut Vec<Value>,
-    text: String,
+    /// The content parts of the message item being built: `output_text` and `refusal`, the
+    /// two an assistant message takes
+    /// (<https://platform.openai.com/docs/api-reference/responses/create>, output message).
+    content: Vec<Value>,
     /// The last reasoning item (its index) and the follower it needs.
     awaiting: Option<(usize, Value)>,
 }
@@ -186,20 +190,45 @@ impl Turn<'_> {
         self.items.push(item);
     }
 
-    fn flush_text(&mut self) {
-        if self.text.is_empty() {
+    /// Adds text to the message item being built: to its last part when that is of the
+    /// same kind, else as a new part.
+    fn say(&mut self, kind: &str, field: &str, text: &str) {
+        if text.is_empty() {
             return;
         }
-        let text = std::mem::take(&mut self.text);
+        if let Some(last) = self.content.last_mut()
+            && last["type"] == kind
+            && let Some(Value::String(said)) = last.get_mut(field)
+        {
+            said.push_str(text);
+            return;
+        }
+        let mut part = json!({"type": kind, field: text});
+        if kind == "output_text" {
+            part["annotations"] = json!([]);
+        }
+        self.content.push(part);
+    }
+
+    fn flush_text(&mut self) {
+        if self.content.is_empty() {
+            return;
+        }
+        let content = std::mem::take(&mut self.content);
         let item = match self.follower_id("message", None) {
             Some(id) => json!({
                 "type": "message",
                 "id": id,
                 "role": "assistant",
                 "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": []}],
+                "content": content,
             }),
-            None => json!({"role": "assistant", "content": text}),
+            None => match content.as_slice() {
+                [only] if only["type"] == "output_text" => {
+                    json!({"role": "assistant", "content": only["text"]})
+                }
+                _ => json!({"role": "assistant", "content": content}),
+            },
         };
         self.push(item);
     }

@@ -79,3 +79,11 @@ pub fn text_of(events: &[StreamEvent]) -> String {
         })
         .collect()
 }
+
+/// The reason of the stream's finish, if it finished.
+pub fn finish_of(events: &[StreamEvent]) -> Option<keel_core::FinishReason> {
+    events.iter().find_map(|e| match e {
+        StreamEvent::Finish { reason, .. } => Some(*reason),
+        _ => None,
+    })
+}

@@ -60,6 +60,7 @@ impl CheckpointStore for StoreCheckpoints {
                 partial_text: snapshot.partial_text.clone(),
                 completed_calls: snapshot.completed_calls.clone(),
                 in_flight: snapshot.in_flight.clone(),
+                refused: snapshot.refused,
                 saved_at: chrono::Utc::now(),
             }));
         }

@@ -26,6 +26,26 @@ pub struct Sent {
     pub queue_id: Option<String>,
 }
 
+/// The daemon's base URL: `host:port` alone means `http://host:port`; no trailing slash.
+fn base_url(url: &str) -> String {
+    let url = url.trim().trim_end_matches('/');
+    if url.contains("://") {
+        url.to_owned()
+    } else {
+        format!("http://{url}")
+    }
+}
+
+/// The innermost cause of a failed request ("Connection refused"), which says more than
+/// reqwest's own "error sending request".
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
+}
+
 /// A client of one daemon.
 #[derive(Debug, Clone)]
 pub struct Api {
@@ -42,7 +62,7 @@ impl Api {
             .context("cannot build the HTTP client")?;
         Ok(Self {
             http,
-            base: format!("{}/api/v1", url.trim_end_matches('/')),
+            base: format!("{}/api/v1", base_url(url)),
             token: token.filter(|t| !t.is_empty()),
         })
     }
@@ -55,12 +75,18 @@ impl Api {
         }
     }
 
+    /// The daemon's address as given.
+    pub fn url(&self) -> &str {
+        self.base.trim_end_matches("/api/v1")
+    }
+
     /// Sends a request and turns any failure into a message that says what went wrong.
     async fn send(&self, request: RequestBuilder) -> anyhow::Result<Response> {
         let response = request.send().await.map_err(|error| {
             anyhow!(
-                "cannot reach keel at {}: {error} (is `keel serve` running?)",
-                self.base.trim_end_matches("/api/v1")
+                "cannot reach keel at {}: {} (is `keel serve` running?)",
+                self.url(),
+                root_cause(&error)
             )
         })?;
         let status = response.status();
@@ -161,5 +187,21 @@ impl Api {
             request = request.header("last-event-id", id.to_string());
         }
         self.send(request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_host_and_port_means_plain_http() {
+        assert_eq!(base_url("127.0.0.1:8791"), "http://127.0.0.1:8791");
+        assert_eq!(base_url("localhost:8700/"), "http://localhost:8700");
+        assert_eq!(
+            base_url("https://keel.example.com/"),
+            "https://keel.example.com"
+        );
+        assert_eq!(base_url(" http://h:1 "), "http://h:1");
     }
 }

@@ -24,7 +24,12 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum UsersCommand {
     /// Add a user and print its bearer token (shown only this once).
-    Add { name: String },
+    Add {
+        name: String,
+        /// Replace the token of an existing user (the old token stops working at once).
+        #[arg(long)]
+        rotate: bool,
+    },
     /// Remove a user: its token stops working at once, its chats stay stored.
     Remove { name: String },
     /// List the users, one name a line, with when each was added.
@@ -43,16 +48,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot open database {}", redact_url(&config.database)))?;
     let in_file = |name: &str| config.users.iter().any(|u| u.name == name);
     match args.command {
-        UsersCommand::Add { name } => {
+        UsersCommand::Add { name, rotate } => {
             let name = name.trim().to_owned();
             anyhow::ensure!(!name.is_empty(), "the user name must not be empty");
+            let users = store.list_users().await.context("cannot list the users")?;
+            let exists = users.iter().any(|u| u.name == name);
+            anyhow::ensure!(
+                rotate || !exists,
+                "there is already a user `{name}`; `keel users add {name} --rotate` gives it \
+                 a new token (the old one stops working)"
+            );
             let token = new_token();
             store
                 .upsert_user(&name, &token)
                 .await
                 .context("cannot store the user")?;
             println!("{token}");
-            eprintln!("user `{name}` added; the token above is shown only once");
+            if exists {
+                eprintln!(
+                    "user `{name}` has a new token, shown above only once; the old one no longer works"
+                );
+            } else {
+                eprintln!("user `{name}` added; the token above is shown only once");
+            }
         }
         UsersCommand::Remove { name } => {
             let name = name.trim();

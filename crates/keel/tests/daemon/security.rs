@@ -482,6 +482,46 @@ async fn a_removed_users_token_stops_working_without_a_restart() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("no user `alice`"));
 }
 
+#[tokio::test]
+async fn adding_an_existing_user_is_refused_unless_the_token_is_rotated() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let first = add_user(dir.path(), &database, "alice");
+    let daemon = Daemon::start(dir.path(), &database, "");
+
+    let again = keel(
+        dir.path(),
+        &["users", "add", "alice", "--database", &database],
+    );
+    assert!(!again.status.success(), "{again:?}");
+    assert!(again.stdout.is_empty(), "no token is printed: {again:?}");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already a user `alice`"));
+    let (status, body) = Client::with_token(&first).get(&daemon.api("/chats")).await;
+    assert_eq!(status, 200, "the first token still works: {body}");
+
+    let rotated = keel(
+        dir.path(),
+        &["users", "add", "alice", "--rotate", "--database", &database],
+    );
+    assert!(rotated.status.success(), "{rotated:?}");
+    let second = String::from_utf8(rotated.stdout).unwrap().trim().to_owned();
+    assert_ne!(second, first);
+    assert_eq!(
+        Client::with_token(&first)
+            .get(&daemon.api("/chats"))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        Client::with_token(&second)
+            .get(&daemon.api("/chats"))
+            .await
+            .0,
+        200
+    );
+}
+
 /// A TCP forwarder to PostgreSQL that can be cut: while down it accepts connections and
 /// closes them at once, and it drops the ones it was carrying.
 struct CuttableProxy {

@@ -1,5 +1,7 @@
 //! The prompt's slash commands.
 
+use crate::client::ChatSummary;
+
 /// What a line typed at the prompt asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
@@ -24,7 +26,7 @@ pub enum Input {
 }
 
 pub const HELP: &str = "commands: /new  /chats  /switch ID  /edit TEXT  /queue TEXT  /help  /quit  \
-(Ctrl-C interrupts a reply; twice, or at the prompt, exits)";
+(any other /WORD … is sent to the model; Ctrl-C interrupts a reply; twice, or at the prompt, exits)";
 
 /// Parses one line typed at the prompt.
 pub fn parse(line: &str) -> Input {
@@ -58,8 +60,40 @@ pub fn parse(line: &str) -> Input {
         "queue" => needs(Input::Queue, "the text to queue"),
         "help" | "?" => Input::Help,
         "quit" | "exit" => Input::Quit,
+        // Not ours: `/list_dir {"path":"."}` is how the demo model is asked for a tool, and
+        // a model may give other `/WORD` meanings of its own.
+        _ if is_word(name) => Input::Message(line.to_owned()),
         _ => Input::Invalid(format!("unknown command /{name}; {HELP}")),
     }
+}
+
+fn is_word(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// One line of `/chats`: the title first (what a person looks for), then what identifies
+/// the chat. `current` marks the chat being followed.
+pub fn chat_line(chat: &ChatSummary, current: Option<&str>) -> String {
+    let marker = if current == Some(chat.id.as_str()) {
+        "*"
+    } else {
+        " "
+    };
+    let title = chat
+        .title
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or("(untitled)");
+    format!(
+        "{marker} {title}  [{}  {}  {}  {}]",
+        chat.id,
+        chat.status,
+        chat.model,
+        chat.updated_at.get(..16).unwrap_or(&chat.updated_at)
+    )
 }
 
 #[cfg(test)]
@@ -80,7 +114,41 @@ mod tests {
         assert_eq!(parse("/queue later"), Input::Queue("later".into()));
         assert_eq!(parse("//etc/passwd"), Input::Message("/etc/passwd".into()));
         assert!(matches!(parse("/switch"), Input::Invalid(_)));
-        assert!(matches!(parse("/bogus"), Input::Invalid(_)));
+        assert!(matches!(parse("/"), Input::Invalid(_)));
+        assert!(matches!(parse("/a.b"), Input::Invalid(_)));
         assert_eq!(parse("/quit"), Input::Quit);
+    }
+
+    #[test]
+    fn a_slash_word_that_is_no_command_goes_to_the_model_as_written() {
+        assert_eq!(
+            parse(r#"/list_dir {"path":"."}"#),
+            Input::Message(r#"/list_dir {"path":"."}"#.into())
+        );
+        assert_eq!(parse("/read_file"), Input::Message("/read_file".into()));
+    }
+
+    #[test]
+    fn a_pasted_block_is_one_message_with_its_lines() {
+        assert_eq!(
+            parse("one\ntwo\nthree"),
+            Input::Message("one\ntwo\nthree".into())
+        );
+    }
+
+    #[test]
+    fn the_chat_list_shows_titles_first() {
+        let chat = |title: Option<&str>| ChatSummary {
+            id: "c1".into(),
+            title: title.map(str::to_owned),
+            model: "demo".into(),
+            status: "waiting".into(),
+            updated_at: "2026-11-26T09:02:03.123Z".into(),
+        };
+        assert_eq!(
+            chat_line(&chat(Some("Rust lifetimes")), Some("c1")),
+            "* Rust lifetimes  [c1  waiting  demo  2026-11-26T09:02]"
+        );
+        assert!(chat_line(&chat(None), None).starts_with("  (untitled)  [c1"));
     }
 }

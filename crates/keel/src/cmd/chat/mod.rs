@@ -1,10 +1,13 @@
 //! `keel chat`: a terminal client of a running daemon.
 //!
-//! The prompt loop reads lines from standard input, sends them, and prints the chat's live
-//! events through the [`transcript::Transcript`] state machine. Ctrl-C once interrupts the
-//! run; twice within two seconds, or at an idle prompt, exits.
+//! The prompt loop reads what is typed (`editor`: a line editor at the prompt), sends it,
+//! and prints the chat's live events through the [`transcript::Transcript`] state machine,
+//! reply text styled as Markdown (`markdown`). Ctrl-C once interrupts the run; twice within
+//! two seconds, or at an idle prompt, exits.
 
 mod commands;
+mod editor;
+mod markdown;
 mod render;
 mod transcript;
 
@@ -17,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::client::{self, Api, Feed};
 use commands::Input;
+use editor::{Keyboard, Typed};
 use render::Renderer;
 use transcript::Transcript;
 
@@ -58,28 +62,6 @@ fn ctrl_c_presses() -> mpsc::UnboundedReceiver<()> {
         while tokio::signal::ctrl_c().await.is_ok() {
             if tx.send(()).is_err() {
                 break;
-            }
-        }
-    });
-    rx
-}
-
-/// Reads standard input on a thread of its own: a blocking read must not hold the runtime,
-/// and a plain thread does not keep the process alive at exit.
-fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match stdin.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if tx.send(line.clone()).is_err() {
-                        break;
-                    }
-                }
             }
         }
     });
@@ -168,7 +150,7 @@ struct Prompt {
     transcript: Transcript,
     renderer: Renderer,
     tty: bool,
-    interactive: bool,
+    keyboard: Keyboard,
     spinner: Option<usize>,
     last_ctrl_c: Option<Instant>,
     was_busy: bool,
@@ -192,9 +174,12 @@ impl Prompt {
             feed_tx,
             feed,
             transcript: Transcript::new(),
-            renderer: Renderer::new(tty),
+            renderer: Renderer::new(render::styles_wanted(
+                tty,
+                std::env::var_os("NO_COLOR").as_deref(),
+            )),
             tty,
-            interactive: std::io::stdin().is_terminal(),
+            keyboard: Keyboard::start(std::io::stdin().is_terminal()),
             spinner: None,
             last_ctrl_c: None,
             was_busy: false,
@@ -224,11 +209,13 @@ impl Prompt {
         self.write(&line);
     }
 
+    /// Ends any streamed text and asks the line editor for the prompt (only when standard
+    /// input is a terminal: piped lines get none).
     fn prompt(&mut self) {
-        if self.interactive {
-            let mut text = self.renderer.finish();
-            text.push_str("> ");
+        if self.keyboard.edits() {
+            let text = self.renderer.finish();
             self.write(&text);
+            self.keyboard.prompt("> ");
         }
     }
 
@@ -241,7 +228,6 @@ impl Prompt {
             self.api.chats().await?;
         }
         self.notice(commands::HELP);
-        let mut lines = stdin_lines();
         let mut presses = ctrl_c_presses();
         let mut ticker = tokio::time::interval(SPINNER_TICK);
         let mut stdin_open = true;
@@ -250,14 +236,18 @@ impl Prompt {
         }
         loop {
             let step = tokio::select! {
-                line = lines.recv(), if stdin_open => match line {
-                    Some(line) => self.input(&line).await,
-                    None => {
-                        stdin_open = false;
-                        self.quit_when_idle = true;
-                        Step::Continue
+                typed = self.keyboard.typed.recv(), if stdin_open => {
+                    self.keyboard.answered();
+                    match typed {
+                        Some(Typed::Line(line)) => self.input(&line).await,
+                        Some(Typed::Interrupted) => self.ctrl_c().await,
+                        Some(Typed::Eof) | None => {
+                            stdin_open = false;
+                            self.quit_when_idle = true;
+                            Step::Continue
+                        }
                     }
-                },
+                }
                 Some(item) = self.feed.recv() => self.feed_item(item),
                 Some(()) = presses.recv() => self.ctrl_c().await,
                 _ = ticker.tick() => {
@@ -394,9 +384,11 @@ impl Prompt {
         };
         if let Err(error) = result {
             self.error(&format!("{error:#}"));
-            if !self.transcript.is_busy() {
-                self.prompt();
-            }
+        }
+        // Back to the prompt unless a reply (or a chat's history) is on its way: its end
+        // brings the prompt.
+        if !self.transcript.is_busy() && !self.was_busy {
+            self.prompt();
         }
         Step::Continue
     }
@@ -407,19 +399,8 @@ impl Prompt {
             self.notice("no chats yet");
         }
         for chat in chats {
-            let marker = if self.chat.as_deref() == Some(chat.id.as_str()) {
-                "*"
-            } else {
-                " "
-            };
-            let title = chat.title.unwrap_or_default();
-            self.notice(&format!(
-                "{marker} {}  {:<15} {:<10} {}  {title}",
-                chat.id, chat.status, chat.model, chat.updated_at
-            ));
-        }
-        if !self.transcript.is_busy() {
-            self.prompt();
+            let line = commands::chat_line(&chat, self.chat.as_deref());
+            self.notice(&line);
         }
         Ok(())
     }

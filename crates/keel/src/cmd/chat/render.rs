@@ -1,6 +1,8 @@
 //! Turns transcript pieces into terminal output: line breaks between streamed text and
-//! lines of their own, and ANSI styles when the output is a terminal.
+//! lines of their own, reply text styled as Markdown (`markdown`), and ANSI styles when the
+//! output is a terminal and `NO_COLOR` is not set.
 
+use super::markdown::Markdown;
 use super::transcript::{LineKind, Piece};
 
 const RESET: &str = "\x1b[0m";
@@ -20,6 +22,13 @@ enum Stream {
 pub struct Renderer {
     color: bool,
     stream: Option<Stream>,
+    markdown: Markdown,
+}
+
+/// Whether output may carry ANSI styles: a terminal, and `NO_COLOR` unset or empty
+/// (<https://no-color.org>).
+pub fn styles_wanted(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn line_style(kind: LineKind) -> &'static str {
@@ -38,6 +47,7 @@ impl Renderer {
         Self {
             color,
             stream: None,
+            markdown: Markdown::new(color),
         }
     }
 
@@ -54,7 +64,7 @@ impl Renderer {
         match piece {
             Piece::Text(text) => {
                 let mut out = self.switch_to(Some(Stream::Text));
-                out.push_str(text);
+                out.push_str(&self.markdown.push(text));
                 out
             }
             Piece::Reasoning(text) => {
@@ -88,10 +98,14 @@ impl Renderer {
 
     fn switch_to(&mut self, next: Option<Stream>) -> String {
         let previous = std::mem::replace(&mut self.stream, next);
-        match previous {
-            Some(previous) if Some(previous) != next => "\n".to_owned(),
-            _ => String::new(),
+        let mut out = String::new();
+        if previous == Some(Stream::Text) && next != previous {
+            out.push_str(&self.markdown.finish());
         }
+        if previous.is_some_and(|previous| Some(previous) != next) {
+            out.push('\n');
+        }
+        out
     }
 
     /// One spinner frame, drawn over the current line.
@@ -140,5 +154,23 @@ mod tests {
             "\x1b[2mx\x1b[0m"
         );
         assert_eq!(colour.finish(), "\n");
+    }
+
+    #[test]
+    fn reply_text_is_styled_as_markdown_only_with_colours() {
+        let mut plain = Renderer::new(false);
+        assert_eq!(plain.render(&Piece::Text("**x**".into())), "**x**");
+        let mut colour = Renderer::new(true);
+        let out = colour.render(&Piece::Text("**x**".into())) + &colour.finish();
+        assert_eq!(out, "\x1b[0m\x1b[1mx\x1b[0m\x1b[0m\n");
+    }
+
+    #[test]
+    fn no_color_turns_styles_off_even_on_a_terminal() {
+        use std::ffi::OsStr;
+        assert!(styles_wanted(true, None));
+        assert!(styles_wanted(true, Some(OsStr::new(""))));
+        assert!(!styles_wanted(true, Some(OsStr::new("1"))));
+        assert!(!styles_wanted(false, None));
     }
 }

@@ -1,0 +1,290 @@
+//! The configuration file as written: the serde types of the TOML format and the defaults a
+//! missing table or key takes. Unknown keys are errors (`deny_unknown_fields`), and a parse
+//! error keeps the TOML parser's message, which points at the offending line.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use keel_tools::READ_ONLY_NAMES;
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// The file as written. Unknown keys are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub database: Option<String>,
+    #[serde(default)]
+    pub providers: Vec<ProviderEntry>,
+    #[serde(default)]
+    pub models: Vec<ModelEntry>,
+    #[serde(default)]
+    pub runs: RunsConfig,
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerEntry>,
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub users: Vec<UserEntry>,
+}
+
+impl FileConfig {
+    /// Parses the text of a config file; `path` only names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Reads and parses the file at `path`.
+    pub(super) fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEntry {
+    pub name: String,
+    /// `openai-chat`, `openai-responses` or `anthropic`.
+    pub kind: String,
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Send `stream_options.include_usage` (openai-chat); some servers reject it.
+    #[serde(default = "yes")]
+    pub include_usage: bool,
+    /// How a cut reply is continued: `prefill` (the server continues the partial reply
+    /// natively) or `prompt` (an instruction to continue, with the seam checked). Default:
+    /// `prefill` for anthropic, `prompt` otherwise.
+    #[serde(default)]
+    pub continuation: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    pub id: String,
+    pub provider: String,
+    pub model: String,
+    pub context_limit: Option<u64>,
+    #[serde(default)]
+    pub default: bool,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_output_tokens: Option<u32>,
+    pub reasoning_effort: Option<String>,
+    #[serde(default)]
+    pub store: bool,
+    pub thinking_budget_tokens: Option<u32>,
+    /// How long this model may take to send its first stream event; absent: the runs'
+    /// `startup_timeout_ms`, scaled for reasoning models.
+    pub startup_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunsConfig {
+    pub max_steps: i64,
+    pub startup_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub retry_max_attempts: u32,
+    pub retry_initial_delay_ms: u64,
+    pub retry_max_delay_ms: u64,
+    pub workers: usize,
+    pub compaction_threshold: f64,
+    /// How long a worker's claim on a chat lasts without renewal.
+    pub lease_ms: u64,
+    /// Queued messages a chat may hold.
+    pub queue_max: usize,
+    /// How long client-side tool calls may wait for results.
+    pub pending_action_timeout_ms: u64,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+}
+
+impl Default for RunsConfig {
+    fn default() -> Self {
+        Self {
+            max_steps: 25,
+            startup_timeout_ms: 60_000,
+            idle_timeout_ms: 60_000,
+            retry_max_attempts: 5,
+            retry_initial_delay_ms: 1_000,
+            retry_max_delay_ms: 60_000,
+            workers: 64,
+            compaction_threshold: 0.8,
+            lease_ms: 30_000,
+            queue_max: 20,
+            pending_action_timeout_ms: 300_000,
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl RunsConfig {
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+}
+
+/// `[server]`: who may talk to the daemon and how much of it one client may take.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Names the daemon answers to besides its own address and the loopback names, as
+    /// `HOST` (any port) or `HOST:PORT`: what a reverse proxy forwards as `Host`, or the
+    /// name in a browser's `Origin` when the page is reached through it.
+    pub allowed_hosts: Vec<String>,
+    /// Live event streams one user may hold open at once.
+    pub sse_max_per_user: usize,
+    /// Live event streams the daemon holds open at once, all users together.
+    pub sse_max_total: usize,
+    /// A connection that does not finish sending a request's headers within this is
+    /// closed (also bounds how long an idle kept-alive connection is held); a request
+    /// whose body pauses this long fails with `400`.
+    pub header_read_timeout_ms: u64,
+    /// Requests being handled at once; beyond it a request is answered `503` at once.
+    /// A live event stream counts only until its headers are sent.
+    pub max_requests_in_flight: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: Vec::new(),
+            sse_max_per_user: 32,
+            sse_max_total: 1024,
+            header_read_timeout_ms: 30_000,
+            max_requests_in_flight: 1024,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerEntry {
+    pub name: String,
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: HashMap<String, String>,
+    /// Variables of the daemon's environment passed to the server by name.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
+    pub url: Option<String>,
+    /// The limit on one call of this server's tools, instead of `[tools] timeout_ms`.
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    /// Absent: only the tools that read (`read_file`, `list_dir`); the others are opt-in.
+    pub builtin: Vec<String>,
+    pub workspace: PathBuf,
+    /// The limit on one tool call; MCP servers may set their own.
+    pub timeout_ms: u64,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            builtin: READ_ONLY_NAMES
+                .iter()
+                .map(|&name| name.to_owned())
+                .collect(),
+            workspace: PathBuf::from("./workspace"),
+            timeout_ms: 120_000,
+        }
+    }
+}
+
+impl ToolsConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserEntry {
+    pub name: String,
+    pub token_sha256: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::testing::parse;
+
+    #[test]
+    fn without_a_tools_table_only_the_read_only_builtins_are_enabled() {
+        for text in ["", "[tools]\nworkspace = \"/srv/ws\""] {
+            let config = parse(text).unwrap();
+            assert_eq!(config.tools.builtin, ["read_file", "list_dir"], "{text}");
+            assert_eq!(config.tools.timeout(), Duration::from_secs(120));
+        }
+        let config = parse("[tools]\nbuiltin = [\"run_command\"]\ntimeout_ms = 500").unwrap();
+        assert_eq!(config.tools.builtin, ["run_command"]);
+        assert_eq!(config.tools.timeout(), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = parse("listen = \"127.0.0.1:1\"\nlisten_port = 3").unwrap_err();
+        assert!(err.contains("listen_port"), "{err}");
+        let err = parse("[runs]\nmax_step = 3").unwrap_err();
+        assert!(err.contains("max_step"), "{err}");
+    }
+
+    #[test]
+    fn a_parse_error_names_the_file_and_points_at_the_line() {
+        let err = FileConfig::parse(
+            "listen = \"127.0.0.1:1\"\n[runs]\nworkers = \"many\"",
+            Path::new("keel.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("config file keel.toml: "), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn missing_tables_take_their_defaults() {
+        let file = parse("").unwrap();
+        assert_eq!(file.runs, RunsConfig::default());
+        assert_eq!(file.server, ServerConfig::default());
+        assert_eq!(file.runs.lease(), Duration::from_secs(30));
+        assert_eq!(file.server.header_read_timeout(), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_provider_sends_usage_options_unless_told_not_to() {
+        let file = parse("[[providers]]\nname = \"p\"\nkind = \"openai-chat\"").unwrap();
+        assert!(file.providers[0].include_usage);
+    }
+}

@@ -1,0 +1,418 @@
+//! The checks each configuration value must pass. Each is a pure function of the values it
+//! checks, and each error names the key at fault (`providers[0].kind`, `runs.workers`).
+
+use std::collections::HashSet;
+
+use keel_providers::Continuation;
+use keel_tools::BUILTIN_NAMES;
+
+use super::{
+    Config, ConfigError, McpServerEntry, ModelEntry, ProviderEntry, ResolvedProvider, RunsConfig,
+    ServerConfig, ToolsConfig, UserEntry,
+};
+
+/// Refuses to serve a non-loopback address without users unless explicitly allowed.
+pub(super) fn exposure(config: &Config) -> Result<(), ConfigError> {
+    if config.users.is_empty()
+        && !config.allow_unauthenticated_public
+        && !is_loopback(&config.listen)
+    {
+        return Err(ConfigError::invalid(
+            "listen",
+            format!(
+                "{} is not a loopback address and no [[users]] are configured; add users or \
+                 pass --allow-unauthenticated-public",
+                config.listen
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn listen(listen: &str) -> Result<(), ConfigError> {
+    listen
+        .parse::<std::net::SocketAddr>()
+        .map(|_| ())
+        .map_err(|e| ConfigError::invalid("listen", format!("`{listen}` is not HOST:PORT ({e})")))
+}
+
+pub(super) fn database(database: &str) -> Result<(), ConfigError> {
+    if database.starts_with("sqlite:")
+        || database.starts_with("postgres://")
+        || database.starts_with("postgresql://")
+    {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            "database",
+            format!(
+                "`{}` must start with sqlite:// or postgres://",
+                keel_store::redact_url(database)
+            ),
+        ))
+    }
+}
+
+fn is_loopback(listen: &str) -> bool {
+    listen
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback())
+}
+
+pub const PROVIDER_KINDS: [&str; 3] = ["openai-chat", "openai-responses", "anthropic"];
+
+/// One `[[providers]]` entry; `names` collects the names seen so far to catch duplicates.
+pub(super) fn provider(
+    i: usize,
+    entry: &ProviderEntry,
+    names: &mut HashSet<String>,
+) -> Result<(), ConfigError> {
+    let key = |field: &str| format!("providers[{i}].{field}");
+    if entry.name.trim().is_empty() {
+        return Err(ConfigError::invalid(key("name"), "must not be empty"));
+    }
+    if !names.insert(entry.name.clone()) {
+        return Err(ConfigError::invalid(
+            key("name"),
+            format!("duplicate provider `{}`", entry.name),
+        ));
+    }
+    if !PROVIDER_KINDS.contains(&entry.kind.as_str()) {
+        return Err(ConfigError::invalid(
+            key("kind"),
+            format!(
+                "`{}` is not one of {}",
+                entry.kind,
+                PROVIDER_KINDS.join(", ")
+            ),
+        ));
+    }
+    if let Some(url) = &entry.base_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(ConfigError::invalid(
+            key("base_url"),
+            format!("`{url}` is not an http(s) URL"),
+        ));
+    }
+    if let Some(continuation) = &entry.continuation {
+        match Continuation::parse(continuation) {
+            None => {
+                return Err(ConfigError::invalid(
+                    key("continuation"),
+                    format!("`{continuation}` is not one of prefill, prompt"),
+                ));
+            }
+            Some(Continuation::Prefill) if entry.kind == "openai-responses" => {
+                return Err(ConfigError::invalid(
+                    key("continuation"),
+                    "the Responses API cannot continue a partial reply; use prompt",
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn models(
+    models: &[ModelEntry],
+    providers: &[ResolvedProvider],
+) -> Result<(), ConfigError> {
+    let mut ids = HashSet::new();
+    for (i, model) in models.iter().enumerate() {
+        let key = |field: &str| format!("models[{i}].{field}");
+        if model.id.trim().is_empty() {
+            return Err(ConfigError::invalid(key("id"), "must not be empty"));
+        }
+        if !ids.insert(model.id.as_str()) {
+            return Err(ConfigError::invalid(
+                key("id"),
+                format!("duplicate model `{}`", model.id),
+            ));
+        }
+        if !providers.iter().any(|p| p.entry.name == model.provider) {
+            return Err(ConfigError::invalid(
+                key("provider"),
+                format!("no provider named `{}`", model.provider),
+            ));
+        }
+        if model.startup_timeout_ms == Some(0) {
+            return Err(ConfigError::invalid(
+                key("startup_timeout_ms"),
+                "must be positive",
+            ));
+        }
+        if model.context_limit == Some(0) {
+            return Err(ConfigError::invalid(
+                key("context_limit"),
+                "must be positive",
+            ));
+        }
+    }
+    if models.iter().filter(|m| m.default).count() > 1 {
+        return Err(ConfigError::invalid(
+            "models.default",
+            "more than one model is the default",
+        ));
+    }
+    if !providers.is_empty() && models.is_empty() {
+        return Err(ConfigError::invalid(
+            "models",
+            "providers are configured but no [[models]]",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn runs(runs: &RunsConfig) -> Result<(), ConfigError> {
+    let positive = [
+        ("runs.startup_timeout_ms", runs.startup_timeout_ms),
+        ("runs.idle_timeout_ms", runs.idle_timeout_ms),
+        ("runs.retry_max_delay_ms", runs.retry_max_delay_ms),
+        ("runs.lease_ms", runs.lease_ms),
+        (
+            "runs.pending_action_timeout_ms",
+            runs.pending_action_timeout_ms,
+        ),
+    ];
+    for (key, value) in positive {
+        if value == 0 {
+            return Err(ConfigError::invalid(key, "must be positive"));
+        }
+    }
+    if runs.retry_max_attempts == 0 {
+        return Err(ConfigError::invalid(
+            "runs.retry_max_attempts",
+            "must be at least 1",
+        ));
+    }
+    if runs.workers == 0 {
+        return Err(ConfigError::invalid("runs.workers", "must be at least 1"));
+    }
+    if !(runs.compaction_threshold > 0.0 && runs.compaction_threshold <= 1.0) {
+        return Err(ConfigError::invalid(
+            "runs.compaction_threshold",
+            "must be in (0, 1]; 1.0 disables automatic compaction",
+        ));
+    }
+    if runs.max_body_bytes < 1024 {
+        return Err(ConfigError::invalid(
+            "runs.max_body_bytes",
+            "must be at least 1024",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn mcp(servers: &[McpServerEntry]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for (i, server) in servers.iter().enumerate() {
+        let key = |field: &str| format!("mcp_servers[{i}].{field}");
+        let valid_name = !server.name.is_empty()
+            && server
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid_name {
+            return Err(ConfigError::invalid(
+                key("name"),
+                "use letters, digits, _ and - only",
+            ));
+        }
+        if !names.insert(server.name.as_str()) {
+            return Err(ConfigError::invalid(
+                key("name"),
+                format!("duplicate server `{}`", server.name),
+            ));
+        }
+        match (&server.command, &server.url) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    key("url"),
+                    "give either command or url, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ConfigError::invalid(
+                    key("command"),
+                    "give a command (stdio) or a url",
+                ));
+            }
+            _ => {}
+        }
+        if server.timeout_ms == Some(0) {
+            return Err(ConfigError::invalid(
+                key("timeout_ms"),
+                "must be at least 1",
+            ));
+        }
+        if server.url.is_some() && !server.env_passthrough.is_empty() {
+            return Err(ConfigError::invalid(
+                key("env_passthrough"),
+                "only applies to a command (stdio) server",
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn tools(tools: &ToolsConfig) -> Result<(), ConfigError> {
+    for (i, name) in tools.builtin.iter().enumerate() {
+        if !BUILTIN_NAMES.contains(&name.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("tools.builtin[{i}]"),
+                format!("`{name}` is not one of {}", BUILTIN_NAMES.join(", ")),
+            ));
+        }
+    }
+    if tools.timeout_ms == 0 {
+        return Err(ConfigError::invalid(
+            "tools.timeout_ms",
+            "must be at least 1",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn server(server: &ServerConfig) -> Result<(), ConfigError> {
+    for (i, entry) in server.allowed_hosts.iter().enumerate() {
+        crate::net::hosts::parse_allowed_entry(entry).map_err(|message| {
+            ConfigError::invalid(format!("server.allowed_hosts[{i}]"), message)
+        })?;
+    }
+    let positive = [
+        ("server.sse_max_per_user", server.sse_max_per_user),
+        ("server.sse_max_total", server.sse_max_total),
+        (
+            "server.max_requests_in_flight",
+            server.max_requests_in_flight,
+        ),
+    ];
+    for (key, value) in positive {
+        if value == 0 {
+            return Err(ConfigError::invalid(key, "must be at least 1"));
+        }
+    }
+    if server.header_read_timeout_ms == 0 {
+        return Err(ConfigError::invalid(
+            "server.header_read_timeout_ms",
+            "must be positive",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn users(users: &[UserEntry]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for (i, user) in users.iter().enumerate() {
+        if user.name.trim().is_empty() || !names.insert(user.name.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].name"),
+                "empty or duplicate name",
+            ));
+        }
+        let hex = user.token_sha256.len() == 64
+            && user.token_sha256.chars().all(|c| c.is_ascii_hexdigit());
+        if !hex {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].token_sha256"),
+                "must be 64 hex digits (use `keel users add NAME`)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::{env, parse, resolve};
+    use crate::config::{Config, ConfigError, Overrides};
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("[runs]\nworkers = 0", "runs.workers"),
+            (
+                "[runs]\ncompaction_threshold = 1.5",
+                "runs.compaction_threshold",
+            ),
+            ("listen = \"nowhere\"", "listen"),
+            ("database = \"mysql://x\"", "database"),
+            ("[tools]\nbuiltin = [\"rm_rf\"]", "tools.builtin[0]"),
+            ("[tools]\ntimeout_ms = 0", "tools.timeout_ms"),
+            (
+                "[[mcp_servers]]\nname = \"x\"\ncommand = \"y\"\ntimeout_ms = 0",
+                "mcp_servers[0].timeout_ms",
+            ),
+            (
+                "[[mcp_servers]]\nname = \"x\"\nurl = \"http://h/\"\nenv_passthrough = [\"A\"]",
+                "mcp_servers[0].env_passthrough",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"http://h\"\ncontinuation = \"guess\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].continuation",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\nbase_url = \"http://h\"\ncontinuation = \"prefill\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].continuation",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"gemini\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].kind",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\napi_key_env = \"MISSING_KEY\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].api_key_env",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\n[[models]]\nid = \"m\"\nprovider = \"q\"\nmodel = \"m\"",
+                "models[0].provider",
+            ),
+            ("[[mcp_servers]]\nname = \"x\"", "mcp_servers[0].command"),
+            (
+                "[server]\nallowed_hosts = [\"http://proxy.example\"]",
+                "server.allowed_hosts[0]",
+            ),
+            ("[server]\nsse_max_total = 0", "server.sse_max_total"),
+            (
+                "[server]\nheader_read_timeout_ms = 0",
+                "server.header_read_timeout_ms",
+            ),
+            (
+                "[[users]]\nname = \"a\"\ntoken_sha256 = \"zz\"",
+                "users[0].token_sha256",
+            ),
+        ];
+        for (text, key) in cases {
+            match resolve(text, &env(&[])) {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key, "{text}"),
+                other => panic!("{text}: expected an error naming {key}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn public_listen_needs_users_or_an_explicit_flag() {
+        let err = resolve("listen = \"0.0.0.0:8700\"", &env(&[])).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { ref key, .. } if key == "listen"));
+        let flags = Overrides {
+            allow_unauthenticated_public: true,
+            ..Overrides::default()
+        };
+        assert!(
+            Config::resolve(
+                parse("listen = \"0.0.0.0:8700\"").unwrap(),
+                None,
+                &flags,
+                &env(&[])
+            )
+            .is_ok()
+        );
+        let with_user = format!(
+            "listen = \"0.0.0.0:8700\"\n[[users]]\nname = \"alice\"\ntoken_sha256 = \"{}\"",
+            "a".repeat(64)
+        );
+        assert!(resolve(&with_user, &env(&[])).is_ok());
+    }
+}

@@ -1,0 +1,173 @@
+//! What the user types: a line editor at the idle prompt, plain lines while a reply runs.
+//!
+//! At the prompt, `rustyline` edits the line (arrows, history, Ctrl-R) with bracketed paste
+//! on, so a pasted block of several lines is one message: the terminal marks the paste and
+//! the editor inserts it whole, newlines included, until Enter. While a reply streams the
+//! terminal stays in its ordinary (cooked) mode, so Ctrl-C reaches the process as SIGINT
+//! and interrupts the reply, and a line typed then (`/queue TEXT`) is read as it is
+//! completed. Both run on one thread of their own: the editor blocks, and the runtime must
+//! not.
+//!
+//! When standard input is not a terminal, lines are read one by one with no editing.
+
+use std::io::BufRead as _;
+use std::os::fd::AsFd as _;
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use rustyline::error::ReadlineError;
+use tokio::sync::mpsc;
+
+/// What came from the keyboard.
+#[derive(Debug)]
+pub enum Typed {
+    /// A line or a pasted block, without its final newline.
+    Line(String),
+    /// Ctrl-C at the prompt.
+    Interrupted,
+    /// Ctrl-D at an empty prompt, or the end of standard input.
+    Eof,
+}
+
+/// How often the thread looks for a prompt request while it waits for typed lines.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The keyboard: ask for the prompt with [`Keyboard::prompt`], read what was typed from
+/// [`Keyboard::typed`].
+pub struct Keyboard {
+    requests: Option<std_mpsc::Sender<String>>,
+    /// A prompt is on screen (or asked for) and has not answered yet.
+    prompting: bool,
+    pub typed: mpsc::UnboundedReceiver<Typed>,
+}
+
+impl Keyboard {
+    /// Reads from standard input; with `interactive` through the line editor.
+    pub fn start(interactive: bool) -> Self {
+        let (tx, typed) = mpsc::unbounded_channel();
+        if !interactive {
+            std::thread::spawn(move || plain_lines(&tx));
+            return Self {
+                requests: None,
+                prompting: false,
+                typed,
+            };
+        }
+        let (requests, rx) = std_mpsc::channel();
+        std::thread::spawn(move || edit_loop(&rx, &tx));
+        Self {
+            requests: Some(requests),
+            prompting: false,
+            typed,
+        }
+    }
+
+    /// Whether the line editor shows the prompt itself.
+    pub fn edits(&self) -> bool {
+        self.requests.is_some()
+    }
+
+    /// Shows the prompt and edits one line; a second request before the answer is ignored.
+    pub fn prompt(&mut self, prompt: &str) {
+        if self.prompting {
+            return;
+        }
+        if let Some(requests) = &self.requests {
+            self.prompting = requests.send(prompt.to_owned()).is_ok();
+        }
+    }
+
+    /// Call with each [`Typed`] received: the prompt that asked for it has answered.
+    pub fn answered(&mut self) {
+        self.prompting = false;
+    }
+}
+
+/// Standard input that is not a terminal: one line at a time.
+fn plain_lines(tx: &mpsc::UnboundedSender<Typed>) {
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) | Err(_) => {
+                let _ = tx.send(Typed::Eof);
+                return;
+            }
+            Ok(_) => {
+                let text = line.trim_end_matches(['\r', '\n']).to_owned();
+                if tx.send(Typed::Line(text)).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The editor thread: lines typed during a reply until a prompt is asked for, then one
+/// edited line, and again.
+fn edit_loop(requests: &std_mpsc::Receiver<String>, tx: &mpsc::UnboundedSender<Typed>) {
+    let config = rustyline::Config::builder()
+        .auto_add_history(true)
+        .bracketed_paste(true)
+        .build();
+    let mut editor = match rustyline::DefaultEditor::with_config(config) {
+        Ok(editor) => editor,
+        Err(_) => return plain_lines(tx),
+    };
+    loop {
+        let prompt = match requests.recv_timeout(POLL) {
+            Ok(prompt) => prompt,
+            Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                match cooked_line() {
+                    Ok(Some(line)) => {
+                        if tx.send(Typed::Line(line)).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(()) => {
+                        let _ = tx.send(Typed::Eof);
+                        return;
+                    }
+                }
+                continue;
+            }
+            Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        let typed = match editor.readline(&prompt) {
+            Ok(line) => Typed::Line(line),
+            Err(ReadlineError::Interrupted) => Typed::Interrupted,
+            Err(_) => Typed::Eof,
+        };
+        let eof = matches!(typed, Typed::Eof);
+        if tx.send(typed).is_err() || eof {
+            return;
+        }
+    }
+}
+
+/// A line typed while a reply runs, when one is complete. The terminal is in canonical
+/// mode then, so standard input is readable only once Enter was pressed, and one `read`
+/// returns at most that line: nothing is read ahead that the editor would miss. `Err` at
+/// the end of input.
+fn cooked_line() -> Result<Option<String>, ()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let stdin = std::io::stdin();
+    let fd = stdin.as_fd();
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(n) if n > 0 => {}
+        _ => return Ok(None),
+    }
+    let mut buffer = [0u8; 4096];
+    match nix::unistd::read(fd, &mut buffer) {
+        Ok(0) => Err(()),
+        Ok(n) => {
+            let text = String::from_utf8_lossy(&buffer[..n]);
+            Ok(Some(text.trim_end_matches(['\r', '\n']).to_owned()))
+        }
+        Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => Ok(None),
+        Err(_) => Err(()),
+    }
+}
