@@ -5,7 +5,7 @@
 //! against that model and against what its event stream delivered.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::actions::{Action, Program, ToolAnswers, Trigger};
 use super::check::{answered_by_daemon, check_turn, text_of, tool_calls_pair_up, turns};
 use super::model::{Turn, UserModel};
-use super::reader::{Reader, message_event_ids};
+use super::reader::{Reader, message_event_ids, resumed};
 use super::scenario::{Expect, Scenario};
 use super::target::Target;
 
@@ -498,21 +498,32 @@ impl User<'_> {
         while !self.reader.with(|r| r.view.matches(&messages)) && Instant::now() < patience {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let verdict = self.reader.with(|read| {
-            if let Some(error) = &read.error {
-                bail!("{error}");
-            }
-            read.view.check(&messages).with_context(|| {
-                format!(
-                    "client at event {:?} after {:?}",
-                    read.position, read.recent
-                )
-            })
-        });
-        if let Err(error) = verdict {
-            let ids = message_event_ids(self.target, &self.chat).await;
-            bail!("{error:#}; the messages' event ids: {ids:?}");
+        let read = self.reader.read.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(error) = &read.error {
+            bail!("{error}");
         }
+        if read.view.matches(&messages) {
+            return read.view.check(&messages);
+        }
+        // A client whose stream falls silent reconnects from its last event id: what that
+        // gets decides whether anything was lost.
+        let view = resumed(self.target, &self.chat, &read, &messages, Duration::from_secs(15)).await?;
+        let silent = read
+            .last_event
+            .map(|(at, replica)| format!("{} ms on replica {replica}", at.elapsed().as_millis()));
+        if let Err(error) = view.check(&messages) {
+            let ids = message_event_ids(self.target, &self.chat).await;
+            bail!(
+                "{error:#} (client at event {:?} after {:?}, silent for {silent:?}); the messages' event ids: {ids:?}",
+                read.position,
+                read.recent
+            );
+        }
+        self.target.stalls.fetch_add(1, Ordering::Relaxed);
+        println!(
+            "chat {}: its stream fell silent ({silent:?}) before message(s) after event {:?}; a reconnect delivered them",
+            self.chat, read.position
+        );
         Ok(())
     }
 }

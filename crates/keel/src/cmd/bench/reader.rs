@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -14,7 +14,7 @@ use super::live::Live;
 use super::target::Target;
 
 /// What the client has read so far.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Read {
     pub view: EventView,
     /// Live parts seen, and how many of them were complete tool calls.
@@ -26,6 +26,8 @@ pub struct Read {
     pub error: Option<String>,
     /// The last few events (name and id), to explain a miss.
     pub recent: VecDeque<(String, Option<i64>)>,
+    /// When the last event arrived, and from which replica.
+    pub last_event: Option<(Instant, usize)>,
 }
 
 /// How many events [`Read::recent`] keeps.
@@ -77,7 +79,8 @@ async fn follow(
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .position;
-        let Ok(mut live) = Live::open(&target.any().api, &chat, position).await else {
+        let (replica, to) = target.pick();
+        let Ok(mut live) = Live::open(&to.api, &chat, position).await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
@@ -90,6 +93,7 @@ async fn follow(
                 read.recent.pop_front();
             }
             read.recent.push_back((event.kind.clone(), live.last_id));
+            read.last_event = Some((Instant::now(), replica));
             match event.kind.as_str() {
                 "message" => {
                     if let Err(error) = read.view.apply(&event.data) {
@@ -131,4 +135,34 @@ pub async fn message_event_ids(shared: &Target, chat: &str) -> Vec<(i64, Option<
         }
     }
     ids
+}
+
+/// What a client that reconnects from `read`'s position gets: its view completed from a
+/// fresh connection to any replica, once it holds `committed` or `patience` runs out.
+pub async fn resumed(
+    target: &Target,
+    chat: &str,
+    read: &Read,
+    committed: &[serde_json::Value],
+    patience: Duration,
+) -> anyhow::Result<EventView> {
+    let mut view = read.view.clone();
+    let mut position = read.position;
+    let deadline = Instant::now() + patience;
+    while !view.matches(committed) && Instant::now() < deadline {
+        let Ok(mut live) = Live::open(&target.any().api, chat, position).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        while let Ok(event) = live.next(deadline.saturating_duration_since(Instant::now())).await {
+            position = live.last_id;
+            if event.kind == "message" {
+                view.apply(&event.data)?;
+                if view.matches(committed) {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(view)
 }

@@ -144,6 +144,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         replicas,
         server_errors: AtomicUsize::new(0),
         compacting: AtomicUsize::new(0),
+        stalls: AtomicUsize::new(0),
         deadline: Instant::now() + Duration::from_secs(args.timeout_secs),
     });
     let mut rng = StdRng::seed_from_u64(seed);
@@ -237,6 +238,10 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     }
     if args.actions > 0.0 {
         println!("user actions carried out: {performed:?}");
+    }
+    if args.actions > 0.0 {
+        let stalls = shared.stalls.load(Ordering::Relaxed);
+        println!("{stalls} event streams fell silent before their chat's last message (a reconnect delivered it)");
     }
     let server_errors = shared.server_errors.load(Ordering::Relaxed);
     println!("{server_errors} 5xx answers");

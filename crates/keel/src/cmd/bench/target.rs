@@ -29,6 +29,9 @@ pub struct Target {
     /// Chats whose user asked for a compaction that has not finished yet; read at each
     /// kill, to count kills that land during a summary.
     pub compacting: AtomicUsize,
+    /// Chats whose open event stream fell silent before delivering their last messages,
+    /// which a reconnect then delivered: a stall, not a loss.
+    pub stalls: AtomicUsize,
     pub deadline: Instant,
 }
 
@@ -43,7 +46,13 @@ pub struct Answer {
 impl Target {
     /// A replica chosen at random.
     pub fn any(&self) -> &Replica {
-        &self.replicas[rand::rng().random_range(0..self.replicas.len())]
+        self.pick().1
+    }
+
+    /// A replica chosen at random, with its index.
+    pub fn pick(&self) -> (usize, &Replica) {
+        let index = rand::rng().random_range(0..self.replicas.len());
+        (index, &self.replicas[index])
     }
 
     pub fn lock(replica: &Replica) -> std::sync::MutexGuard<'_, Process> {
