@@ -11,7 +11,7 @@ pub enum Action {
     Send,
     /// Promotes the newest queued message the user knows of.
     Promote,
-    /// Deletes the oldest queued message the user knows of.
+    /// Deletes the newest queued message the user knows of.
     DeleteQueued,
     /// Edits the latest user message while a reply streams.
     EditMidReply,

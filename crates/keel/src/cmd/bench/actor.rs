@@ -215,7 +215,7 @@ impl User<'_> {
                 }
             }
             Action::DeleteQueued => {
-                let Some(queue_id) = self.model.queued_ids().first().cloned() else {
+                let Some(queue_id) = self.model.queued_ids().pop() else {
                     return Ok(false);
                 };
                 let path = self.path(&format!("/queue/{queue_id}"));

@@ -75,7 +75,7 @@ lease_ms = 1500";
 
 /// Runs settings for soaks with the user-action menu: a short deadline for client-side
 /// tool answers, so answers that never come are noticed within the soak.
-const ACTION_RUNS: &str = "pending_action_timeout_ms = 3000";
+const ACTION_RUNS: &str = "pending_action_timeout_ms = 5000";
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     ensure!(args.chats > 0, "--chats must be at least 1");
