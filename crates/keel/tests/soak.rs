@@ -24,7 +24,14 @@ fn seed() -> String {
 fn soak(chats: usize, args: &[&str]) -> String {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let output = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["bench", "soak", "--chats", &chats.to_string(), "--seed", &seed()])
+        .args([
+            "bench",
+            "soak",
+            "--chats",
+            &chats.to_string(),
+            "--seed",
+            &seed(),
+        ])
         .args(args)
         .env("RUST_LOG", "warn")
         .output()

@@ -5,8 +5,8 @@
 //! against that model and against what its event stream delivered.
 
 use std::collections::HashSet;
-use std::sync::{Arc, PoisonError};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
@@ -184,7 +184,12 @@ impl User<'_> {
                 let key = format!("{}-send{}", self.tag, self.sent);
                 let body = json!({"text": text, "busy": "queue"});
                 let sent = target
-                    .call(Method::POST, &self.path("/messages"), Some(&body), Some(&key))
+                    .call(
+                        Method::POST,
+                        &self.path("/messages"),
+                        Some(&body),
+                        Some(&key),
+                    )
                     .await?;
                 let turn = Turn::new(text.clone(), Expect::Reply(text));
                 match sent["queue_id"].as_str() {
@@ -233,7 +238,10 @@ impl User<'_> {
                         self.model.left_queue(&queue_id);
                         Ok(false)
                     }
-                    other => bail!("deleting a queued message answered {other}: {}", answer.body),
+                    other => bail!(
+                        "deleting a queued message answered {other}: {}",
+                        answer.body
+                    ),
                 }
             }
             Action::EditMidReply | Action::EditMidTool => self.edit().await,
@@ -351,11 +359,9 @@ impl User<'_> {
                 "requires_action" if self.answer_tools(&state).await? => {}
                 // Running, or calls already answered (or left unanswered on purpose).
                 _ => {
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(2),
-                        self.reader.status.changed(),
-                    )
-                    .await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(2), self.reader.status.changed())
+                            .await;
                 }
             }
         }
@@ -480,12 +486,13 @@ impl User<'_> {
                 expect: Expect::Failure,
                 ..turn.clone()
             };
-            if !(unanswered_failure && check_turn(&failed, view, &lead, last, status, false).is_ok())
+            if !(unanswered_failure
+                && check_turn(&failed, view, &lead, last, status, false).is_ok())
             {
                 verdict.with_context(|| format!("turn {at} ({:?})", turn.text))?;
             }
-            unanswered_failure = view.answers.is_empty()
-                && (unanswered_failure || turn.expect == Expect::Failure);
+            unanswered_failure =
+                view.answers.is_empty() && (unanswered_failure || turn.expect == Expect::Failure);
             if view.answers.is_empty() {
                 lead.push(turn.text.clone());
             } else {
@@ -498,7 +505,12 @@ impl User<'_> {
         while !self.reader.with(|r| r.view.matches(&messages)) && Instant::now() < patience {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let read = self.reader.read.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let read = self
+            .reader
+            .read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         if let Some(error) = &read.error {
             bail!("{error}");
         }
@@ -507,7 +519,14 @@ impl User<'_> {
         }
         // A client whose stream falls silent reconnects from its last event id: what that
         // gets decides whether anything was lost.
-        let view = resumed(self.target, &self.chat, &read, &messages, Duration::from_secs(15)).await?;
+        let view = resumed(
+            self.target,
+            &self.chat,
+            &read,
+            &messages,
+            Duration::from_secs(15),
+        )
+        .await?;
         let silent = read
             .last_event
             .map(|(at, replica)| format!("{} ms on replica {replica}", at.elapsed().as_millis()));

@@ -72,7 +72,9 @@ impl EventView {
             let delivered = &self.messages[id];
             (delivered["parts"] != message["parts"]
                 || delivered["interrupted"] != message["interrupted"])
-                .then(|| format!("message {id} was delivered as {delivered} but committed as {message}"))
+                .then(|| {
+                    format!("message {id} was delivered as {delivered} but committed as {message}")
+                })
         })
     }
 }
@@ -360,7 +362,11 @@ mod tests {
     #[test]
     fn an_echo_may_follow_a_compaction_summary_but_a_summary_is_no_reply() {
         let turn = Turn::new("x", Expect::Reply("one two".into()));
-        let led = message(2, "assistant", &format!("{SUMMARY_PREFIX}\n\nearlier\none two"));
+        let led = message(
+            2,
+            "assistant",
+            &format!("{SUMMARY_PREFIX}\n\nearlier\none two"),
+        );
         let summary = message(2, "assistant", &format!("{SUMMARY_PREFIX}\n\nearlier"));
         assert!(check_turn(&turn, &view(&[&led]), &[], true, "waiting", false).is_ok());
         assert!(check_turn(&turn, &view(&[&summary]), &[], true, "waiting", false).is_err());
@@ -368,9 +374,7 @@ mod tests {
 
     #[test]
     fn only_error_results_of_client_tools_count_as_answered_by_the_daemon() {
-        let result = |name: &str, is_error: bool| {
-            json!({"role": "tool", "parts": [{"type": "tool_result", "tool_name": name, "is_error": is_error}]})
-        };
+        let result = |name: &str, is_error: bool| json!({"role": "tool", "parts": [{"type": "tool_result", "tool_name": name, "is_error": is_error}]});
         let (mine, theirs, builtin) = (
             result("lookup", false),
             result("lookup", true),

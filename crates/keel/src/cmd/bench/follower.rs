@@ -34,17 +34,23 @@ struct Seen {
 
 /// Creates the chat, follows it to the end like a client would (resuming across dropped
 /// connections and daemon restarts), then checks it.
-pub async fn drive(shared: &Target, scenario: &Scenario, behaviour: &Behaviour) -> anyhow::Result<()> {
+pub async fn drive(
+    shared: &Target,
+    scenario: &Scenario,
+    behaviour: &Behaviour,
+) -> anyhow::Result<()> {
     let mut body = json!({"text": scenario.text, "model": scenario.model.id()});
     if !scenario.client_tools.is_empty() {
         body["tools"] = json!(scenario.client_tools);
     }
-    let created = shared.call(reqwest::Method::POST,
-        "/chats",
-        Some(&body),
-        Some(&behaviour.idempotency_key),
-    )
-    .await?;
+    let created = shared
+        .call(
+            reqwest::Method::POST,
+            "/chats",
+            Some(&body),
+            Some(&behaviour.idempotency_key),
+        )
+        .await?;
     let chat = created["id"]
         .as_str()
         .context("the created chat has no id")?
@@ -96,12 +102,14 @@ pub async fn drive(shared: &Target, scenario: &Scenario, behaviour: &Behaviour) 
                 deltas += 1;
                 if behaviour.interrupt_after == Some(deltas) && !seen.interrupted {
                     seen.interrupted = true;
-                    shared.call(reqwest::Method::POST,
-                        &format!("/chats/{chat}/interrupt"),
-                        Some(&json!({})),
-                        None,
-                    )
-                    .await?;
+                    shared
+                        .call(
+                            reqwest::Method::POST,
+                            &format!("/chats/{chat}/interrupt"),
+                            Some(&json!({})),
+                            None,
+                        )
+                        .await?;
                 }
             }
             "status" => {
@@ -131,12 +139,9 @@ pub async fn drive(shared: &Target, scenario: &Scenario, behaviour: &Behaviour) 
 
 /// Whether the chat has reached its end state; answers client-side tool calls on the way.
 async fn settle(shared: &Target, chat: &str, scenario: &Scenario) -> anyhow::Result<bool> {
-    let state = shared.call(reqwest::Method::GET,
-        &format!("/chats/{chat}"),
-        None,
-        None,
-    )
-    .await?;
+    let state = shared
+        .call(reqwest::Method::GET, &format!("/chats/{chat}"), None, None)
+        .await?;
     match state["status"].as_str().unwrap_or_default() {
         "waiting" | "error" => Ok(true),
         "requires_action" if !scenario.client_tools.is_empty() => {
@@ -180,12 +185,14 @@ async fn catch_up(
     // The chat is settled: its history is final. Read until the stream has delivered all of
     // it, resuming across broken connections (the daemon may be killed meanwhile), or until
     // nothing new arrives for long: then the comparison in `verify` reports what is missing.
-    let listed = shared.call(reqwest::Method::GET,
-        &format!("/chats/{chat}/messages"),
-        None,
-        None,
-    )
-    .await?;
+    let listed = shared
+        .call(
+            reqwest::Method::GET,
+            &format!("/chats/{chat}/messages"),
+            None,
+            None,
+        )
+        .await?;
     let committed: Vec<i64> = listed["messages"]
         .as_array()
         .into_iter()
@@ -195,7 +202,9 @@ async fn catch_up(
     let mut position = after;
     let mut last_progress = Instant::now();
     let patience = Duration::from_secs(10);
-    while !committed.iter().all(|id| seen.view.messages.contains_key(id))
+    while !committed
+        .iter()
+        .all(|id| seen.view.messages.contains_key(id))
         && last_progress.elapsed() < patience
         && Instant::now() < shared.deadline
     {
@@ -210,7 +219,10 @@ async fn catch_up(
                 last_progress = Instant::now();
                 seen.view.apply(&event.data)?;
             }
-            if committed.iter().all(|id| seen.view.messages.contains_key(id)) {
+            if committed
+                .iter()
+                .all(|id| seen.view.messages.contains_key(id))
+            {
                 break;
             }
         }
@@ -219,19 +231,23 @@ async fn catch_up(
 }
 
 /// The invariants of one settled chat.
-async fn verify(shared: &Target, chat: &str, scenario: &Scenario, seen: &Seen) -> anyhow::Result<()> {
-    let state = shared.call(reqwest::Method::GET,
-        &format!("/chats/{chat}"),
-        None,
-        None,
-    )
-    .await?;
-    let listed = shared.call(reqwest::Method::GET,
-        &format!("/chats/{chat}/messages"),
-        None,
-        None,
-    )
-    .await?;
+async fn verify(
+    shared: &Target,
+    chat: &str,
+    scenario: &Scenario,
+    seen: &Seen,
+) -> anyhow::Result<()> {
+    let state = shared
+        .call(reqwest::Method::GET, &format!("/chats/{chat}"), None, None)
+        .await?;
+    let listed = shared
+        .call(
+            reqwest::Method::GET,
+            &format!("/chats/{chat}/messages"),
+            None,
+            None,
+        )
+        .await?;
     let messages = listed["messages"].as_array().cloned().unwrap_or_default();
     let status = state["status"].as_str().unwrap_or_default();
 
@@ -286,5 +302,3 @@ async fn verify(shared: &Target, chat: &str, scenario: &Scenario, seen: &Seen) -
     }
     Ok(())
 }
-
-

@@ -215,9 +215,7 @@ mod tests {
     #[test]
     fn queued_messages_run_in_the_order_they_were_sent() {
         let mut model = with_queue(&["a", "b"]);
-        let turns = model
-            .settle(&ids(&["first", "ma", "mb"]), &[])
-            .unwrap();
+        let turns = model.settle(&ids(&["first", "ma", "mb"]), &[]).unwrap();
         assert_eq!(texts(&turns), ["first", "ma", "mb"]);
         let mut model = with_queue(&["a", "b"]);
         assert!(model.settle(&ids(&["first", "mb", "ma"]), &[]).is_err());
@@ -307,7 +305,11 @@ mod tests {
                 .settle(&ids(&["first", "stranger"]), &[])
                 .is_err()
         );
-        assert!(with_queue(&["a"]).settle(&ids(&["first"]), &ids(&["a"])).is_ok());
+        assert!(
+            with_queue(&["a"])
+                .settle(&ids(&["first"]), &ids(&["a"]))
+                .is_ok()
+        );
     }
 
     #[test]
@@ -315,9 +317,7 @@ mod tests {
         let mut model = with_queue(&["a"]);
         model.expose();
         model.queued("b".into(), turn("mb"));
-        let turns = model
-            .settle(&ids(&["first", "ma", "mb"]), &[])
-            .unwrap();
+        let turns = model.settle(&ids(&["first", "ma", "mb"]), &[]).unwrap();
         assert_eq!(
             turns.iter().map(|t| t.exposed).collect::<Vec<_>>(),
             [true, true, false]

@@ -75,10 +75,7 @@ async fn follow(
     disconnect_every: Option<usize>,
 ) {
     loop {
-        let position = read
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .position;
+        let position = read.lock().unwrap_or_else(PoisonError::into_inner).position;
         let (replica, to) = target.pick();
         let Ok(mut live) = Live::open(&to.api, &chat, position).await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -154,7 +151,10 @@ pub async fn resumed(
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        while let Ok(event) = live.next(deadline.saturating_duration_since(Instant::now())).await {
+        while let Ok(event) = live
+            .next(deadline.saturating_duration_since(Instant::now()))
+            .await
+        {
             position = live.last_id;
             if event.kind == "message" {
                 view.apply(&event.data)?;

@@ -15,12 +15,12 @@ use rand::{RngExt, SeedableRng};
 use tokio::task::JoinSet;
 
 use super::actions::{self, Program};
+use super::actor;
 use super::follower::{self, Behaviour};
 use super::processes::{DaemonSetup, Process, start_mock};
 use super::scenario;
 use super::stats::mib;
 use super::target::{Replica, Target};
-use super::actor;
 use crate::client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -80,7 +80,11 @@ const ACTION_RUNS: &str = "pending_action_timeout_ms = 5000";
 pub async fn run(args: Args) -> anyhow::Result<()> {
     ensure!(args.chats > 0, "--chats must be at least 1");
     ensure!(
-        args.replicas == 1 || args.database.as_deref().is_some_and(|d| d.starts_with("postgres")),
+        args.replicas == 1
+            || args
+                .database
+                .as_deref()
+                .is_some_and(|d| d.starts_with("postgres")),
         "--replicas above 1 needs a shared PostgreSQL --database"
     );
     let seed = args.seed.unwrap_or_else(rand::random);
@@ -105,7 +109,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// One chat of the soak: a reading user, or one carrying out a program of actions.
 enum User {
     Reads(Behaviour),
-    Acts(Program, Option<usize>, StdRng),
+    Acts(Program, Option<usize>, Box<StdRng>),
 }
 
 async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
@@ -172,7 +176,11 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
             *chosen.entry(scenario.name).or_default() += 1;
             let user = if acts {
                 let program = actions::choose(&mut rng);
-                User::Acts(program, disconnect_every, StdRng::seed_from_u64(rng.random()))
+                User::Acts(
+                    program,
+                    disconnect_every,
+                    Box::new(StdRng::seed_from_u64(rng.random())),
+                )
             } else {
                 User::Reads(Behaviour {
                     interrupt_after: rng
@@ -189,7 +197,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
                         .await
                         .map(|()| None),
                     User::Acts(program, disconnect_every, rng) => {
-                        actor::drive(shared, &scenario, &program, disconnect_every, &key, rng)
+                        actor::drive(shared, &scenario, &program, disconnect_every, &key, *rng)
                             .await
                             .map(Some)
                     }
@@ -241,7 +249,9 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     }
     if args.actions > 0.0 {
         let stalls = shared.stalls.load(Ordering::Relaxed);
-        println!("{stalls} event streams fell silent before their chat's last message (a reconnect delivered it)");
+        println!(
+            "{stalls} event streams fell silent before their chat's last message (a reconnect delivered it)"
+        );
     }
     let server_errors = shared.server_errors.load(Ordering::Relaxed);
     println!("{server_errors} 5xx answers");

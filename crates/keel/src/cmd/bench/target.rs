@@ -56,7 +56,10 @@ impl Target {
     }
 
     pub fn lock(replica: &Replica) -> std::sync::MutexGuard<'_, Process> {
-        replica.daemon.lock().unwrap_or_else(PoisonError::into_inner)
+        replica
+            .daemon
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// One API call to a random replica, retried across connection failures; a 5xx is
@@ -118,7 +121,9 @@ impl Target {
         body: Option<&Value>,
         idempotency_key: Option<&str>,
     ) -> anyhow::Result<Value> {
-        let answer = self.request(method.clone(), path, body, idempotency_key).await?;
+        let answer = self
+            .request(method.clone(), path, body, idempotency_key)
+            .await?;
         ensure!(
             answer.status.is_success(),
             "{method} {path} answered {}: {}",
