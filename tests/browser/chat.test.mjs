@@ -104,3 +104,34 @@ test('a client-side tool call is answered from the page', async () => {
     await browser.close();
   }
 });
+
+test('a refusal is shown apart from the reply, live and after a reload', async () => {
+  const browser = await chromium.launch({
+    executablePath,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--disable-quic'],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
+    page.setDefaultTimeout(TIMEOUT);
+    await page.goto(base);
+    await page.fill('#input', '#mock {"text": "Let me see.", "refusal": "I cannot help with that request."}');
+    await page.click('#send');
+    const refusal = '.msg.assistant .refusal';
+    await page.waitForSelector(refusal);
+    await page.waitForFunction(() => document.querySelector('#chat-status').textContent === 'waiting');
+    const shown = async () => ({
+      text: await page.textContent('.msg.assistant > .text'),
+      refusal: await page.textContent(`${refusal} .text`),
+      badge: await page.textContent(`${refusal} .badge.refused`),
+    });
+    const expected = { text: 'Let me see.', refusal: 'I cannot help with that request.', badge: 'declined' };
+    assert.deepEqual(await shown(), expected);
+    await page.reload();
+    await page.waitForSelector(refusal);
+    assert.deepEqual(await shown(), expected);
+  } finally {
+    await browser.close();
+  }
+});

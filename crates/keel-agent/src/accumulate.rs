@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use keel_core::{FinishReason, Part, PartKind, StreamEvent, Usage};
 use serde_json::Value;
 
-use crate::clock::Clock;
 use crate::sink::{EventSink, LiveEvent};
+use keel_core::Clock;
 
 /// A tool call as streamed.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +57,9 @@ pub struct StepAccumulator {
     pub response_id: Option<String>,
     /// Number of content events seen (deltas, calls, results), for checkpoint cadence.
     pub content_events: u64,
+    /// Number of times reasoning got provider metadata (a signature, encrypted content):
+    /// state a resumed step needs that its live events do not carry.
+    pub metadata_events: u64,
     open_text: HashMap<String, usize>,
     open_refusal: HashMap<String, usize>,
     open_reasoning: HashMap<String, usize>,
@@ -383,6 +386,7 @@ impl StepAccumulator {
             (metadata, self.blocks.get_mut(index))
         {
             *metadata = Some(new);
+            self.metadata_events += 1;
         }
     }
 

@@ -195,7 +195,7 @@ impl Runner {
             Err(error) => return AttemptEnd::Failed(error),
         };
         let mut first_event = true;
-        let mut checkpointed_at = acc.content_events;
+        let mut checkpointed_at = (acc.content_events, acc.metadata_events);
         let mut seam = seam.map(SeamCheck::new);
         loop {
             let (limit, kind) = if first_event {
@@ -279,18 +279,21 @@ impl Runner {
         AttemptEnd::Finished
     }
 
-    /// Applies one event to the step (publishing it) and checkpoints on cadence.
+    /// Applies one event to the step (publishing it) and checkpoints on cadence, and
+    /// whenever reasoning got provider metadata. `checkpointed_at` is (content events,
+    /// metadata events) at the last checkpoint.
     async fn apply_event(
         &self,
         acc: &mut StepAccumulator,
         event: StreamEvent,
-        checkpointed_at: &mut u64,
+        checkpointed_at: &mut (u64, u64),
     ) {
         acc.apply(event, self.options.sink.as_ref(), &self.options.clock);
-        if let Some(every) = self.options.checkpointing.as_ref().map(|c| c.every)
-            && acc.content_events >= *checkpointed_at + every.max(1)
-        {
-            *checkpointed_at = acc.content_events;
+        let Some(every) = self.options.checkpointing.as_ref().map(|c| c.every) else {
+            return;
+        };
+        if checkpoint_due(every, *checkpointed_at, acc) {
+            *checkpointed_at = (acc.content_events, acc.metadata_events);
             self.save_checkpoint(acc).await;
         }
     }
@@ -456,6 +459,13 @@ impl Runner {
     }
 }
 
+/// Whether a checkpoint is due: `every` content events since the last one (0: never by
+/// count), or new reasoning metadata, which a resumed step needs and live events lack.
+fn checkpoint_due(every: u64, (content, metadata): (u64, u64), acc: &StepAccumulator) -> bool {
+    let by_count = every > 0 && acc.content_events >= content.saturating_add(every);
+    by_count || acc.metadata_events > metadata
+}
+
 /// Whether a finished step may be chained onto (OpenAI Responses `previous_response_id`):
 /// only a step the provider produced whole, in one attempt of this run. A retried attempt,
 /// a continuation or a resumed checkpoint leaves a stored response that holds only part of
@@ -466,6 +476,21 @@ pub(crate) fn finished_in_one_attempt(attempts: u32, resumed: bool) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_checkpoint_is_due_by_count_or_on_new_reasoning_metadata() {
+        let mut acc = StepAccumulator::new();
+        acc.content_events = 8;
+        assert!(super::checkpoint_due(4, (4, 0), &acc));
+        assert!(!super::checkpoint_due(4, (5, 0), &acc));
+        // 0: never by count, however long the reply.
+        acc.content_events = 100_000;
+        assert!(!super::checkpoint_due(0, (0, 0), &acc));
+        // A signature arrived.
+        acc.metadata_events = 1;
+        assert!(super::checkpoint_due(0, (100_000, 0), &acc));
+        assert!(!super::checkpoint_due(0, (100_000, 1), &acc));
+    }
     use super::*;
 
     #[test]

@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use keel_core::Cancel;
 use tokio::task::JoinSet;
 
-use crate::clock::Clock;
 use crate::tool::{Tool, ToolCallRequest, ToolOutput};
+use keel_core::Clock;
 
 /// The result of one finished call.
 #[derive(Debug, Clone, PartialEq)]

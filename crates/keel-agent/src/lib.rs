@@ -18,12 +18,12 @@
 //! * `attempt` — one step through failures: retries, watchdogs, recovery, chain healing;
 //! * [`recovery`], [`retry`], [`timeouts`], [`checkpoint`] — the pure decisions and the
 //!   checkpoint interface behind it; [`seam`] — where a continued reply meets its prefix;
-//! * [`tool`], [`persist`], [`sink`], [`clock`] — the interfaces the daemon implements.
+//! * [`tool`], [`persist`], [`sink`] — the interfaces the daemon implements (the clock is
+//!   `keel_core::Clock`).
 
 pub mod accumulate;
 mod attempt;
 pub mod checkpoint;
-pub mod clock;
 pub mod compaction;
 pub mod context_limit;
 pub mod execute;
@@ -39,11 +39,9 @@ pub mod timeouts;
 pub mod tool;
 
 pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StreamCheckpoint};
-pub use clock::{Clock, SystemClock};
 pub use compaction::{Compaction, CompactionHooks, SummaryRecord};
-pub use persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
+pub use persist::{PersistError, PersistedStep, StepPersister};
 pub use recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
-pub use response::INTERRUPTED_RESULT;
 pub use retry::RetryPolicy;
 pub use run::{
     ChainHooks, Checkpointing, ReloadHistory, RetryNotice, RunError, RunOptions, RunOutcome, run,

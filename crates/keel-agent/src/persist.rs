@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use keel_core::{Cancel, FinishReason, Message, Usage};
+use keel_core::{Cancel, FinishReason, Message, PendingToolCall, Usage};
 
 /// Everything one model step produced, ready to be stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,14 +24,6 @@ pub struct PersistedStep {
     pub pending_tool_calls: Vec<PendingToolCall>,
     /// The provider's id of this response (OpenAI Responses chain mode).
     pub provider_response_id: Option<String>,
-}
-
-/// A call to a client-side tool that the loop did not run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingToolCall {
-    pub tool_call_id: String,
-    pub tool_name: String,
-    pub args: String,
 }
 
 /// Why a persist failed.

@@ -7,14 +7,11 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use keel_core::{Message, Part, PartKind, Role};
+use keel_core::{INTERRUPTED_RESULT, Message, Part, PartKind, Role};
 use serde_json::Value;
 
 use crate::accumulate::{Block, StepAccumulator, block_part};
 use crate::execute::FinishedCall;
-
-/// The error result given to a call that was cut off by an interrupt.
-pub const INTERRUPTED_RESULT: &str = "tool call was interrupted before it produced a result";
 
 /// The assistant message of a step, or `None` when it has no content.
 /// `with_sources` keeps sources (for storage and display); prompts never carry them.

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use keel_core::{
-    CallOptions, Cancel, CancelCause, ErrorKind, FinishReason, LanguageModel, Message, ModelCall,
-    ProviderError, ToolDefinition,
+    CallOptions, Cancel, CancelCause, Clock, ErrorKind, FinishReason, LanguageModel, Message,
+    ModelCall, PendingToolCall, ProviderError, SystemClock, ToolDefinition,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -26,11 +26,10 @@ use tokio::time::Instant;
 
 use crate::accumulate::StepAccumulator;
 use crate::checkpoint::CheckpointStore;
-use crate::clock::{Clock, SystemClock};
 use crate::compaction::{Compaction, MAX_REENTRIES, context_tokens, should_compact};
 use crate::context_limit;
 use crate::execute::{FinishedCall, run_batch};
-use crate::persist::{PendingToolCall, PersistError, PersistedStep, StepPersister};
+use crate::persist::{PersistError, PersistedStep, StepPersister};
 use crate::recovery::StreamSnapshot;
 use crate::response::{assistant_message, for_prompt, tool_message};
 use crate::retry::RetryPolicy;
@@ -77,7 +76,8 @@ pub struct Checkpointing {
     pub store: Arc<dyn CheckpointStore>,
     pub run_id: String,
     pub chat_id: String,
-    /// Save every this many content deltas (and on every captured failure).
+    /// Save every this many content deltas (0: never by count), whenever reasoning gets
+    /// provider metadata (signatures), and on every captured failure.
     pub every: u64,
 }
 

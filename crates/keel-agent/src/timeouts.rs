@@ -96,7 +96,7 @@ mod tests {
             assert_eq!(t.idle_for(name, &plain), Duration::from_secs(10), "{name}");
         }
         let effort = CallOptions {
-            reasoning_effort: Some("high".into()),
+            reasoning_effort: Some(keel_core::ReasoningEffort::High),
             ..CallOptions::default()
         };
         assert_eq!(t.idle_for("gpt-4.1", &effort), Duration::from_secs(20));

@@ -6,11 +6,10 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use keel_agent::{
-    INTERRUPTED_RESULT, LiveEvent, RunError, RunOptions, RunOutcome, ToolError, ToolOutput, run,
-};
+use keel_agent::{LiveEvent, RunError, RunOptions, RunOutcome, ToolError, ToolOutput, run};
 use keel_core::{
-    Cancel, CancelCause, FinishReason, Message, PartKind, Role, StreamEvent, ToolDefinition,
+    Cancel, CancelCause, FinishReason, INTERRUPTED_RESULT, Message, PartKind, Role, StreamEvent,
+    ToolDefinition,
 };
 use serde_json::json;
 use support::*;

@@ -9,6 +9,7 @@
 //! * [`stream`]: the provider-neutral [`StreamEvent`] every model adapter produces;
 //! * [`model`]: the [`LanguageModel`] trait a provider implements and the [`ModelCall`] it
 //!   receives;
+//! * [`clock`]: where time comes from, so tests can move it by hand;
 //! * [`cancel`]: cancellation that carries a *cause*, so a user interrupt can be told apart
 //!   from a server shutdown;
 //! * [`error`] and [`classify`]: provider failures and the one function that sorts them into
@@ -16,6 +17,7 @@
 
 pub mod cancel;
 pub mod classify;
+pub mod clock;
 pub mod error;
 pub mod message;
 pub mod model;
@@ -23,8 +25,13 @@ pub mod stream;
 pub mod usage;
 
 pub use cancel::{Cancel, CancelCause};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ErrorKind, ProviderError};
-pub use message::{Message, Part, PartKind, Role, SUMMARY_PREFIX};
-pub use model::{CallOptions, EventStream, LanguageModel, ModelCall, ToolChoice, ToolDefinition};
+pub use message::{
+    INTERRUPTED_RESULT, Message, Part, PartKind, PendingToolCall, Role, SUMMARY_PREFIX,
+};
+pub use model::{
+    CallOptions, EventStream, LanguageModel, ModelCall, ReasoningEffort, ToolChoice, ToolDefinition,
+};
 pub use stream::StreamEvent;
 pub use usage::{FinishReason, Usage};

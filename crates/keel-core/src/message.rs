@@ -7,6 +7,20 @@ use serde_json::Value;
 /// The text that introduces a conversation summary when it is sent to a model.
 pub const SUMMARY_PREFIX: &str = "Summary of the conversation so far:";
 
+/// The result recorded for a tool call that never produced one: the run stopped (a user
+/// interrupt, a crash) between the call and its result, and the model must still see the
+/// call answered.
+pub const INTERRUPTED_RESULT: &str = "tool call was interrupted before it produced a result";
+
+/// A call to a client-side tool: the loop does not run it, the chat waits in
+/// `requires_action` until the client sends its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingToolCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: String,
+}
+
 /// Who said a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -94,6 +108,7 @@ impl Message {
 
 /// One part of a message. `created_at` is set on assistant and tool parts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Part {
     #[serde(flatten)]
     pub kind: PartKind,
@@ -172,6 +187,7 @@ impl Part {
 
 /// The content of a part. The serde tag `type` and the field names are the public contract.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PartKind {
     Text {

@@ -62,7 +62,7 @@ pub struct CallOptions {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
     pub max_output_tokens: Option<u32>,
-    pub reasoning_effort: Option<String>,
+    pub reasoning_effort: Option<ReasoningEffort>,
     pub thinking_budget_tokens: Option<u32>,
     #[serde(default)]
     pub tool_choice: ToolChoice,
@@ -79,6 +79,19 @@ pub struct CallOptions {
     /// and the provider carries the turn on. Set by the loop for one call, never configured.
     #[serde(skip)]
     pub paused_turn: bool,
+}
+
+/// How hard a reasoning model thinks before answering: the values OpenAI's `reasoning_effort`
+/// (Chat Completions) and `reasoning.effort` (Responses) accept, per the API reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    None,
+    Minimal,
+    Low,
+    Medium,
+    High,
+    Xhigh,
 }
 
 /// Whether and how the model may call tools.

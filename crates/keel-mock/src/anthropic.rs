@@ -86,12 +86,14 @@ fn conversation(request: &Value) -> Conversation {
 
 /// A user message carries tool results (Anthropic sends them with the user role), text, or
 /// both; text after tool results is a new instruction and restarts the script's steps.
+/// Consecutive user messages arrive merged into one turn (the API merges them too), so a
+/// text block with a second directive starts the next user message.
 fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>, content: &Value) {
     let Some(blocks) = content.as_array() else {
         conversation.user(content_text(content));
         return;
     };
-    let mut texts = Vec::new();
+    let mut texts: Vec<&str> = Vec::new();
     let mut had_results = false;
     for block in blocks {
         match block["type"].as_str() {
@@ -104,6 +106,9 @@ fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>
             }
             _ => {
                 if let Some(text) = block["text"].as_str() {
+                    if has_directive(text) && texts.iter().any(|t| has_directive(t)) {
+                        conversation.user(std::mem::take(&mut texts).join("\n"));
+                    }
                     texts.push(text);
                 }
             }
@@ -112,6 +117,10 @@ fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>
     if !had_results || !texts.is_empty() {
         conversation.user(texts.join("\n"));
     }
+}
+
+fn has_directive(text: &str) -> bool {
+    matches!(crate::script::parse_directive(text), Ok(Some(_)))
 }
 
 fn message_id(reply: &Reply) -> String {
@@ -138,6 +147,36 @@ fn usage(reply: &Reply, output_tokens: u64) -> Value {
     })
 }
 
+fn call_type(call: &crate::plan::Call) -> &'static str {
+    if call.server {
+        "server_tool_use"
+    } else {
+        "tool_use"
+    }
+}
+
+fn tool_id(reply: &Reply, index: usize) -> String {
+    match reply.calls.get(index) {
+        Some(call) if call.server => reply.call_id(index, "srvtoolu_"),
+        _ => reply.call_id(index, "toolu_"),
+    }
+}
+
+/// The result block a provider-run tool's call is followed by in the same turn
+/// (<https://platform.claude.com/docs/en/agents-and-tools/tool-use/server-tools>).
+fn server_result(reply: &Reply, index: usize) -> Value {
+    let name = reply
+        .calls
+        .get(index)
+        .map_or("web_search", |c| c.name.as_str());
+    json!({
+        "type": format!("{name}_tool_result"),
+        "tool_use_id": tool_id(reply, index),
+        "content": [{"type": "web_search_result", "url": "https://example.com/",
+                     "title": "Example", "encrypted_content": "mock", "page_age": Value::Null}],
+    })
+}
+
 /// A tool call's input as an object; argument text that is not JSON becomes `{}`.
 fn input(args: &str) -> Value {
     serde_json::from_str(args).unwrap_or_else(|_| json!({}))
@@ -153,10 +192,11 @@ fn message(reply: &Reply) -> Value {
         content.push(json!({"type": "text", "text": reply.text()}));
     }
     for (index, call) in reply.calls.iter().enumerate() {
-        content.push(
-            json!({"type": "tool_use", "id": reply.call_id(index, "toolu_"),
-                            "name": call.name, "input": input(&call.args)}),
-        );
+        content.push(json!({"type": call_type(call), "id": tool_id(reply, index),
+                            "name": call.name, "input": input(&call.args)}));
+        if call.server {
+            content.push(server_result(reply, index));
+        }
     }
     json!({
         "id": message_id(reply),
@@ -256,11 +296,16 @@ impl Encoder for Events {
             Piece::TextStart => self.block_start(json!({"type": "text", "text": ""})),
             Piece::TextDelta(text) => self.delta(json!({"type": "text_delta", "text": text})),
             Piece::ToolStart(index) => self.block_start(json!({
-                "type": "tool_use",
-                "id": reply.call_id(index, "toolu_"),
+                "type": reply.calls.get(index).map_or("tool_use", call_type),
+                "id": tool_id(reply, index),
                 "name": reply.calls.get(index).map(|c| c.name.as_str()),
                 "input": {},
             })),
+            Piece::ToolEnd(index) if reply.calls.get(index).is_some_and(|c| c.server) => {
+                let stop = self.block_stop();
+                let result = self.block_start(server_result(reply, index));
+                return vec![stop, result, self.block_stop()];
+            }
             Piece::ToolDelta(_, chunk) => {
                 self.delta(json!({"type": "input_json_delta", "partial_json": chunk}))
             }

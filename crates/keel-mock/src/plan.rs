@@ -33,6 +33,8 @@ pub(crate) struct Reply {
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     id: Option<String>,
+    /// Run by the provider itself (see `ToolCall::server`).
+    pub server: bool,
     pub name: String,
     pub args: String,
     pub chunks: Vec<String>,
@@ -307,13 +309,17 @@ fn build(
             let args = call.args_text();
             Call {
                 id: call.id.clone(),
+                server: call.server,
                 name: call.name.clone(),
                 chunks: tokens::chunks(&args),
                 args,
             }
         })
         .collect();
-    let sent = reasoning.len() + text.len() + refusal.len() + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
+    let sent = reasoning.len()
+        + text.len()
+        + refusal.len()
+        + calls.iter().map(|c| c.chunks.len()).sum::<usize>();
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let scripted = step.usage.unwrap_or_default();
     let usage = Figures {
@@ -325,7 +331,8 @@ fn build(
         cache_write: scripted.cache_write_tokens.unwrap_or(0),
         reasoning: scripted.reasoning_tokens.unwrap_or(count(reasoning.len())),
     };
-    let finish = step.finish.unwrap_or(if calls.is_empty() {
+    // Calls the provider runs itself do not end the turn for the client.
+    let finish = step.finish.unwrap_or(if calls.iter().all(|c| c.server) {
         Finish::Stop
     } else {
         Finish::ToolCalls

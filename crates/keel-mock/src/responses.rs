@@ -427,7 +427,8 @@ impl Encoder for Events {
                 vec![self.event("response.refusal.delta", data)]
             }
             Piece::RefusalEnd => {
-                let (id, output, index) = (message_id(reply), self.text_index, refusal_index(reply));
+                let (id, output, index) =
+                    (message_id(reply), self.text_index, refusal_index(reply));
                 let refusal = reply.refusal();
                 vec![
                     self.event(

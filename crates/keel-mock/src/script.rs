@@ -287,6 +287,11 @@ pub struct ToolCall {
     /// The call id; generated when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Anthropic: a tool the provider runs itself (web search): a `server_tool_use` block
+    /// and, once its input is complete, its `NAME_tool_result` block. Other protocols send
+    /// it as an ordinary call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub server: bool,
 }
 
 impl ToolCall {
@@ -295,6 +300,7 @@ impl ToolCall {
             name: name.into(),
             args,
             id: None,
+            server: false,
         }
     }
 

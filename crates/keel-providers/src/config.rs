@@ -87,15 +87,6 @@ impl Continuation {
             Continuation::Prompt => "prompt",
         }
     }
-
-    /// `prefill` or `prompt`.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "prefill" => Some(Continuation::Prefill),
-            "prompt" => Some(Continuation::Prompt),
-            _ => None,
-        }
-    }
 }
 
 /// One configured provider, with its API key already resolved from the environment.

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use common::{
+    ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
+};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
@@ -538,7 +540,11 @@ fn stop_reason_refusal_becomes_a_refusal_part_with_the_explanation() {
     );
     assert_eq!(finish_of(&events), Some(FinishReason::ContentFilter));
     // The text before the refusal stays text.
-    assert!(events.iter().any(|e| matches!(e, StreamEvent::TextDelta { delta, .. } if delta == "Hello..")));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::TextDelta { delta, .. } if delta == "Hello.."))
+    );
     // Without an explanation the part still says what happened.
     let events = stop_with(json!({"stop_reason": "refusal"}));
     assert!(!refusal_text(&events).is_empty());

@@ -2,7 +2,9 @@
 
 mod common;
 
-use common::{ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use common::{
+    ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
+};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
@@ -302,7 +304,7 @@ fn request_maps_messages_images_tool_calls_and_tool_results() {
             temperature: Some(0.2),
             top_p: Some(0.9),
             max_output_tokens: Some(512),
-            reasoning_effort: Some("low".into()),
+            reasoning_effort: Some(keel_core::ReasoningEffort::Low),
             tool_choice: ToolChoice::Required,
             ..CallOptions::default()
         },

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf};
+use common::{
+    ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
+};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
@@ -260,7 +262,7 @@ fn request_maps_input_items_and_round_trips_encrypted_reasoning() {
             ToolDefinition::provider("web_search", "web_search_preview"),
         ],
         options: CallOptions {
-            reasoning_effort: Some("medium".into()),
+            reasoning_effort: Some(keel_core::ReasoningEffort::Medium),
             max_output_tokens: Some(1000),
             tool_choice: ToolChoice::Auto,
             ..CallOptions::default()
@@ -521,5 +523,8 @@ fn a_refusal_goes_back_as_a_refusal_part_of_the_assistant_message() {
         ..ModelCall::default()
     };
     let body = build_request(&plain, "m");
-    assert_eq!(body["input"][1], json!({"role": "assistant", "content": "hello"}));
+    assert_eq!(
+        body["input"][1],
+        json!({"role": "assistant", "content": "hello"})
+    );
 }

@@ -34,8 +34,12 @@ async fn fan_out(hub: &Arc<Hub>, subscribers: usize) -> Duration {
     let drained = Arc::new(Semaphore::new(0));
     let mut tasks = Vec::with_capacity(subscribers);
     for _ in 0..subscribers {
-        let (mut rx, backlog) = hub.subscribe(CHAT);
-        assert!(backlog.is_empty(), "a fresh run has no backlog");
+        let subscription = hub.subscribe(CHAT);
+        assert!(
+            subscription.backlog.is_empty(),
+            "a fresh run has no backlog"
+        );
+        let mut rx = subscription.live;
         let drained = drained.clone();
         tasks.push(tokio::spawn(async move {
             for seq in 0..PARTS {

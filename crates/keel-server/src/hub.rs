@@ -4,11 +4,18 @@
 //! more than the channel's capacity behind is not waited for: it sees `Lagged`, and the SSE
 //! layer disconnects it so it can resume from its last event id. The run and the other
 //! subscribers never slow down for it.
+//!
+//! Change notices of the store (this process's and, on PostgreSQL, every replica's) reach
+//! a chat's subscribers through the same per-chat entry ([`Hub::changed`], fed by one task
+//! per process, [`relay_notices`]): a notice wakes the followers of its chat and no one
+//! else, and notices that arrive while a follower is busy merge into one wake-up.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::broadcast;
+use futures::StreamExt;
+use keel_store::{ChangeNotice, RemoteNotice, Store};
+use tokio::sync::{broadcast, watch};
 
 /// Events a subscriber may buffer before it is cut off.
 pub const SUBSCRIBER_BUFFER: usize = 1024;
@@ -27,10 +34,51 @@ pub struct Frame {
     pub durable: bool,
 }
 
+/// The latest change notices of a chat, merged: a follower compares them with what it has
+/// already sent and read, and reads the store only when something is new to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// The highest chat snapshot version noticed.
+    pub version: i64,
+    /// The highest event sequence number noticed.
+    pub event_seq: i64,
+    pub deleted: bool,
+    /// Counts the times notices may have been lost: every follower must read again.
+    pub resyncs: u64,
+}
+
+impl Changes {
+    fn merge(&mut self, notice: &ChangeNotice) {
+        self.version = self.version.max(notice.version);
+        self.event_seq = self.event_seq.max(notice.event_seq);
+        self.deleted |= notice.deleted;
+    }
+
+    /// Whether a follower that sent everything up to `position` and last read the chat at
+    /// `version` (after `resyncs` resynchronisations) has something to read. Versions and
+    /// sequence numbers only grow, so a merged notice says no less than the ones it merged.
+    pub fn news_for(&self, position: i64, version: i64, resyncs: u64) -> bool {
+        self.deleted
+            || self.event_seq > position
+            || self.version > version
+            || self.resyncs != resyncs
+    }
+}
+
+/// What a subscriber gets: the chat's live frames, the durable frames of the step in
+/// progress published so far, and the chat's change notices.
+#[derive(Debug)]
+pub struct Subscription {
+    pub live: broadcast::Receiver<Arc<Frame>>,
+    pub backlog: Vec<Arc<Frame>>,
+    pub changes: watch::Receiver<Changes>,
+}
+
 /// One chat's channel, and the durable frames of its step in progress.
 #[derive(Debug)]
 struct Channel {
     sender: broadcast::Sender<Arc<Frame>>,
+    changes: watch::Sender<Changes>,
     /// Durable frames since the last commit. A subscriber takes them together with its
     /// receiver, so frames not yet flushed to the live-part log are never missed.
     backlog: Vec<Arc<Frame>>,
@@ -43,6 +91,7 @@ impl Channel {
     fn new() -> Self {
         Self {
             sender: broadcast::channel(SUBSCRIBER_BUFFER).0,
+            changes: watch::channel(Changes::default()).0,
             backlog: Vec::new(),
             running: 0,
         }
@@ -65,14 +114,34 @@ impl Hub {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Subscribes to a chat's live events, with the durable frames of the step in progress
-    /// published so far.
-    pub fn subscribe(&self, chat_id: &str) -> (broadcast::Receiver<Arc<Frame>>, Vec<Arc<Frame>>) {
+    /// Subscribes to a chat's live events and change notices, with the durable frames of
+    /// the step in progress published so far.
+    pub fn subscribe(&self, chat_id: &str) -> Subscription {
         let mut channels = self.lock();
         let channel = channels
             .entry(chat_id.to_owned())
             .or_insert_with(Channel::new);
-        (channel.sender.subscribe(), channel.backlog.clone())
+        Subscription {
+            live: channel.sender.subscribe(),
+            backlog: channel.backlog.clone(),
+            changes: channel.changes.subscribe(),
+        }
+    }
+
+    /// A chat changed: wakes its subscribers (a chat nobody follows here costs a lookup).
+    pub fn changed(&self, notice: &ChangeNotice) {
+        if let Some(channel) = self.lock().get(&notice.chat_id.to_string()) {
+            channel.changes.send_modify(|changes| changes.merge(notice));
+        }
+    }
+
+    /// Notices may have been lost: every subscriber reads its chat again.
+    pub fn resync(&self) {
+        for channel in self.lock().values() {
+            channel
+                .changes
+                .send_modify(|changes| changes.resyncs = changes.resyncs.wrapping_add(1));
+        }
     }
 
     /// Marks a run of this process as streaming into the chat: its frames are kept as the
@@ -141,6 +210,37 @@ impl Hub {
     }
 }
 
+/// Hands every change notice of the store to the hub until the process stops: one task per
+/// process, whatever the number of subscribers.
+pub async fn relay_notices(store: Arc<dyn Store>, hub: Arc<Hub>) {
+    let mut local = store.subscribe();
+    let mut remote = match store.subscribe_remote().await {
+        Ok(stream) => Some(stream),
+        Err(error) => {
+            tracing::warn!(%error, "listening for other replicas' changes failed");
+            None
+        }
+    };
+    loop {
+        tokio::select! {
+            received = local.recv() => match received {
+                Ok(notice) => hub.changed(&notice),
+                Err(broadcast::error::RecvError::Lagged(_)) => hub.resync(),
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            Some(notice) = async {
+                match remote.as_mut() {
+                    Some(stream) => stream.next().await,
+                    None => std::future::pending().await,
+                }
+            } => match notice {
+                RemoteNotice::Changed(notice) => hub.changed(&notice),
+                RemoteNotice::Missed => hub.resync(),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,8 +257,8 @@ mod tests {
     #[tokio::test]
     async fn subscribers_receive_in_order() {
         let hub = Hub::new();
-        let (mut a, _) = hub.subscribe("c");
-        let (mut b, _) = hub.subscribe("c");
+        let mut a = hub.subscribe("c").live;
+        let mut b = hub.subscribe("c").live;
         hub.publish("c", frame(1));
         hub.publish("c", frame(2));
         assert_eq!(a.recv().await.unwrap().seq, 1);
@@ -169,7 +269,7 @@ mod tests {
     #[tokio::test]
     async fn a_slow_subscriber_lags_without_blocking_the_publisher() {
         let hub = Hub::new();
-        let (mut slow, _) = hub.subscribe("c");
+        let mut slow = hub.subscribe("c").live;
         for seq in 0..(SUBSCRIBER_BUFFER as u64 + 10) {
             hub.publish("c", frame(seq));
         }
@@ -182,8 +282,7 @@ mod tests {
     #[test]
     fn channels_without_subscribers_are_dropped() {
         let hub = Hub::new();
-        let (rx, _) = hub.subscribe("c");
-        drop(rx);
+        drop(hub.subscribe("c"));
         hub.publish("c", frame(1));
         assert_eq!(hub.channel_count(), 0);
         hub.publish("unknown", frame(1));
@@ -195,21 +294,20 @@ mod tests {
         hub.begin_run("c");
         hub.publish("c", frame(1));
         hub.publish("c", frame(2));
-        let (_rx, backlog) = hub.subscribe("c");
+        let backlog = hub.subscribe("c").backlog;
         assert_eq!(
             backlog.iter().map(|f| f.seq).collect::<Vec<_>>(),
             vec![1, 2]
         );
         hub.commit("c");
-        let (_rx, backlog) = hub.subscribe("c");
-        assert!(backlog.is_empty());
+        assert!(hub.subscribe("c").backlog.is_empty());
         hub.end_run("c");
     }
 
     #[test]
     fn a_finished_chat_keeps_no_channel_once_its_last_subscriber_leaves() {
         let hub = Hub::new();
-        let (rx, _) = hub.subscribe("c");
+        let rx = hub.subscribe("c");
         hub.begin_run("c");
         hub.publish("c", frame(1));
         hub.end_run("c");
@@ -219,5 +317,64 @@ mod tests {
         drop(rx);
         hub.prune("c");
         assert_eq!(hub.channel_count(), 0);
+    }
+
+    fn notice(chat_id: uuid::Uuid, version: i64, event_seq: i64) -> ChangeNotice {
+        ChangeNotice {
+            chat_id,
+            version,
+            status: keel_store::ChatStatus::Running,
+            history_version: 0,
+            event_seq,
+            deleted: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_notice_wakes_the_followers_of_its_chat_and_no_one_else() {
+        let hub = Hub::new();
+        let (one, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let mut mine = hub.subscribe(&one.to_string()).changes;
+        let theirs = hub.subscribe(&other.to_string()).changes;
+        hub.changed(&notice(one, 3, 10));
+        assert!(mine.has_changed().unwrap());
+        assert!(!theirs.has_changed().unwrap());
+        assert_eq!(mine.borrow_and_update().event_seq, 10);
+        // A chat nobody follows here costs nothing and keeps no entry.
+        hub.changed(&notice(uuid::Uuid::new_v4(), 1, 1));
+        assert_eq!(hub.channel_count(), 2);
+        hub.resync();
+        assert!(theirs.has_changed().unwrap());
+    }
+
+    #[test]
+    fn notices_merge_to_the_highest_version_and_sequence() {
+        let chat = uuid::Uuid::new_v4();
+        let mut changes = Changes::default();
+        changes.merge(&notice(chat, 5, 40));
+        // An older notice arriving late says nothing new.
+        changes.merge(&notice(chat, 4, 30));
+        assert_eq!((changes.version, changes.event_seq), (5, 40));
+    }
+
+    #[test]
+    fn a_follower_reads_only_when_a_notice_is_news_to_it() {
+        let changes = Changes {
+            version: 5,
+            event_seq: 40,
+            deleted: false,
+            resyncs: 0,
+        };
+        // Parts it already sent from the hub (the log writer's notices) and a version it
+        // already read: no query.
+        assert!(!changes.news_for(40, 5, 0));
+        assert!(changes.news_for(39, 5, 0), "parts it has not sent");
+        assert!(changes.news_for(40, 4, 0), "a status or queue change");
+        assert!(changes.news_for(40, 5, 1), "notices were lost since");
+        let deleted = Changes {
+            deleted: true,
+            ..changes
+        };
+        assert!(deleted.news_for(40, 5, 0));
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use keel_core::{CallOptions, LanguageModel};
-use keel_providers::{Continuation, ProviderKind, ProviderSettings, build_model};
+use keel_providers::{ProviderKind, ProviderSettings, build_model};
 
 use crate::config::{Config, ModelEntry};
 
@@ -32,8 +32,6 @@ pub enum ModelsError {
         index: usize,
         source: keel_providers::ProviderBuildError,
     },
-    #[error("config key `providers[{index}].kind`: {kind} is not supported")]
-    Kind { index: usize, kind: String },
     #[error("starting the built-in demo model failed: {0}")]
     Demo(std::io::Error),
 }
@@ -77,34 +75,19 @@ impl ModelRegistry {
         }
         let mut handles = Vec::new();
         for (index, entry) in config.models.iter().enumerate() {
-            let Some((pindex, provider)) = config
+            let Some(provider) = config
                 .providers
                 .iter()
-                .enumerate()
-                .find(|(_, p)| p.entry.name == entry.provider)
+                .find(|p| p.entry.name == entry.provider)
             else {
                 continue;
             };
-            let kind = match provider.entry.kind.as_str() {
-                "openai-chat" => ProviderKind::OpenAiChat,
-                "openai-responses" => ProviderKind::OpenAiResponses,
-                "anthropic" => ProviderKind::Anthropic,
-                other => {
-                    return Err(ModelsError::Kind {
-                        index: pindex,
-                        kind: other.to_owned(),
-                    });
-                }
-            };
-            let mut settings = ProviderSettings::new(provider.entry.name.clone(), kind);
+            let mut settings =
+                ProviderSettings::new(provider.entry.name.clone(), provider.entry.kind);
             settings.base_url = provider.entry.base_url.clone();
             settings.api_key = provider.api_key.clone();
             settings.include_usage = provider.entry.include_usage;
-            settings.continuation = provider
-                .entry
-                .continuation
-                .as_deref()
-                .and_then(Continuation::parse);
+            settings.continuation = provider.entry.continuation;
             let model = build_model(&settings, &entry.model, http.clone())
                 .map_err(|source| ModelsError::Build { index, source })?;
             handles.push(ModelHandle {
@@ -156,7 +139,7 @@ fn call_options(entry: &ModelEntry) -> CallOptions {
         temperature: entry.temperature,
         top_p: entry.top_p,
         max_output_tokens: entry.max_output_tokens,
-        reasoning_effort: entry.reasoning_effort.clone(),
+        reasoning_effort: entry.reasoning_effort,
         thinking_budget_tokens: entry.thinking_budget_tokens,
         store: entry.store,
         ..CallOptions::default()

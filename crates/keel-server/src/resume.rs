@@ -6,8 +6,8 @@
 
 use keel_agent::StreamSnapshot;
 use keel_agent::recovery::{CapturedCall, CapturedReasoning, args_are_json};
+use keel_core::PendingToolCall;
 use keel_core::{Part, PartKind, Role};
-use keel_store::PendingToolCall;
 use serde_json::Value;
 
 use crate::live::from_log;

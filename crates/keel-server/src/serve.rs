@@ -73,6 +73,7 @@ fn store_options(config: &Config) -> StoreOptions {
         lease_ttl: chrono::Duration::milliseconds(
             i64::try_from(config.runs.lease_ms).unwrap_or(30_000),
         ),
+        max_connections: config.runs.database_connections(),
         ..StoreOptions::default()
     }
 }
@@ -129,6 +130,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
             .map_err(ServeError::Tools)?,
     );
     let shutdown = Cancel::new();
+    let relay = tokio::spawn(crate::hub::relay_notices(store.clone(), hub.clone()));
     let pool = WorkerPool::new(
         store.clone(),
         hub.clone(),
@@ -194,6 +196,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
                 .await;
         let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), workers).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), maintenance).await;
+        relay.abort();
         served.map_err(ServeError::Http)
     });
     Ok(Running {

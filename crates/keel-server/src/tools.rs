@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use keel_agent::Tool;
 use keel_tools::mcp::McpOptions;
-use keel_tools::{BuiltinOptions, Builtins, McpManager, McpServerConfig, Timed, WorkspaceError};
+use keel_tools::{
+    BuiltinOptions, BuiltinTool, Builtins, McpManager, McpServerConfig, Timed, WorkspaceError,
+};
 
 use crate::config::Config;
 use crate::metrics::{Metrics, ServerLabels};
@@ -118,7 +120,7 @@ impl ToolSet {
             .map(|tool| {
                 // run_command enforces the same limit itself, killing its process group and
                 // keeping the output so far; this outer limit only backs it up.
-                let limit = if tool.definition().name == keel_tools::builtin::run_command::NAME {
+                let limit = if tool.definition().name == BuiltinTool::RunCommand.name() {
                     self.timeout + RUN_COMMAND_GRACE
                 } else {
                     self.timeout
@@ -130,11 +132,6 @@ impl ToolSet {
             tools.extend(mcp.tools());
         }
         Ok(tools)
-    }
-
-    /// The names of the enabled built-in tools.
-    pub fn builtin_names(&self) -> &[String] {
-        self.builtin.names()
     }
 
     /// MCP servers' health, for `/readyz`.

@@ -194,6 +194,10 @@ function renderPart(part, container) {
       container.append(el('details', { class: 'reasoning' }, el('summary', {}, 'Reasoning'),
         el('div', { class: 'text' }, partText(part))));
       break;
+    case 'refusal':
+      container.append(el('div', { class: 'refusal' }, el('span', { class: 'badge refused' }, 'declined'),
+        el('div', { class: 'text' }, partText(part))));
+      break;
     case 'tool_call':
       container.append(toolCard(part));
       break;
@@ -284,7 +288,7 @@ function applyPart(data) {
   const role = data.role || 'assistant';
   const last = view.live[view.live.length - 1];
   showBanner('');
-  if (part.type === 'text' || part.type === 'reasoning') {
+  if (part.type === 'text' || part.type === 'reasoning' || part.type === 'refusal') {
     if (last && last.type === part.type && last.role === role) last.text += partText(part);
     else view.live.push({ role, type: part.type, text: partText(part) });
   } else if (part.type === 'tool_call') {

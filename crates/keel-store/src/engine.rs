@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part};
+use keel_core::{ErrorKind, Message, Part, PendingToolCall};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
@@ -22,8 +22,8 @@ use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, MessageKind, NewChat,
-    NewMessage, NewSummary, Next, PendingToolCall, Prompt, QueueId, QueuedMessage, RemoteNotice,
-    SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
+    NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage, RemoteNotice, SendOutcome,
+    StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
@@ -282,6 +282,23 @@ impl Store for SqlStore {
         })
     }
 
+    async fn messages_page(
+        &self,
+        chat: ChatId,
+        after: i64,
+        by_seq: bool,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            Self::all_messages(
+                ops.visible_page(&chat.to_string(), after, by_seq, limit)
+                    .await?,
+            )
+        })
+    }
+
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>> {
         let batches = in_read!(self, |ops| {
             Self::require_chat(ops, chat).await?;
@@ -337,8 +354,36 @@ impl Store for SqlStore {
     }
 
     async fn append_live_entries(&self, lease: &Lease, entries: &[LiveEntry]) -> Result<()> {
-        in_tx!(self, |cx| t::append_live_entries(&mut cx, lease, entries)
-            .await)
+        let mut outcomes = self.append_live_groups(&[(lease.clone(), entries)]).await?;
+        outcomes.pop().unwrap_or(Ok(()))
+    }
+
+    async fn append_live_groups(
+        &self,
+        groups: &[(Lease, &[LiveEntry])],
+    ) -> Result<Vec<Result<()>>> {
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut ops = self.backend.begin_write().await?;
+        let written = {
+            let mut cx = Ctx::new(&mut *ops, &self.opts);
+            t::append_live_groups(&mut cx, groups).await
+        };
+        let (outcomes, notices) = match written {
+            Ok(written) => written,
+            Err(e) => {
+                // As in every transition: the error is what matters, a failed rollback
+                // only means the connection is gone.
+                let _ = ops.rollback().await;
+                return Err(e);
+            }
+        };
+        if !notices.is_empty() {
+            ops.notify_all(&notices).await?;
+        }
+        ops.commit().await?;
+        Ok(outcomes)
     }
 
     async fn commit_step(

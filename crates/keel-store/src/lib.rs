@@ -66,7 +66,7 @@ use std::sync::Arc;
 pub use chain::chain_anchor;
 pub use compaction::prompt_messages;
 pub use error::{Result, StoreError};
-pub use orphans::{INTERRUPTED_RESULT, repair_orphans};
+pub use orphans::repair_orphans;
 pub use postgres::NOTICE_CHANNEL;
 pub use redact::redact_url;
 pub use status::{ChatStatus, Transition, allowed};

@@ -12,6 +12,10 @@ use crate::error::Result;
 use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols};
 use crate::types::{ChangeNotice, RemoteNotice};
 
+/// One batch of a chat's live parts as stored: chat id, first and last sequence number,
+/// and the payloads as a JSON array.
+pub(crate) type LiveRow = (String, i64, i64, String);
+
 #[async_trait]
 pub(crate) trait TxOps: Send {
     /// Reads a chat row, locking it until the transaction ends.
@@ -63,6 +67,15 @@ pub(crate) trait TxOps: Send {
     async fn messages(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
     /// Live messages committed at an event sequence above `after`, in sequence order.
     async fn messages_after_seq(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
+    /// At most `limit` messages clients see (live, no summaries) after `after`: by id, or by
+    /// event sequence when `by_seq`.
+    async fn visible_page(
+        &mut self,
+        chat: &str,
+        after: i64,
+        by_seq: bool,
+        limit: i64,
+    ) -> Result<Vec<MessageCols>>;
 
     async fn queue(&mut self, chat: &str) -> Result<Vec<QueuedCols>>;
     async fn insert_queued(&mut self, q: &QueuedCols) -> Result<()>;
@@ -78,6 +91,12 @@ pub(crate) trait TxOps: Send {
         last_seq: i64,
         payloads: &str,
     ) -> Result<()>;
+    /// Appends several batches of live parts, of any chats, in one statement.
+    async fn append_live_rows(&mut self, rows: &[LiveRow]) -> Result<()>;
+    /// Reads and locks several chat rows, in id order (ids that name no chat are left out).
+    async fn lock_chats(&mut self, ids: &[String]) -> Result<Vec<ChatCols>>;
+    /// Advances the event counters of several chats in one statement.
+    async fn set_event_seqs(&mut self, seqs: &[(String, i64)]) -> Result<()>;
     async fn clear_live(&mut self, chat: &str) -> Result<()>;
     /// Batches holding entries after `after`, as `(first_seq, payloads JSON array)`.
     async fn live_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;
@@ -121,6 +140,13 @@ pub(crate) trait TxOps: Send {
 
     /// Sends a change notice to other replicas when the transaction commits.
     async fn notify(&mut self, notice: &ChangeNotice) -> Result<()>;
+    /// Sends several notices to other replicas; a backend may send them in one round trip.
+    async fn notify_all(&mut self, notices: &[ChangeNotice]) -> Result<()> {
+        for notice in notices {
+            self.notify(notice).await?;
+        }
+        Ok(())
+    }
     async fn commit(self: Box<Self>) -> Result<()>;
     /// Ends the transaction without its writes, releasing its locks now rather than
     /// whenever the connection is next used.

@@ -7,11 +7,8 @@
 
 use std::collections::HashSet;
 
-use keel_core::{Message, Part, PartKind, Role};
+use keel_core::{INTERRUPTED_RESULT, Message, Part, PartKind, Role};
 use serde_json::Value;
-
-/// The result given to a tool call that never produced one.
-pub const INTERRUPTED_RESULT: &str = "tool call was interrupted before it produced a result";
 
 /// Gives every unanswered tool call a synthetic error result and drops every result whose
 /// call does not come before it. Synthetic results go into the tool message right after

@@ -49,7 +49,21 @@ tx_ops!(
     begin = "",
     skip_locked = " FOR UPDATE SKIP LOCKED",
     notify = notify_replicas,
-    extra = {},
+    extra = {
+        async fn notify_all(&mut self, notices: &[ChangeNotice]) -> Result<()> {
+            let payloads = notices
+                .iter()
+                .map(notice_payload)
+                .collect::<Result<Vec<String>>>()?;
+            // One round trip for a whole group of chats.
+            sqlx::query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload")
+                .bind(NOTICE_CHANNEL)
+                .bind(payloads)
+                .execute(self.conn().await?)
+                .await?;
+            Ok(())
+        }
+    },
 );
 
 /// `pg_notify` inside the transaction: delivered exactly when it commits.

@@ -376,6 +376,33 @@ macro_rules! tx_ops {
                     .await?)
             }
 
+            async fn visible_page(
+                &mut self,
+                chat: &str,
+                after: i64,
+                by_seq: bool,
+                limit: i64,
+            ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
+                const BY_ID: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND id > $2 AND NOT deleted \
+                     AND COALESCE(kind, '') <> 'summary' ORDER BY id LIMIT $3"
+                );
+                const BY_SEQ: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND NOT deleted \
+                     AND COALESCE(kind, '') <> 'summary' ORDER BY event_seq LIMIT $3"
+                );
+                Ok(sqlx::query_as(if by_seq { BY_SEQ } else { BY_ID })
+                    .bind(chat)
+                    .bind(after)
+                    .bind(limit)
+                    .fetch_all(self.conn().await?)
+                    .await?)
+            }
+
             async fn queue(
                 &mut self,
                 chat: &str,
@@ -453,6 +480,78 @@ macro_rules! tx_ops {
                 .bind(payloads)
                 .execute(self.conn().await?)
                 .await?;
+                Ok(())
+            }
+
+            async fn append_live_rows(
+                &mut self,
+                rows: &[$crate::ops::LiveRow],
+            ) -> $crate::error::Result<()> {
+                // Bound well below SQLite's limit of bound parameters per statement.
+                for chunk in rows.chunks(2000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) ",
+                    );
+                    query.push_values(chunk, |mut row, (chat, first, last, payloads)| {
+                        row.push_bind(chat.as_str())
+                            .push_bind(*first)
+                            .push_bind(*last)
+                            .push_bind(payloads.as_str());
+                    });
+                    query.build().execute(self.conn().await?).await?;
+                }
+                Ok(())
+            }
+
+            async fn lock_chats(
+                &mut self,
+                ids: &[String],
+            ) -> $crate::error::Result<Vec<$crate::rows::ChatCols>> {
+                let mut found = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(2000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
+                        "SELECT ",
+                        chat_columns!(),
+                        " FROM chats WHERE id IN ("
+                    ));
+                    let mut list = query.separated(", ");
+                    for id in chunk {
+                        list.push_bind(id.as_str());
+                    }
+                    // Locked in one order by every caller that locks several rows.
+                    query.push(concat!(") ORDER BY id", $lock));
+                    found.extend(
+                        query
+                            .build_query_as::<$crate::rows::ChatCols>()
+                            .fetch_all(self.conn().await?)
+                            .await?,
+                    );
+                }
+                Ok(found)
+            }
+
+            async fn set_event_seqs(
+                &mut self,
+                seqs: &[(String, i64)],
+            ) -> $crate::error::Result<()> {
+                for chunk in seqs.chunks(2000) {
+                    let mut query =
+                        sqlx::QueryBuilder::<$db>::new("UPDATE chats SET event_seq = CASE id");
+                    for (id, seq) in chunk {
+                        query
+                            .push(" WHEN ")
+                            .push_bind(id.as_str())
+                            .push(" THEN ")
+                            .push_bind(*seq);
+                    }
+                    query.push(" ELSE event_seq END WHERE id IN (");
+                    let mut list = query.separated(", ");
+                    for (id, _) in chunk {
+                        list.push_bind(id.as_str());
+                    }
+                    query.push(")");
+                    query.build().execute(self.conn().await?).await?;
+                }
                 Ok(())
             }
 

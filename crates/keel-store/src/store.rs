@@ -5,15 +5,15 @@ use std::ops::RangeInclusive;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part};
+use keel_core::{ErrorKind, Message, Part, PendingToolCall};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, NewSummary,
-    Next, PendingToolCall, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord,
-    ToolResultInput, User,
+    Next, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord, ToolResultInput,
+    User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
@@ -68,6 +68,17 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<StoredMessage>>;
     /// Live messages committed at an event sequence above `after_seq`, in order.
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>>;
+    /// One page of what [`Self::list_messages`] (`by_seq` false: after a message id) or
+    /// [`Self::messages_after_seq`] (`by_seq` true: after an event sequence) returns: at most
+    /// `limit` messages; the next page starts after the last one, and a shorter page is
+    /// the last.
+    async fn messages_page(
+        &self,
+        chat: ChatId,
+        after: i64,
+        by_seq: bool,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>>;
     /// The live parts of the step in progress after `after_seq`.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
     /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired
@@ -90,8 +101,15 @@ pub trait Store: Send + Sync {
     ) -> Result<RangeInclusive<i64>>;
     /// Appends live parts the worker already numbered (it publishes them to subscribers
     /// before they are written); the chat's event sequence advances past them. No notice is
-    /// published: parts reach this process's subscribers directly, and other replicas poll.
+    /// published in this process: parts reach its subscribers directly; other replicas are
+    /// notified.
     async fn append_live_entries(&self, lease: &Lease, entries: &[LiveEntry]) -> Result<()>;
+    /// Appends the numbered parts of several runs (of any chats) in one transaction, each
+    /// group fenced on its own lease: one outcome per group, in order, so a run that lost
+    /// its chat is refused without holding back the others. `Err` means nothing was
+    /// written. Other replicas are notified of each chat's new event sequence.
+    async fn append_live_groups(&self, groups: &[(Lease, &[LiveEntry])])
+    -> Result<Vec<Result<()>>>;
     /// Commits a step's messages and clears the live-part log. A step with an
     /// `interrupted` message is also accepted while the chat is `interrupting` and released.
     async fn commit_step(&self, lease: &Lease, messages: Vec<NewMessage>)

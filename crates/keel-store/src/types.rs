@@ -1,10 +1,10 @@
 //! The records the store reads and writes, and the requests its transitions take.
 
 use std::sync::Arc;
-use std::sync::Mutex;
 
 use chrono::{DateTime, Duration, Utc};
-use keel_core::{ErrorKind, Message, Part, Role, Usage};
+use keel_core::{Clock, SystemClock};
+use keel_core::{ErrorKind, Message, Part, PendingToolCall, Role, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -21,14 +21,6 @@ pub type MessageId = i64;
 pub struct LastError {
     pub kind: ErrorKind,
     pub message: String,
-}
-
-/// A client-side tool call the chat waits on in `requires_action`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PendingToolCall {
-    pub tool_call_id: String,
-    pub tool_name: String,
-    pub args: String,
 }
 
 /// One chat row plus its queue.
@@ -180,6 +172,7 @@ pub struct NewSummary {
 
 /// How a new message treats a chat that is busy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Busy {
     /// Queue behind the active run.
@@ -215,6 +208,7 @@ pub struct NewChat {
 
 /// A client's answer to one pending tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolResultInput {
     pub tool_call_id: String,
     pub result: Value,
@@ -302,41 +296,6 @@ pub enum RemoteNotice {
     /// Notices may have been lost (the `LISTEN` connection was re-established, or this
     /// subscriber fell behind): whatever the subscriber follows must be read again.
     Missed,
-}
-
-/// Where the store gets the time from; tests and simulations move it by hand.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    fn now(&self) -> DateTime<Utc>;
-}
-
-#[derive(Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now()
-    }
-}
-
-/// A clock that only moves when told to.
-#[derive(Debug)]
-pub struct ManualClock(Mutex<DateTime<Utc>>);
-
-impl ManualClock {
-    pub fn new(start: DateTime<Utc>) -> Self {
-        Self(Mutex::new(start))
-    }
-
-    pub fn advance(&self, by: Duration) {
-        let mut now = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *now += by;
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> DateTime<Utc> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 /// Tunables of a store.

@@ -534,7 +534,7 @@ async fn prompt_history_is_repaired(db: TestDb) {
     assert!(matches!(
         &history[2].parts[0].kind,
         PartKind::ToolResult { tool_call_id, is_error: true, result, .. }
-            if tool_call_id == "c1" && result == &json!(keel_store::INTERRUPTED_RESULT)
+            if tool_call_id == "c1" && result == &json!(keel_core::INTERRUPTED_RESULT)
     ));
     // Stored history is untouched.
     assert_eq!(s.list_messages(chat.id, None).await.unwrap().len(), 2);

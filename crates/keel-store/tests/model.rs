@@ -12,10 +12,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::Duration;
 use common::*;
+use keel_core::PendingToolCall;
 use keel_core::{ErrorKind, Part, PartKind, Role};
 use keel_store::{
-    Busy, ChatId, ChatStatus, Lease, MessageId, NewMessage, Next, PendingToolCall, SendOutcome,
-    StoreError, ToolResultInput,
+    Busy, ChatId, ChatStatus, Lease, MessageId, NewMessage, Next, SendOutcome, StoreError,
+    ToolResultInput,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -327,7 +328,7 @@ impl Model {
                 );
                 if let Some(ids) = ok_or_expected(s.commit_step(&lease, vec![step]).await) {
                     self.acked.entry(lease.chat_id).or_default().extend(ids);
-                    let deadline = Some(keel_store::Clock::now(&*db.clock) + Duration::seconds(60));
+                    let deadline = Some(keel_core::Clock::now(&*db.clock) + Duration::seconds(60));
                     let pending = vec![PendingToolCall {
                         tool_call_id: call,
                         tool_name: "ask".into(),

@@ -5,10 +5,10 @@
 mod common;
 
 use common::*;
+use keel_core::{Clock, PendingToolCall};
 use keel_core::{ErrorKind, Part, Role};
 use keel_store::{
-    Busy, ChatStatus, Clock, Lease, NewChat, NewMessage, PendingToolCall, SendOutcome, StoreError,
-    ToolRecord, ToolState,
+    Busy, ChatStatus, Lease, NewChat, NewMessage, SendOutcome, StoreError, ToolRecord, ToolState,
 };
 use serde_json::json;
 

@@ -5,8 +5,9 @@
 mod common;
 
 use common::*;
+use keel_core::PendingToolCall;
 use keel_core::Role;
-use keel_store::{ChatStatus, PendingToolCall};
+use keel_store::ChatStatus;
 use serde_json::json;
 
 both_backends!(

@@ -18,7 +18,66 @@ both_backends!(
     live_parts_share_the_event_sequence,
     interrupted_persist_is_allowed_while_interrupting,
     checkpoints_users_and_tool_records,
+    a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one,
 );
+
+async fn a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one(db: TestDb) {
+    let s = &db.store;
+    let (a, b, c) = (
+        create(s, "a").await,
+        create(s, "b").await,
+        create(s, "c").await,
+    );
+    let leases = s.acquire("w", 10).await.unwrap();
+    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
+    let (la, lb, lc) = (lease(a.id), lease(b.id), lease(c.id));
+    // `b` is edited under its run: that run's parts must not land.
+    let first = s.list_messages(b.id, None).await.unwrap()[0].id;
+    s.edit_message(b.id, first, text("b again")).await.unwrap();
+    let entry = |seq: i64| keel_store::LiveEntry {
+        seq,
+        payload: json!({"event": "part", "data": seq}),
+    };
+    let base = |chat: &keel_store::Chat| chat.event_seq;
+    let (sa, sb, sc) = (
+        base(&s.get_chat(a.id).await.unwrap()),
+        base(&s.get_chat(b.id).await.unwrap()),
+        base(&s.get_chat(c.id).await.unwrap()),
+    );
+    let for_a = [entry(sa + 1), entry(sa + 2)];
+    let for_b = [entry(sb + 1)];
+    // Two runs of numbers for `c`: stored as two batches, read back as one sequence.
+    let for_c = [entry(sc + 1), entry(sc + 5)];
+    let outcomes = s
+        .append_live_groups(&[
+            (la.clone(), &for_a[..]),
+            (lb.clone(), &for_b[..]),
+            (lc.clone(), &for_c[..]),
+        ])
+        .await
+        .unwrap();
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    assert!(
+        matches!(outcomes[1], Err(StoreError::Fenced { .. })),
+        "{outcomes:?}"
+    );
+    let seqs =
+        |entries: Vec<keel_store::LiveEntry>| entries.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(s.live_parts_after(a.id, 0).await.unwrap()),
+        vec![sa + 1, sa + 2]
+    );
+    assert!(s.live_parts_after(b.id, 0).await.unwrap().is_empty());
+    assert_eq!(
+        seqs(s.live_parts_after(c.id, 0).await.unwrap()),
+        vec![sc + 1, sc + 5]
+    );
+    assert_eq!(s.get_chat(a.id).await.unwrap().event_seq, sa + 2);
+    assert_eq!(s.get_chat(c.id).await.unwrap().event_seq, sc + 5);
+    // The next commit clears each chat's log as before.
+    s.commit_step(&la, vec![assistant("done")]).await.unwrap();
+    assert!(s.live_parts_after(a.id, 0).await.unwrap().is_empty());
+}
 
 async fn acquire_is_exclusive_until_the_lease_expires(db: TestDb) {
     let s = &db.store;

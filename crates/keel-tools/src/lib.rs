@@ -23,9 +23,7 @@ pub mod sandbox;
 pub mod timeout;
 pub mod workspace;
 
-pub use builtin::{
-    BUILTIN_NAMES, BuiltinOptions, Builtins, READ_ONLY_NAMES, ToolsConfigError, builtin_tools,
-};
+pub use builtin::{BuiltinOptions, BuiltinTool, Builtins, ToolsConfigError, builtin_tools};
 pub use limit::{Limited, budget_for, limit_all, limit_output, truncate_result};
 pub use mcp::{McpConfigError, McpManager, McpServerConfig, McpServerStatus};
 pub use timeout::{DEFAULT_TOOL_TIMEOUT, Timed};

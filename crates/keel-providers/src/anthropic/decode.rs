@@ -351,10 +351,13 @@ pub const REFUSAL_NOTICE: &str = "The model declined to continue this reply.";
 /// notice, since the API adds no refusal text of its own
 /// (https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals).
 fn refusal(event: &Value) -> StreamEvent {
-    let explanation = ["/delta/stop_details/explanation", "/stop_details/explanation"]
-        .iter()
-        .filter_map(|at| event.pointer(at).and_then(Value::as_str))
-        .find(|text| !text.trim().is_empty());
+    let explanation = [
+        "/delta/stop_details/explanation",
+        "/stop_details/explanation",
+    ]
+    .iter()
+    .filter_map(|at| event.pointer(at).and_then(Value::as_str))
+    .find(|text| !text.trim().is_empty());
     StreamEvent::RefusalDelta {
         id: "refusal".to_owned(),
         delta: explanation.unwrap_or(REFUSAL_NOTICE).to_owned(),

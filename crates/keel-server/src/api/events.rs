@@ -17,7 +17,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use keel_store::{Chat, ChatId, ChatStatus, RemoteNotice};
+use keel_store::{Chat, ChatId, ChatStatus};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
@@ -32,6 +32,10 @@ use crate::net::sse_slots::SlotRefusal;
 /// Events buffered for a client between the follower task and the socket.
 const CLIENT_BUFFER: usize = 256;
 
+/// Committed messages one catch-up query reads at most.
+const CATCH_UP_PAGE: usize = 200;
+
+#[utoipa::path(get, path = "/chats/{id}/events", tag = "chats", summary = "Live events (Server-Sent Events)", params(("id" = String, Path, description = "The chat's id"), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (as `after`)")), responses((status = 200, description = "Live events", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
 pub async fn events(
     State(state): State<AppState>,
     caller: Caller,
@@ -151,6 +155,10 @@ struct Follower {
     position: i64,
     status: Option<(ChatStatus, Option<String>)>,
     queue: Option<String>,
+    /// The chat's snapshot version when it was last read.
+    version: i64,
+    /// Resynchronisations already answered with a read.
+    resyncs: u64,
 }
 
 impl Follower {
@@ -172,6 +180,27 @@ impl Follower {
         .await
     }
 
+    /// Sends one frame of the hub; false when the connection ends (the client left or fell
+    /// too far behind).
+    async fn forward(
+        &mut self,
+        frame: Result<Arc<Frame>, broadcast::error::RecvError>,
+        state: &AppState,
+    ) -> bool {
+        match frame {
+            Ok(frame) if frame.durable => {
+                let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
+                self.durable(seq, frame.event, frame.data.clone()).await
+            }
+            Ok(frame) => self.ephemeral(frame.event, frame.data.clone()).await,
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                state.metrics.sse_lagged_disconnects.inc();
+                false
+            }
+            Err(broadcast::error::RecvError::Closed) => false,
+        }
+    }
+
     async fn ephemeral(&self, name: &'static str, data: String) -> bool {
         self.send(LiveItem {
             id: self.position,
@@ -183,18 +212,24 @@ impl Follower {
 
     /// Sends committed messages and logged live parts after the position.
     async fn catch_up(&mut self, backlog: &[Arc<Frame>]) -> Result<bool, keel_store::StoreError> {
-        let messages = self
-            .state
-            .store
-            .messages_after_seq(self.chat_id, self.position)
-            .await?;
         let mut replayed = 0u64;
-        for message in &messages {
-            let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
-            if !self.durable(message.event_seq, "message", data).await {
-                return Ok(false);
+        // Page by page: a long history is never held in memory at once.
+        loop {
+            let page = self
+                .state
+                .store
+                .messages_page(self.chat_id, self.position, true, CATCH_UP_PAGE)
+                .await?;
+            for message in &page {
+                let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
+                if !self.durable(message.event_seq, "message", data).await {
+                    return Ok(false);
+                }
+                replayed += 1;
             }
-            replayed += 1;
+            if page.len() < CATCH_UP_PAGE {
+                break;
+            }
         }
         let logged = self
             .state
@@ -306,8 +341,12 @@ async fn follow(state: AppState, chat: Chat, position: Requested, tx: mpsc::Send
 
 async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sender<LiveItem>) {
     let chat_key = chat.id.to_string();
-    let (mut live, backlog) = state.hub.subscribe(&chat_key);
-    let mut notices = state.store.subscribe();
+    let subscription = state.hub.subscribe(&chat_key);
+    let (mut live, backlog, mut changes) = (
+        subscription.live,
+        subscription.backlog,
+        subscription.changes,
+    );
     let (position, reset) = match requested {
         Requested::Start => (0, false),
         _ => match where_the_step_starts(&state, &chat, &backlog).await {
@@ -335,6 +374,8 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         position,
         status: None,
         queue: None,
+        version: chat.version,
+        resyncs: changes.borrow_and_update().resyncs,
     };
     match follower.catch_up(&backlog).await {
         Ok(true) => {}
@@ -347,62 +388,52 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
     if !follower.announce(&chat).await {
         return;
     }
-    let multi_replica = state.store.backend() == "postgres";
-    let mut remote = if multi_replica {
-        state.store.subscribe_remote().await.ok()
-    } else {
-        None
-    };
-    let mut poll = tokio::time::interval(Duration::from_millis(250));
+    // Notices that arrived while the connection was being set up are looked at first.
+    let mut recheck = true;
     loop {
-        let changed = tokio::select! {
-            _ = follower.tx.closed() => return,
-            _ = state.shutdown.cancelled() => return,
-            frame = live.recv() => match frame {
-                Ok(frame) => {
-                    let ok = if frame.durable {
-                        follower
-                            .durable(i64::try_from(frame.seq).unwrap_or(i64::MAX), frame.event, frame.data.clone())
-                            .await
-                    } else {
-                        follower.ephemeral(frame.event, frame.data.clone()).await
-                    };
-                    if !ok {
+        if !recheck {
+            tokio::select! {
+                _ = follower.tx.closed() => return,
+                _ = state.shutdown.cancelled() => return,
+                frame = live.recv() => {
+                    if !follower.forward(frame, &state).await {
                         return;
                     }
-                    false
+                    continue;
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    state.metrics.sse_lagged_disconnects.inc();
+                changed = changes.changed() => if changed.is_err() {
+                    return;
+                },
+            }
+        }
+        recheck = false;
+        // Frames published before the notice was sent are already queued: send them
+        // first, so a catch-up never jumps past parts (to the message that commits them).
+        loop {
+            match live.try_recv() {
+                Ok(frame) => {
+                    if !follower.forward(Ok(frame), &state).await {
+                        return;
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Empty) => break,
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    follower
+                        .forward(Err(broadcast::error::RecvError::Lagged(n)), &state)
+                        .await;
                     return;
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            notice = notices.recv() => match notice {
-                Ok(notice) if notice.chat_id == chat.id => {
-                    if notice.deleted {
-                        return;
-                    }
-                    true
-                }
-                Ok(_) => false,
-                Err(broadcast::error::RecvError::Lagged(_)) => true,
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            Some(notice) = async {
-                match remote.as_mut() {
-                    Some(stream) => futures::StreamExt::next(stream).await,
-                    None => std::future::pending().await,
-                }
-            } => match notice {
-                RemoteNotice::Changed(notice) => notice.chat_id == chat.id,
-                RemoteNotice::Missed => true,
-            },
-            _ = poll.tick(), if multi_replica => true,
-        };
-        if !changed {
+                Err(broadcast::error::TryRecvError::Closed) => return,
+            }
+        }
+        let news = *changes.borrow_and_update();
+        if news.deleted {
+            return;
+        }
+        if !news.news_for(follower.position, follower.version, follower.resyncs) {
             continue;
         }
+        follower.resyncs = news.resyncs;
         match follower.catch_up(&[]).await {
             Ok(true) => {}
             Ok(false) => return,
@@ -413,6 +444,7 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         }
         match state.store.get_chat(chat.id).await {
             Ok(current) => {
+                follower.version = follower.version.max(current.version);
                 if !follower.announce(&current).await {
                     return;
                 }

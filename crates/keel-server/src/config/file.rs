@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use keel_tools::READ_ONLY_NAMES;
+use keel_core::ReasoningEffort;
+use keel_providers::{Continuation, ProviderKind};
+use keel_tools::BuiltinTool;
 use serde::Deserialize;
 
 use super::ConfigError;
@@ -56,8 +58,8 @@ impl FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct ProviderEntry {
     pub name: String,
-    /// `openai-chat`, `openai-responses` or `anthropic`.
-    pub kind: String,
+    /// The wire protocol; an unknown kind fails parsing with the known ones named.
+    pub kind: ProviderKind,
     pub base_url: Option<String>,
     /// Name of the environment variable holding the API key.
     pub api_key_env: Option<String>,
@@ -68,7 +70,7 @@ pub struct ProviderEntry {
     /// natively) or `prompt` (an instruction to continue, with the seam checked). Default:
     /// `prefill` for anthropic, `prompt` otherwise.
     #[serde(default)]
-    pub continuation: Option<String>,
+    pub continuation: Option<Continuation>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -83,7 +85,7 @@ pub struct ModelEntry {
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
     pub max_output_tokens: Option<u32>,
-    pub reasoning_effort: Option<String>,
+    pub reasoning_effort: Option<ReasoningEffort>,
     #[serde(default)]
     pub store: bool,
     pub thinking_budget_tokens: Option<u32>,
@@ -111,6 +113,10 @@ pub struct RunsConfig {
     pub pending_action_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Connections of the database pool; absent: sized to `workers`
+    /// ([`RunsConfig::database_connections`]).
+    #[serde(rename = "database_connections")]
+    pub database_connections_set: Option<u32>,
 }
 
 impl Default for RunsConfig {
@@ -128,6 +134,7 @@ impl Default for RunsConfig {
             queue_max: 20,
             pending_action_timeout_ms: 300_000,
             max_body_bytes: 1024 * 1024,
+            database_connections_set: None,
         }
     }
 }
@@ -135,6 +142,18 @@ impl Default for RunsConfig {
 impl RunsConfig {
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
+    }
+
+    /// The database pool's size: as configured, else one connection per four workers,
+    /// between 8 and 32 (a run holds a connection only for each write, and the process's
+    /// live-part log shares one transaction among all runs; two replicas at the cap stay
+    /// within PostgreSQL's default limit of 100 connections).
+    pub fn database_connections(&self) -> u32 {
+        self.database_connections_set.unwrap_or_else(|| {
+            u32::try_from(self.workers.div_ceil(4))
+                .unwrap_or(u32::MAX)
+                .clamp(8, 32)
+        })
     }
 }
 
@@ -198,7 +217,7 @@ pub struct McpServerEntry {
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
     /// Absent: only the tools that read (`read_file`, `list_dir`); the others are opt-in.
-    pub builtin: Vec<String>,
+    pub builtin: Vec<BuiltinTool>,
     pub workspace: PathBuf,
     /// The limit on one tool call; MCP servers may set their own.
     pub timeout_ms: u64,
@@ -207,10 +226,7 @@ pub struct ToolsConfig {
 impl Default for ToolsConfig {
     fn default() -> Self {
         Self {
-            builtin: READ_ONLY_NAMES
-                .iter()
-                .map(|&name| name.to_owned())
-                .collect(),
+            builtin: BuiltinTool::READ_ONLY.to_vec(),
             workspace: PathBuf::from("./workspace"),
             timeout_ms: 120_000,
         }
@@ -236,6 +252,19 @@ fn yes() -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_database_pool_is_sized_to_the_workers_unless_set() {
+        let runs = |workers, set| super::RunsConfig {
+            workers,
+            database_connections_set: set,
+            ..super::RunsConfig::default()
+        };
+        assert_eq!(runs(1, None).database_connections(), 8);
+        assert_eq!(runs(64, None).database_connections(), 16);
+        assert_eq!(runs(1000, None).database_connections(), 32);
+        assert_eq!(runs(1000, Some(50)).database_connections(), 50);
+    }
+
     use std::time::Duration;
 
     use super::*;
@@ -245,11 +274,11 @@ mod tests {
     fn without_a_tools_table_only_the_read_only_builtins_are_enabled() {
         for text in ["", "[tools]\nworkspace = \"/srv/ws\""] {
             let config = parse(text).unwrap();
-            assert_eq!(config.tools.builtin, ["read_file", "list_dir"], "{text}");
+            assert_eq!(config.tools.builtin, BuiltinTool::READ_ONLY, "{text}");
             assert_eq!(config.tools.timeout(), Duration::from_secs(120));
         }
         let config = parse("[tools]\nbuiltin = [\"run_command\"]\ntimeout_ms = 500").unwrap();
-        assert_eq!(config.tools.builtin, ["run_command"]);
+        assert_eq!(config.tools.builtin, [BuiltinTool::RunCommand]);
         assert_eq!(config.tools.timeout(), Duration::from_millis(500));
     }
 
@@ -271,6 +300,46 @@ mod tests {
         .to_string();
         assert!(err.starts_with("config file keel.toml: "), "{err}");
         assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_provider_kind_is_refused_naming_the_known_ones() {
+        let err = parse("[[providers]]\nname = \"p\"\nkind = \"gemini\"").unwrap_err();
+        for known in [
+            "gemini",
+            "openai-chat",
+            "openai-responses",
+            "anthropic",
+            "line 3",
+        ] {
+            assert!(err.contains(known), "{known}: {err}");
+        }
+    }
+
+    #[test]
+    fn closed_sets_of_values_parse_into_enums_and_refuse_the_rest() {
+        let file = parse(
+            "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\ncontinuation = \"prompt\"\n\
+             [[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\nreasoning_effort = \"high\"",
+        )
+        .unwrap();
+        assert_eq!(file.providers[0].kind, ProviderKind::OpenAiResponses);
+        assert_eq!(file.providers[0].continuation, Some(Continuation::Prompt));
+        assert_eq!(file.models[0].reasoning_effort, Some(ReasoningEffort::High));
+        let err =
+            parse("[[providers]]\nname = \"p\"\nkind = \"anthropic\"\ncontinuation = \"guess\"")
+                .unwrap_err();
+        assert!(err.contains("prefill") && err.contains("prompt"), "{err}");
+        let err = parse("[tools]\nbuiltin = [\"read_file\", \"rm_rf\"]").unwrap_err();
+        assert!(
+            err.contains("rm_rf") && err.contains("run_command"),
+            "{err}"
+        );
+        let err = parse(
+            "[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\nreasoning_effort = \"max\"",
+        )
+        .unwrap_err();
+        assert!(err.contains("medium") && err.contains("xhigh"), "{err}");
     }
 
     #[test]

@@ -20,7 +20,6 @@ pub use file::{
     UserEntry,
 };
 pub use resolve::{DEFAULT_DATABASE, DEFAULT_LISTEN, Env, Overrides, ProcessEnv};
-pub use validate::PROVIDER_KINDS;
 
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +134,7 @@ mod tests {
         "context_limit",
         "continuation",
         "database",
+        "database_connections",
         "default",
         "env",
         "id",

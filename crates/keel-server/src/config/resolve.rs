@@ -6,6 +6,8 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
+use keel_providers::ProviderKind;
+
 use super::validate;
 use super::{Config, ConfigError, FileConfig, ModelEntry, ProviderEntry, ResolvedProvider};
 
@@ -153,7 +155,7 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
     if env.var("OPENAI_API_KEY").is_some() {
         providers.push(ProviderEntry {
             name: "openai".into(),
-            kind: "openai-chat".into(),
+            kind: ProviderKind::OpenAiChat,
             base_url: env.var("OPENAI_BASE_URL"),
             api_key_env: Some("OPENAI_API_KEY".into()),
             include_usage: true,
@@ -166,7 +168,7 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
         let first = providers.is_empty();
         providers.push(ProviderEntry {
             name: "anthropic".into(),
-            kind: "anthropic".into(),
+            kind: ProviderKind::Anthropic,
             base_url: env.var("ANTHROPIC_BASE_URL"),
             api_key_env: Some("ANTHROPIC_API_KEY".into()),
             include_usage: true,
@@ -279,7 +281,7 @@ workspace = "./workspace"
         )
         .unwrap();
         assert!(!config.demo);
-        assert_eq!(config.providers[0].entry.kind, "anthropic");
+        assert_eq!(config.providers[0].entry.kind, ProviderKind::Anthropic);
         assert_eq!(
             config.providers[0].entry.base_url.as_deref(),
             Some("http://127.0.0.1:1")

@@ -3,8 +3,7 @@
 
 use std::collections::HashSet;
 
-use keel_providers::Continuation;
-use keel_tools::BUILTIN_NAMES;
+use keel_providers::{Continuation, ProviderKind};
 
 use super::{
     Config, ConfigError, McpServerEntry, ModelEntry, ProviderEntry, ResolvedProvider, RunsConfig,
@@ -59,8 +58,6 @@ fn is_loopback(listen: &str) -> bool {
         .is_ok_and(|a| a.ip().is_loopback())
 }
 
-pub const PROVIDER_KINDS: [&str; 3] = ["openai-chat", "openai-responses", "anthropic"];
-
 /// One `[[providers]]` entry; `names` collects the names seen so far to catch duplicates.
 pub(super) fn provider(
     i: usize,
@@ -77,16 +74,6 @@ pub(super) fn provider(
             format!("duplicate provider `{}`", entry.name),
         ));
     }
-    if !PROVIDER_KINDS.contains(&entry.kind.as_str()) {
-        return Err(ConfigError::invalid(
-            key("kind"),
-            format!(
-                "`{}` is not one of {}",
-                entry.kind,
-                PROVIDER_KINDS.join(", ")
-            ),
-        ));
-    }
     if let Some(url) = &entry.base_url
         && !(url.starts_with("http://") || url.starts_with("https://"))
     {
@@ -95,22 +82,13 @@ pub(super) fn provider(
             format!("`{url}` is not an http(s) URL"),
         ));
     }
-    if let Some(continuation) = &entry.continuation {
-        match Continuation::parse(continuation) {
-            None => {
-                return Err(ConfigError::invalid(
-                    key("continuation"),
-                    format!("`{continuation}` is not one of prefill, prompt"),
-                ));
-            }
-            Some(Continuation::Prefill) if entry.kind == "openai-responses" => {
-                return Err(ConfigError::invalid(
-                    key("continuation"),
-                    "the Responses API cannot continue a partial reply; use prompt",
-                ));
-            }
-            Some(_) => {}
-        }
+    if entry.continuation == Some(Continuation::Prefill)
+        && entry.kind == ProviderKind::OpenAiResponses
+    {
+        return Err(ConfigError::invalid(
+            key("continuation"),
+            "the Responses API cannot continue a partial reply; use prompt",
+        ));
     }
     Ok(())
 }
@@ -190,6 +168,12 @@ pub(super) fn runs(runs: &RunsConfig) -> Result<(), ConfigError> {
     if runs.workers == 0 {
         return Err(ConfigError::invalid("runs.workers", "must be at least 1"));
     }
+    if runs.database_connections_set.is_some_and(|n| n < 2) {
+        return Err(ConfigError::invalid(
+            "runs.database_connections",
+            "must be at least 2",
+        ));
+    }
     if !(runs.compaction_threshold > 0.0 && runs.compaction_threshold <= 1.0) {
         return Err(ConfigError::invalid(
             "runs.compaction_threshold",
@@ -259,10 +243,10 @@ pub(super) fn mcp(servers: &[McpServerEntry]) -> Result<(), ConfigError> {
 
 pub(super) fn tools(tools: &ToolsConfig) -> Result<(), ConfigError> {
     for (i, name) in tools.builtin.iter().enumerate() {
-        if !BUILTIN_NAMES.contains(&name.as_str()) {
+        if tools.builtin[..i].contains(name) {
             return Err(ConfigError::invalid(
                 format!("tools.builtin[{i}]"),
-                format!("`{name}` is not one of {}", BUILTIN_NAMES.join(", ")),
+                format!("`{name}` is listed twice"),
             ));
         }
     }
@@ -334,12 +318,19 @@ mod tests {
         let cases = [
             ("[runs]\nworkers = 0", "runs.workers"),
             (
+                "[runs]\ndatabase_connections = 1",
+                "runs.database_connections",
+            ),
+            (
                 "[runs]\ncompaction_threshold = 1.5",
                 "runs.compaction_threshold",
             ),
             ("listen = \"nowhere\"", "listen"),
             ("database = \"mysql://x\"", "database"),
-            ("[tools]\nbuiltin = [\"rm_rf\"]", "tools.builtin[0]"),
+            (
+                "[tools]\nbuiltin = [\"list_dir\", \"list_dir\"]",
+                "tools.builtin[1]",
+            ),
             ("[tools]\ntimeout_ms = 0", "tools.timeout_ms"),
             (
                 "[[mcp_servers]]\nname = \"x\"\ncommand = \"y\"\ntimeout_ms = 0",
@@ -350,16 +341,8 @@ mod tests {
                 "mcp_servers[0].env_passthrough",
             ),
             (
-                "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"http://h\"\ncontinuation = \"guess\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
-                "providers[0].continuation",
-            ),
-            (
                 "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\nbase_url = \"http://h\"\ncontinuation = \"prefill\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
                 "providers[0].continuation",
-            ),
-            (
-                "[[providers]]\nname = \"p\"\nkind = \"gemini\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
-                "providers[0].kind",
             ),
             (
                 "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\napi_key_env = \"MISSING_KEY\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",

@@ -1,14 +1,17 @@
-//! The loop's checkpoints, kept in the store; on resume the live-part log wins.
+//! The loop's checkpoints: the live-part log is the step; the store keeps only what it lacks.
 //!
-//! The live-part log holds exactly what clients were sent, flushed every 50 ms; the
-//! checkpoint is the loop's own snapshot. A resumed step starts from the log when it has
-//! anything, so the final reply contains what clients saw exactly once; only the signed
-//! reasoning, which the log does not hold, comes from the checkpoint.
+//! The live-part log holds exactly what clients were sent, so a resumed step is rebuilt from
+//! it alone (a step whose log is empty starts over). The one thing the log lacks is the
+//! provider metadata of reasoning (signatures, encrypted content) that a model needs back
+//! with a resumed tool-use turn: a checkpoint stores that reasoning only, and only when new
+//! metadata arrived, so the writes per step are a handful whatever the reply's length —
+//! never the partial text.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use keel_agent::checkpoint::CheckpointError;
+use keel_agent::recovery::CapturedReasoning;
 use keel_agent::{CheckpointStore, StreamCheckpoint, StreamSnapshot};
 use keel_store::{ChatId, Store};
 
@@ -30,10 +33,30 @@ fn failed(error: impl std::error::Error + Send + Sync + 'static) -> CheckpointEr
     CheckpointError(Box::new(error))
 }
 
+/// The reasoning worth storing: up to the last block that carries provider metadata, or
+/// nothing when no block does (the log alone rebuilds the step then).
+fn reasoning_to_keep(checkpoint: &StreamCheckpoint) -> Option<Vec<CapturedReasoning>> {
+    let last_signed = checkpoint
+        .reasoning
+        .iter()
+        .rposition(|r| r.provider_metadata.is_some())?;
+    Some(checkpoint.reasoning[..=last_signed].to_vec())
+}
+
 #[async_trait]
 impl CheckpointStore for StoreCheckpoints {
     async fn save(&self, checkpoint: &StreamCheckpoint) -> Result<(), CheckpointError> {
-        let data = serde_json::to_value(checkpoint).map_err(failed)?;
+        let Some(reasoning) = reasoning_to_keep(checkpoint) else {
+            return Ok(());
+        };
+        let kept = StreamCheckpoint {
+            reasoning,
+            partial_text: String::new(),
+            completed_calls: Vec::new(),
+            in_flight: None,
+            ..checkpoint.clone()
+        };
+        let data = serde_json::to_value(&kept).map_err(failed)?;
         self.store
             .put_checkpoint(&current(&self.lease), data)
             .await
@@ -64,9 +87,8 @@ impl CheckpointStore for StoreCheckpoints {
                 saved_at: chrono::Utc::now(),
             }));
         }
-        // The store only hands out a checkpoint of the step in progress: one written after its
-        // step was committed (a late or stale writer) is never loaded as the next step's.
-        Ok(stored)
+        // Nothing in the log: nothing of the step reached a client, so it starts over.
+        Ok(None)
     }
 
     async fn delete(&self, _chat_id: &str) -> Result<(), CheckpointError> {
@@ -74,5 +96,46 @@ impl CheckpointStore for StoreCheckpoints {
             .delete_checkpoint(self.chat_id)
             .await
             .map_err(failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn checkpoint(reasoning: Vec<CapturedReasoning>) -> StreamCheckpoint {
+        StreamCheckpoint {
+            run_id: "r".into(),
+            chat_id: "c".into(),
+            model: "m".into(),
+            reasoning,
+            partial_text: "a long reply".repeat(1000),
+            completed_calls: Vec::new(),
+            in_flight: None,
+            refused: false,
+            saved_at: chrono::Utc::now(),
+        }
+    }
+
+    fn block(text: &str, signed: bool) -> CapturedReasoning {
+        CapturedReasoning {
+            text: text.into(),
+            provider_metadata: signed.then(|| json!({"signature": "sig"})),
+        }
+    }
+
+    #[test]
+    fn only_reasoning_up_to_its_last_signature_is_kept() {
+        assert_eq!(reasoning_to_keep(&checkpoint(vec![])), None);
+        assert_eq!(
+            reasoning_to_keep(&checkpoint(vec![block("thinking", false)])),
+            None
+        );
+        let kept = reasoning_to_keep(&checkpoint(vec![
+            block("first", true),
+            block("second, still streaming", false),
+        ]));
+        assert_eq!(kept, Some(vec![block("first", true)]));
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use keel_agent::{PersistError, RunError, RunOutcome};
 use keel_core::ErrorKind;
-use keel_store::{Chat, ChatStatus, Lease, Next, PendingToolCall, StoreError};
+use keel_store::{Chat, ChatStatus, Lease, Next, StoreError};
 
 use crate::metrics::StepLabels;
 use crate::worker::run;
@@ -117,14 +117,6 @@ pub async fn end(
         }
         Ok(RunOutcome::PendingToolCalls(calls)) => {
             count("requires_action");
-            let calls = calls
-                .into_iter()
-                .map(|c| PendingToolCall {
-                    tool_call_id: c.tool_call_id,
-                    tool_name: c.tool_name,
-                    args: c.args,
-                })
-                .collect();
             let deadline = chrono::Utc::now()
                 + chrono::Duration::milliseconds(
                     i64::try_from(shared.config.runs.pending_action_timeout_ms).unwrap_or(i64::MAX),

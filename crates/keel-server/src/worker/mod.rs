@@ -8,6 +8,9 @@
 
 mod checkpoints;
 mod compaction;
+#[cfg(debug_assertions)]
+mod fault;
+mod group_log;
 mod identity;
 mod lifecycle;
 mod persist;
@@ -29,10 +32,11 @@ use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::ModelRegistry;
 use crate::tools::ToolSet;
+use crate::worker::group_log::GroupLog;
 use crate::worker::identity::Identity;
 
+pub use group_log::{BATCH_PARTS, BATCH_WINDOW};
 pub use persist::new_messages;
-pub use sink::{BATCH_PARTS, BATCH_WINDOW};
 
 /// Why a run was stopped from outside the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +76,8 @@ pub struct RunSlot {
 pub struct Shared {
     pub store: Arc<dyn Store>,
     pub hub: Arc<Hub>,
+    /// The process's writer of the live-part log.
+    pub log: GroupLog,
     pub metrics: Arc<Metrics>,
     pub models: ModelRegistry,
     pub tools: Arc<ToolSet>,
@@ -203,6 +209,7 @@ impl WorkerPool {
         let worker_id = identity.worker_id();
         Self {
             shared: Arc::new(Shared {
+                log: GroupLog::start(store.clone()),
                 store,
                 hub,
                 metrics,

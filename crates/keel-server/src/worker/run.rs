@@ -103,7 +103,7 @@ async fn run_once(
     let last_seq = recovered_log
         .last()
         .map_or(chat.event_seq, |e| e.seq.max(chat.event_seq));
-    let (sink, writer) = LiveSink::start(
+    let sink = LiveSink::start(
         chat_id.to_string(),
         last_seq,
         shared.hub.clone(),
@@ -111,8 +111,8 @@ async fn run_once(
         lease.clone(),
         shared.metrics.clone(),
         stop.clone(),
+        shared.log.clone(),
     );
-    let writer = tokio::spawn(writer.run());
 
     if summary_log {
         keel_agent::EventSink::publish(sink.as_ref(), keel_agent::LiveEvent::StreamReset);
@@ -128,15 +128,7 @@ async fn run_once(
     let outcome = if let LastStep::Unhanded(unhanded) = last {
         // The previous owner died between committing the step and handing its client-side
         // calls over; hand them over now (or, when interrupting, answer them as interrupted).
-        let calls = unhanded
-            .into_iter()
-            .map(|c| keel_agent::PendingToolCall {
-                tool_call_id: c.tool_call_id,
-                tool_name: c.tool_name,
-                args: c.args,
-            })
-            .collect();
-        Ok(RunOutcome::PendingToolCalls(calls))
+        Ok(RunOutcome::PendingToolCalls(unhanded))
     } else if last == LastStep::Final && chat.status == ChatStatus::Running {
         // The previous owner died between committing the final reply and finishing the
         // run: finish it; calling the model again would reply twice.
@@ -151,8 +143,8 @@ async fn run_once(
             Err(failure) => Err(failure),
         }
     };
+    sink.finish().await;
     drop(sink);
-    let _ = writer.await;
 
     lifecycle::end(shared, &chat, &current(lease), outcome, stop).await
 }
@@ -260,8 +252,12 @@ async fn prepare(
     let client_tools: Vec<ClientTool> =
         serde_json::from_value(chat.tools.clone()).unwrap_or_default();
     let runs = &shared.config.runs;
+    #[cfg(debug_assertions)]
+    let language_model = super::fault::wrap(model.model.clone());
+    #[cfg(not(debug_assertions))]
+    let language_model = model.model.clone();
     let mut options = RunOptions::new(
-        model.model.clone(),
+        language_model,
         history,
         Arc::new(StorePersister {
             chat_id: chat.id,
@@ -323,7 +319,8 @@ async fn prepare(
         }),
         run_id,
         chat_id: chat.id.to_string(),
-        every: 4,
+        // No snapshot by count: the live-part log is the step (see `checkpoints`).
+        every: 0,
     });
     options.compaction = Some(Compaction {
         threshold: runs.compaction_threshold,
@@ -396,7 +393,7 @@ async fn commit_recovered_interruption(
                 Part::tool_result(
                     &c.tool_call_id,
                     &c.tool_name,
-                    serde_json::Value::String(keel_agent::INTERRUPTED_RESULT.into()),
+                    serde_json::Value::String(keel_core::INTERRUPTED_RESULT.into()),
                     true,
                     false,
                 )

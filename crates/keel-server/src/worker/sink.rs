@@ -1,29 +1,24 @@
 //! Publishing live parts: to subscribers at once, to the live-part log in batches.
 //!
 //! [`LiveSink`] numbers every durable event with the chat's event sequence and hands it to
-//! the hub (subscribers of this process see it immediately) and to the [`LogWriter`] task,
-//! which appends batches to the store at most every 50 ms or 64 parts. Commits go through the
-//! same task, after a final flush, so an append can never land after the commit that clears
-//! the log, and every committed message is numbered above every part clients were sent.
+//! the hub (subscribers of this process see it immediately) and to the process's
+//! [`GroupLog`], which appends the parts of every chat in one transaction per window. A
+//! commit first has the log write the run's parts, so an append can never land after the
+//! commit that clears the log, and every committed message is numbered above every part
+//! clients were sent.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use keel_agent::{EventSink, LiveEvent};
 use keel_store::{Lease, LiveEntry, MessageId, NewMessage, NewSummary, Store, StoreError};
-use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::hub::{Frame, Hub};
 use crate::live::{LivePayload, logged, payload};
 use crate::metrics::Metrics;
 use crate::worker::StopReason;
-
-/// Parts per batch at most.
-pub const BATCH_PARTS: usize = 64;
-/// Time a part may wait for its batch at most.
-pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
+use crate::worker::group_log::{GroupLog, RunKey, next_run_key};
 
 /// The run's lease, renewed in the background and read by every write.
 pub type SharedLease = Arc<Mutex<Lease>>;
@@ -33,18 +28,6 @@ pub fn current(lease: &SharedLease) -> Lease {
     lease.lock().unwrap_or_else(PoisonError::into_inner).clone()
 }
 
-enum LogCommand {
-    Append(LiveEntry),
-    Commit {
-        messages: Vec<NewMessage>,
-        reply: oneshot::Sender<Result<Vec<MessageId>, StoreError>>,
-    },
-    CommitSummary {
-        summary: NewSummary,
-        reply: oneshot::Sender<Result<Vec<MessageId>, StoreError>>,
-    },
-}
-
 /// The loop's event sink for one chat.
 pub struct LiveSink {
     chat_id: String,
@@ -52,7 +35,13 @@ pub struct LiveSink {
     metrics: Arc<Metrics>,
     /// The last event sequence number handed out.
     last_seq: AtomicI64,
-    log: mpsc::UnboundedSender<LogCommand>,
+    log: GroupLog,
+    /// This run's place in the log writer.
+    run: RunKey,
+    lease: SharedLease,
+    store: Arc<dyn Store>,
+    /// Commits of the run, one at a time.
+    committing: tokio::sync::Mutex<()>,
     step_started: Mutex<Option<Instant>>,
     /// Why the run was stopped from outside: a superseded run (edited, deleted, taken over)
     /// publishes nothing more, since the chat's channel now belongs to its new state.
@@ -60,8 +49,8 @@ pub struct LiveSink {
 }
 
 impl LiveSink {
-    /// Starts the log writer and returns the sink feeding it. `last_seq` is the chat's
-    /// event sequence when the run started.
+    /// The sink of one run; `last_seq` is the chat's event sequence when the run started.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         chat_id: String,
         last_seq: i64,
@@ -70,50 +59,48 @@ impl LiveSink {
         lease: SharedLease,
         metrics: Arc<Metrics>,
         stop: Arc<Mutex<StopReason>>,
-    ) -> (Arc<Self>, LogWriter) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let writer = LogWriter { store, lease, rx };
-        let sink = Arc::new(Self {
+        log: GroupLog,
+    ) -> Arc<Self> {
+        Arc::new(Self {
             chat_id,
             hub,
             metrics,
             last_seq: AtomicI64::new(last_seq),
-            log: tx,
+            log,
+            run: next_run_key(),
+            lease,
+            store,
+            committing: tokio::sync::Mutex::new(()),
             step_started: Mutex::new(Some(Instant::now())),
             stop,
-        });
-        (sink, writer)
-    }
-
-    /// Commits a step through the log writer (after flushing its pending parts).
-    pub async fn commit(&self, messages: Vec<NewMessage>) -> Result<Vec<MessageId>, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send_commit(LogCommand::Commit { messages, reply }, answer)
-            .await
-    }
-
-    /// Commits a compaction summary through the log writer, like a step.
-    pub async fn commit_summary(&self, summary: NewSummary) -> Result<Vec<MessageId>, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send_commit(LogCommand::CommitSummary { summary, reply }, answer)
-            .await
-    }
-
-    async fn send_commit(
-        &self,
-        command: LogCommand,
-        answer: oneshot::Receiver<Result<Vec<MessageId>, StoreError>>,
-    ) -> Result<Vec<MessageId>, StoreError> {
-        if self.log.send(command).is_err() {
-            return Err(StoreError::InvalidInput(
-                "the live-part log writer stopped".into(),
-            ));
-        }
-        answer.await.unwrap_or_else(|_| {
-            Err(StoreError::InvalidInput(
-                "the live-part log writer stopped".into(),
-            ))
         })
+    }
+
+    /// Commits a step once the log holds every part published before it.
+    pub async fn commit(&self, messages: Vec<NewMessage>) -> Result<Vec<MessageId>, StoreError> {
+        let _one_at_a_time = self.committing.lock().await;
+        self.log.flush(self.run).await?;
+        self.store
+            .commit_step(&current(&self.lease), messages)
+            .await
+    }
+
+    /// Commits a compaction summary like a step.
+    pub async fn commit_summary(&self, summary: NewSummary) -> Result<Vec<MessageId>, StoreError> {
+        let _one_at_a_time = self.committing.lock().await;
+        self.log.flush(self.run).await?;
+        self.store
+            .commit_summary(&current(&self.lease), summary)
+            .await
+    }
+
+    /// The run ended: writes what it published last (before its chat is released, while
+    /// its lease still lets the parts in) and leaves the log writer.
+    pub async fn finish(&self) {
+        if let Err(error) = self.log.flush(self.run).await {
+            tracing::warn!(chat = %self.chat_id, %error, "writing the run's last live parts failed");
+        }
+        self.log.forget(self.run);
     }
 
     /// Later parts are numbered above `seq` (a committed message's number).
@@ -180,12 +167,14 @@ impl LiveSink {
                 durable: true,
             },
         );
-        // The writer outlives every run that publishes; a closed channel only means the run
-        // is being torn down, when losing the tail of the log is harmless.
-        let _ = self.log.send(LogCommand::Append(LiveEntry {
-            seq,
-            payload: logged(&payload),
-        }));
+        self.log.append(
+            self.run,
+            &self.lease,
+            LiveEntry {
+                seq,
+                payload: logged(&payload),
+            },
+        );
     }
 }
 
@@ -197,104 +186,19 @@ impl LiveSink {
             return;
         }
         let seq = self.last_seq.fetch_add(1, Ordering::SeqCst) + 1;
-        let _ = self.log.send(LogCommand::Append(LiveEntry {
-            seq,
-            payload: serde_json::json!({"event": crate::resume::SUMMARY_MARK, "data": {}}),
-        }));
+        self.log.append(
+            self.run,
+            &self.lease,
+            LiveEntry {
+                seq,
+                payload: serde_json::json!({"event": crate::resume::SUMMARY_MARK, "data": {}}),
+            },
+        );
     }
 }
 
 impl EventSink for LiveSink {
     fn publish(&self, event: LiveEvent) {
         self.publish_payload(payload(&event));
-    }
-}
-
-/// The task that appends live parts to the store and performs commits in order.
-pub struct LogWriter {
-    store: Arc<dyn Store>,
-    lease: SharedLease,
-    rx: mpsc::UnboundedReceiver<LogCommand>,
-}
-
-impl LogWriter {
-    pub async fn run(mut self) {
-        let mut pending: Vec<LiveEntry> = Vec::new();
-        let mut deadline: Option<Instant> = None;
-        loop {
-            let command = match deadline {
-                Some(at) => tokio::select! {
-                    command = self.rx.recv() => command,
-                    _ = tokio::time::sleep_until(at) => {
-                        // A failure is logged; what is kept is retried with the next batch.
-                        let _ = self.flush(&mut pending).await;
-                        deadline = None;
-                        continue;
-                    }
-                },
-                None => self.rx.recv().await,
-            };
-            match command {
-                None => {
-                    let _ = self.flush(&mut pending).await;
-                    return;
-                }
-                Some(LogCommand::Append(entry)) => {
-                    pending.push(entry);
-                    if pending.len() >= BATCH_PARTS {
-                        let _ = self.flush(&mut pending).await;
-                        deadline = None;
-                    } else if deadline.is_none() {
-                        deadline = Some(Instant::now() + BATCH_WINDOW);
-                    }
-                }
-                Some(LogCommand::Commit { messages, reply }) => {
-                    deadline = None;
-                    let result = match self.flush(&mut pending).await {
-                        Ok(()) => {
-                            let lease = current(&self.lease);
-                            self.store.commit_step(&lease, messages).await
-                        }
-                        Err(error) => Err(error),
-                    };
-                    let _ = reply.send(result);
-                }
-                Some(LogCommand::CommitSummary { summary, reply }) => {
-                    deadline = None;
-                    let result = match self.flush(&mut pending).await {
-                        Ok(()) => {
-                            let lease = current(&self.lease);
-                            self.store.commit_summary(&lease, summary).await
-                        }
-                        Err(error) => Err(error),
-                    };
-                    let _ = reply.send(result);
-                }
-            }
-        }
-    }
-
-    /// Appends the pending parts. A transient failure keeps them for the next try; any
-    /// other drops them (the run lost its chat, and its commit fails too). The error is
-    /// returned so that a commit never lands while parts clients were sent are missing from
-    /// the log: the message would be numbered below them and those clients would skip it.
-    async fn flush(&self, pending: &mut Vec<LiveEntry>) -> Result<(), StoreError> {
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let lease = current(&self.lease);
-        match self.store.append_live_entries(&lease, pending).await {
-            Ok(()) => {
-                pending.clear();
-                Ok(())
-            }
-            Err(error) => {
-                tracing::warn!(chat = %lease.chat_id, %error, parts = pending.len(), "appending live parts failed");
-                if !error.is_transient() {
-                    pending.clear();
-                }
-                Err(error)
-            }
-        }
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::ops::RangeInclusive;
 
 use chrono::{DateTime, Utc};
-use keel_core::{ErrorKind, Part, Role};
+use keel_core::{ErrorKind, Part, PendingToolCall, Role};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -22,8 +22,8 @@ use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols, from_json, 
 use crate::status::{ChatStatus, Transition, permits, target};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, LastError, Lease, MessageId, MessageKind, NewChat,
-    NewMessage, NewSummary, Next, PendingToolCall, QueueId, QueuedMessage, SendOutcome,
-    StoreOptions, StoredMessage, ToolRecord, ToolResultInput,
+    NewMessage, NewSummary, Next, QueueId, QueuedMessage, SendOutcome, StoreOptions, StoredMessage,
+    ToolRecord, ToolResultInput,
 };
 
 /// The result given to pending client-side calls when the user interrupts.

@@ -1,5 +1,7 @@
 //! Transitions the worker holding a chat's lease starts: claim, renew, write, end.
 
+use std::collections::HashMap;
+
 use super::*;
 
 pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> Result<Vec<Lease>> {
@@ -68,41 +70,86 @@ pub(crate) async fn append_live_parts(
     Ok(first..=last)
 }
 
-/// Appends live parts the worker numbered itself. Each run of consecutive numbers is one
-/// batch row; the event sequence advances past the highest number.
-pub(crate) async fn append_live_entries(
+/// Appends live parts the worker numbered itself, for several chats in one transaction
+/// (each chat's entries fenced on their own lease). Each run of consecutive numbers is one
+/// batch row; each chat's event sequence advances past its highest number. Returns one
+/// outcome per group, in order: a fenced or finished chat's entries are refused, the
+/// others written. The notices (not published in this process: its subscribers got the
+/// parts directly) tell other replicas how far each chat's log now reaches.
+pub(crate) async fn append_live_groups(
     cx: &mut Ctx<'_>,
-    lease: &Lease,
-    entries: &[crate::types::LiveEntry],
-) -> Result<()> {
-    let mut chat = cx.load(lease.chat_id).await?;
-    fence(&chat, lease, false)?;
-    check(&chat, Transition::AppendLiveParts)?;
-    let id = chat.id.to_string();
-    let mut start = 0;
-    while start < entries.len() {
-        let mut end = start + 1;
-        while end < entries.len() && entries[end].seq == entries[end - 1].seq + 1 {
-            end += 1;
+    groups: &[(Lease, &[crate::types::LiveEntry])],
+) -> Result<(Vec<Result<()>>, Vec<ChangeNotice>)> {
+    let mut ids: Vec<String> = groups.iter().map(|(l, _)| l.chat_id.to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut chats: HashMap<ChatId, Chat> = HashMap::with_capacity(ids.len());
+    for cols in cx.ops.lock_chats(&ids).await? {
+        let chat = cols.into_chat()?;
+        chats.insert(chat.id, chat);
+    }
+    let mut outcomes = Vec::with_capacity(groups.len());
+    let mut rows = Vec::new();
+    let mut advanced: Vec<ChatId> = Vec::new();
+    for (lease, entries) in groups {
+        let Some(chat) = chats.get_mut(&lease.chat_id) else {
+            outcomes.push(Err(StoreError::not_found("chat")));
+            continue;
+        };
+        if let Err(refused) =
+            fence(chat, lease, false).and_then(|()| check(chat, Transition::AppendLiveParts))
+        {
+            outcomes.push(Err(refused));
+            continue;
         }
-        let run = &entries[start..end];
-        let payloads: Vec<&Value> = run.iter().map(|e| &e.payload).collect();
-        let json = to_json("live_parts.payloads", &payloads)?;
-        cx.ops
-            .append_live(&id, run[0].seq, run[run.len() - 1].seq, &json)
-            .await?;
-        start = end;
+        let id = chat.id.to_string();
+        for run in consecutive_runs(entries) {
+            let payloads: Vec<&Value> = run.iter().map(|e| &e.payload).collect();
+            let json = to_json("live_parts.payloads", &payloads)?;
+            rows.push((id.clone(), run[0].seq, run[run.len() - 1].seq, json));
+        }
+        let last = entries
+            .iter()
+            .map(|e| e.seq)
+            .max()
+            .unwrap_or(chat.event_seq);
+        if last > chat.event_seq {
+            chat.event_seq = last;
+            if !advanced.contains(&chat.id) {
+                advanced.push(chat.id);
+            }
+        }
+        outcomes.push(Ok(()));
     }
-    let last = entries
-        .iter()
-        .map(|e| e.seq)
-        .max()
-        .unwrap_or(chat.event_seq);
-    if last > chat.event_seq {
-        chat.event_seq = last;
-        cx.ops.set_event_seq(&id, last).await?;
+    if !rows.is_empty() {
+        cx.ops.append_live_rows(&rows).await?;
     }
-    Ok(())
+    let mut seqs = Vec::with_capacity(advanced.len());
+    let mut notices = Vec::with_capacity(advanced.len());
+    for id in advanced {
+        if let Some(chat) = chats.get(&id) {
+            seqs.push((id.to_string(), chat.event_seq));
+            notices.push(ChangeNotice {
+                chat_id: chat.id,
+                version: chat.version,
+                status: chat.status,
+                history_version: chat.history_version,
+                event_seq: chat.event_seq,
+                deleted: false,
+            });
+        }
+    }
+    if !seqs.is_empty() {
+        cx.ops.set_event_seqs(&seqs).await?;
+    }
+    Ok((outcomes, notices))
+}
+
+/// Splits entries into runs of consecutive sequence numbers (one stored batch each).
+fn consecutive_runs(
+    entries: &[crate::types::LiveEntry],
+) -> impl Iterator<Item = &[crate::types::LiveEntry]> {
+    entries.chunk_by(|a, b| b.seq == a.seq + 1)
 }
 
 /// Commits a step's messages and voids the live-part log in the same transaction.

@@ -4,11 +4,9 @@
 use std::sync::Arc;
 
 use chrono::{Duration, TimeZone, Utc};
+use keel_core::{ManualClock, PendingToolCall};
 use keel_core::{Part, Role};
-use keel_store::{
-    Busy, Chat, ChatId, Lease, ManualClock, NewChat, NewMessage, PendingToolCall, Store,
-    StoreOptions,
-};
+use keel_store::{Busy, Chat, ChatId, Lease, NewChat, NewMessage, Store, StoreOptions};
 use sqlx::Connection;
 
 /// A store on a fresh database, with a clock the test moves.
@@ -233,7 +231,7 @@ pub trait Now {
 
 impl Now for TestDb {
     fn clock_now(&self) -> chrono::DateTime<chrono::Utc> {
-        use keel_store::Clock;
+        use keel_core::Clock;
         self.clock.now()
     }
 }

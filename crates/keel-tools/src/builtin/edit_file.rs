@@ -11,7 +11,7 @@ use crate::builtin::read_file::MAX_FILE_BYTES;
 use crate::open;
 use crate::workspace::Workspace;
 
-pub const NAME: &str = "edit_file";
+const NAME: &str = super::BuiltinTool::EditFile.name();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::args;
 use crate::workspace::Workspace;
 
-pub const NAME: &str = "list_dir";
+const NAME: &str = super::BuiltinTool::ListDir.name();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -22,28 +22,85 @@ pub use read_file::ReadFile;
 pub use run_command::RunCommand;
 pub use write_file::WriteFile;
 
-/// Every built-in tool name, in the order the configuration example lists them.
-pub const BUILTIN_NAMES: &[&str] = &[
-    read_file::NAME,
-    write_file::NAME,
-    edit_file::NAME,
-    list_dir::NAME,
-    run_command::NAME,
-];
+/// A built-in tool, as `[tools] builtin` names it. Its name is written once, in
+/// [`BuiltinTool::name`]; parsing, the configuration's error messages and the tools'
+/// definitions all take it from there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BuiltinTool {
+    ReadFile,
+    WriteFile,
+    EditFile,
+    ListDir,
+    RunCommand,
+}
+
+impl BuiltinTool {
+    /// Every built-in, in the order the configuration example lists them.
+    pub const ALL: [BuiltinTool; 5] = [
+        BuiltinTool::ReadFile,
+        BuiltinTool::WriteFile,
+        BuiltinTool::EditFile,
+        BuiltinTool::ListDir,
+        BuiltinTool::RunCommand,
+    ];
+
+    /// The built-ins enabled when `[tools]` does not list any: those that only read.
+    pub const READ_ONLY: [BuiltinTool; 2] = [BuiltinTool::ReadFile, BuiltinTool::ListDir];
+
+    /// The name the model calls the tool by and the configuration lists it by.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BuiltinTool::ReadFile => "read_file",
+            BuiltinTool::WriteFile => "write_file",
+            BuiltinTool::EditFile => "edit_file",
+            BuiltinTool::ListDir => "list_dir",
+            BuiltinTool::RunCommand => "run_command",
+        }
+    }
+
+    /// The built-in called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|tool| tool.name() == name)
+    }
+
+    /// Every name, comma-separated, for error messages.
+    pub fn known_names() -> String {
+        Self::ALL.map(Self::name).join(", ")
+    }
+}
+
+impl std::fmt::Display for BuiltinTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for BuiltinTool {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Self::from_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown built-in tool `{name}`, expected one of {}",
+                Self::known_names()
+            ))
+        })
+    }
+}
+
+impl serde::Serialize for BuiltinTool {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
 
 /// The `[tools]` configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsConfigError {
-    #[error("tools.builtin: unknown tool `{name}` (known: {})", BUILTIN_NAMES.join(", "))]
-    UnknownTool { name: String },
     #[error("tools.builtin: `{name}` is listed twice")]
-    Duplicate { name: String },
+    Duplicate { name: BuiltinTool },
     #[error("tools.workspace: {0}")]
     Workspace(#[from] WorkspaceError),
 }
-
-/// The built-ins enabled when `[tools]` does not list any: those that only read.
-pub const READ_ONLY_NAMES: &[&str] = &[read_file::NAME, list_dir::NAME];
 
 /// How the built-in tools run, beyond their workspace.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +115,7 @@ pub struct BuiltinOptions {
 /// single-user mode, a user's own directory below it otherwise.
 #[derive(Debug, Clone)]
 pub struct Builtins {
-    names: Vec<String>,
+    names: Vec<BuiltinTool>,
     /// `None` when no built-in is enabled: the workspace is then never created.
     root: Option<Workspace>,
     options: BuiltinOptions,
@@ -67,16 +124,13 @@ pub struct Builtins {
 impl Builtins {
     /// Checks `names` and opens `workspace` (created when missing) if any tool is named.
     pub fn new(
-        names: &[String],
+        names: &[BuiltinTool],
         workspace: &Path,
         options: BuiltinOptions,
     ) -> Result<Self, ToolsConfigError> {
         for (i, name) in names.iter().enumerate() {
-            if !BUILTIN_NAMES.contains(&name.as_str()) {
-                return Err(ToolsConfigError::UnknownTool { name: name.clone() });
-            }
             if names[..i].contains(name) {
-                return Err(ToolsConfigError::Duplicate { name: name.clone() });
+                return Err(ToolsConfigError::Duplicate { name: *name });
             }
         }
         let root = if names.is_empty() {
@@ -96,11 +150,6 @@ impl Builtins {
         self.root.as_ref()
     }
 
-    /// The enabled tool names.
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
-
     /// The tools of `user`'s workspace (`None`: single-user mode, the root itself).
     pub fn for_user(&self, user: Option<&str>) -> Result<Vec<Arc<dyn Tool>>, WorkspaceError> {
         let Some(root) = &self.root else {
@@ -118,12 +167,12 @@ impl Builtins {
             .iter()
             .map(|name| -> Arc<dyn Tool> {
                 let ws = workspace.clone();
-                match name.as_str() {
-                    read_file::NAME => Arc::new(ReadFile::new(ws)),
-                    write_file::NAME => Arc::new(WriteFile::new(ws)),
-                    edit_file::NAME => Arc::new(EditFile::new(ws)),
-                    list_dir::NAME => Arc::new(ListDir::new(ws)),
-                    _ => {
+                match name {
+                    BuiltinTool::ReadFile => Arc::new(ReadFile::new(ws)),
+                    BuiltinTool::WriteFile => Arc::new(WriteFile::new(ws)),
+                    BuiltinTool::EditFile => Arc::new(EditFile::new(ws)),
+                    BuiltinTool::ListDir => Arc::new(ListDir::new(ws)),
+                    BuiltinTool::RunCommand => {
                         let mut tool = RunCommand::new(ws);
                         if let Some(max) = self.options.max_command_time {
                             tool = tool.with_max_timeout(max);
@@ -142,7 +191,7 @@ impl Builtins {
 /// The built-in tools named in `names`, confined to `workspace` (created when missing).
 /// An empty list gives no tools and leaves the workspace untouched.
 pub fn builtin_tools(
-    names: &[String],
+    names: &[BuiltinTool],
     workspace: &Path,
 ) -> Result<Vec<Arc<dyn Tool>>, ToolsConfigError> {
     Ok(Builtins::new(names, workspace, BuiltinOptions::default())?.for_user(None)?)
@@ -191,9 +240,9 @@ mod tests {
     fn builds_the_named_tools_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("workspace");
-        let tools = builtin_tools(&names(BUILTIN_NAMES), &ws).unwrap();
+        let tools = builtin_tools(&BuiltinTool::ALL, &ws).unwrap();
         let got: Vec<String> = tools.iter().map(|t| t.definition().name).collect();
-        assert_eq!(got, names(BUILTIN_NAMES));
+        assert_eq!(got, BuiltinTool::ALL.map(|t| t.name().to_owned()));
         assert!(ws.is_dir());
         let idempotent: Vec<bool> = tools.iter().map(|t| t.idempotent()).collect();
         assert_eq!(idempotent, [true, true, false, true, false]);
@@ -205,15 +254,16 @@ mod tests {
     #[test]
     fn unknown_and_duplicate_names_are_rejected() {
         let dir = tempfile::tempdir().unwrap();
-        let err = builtin_tools(&names(&["read_file", "rm_rf"]), dir.path())
-            .err()
-            .unwrap();
-        assert_eq!(
-            err.to_string(),
-            "tools.builtin: unknown tool `rm_rf` (known: read_file, write_file, edit_file, \
-             list_dir, run_command)"
+        let err =
+            serde_json::from_str::<Vec<BuiltinTool>>(r#"["read_file", "rm_rf"]"#).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "unknown built-in tool `rm_rf`, expected one of read_file, write_file, \
+                 edit_file, list_dir, run_command"
+            ),
+            "{err}"
         );
-        let err = builtin_tools(&names(&["list_dir", "list_dir"]), dir.path())
+        let err = builtin_tools(&[BuiltinTool::ListDir, BuiltinTool::ListDir], dir.path())
             .err()
             .unwrap();
         assert_eq!(err.to_string(), "tools.builtin: `list_dir` is listed twice");
@@ -230,7 +280,7 @@ mod tests {
     #[test]
     fn parameters_match_the_configuration_contract() {
         let dir = tempfile::tempdir().unwrap();
-        let tools = builtin_tools(&names(BUILTIN_NAMES), dir.path()).unwrap();
+        let tools = builtin_tools(&BuiltinTool::ALL, dir.path()).unwrap();
         let props: Vec<Vec<String>> = tools
             .iter()
             .map(|t| {

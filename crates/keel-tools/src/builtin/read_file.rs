@@ -10,7 +10,7 @@ use crate::args;
 use crate::open::{self, ReadError};
 use crate::workspace::Workspace;
 
-pub const NAME: &str = "read_file";
+const NAME: &str = super::BuiltinTool::ReadFile.name();
 
 /// Larger files are refused rather than loaded whole into memory; the model can page through
 /// them with `run_command` (`sed -n`, `head`, `tail`).

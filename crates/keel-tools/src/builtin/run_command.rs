@@ -30,7 +30,7 @@ use crate::limit::cut_marker;
 use crate::sandbox::Launcher;
 use crate::workspace::Workspace;
 
-pub const NAME: &str = "run_command";
+const NAME: &str = super::BuiltinTool::RunCommand.name();
 
 /// Default time a command may run.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

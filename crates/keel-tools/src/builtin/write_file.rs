@@ -10,7 +10,7 @@ use crate::args;
 use crate::open;
 use crate::workspace::Workspace;
 
-pub const NAME: &str = "write_file";
+const NAME: &str = super::BuiltinTool::WriteFile.name();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

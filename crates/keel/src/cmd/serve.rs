@@ -55,7 +55,11 @@ fn protect_memory() {
 /// How `run_command` starts commands confined to their workspace: this binary's
 /// `sandbox-exec` mode, when the kernel offers Landlock.
 fn command_sandbox(config: &Config) -> Option<Launcher> {
-    if !config.tools.builtin.iter().any(|t| t == "run_command") {
+    if !config
+        .tools
+        .builtin
+        .contains(&keel_tools::BuiltinTool::RunCommand)
+    {
         return None;
     }
     if !keel_tools::sandbox::available() {

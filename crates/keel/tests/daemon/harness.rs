@@ -340,6 +340,9 @@ impl Events {
 pub struct Transcript {
     pub messages: Vec<Value>,
     pub live_text: String,
+    /// Refusal and reasoning text of the step in progress, as streamed.
+    pub live_refusal: String,
+    pub live_reasoning: String,
     pub last_id: Option<String>,
     pub status: Option<String>,
     pub retries: usize,
@@ -352,24 +355,33 @@ impl Transcript {
         self.last_id = Some(event.id.clone());
         match event.event.as_str() {
             "message" => {
-                self.live_text.clear();
+                self.clear_live();
                 self.messages.push(event.data.clone());
             }
             "part" => {
                 let part = &event.data["part"];
-                if part["type"] == "text" {
-                    self.live_text
-                        .push_str(part["text"].as_str().unwrap_or_default());
+                let text = part["text"].as_str().unwrap_or_default();
+                match part["type"].as_str() {
+                    Some("text") => self.live_text.push_str(text),
+                    Some("refusal") => self.live_refusal.push_str(text),
+                    Some("reasoning") => self.live_reasoning.push_str(text),
+                    _ => {}
                 }
             }
             "stream_reset" => {
                 self.resets += 1;
-                self.live_text.clear();
+                self.clear_live();
             }
             "retry" => self.retries += 1,
             "status" => self.status = event.data["status"].as_str().map(str::to_owned),
             _ => {}
         }
+    }
+
+    fn clear_live(&mut self) {
+        self.live_text.clear();
+        self.live_refusal.clear();
+        self.live_reasoning.clear();
     }
 
     /// Follows events until the chat is idle (`waiting`) after a committed assistant reply.

@@ -13,7 +13,9 @@ pub struct Fixture {
     pub mock: keel_mock::MockServer,
     pub daemon: Daemon,
     pub client: Client,
-    _dir: tempfile::TempDir,
+    config: String,
+    database: String,
+    dir: tempfile::TempDir,
 }
 
 impl Fixture {
@@ -24,6 +26,15 @@ impl Fixture {
 
     /// As [`Fixture::start`], with `upstream` as every model's upstream name.
     pub async fn start_named(runs: &str, model: &str, upstream: &str) -> Fixture {
+        Self::build(runs, model, upstream, &[]).await
+    }
+
+    /// As [`Fixture::start`], with extra environment variables for the daemon.
+    pub async fn start_with_env(runs: &str, model: &str, env: &[(&str, &str)]) -> Fixture {
+        Self::build(runs, model, "mock", env).await
+    }
+
+    async fn build(runs: &str, model: &str, upstream: &str, env: &[(&str, &str)]) -> Fixture {
         let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
             .await
             .unwrap();
@@ -51,13 +62,54 @@ impl Fixture {
             ));
         }
         let database = format!("sqlite://{}/keel.db", dir.path().display());
-        let daemon = Daemon::start(dir.path(), &database, &config);
+        let daemon = Daemon::start_with_env(dir.path(), &database, &config, env);
         Fixture {
             mock,
             daemon,
             client: Client::new(),
-            _dir: dir,
+            config,
+            database,
+            dir,
         }
+    }
+
+    /// Kills the daemon with SIGKILL and starts a new one on the same database.
+    pub fn kill_and_restart(&mut self) {
+        self.daemon.kill();
+        self.daemon = Daemon::start(self.dir.path(), &self.database, &self.config);
+    }
+
+    /// Waits until the chat's run has ended (neither `running` nor `interrupting`) and
+    /// returns the chat.
+    pub async fn ended(&self, id: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let chat = self.client.chat(&self.daemon, id).await;
+            if !matches!(chat["status"].as_str(), Some("running" | "interrupting")) {
+                return chat;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the run never ended: {chat}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The latest request the mock received on `protocol`'s endpoint.
+    pub fn last_request(&self, protocol: &str) -> Value {
+        let path = match protocol {
+            "chat" => "/v1/chat/completions",
+            "responses" => "/v1/responses",
+            _ => "/v1/messages",
+        };
+        self.mock
+            .recent_requests()
+            .into_iter()
+            .rev()
+            .find(|(p, _)| p == path)
+            .map(|(_, body)| body)
+            .unwrap_or_else(|| panic!("no request on {path}"))
     }
 
     /// Starts a chat on `model` with `text` and `script` as its directive.

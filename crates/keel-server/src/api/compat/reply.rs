@@ -167,7 +167,11 @@ impl Reply {
         let mut provider_results = Vec::new();
         for part in parts {
             match &part.kind {
-                PartKind::Text { text } => blocks.push(Block::Text(text.clone())),
+                // Neither compatible protocol has a refusal part in its stream, so a refusal
+                // reads as the reply's text there.
+                PartKind::Text { text } | PartKind::Refusal { text } => {
+                    blocks.push(Block::Text(text.clone()));
+                }
                 PartKind::Reasoning { text, .. } => blocks.push(Block::Reasoning(text.clone())),
                 PartKind::ToolCall {
                     tool_call_id,
@@ -249,7 +253,7 @@ impl Reply {
             return;
         };
         match part.get("type").and_then(Value::as_str) {
-            Some("text") => {
+            Some("text" | "refusal") => {
                 let text = str_field(part, "text");
                 let step = self.live_step();
                 match step.blocks.last_mut() {

@@ -15,7 +15,13 @@ pub const SPINNER: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", 
 enum Stream {
     Text,
     Reasoning,
+    Refusal,
 }
+
+const RED: &str = "\x1b[31m";
+
+/// What starts a refusal, so it never reads as part of the reply.
+pub const REFUSAL_MARK: &str = "⊘ declined: ";
 
 /// Keeps track of where the cursor is so that pieces join cleanly.
 #[derive(Debug)]
@@ -70,6 +76,15 @@ impl Renderer {
             Piece::Reasoning(text) => {
                 let mut out = self.switch_to(Some(Stream::Reasoning));
                 out.push_str(&self.styled(DIM, text));
+                out
+            }
+            Piece::Refusal(text) => {
+                let starts = self.stream != Some(Stream::Refusal);
+                let mut out = self.switch_to(Some(Stream::Refusal));
+                if starts {
+                    out.push_str(&self.styled(RED, REFUSAL_MARK));
+                }
+                out.push_str(&self.styled(RED, text));
                 out
             }
             Piece::Line(kind, text) => {
@@ -142,6 +157,20 @@ mod tests {
         .collect();
         assert_eq!(out, "hmm\nHello\n[interrupted]\nnext\n");
         assert_eq!(r.finish(), "");
+    }
+
+    #[test]
+    fn a_refusal_starts_on_a_line_of_its_own_with_its_mark_once() {
+        let mut r = Renderer::new(false);
+        let out: String = [
+            Piece::Text("Let me see.".into()),
+            Piece::Refusal("I can't ".into()),
+            Piece::Refusal("help.".into()),
+        ]
+        .iter()
+        .map(|p| r.render(p))
+        .collect();
+        assert_eq!(out, format!("Let me see.\n{REFUSAL_MARK}I can't help."));
     }
 
     #[test]

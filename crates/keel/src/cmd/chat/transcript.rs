@@ -18,6 +18,8 @@ pub enum Piece {
     Text(String),
     /// Streamed reasoning, printed dimmed.
     Reasoning(String),
+    /// The model's refusal, streamed apart from the reply.
+    Refusal(String),
     /// A line of its own.
     Line(LineKind, String),
 }
@@ -39,6 +41,7 @@ pub enum LineKind {
 enum BlockKind {
     Text,
     Reasoning,
+    Refusal,
     ToolCall { id: String, shown: bool },
     ToolResult { id: String },
     Other,
@@ -56,13 +59,32 @@ impl Block {
     /// The block printed again after a reset; tool lines were printed when they arrived and
     /// are not repeated.
     fn pieces(&self) -> Vec<Piece> {
-        match self.kind {
-            BlockKind::Text if !self.text.is_empty() => vec![Piece::Text(self.text.clone())],
-            BlockKind::Reasoning if !self.text.is_empty() => {
-                vec![Piece::Reasoning(self.text.clone())]
-            }
-            _ => Vec::new(),
+        if self.text.is_empty() {
+            return Vec::new();
         }
+        streamed(&self.kind, self.text.clone())
+            .into_iter()
+            .collect()
+    }
+}
+
+/// The kind of block a streamed part type fills.
+fn streamed_kind(part_type: &str) -> Option<BlockKind> {
+    match part_type {
+        "text" => Some(BlockKind::Text),
+        "reasoning" => Some(BlockKind::Reasoning),
+        "refusal" => Some(BlockKind::Refusal),
+        _ => None,
+    }
+}
+
+/// Streamed text of a block of `kind` as the piece it prints as.
+fn streamed(kind: &BlockKind, text: String) -> Option<Piece> {
+    match kind {
+        BlockKind::Text => Some(Piece::Text(text)),
+        BlockKind::Reasoning => Some(Piece::Reasoning(text)),
+        BlockKind::Refusal => Some(Piece::Refusal(text)),
+        _ => None,
     }
 }
 
@@ -183,6 +205,7 @@ fn part_pieces(part: &Value) -> Vec<Piece> {
     match part["type"].as_str() {
         Some("text") => vec![Piece::Text(text())],
         Some("reasoning") => vec![Piece::Reasoning(text())],
+        Some("refusal") => vec![Piece::Refusal(text())],
         Some("tool_call") => vec![tool_call_line(
             part["tool_name"].as_str().unwrap_or("tool"),
             part["args"].as_str().unwrap_or_default(),
@@ -320,14 +343,13 @@ impl Transcript {
                     // The block on screen grew: print only what it did not show.
                     (Some(shown), Some(block))
                         if self.live.len() == screen.len()
-                            && matches!(block.kind, BlockKind::Text | BlockKind::Reasoning) =>
+                            && matches!(
+                                block.kind,
+                                BlockKind::Text | BlockKind::Reasoning | BlockKind::Refusal
+                            ) =>
                     {
                         let rest = block.text[shown.text.len()..].to_owned();
-                        if block.kind == BlockKind::Text {
-                            vec![Piece::Text(rest)]
-                        } else {
-                            vec![Piece::Reasoning(rest)]
-                        }
+                        streamed(&block.kind, rest).into_iter().collect()
                     }
                     _ => pieces,
                 }
@@ -349,13 +371,9 @@ impl Transcript {
         let part = &data["part"];
         self.awaiting_reply = false;
         match part["type"].as_str() {
-            Some(kind @ ("text" | "reasoning")) => {
+            Some(kind) if streamed_kind(kind).is_some() => {
                 let delta = part["text"].as_str().unwrap_or_default();
-                let kind = if kind == "text" {
-                    BlockKind::Text
-                } else {
-                    BlockKind::Reasoning
-                };
+                let kind = streamed_kind(kind).unwrap_or(BlockKind::Text);
                 match self.live.last_mut() {
                     Some(last) if last.kind == kind && last.role == role => {
                         last.text.push_str(delta);
@@ -366,11 +384,7 @@ impl Transcript {
                         text: delta.to_owned(),
                     }),
                 }
-                if kind == BlockKind::Text {
-                    vec![Piece::Text(delta.to_owned())]
-                } else {
-                    vec![Piece::Reasoning(delta.to_owned())]
-                }
+                streamed(&kind, delta.to_owned()).into_iter().collect()
             }
             Some("tool_call") => {
                 let id = part["tool_call_id"].as_str().unwrap_or_default().to_owned();
@@ -528,14 +542,12 @@ impl Transcript {
             let kind = part["type"].as_str().unwrap_or_default();
             let text = part["text"].as_str().unwrap_or_default();
             match (kind, block.map(|b| &b.kind)) {
-                ("text", Some(BlockKind::Text)) | ("reasoning", Some(BlockKind::Reasoning)) => {
+                (_, Some(shown_kind)) if streamed_kind(kind).as_ref() == Some(shown_kind) => {
                     let seen = block.map(|b| b.text.as_str()).unwrap_or_default();
                     match text.strip_prefix(seen) {
-                        Some(rest) if !rest.is_empty() => pieces.push(if kind == "text" {
-                            Piece::Text(rest.to_owned())
-                        } else {
-                            Piece::Reasoning(rest.to_owned())
-                        }),
+                        Some(rest) if !rest.is_empty() => {
+                            pieces.extend(streamed(shown_kind, rest.to_owned()));
+                        }
                         Some(_) => {}
                         None => {
                             diverged = true;
@@ -598,6 +610,7 @@ mod tests {
             .map(|p| match p {
                 Piece::Text(t) => t.clone(),
                 Piece::Reasoning(t) => format!("<{t}>"),
+                Piece::Refusal(t) => format!("{{{t}}}"),
                 Piece::Line(_, l) => format!("[{l}]"),
             })
             .collect()
@@ -629,6 +642,48 @@ mod tests {
             t.last_assistant().map(Message::text).as_deref(),
             Some("Hello world")
         );
+    }
+
+    #[test]
+    fn a_refusal_is_printed_apart_once_and_the_commit_adds_nothing() {
+        let mut t = Transcript::new();
+        let refusal = |id: i64, delta: &str| {
+            event(
+                id,
+                "part",
+                json!({"role": "assistant", "part": {"type": "refusal", "text": delta}}),
+            )
+        };
+        let out = feed(
+            &mut t,
+            &[
+                text(2, "Well,"),
+                refusal(3, "I can't "),
+                refusal(4, "help."),
+                message(
+                    2,
+                    5,
+                    "assistant",
+                    json!([{"type": "text", "text": "Well,"},
+                           {"type": "refusal", "text": "I can't help."}]),
+                    false,
+                ),
+            ],
+        );
+        assert_eq!(out, "Well,{I can't }{help.}");
+        // Shown only when committed (a client that joined late): printed whole.
+        let mut late = Transcript::new();
+        let out = feed(
+            &mut late,
+            &[message(
+                2,
+                5,
+                "assistant",
+                json!([{"type": "refusal", "text": "I can't help."}]),
+                false,
+            )],
+        );
+        assert_eq!(out, "{I can't help.}");
     }
 
     #[test]

@@ -1,0 +1,85 @@
+//! Panics on request, in debug builds only, so that tests of the running daemon can prove
+//! that a panic inside a run ends it cleanly (the loop runs in a task of its own, see
+//! `run_guarded`). Release builds have none of this.
+//!
+//! With `KEEL_DEBUG_PANIC` set in the daemon's environment every model is wrapped: a call
+//! whose last user message contains [`PANIC_NOW`] panics as it starts; one whose last user
+//! message contains [`PANIC_ON_INTERRUPT`] streams nothing and panics once the run is
+//! cancelled, as an adapter with a bug in its cancellation path would.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_core::{
+    CallOptions, Cancel, EventStream, LanguageModel, Message, ModelCall, ProviderError, Role,
+    StreamEvent,
+};
+
+/// The environment variable that switches the wrapper on.
+pub const SWITCH: &str = "KEEL_DEBUG_PANIC";
+/// Panics when the call starts.
+pub const PANIC_NOW: &str = "#panic-now";
+/// Panics when the run is interrupted.
+pub const PANIC_ON_INTERRUPT: &str = "#panic-on-interrupt";
+
+/// `model`, wrapped when the switch is set.
+pub fn wrap(model: Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {
+    if std::env::var_os(SWITCH).is_some() {
+        Arc::new(Panicking(model))
+    } else {
+        model
+    }
+}
+
+struct Panicking(Arc<dyn LanguageModel>);
+
+fn last_user_text(call: &ModelCall) -> String {
+    call.messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(Message::text)
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl LanguageModel for Panicking {
+    fn provider(&self) -> &str {
+        self.0.provider()
+    }
+
+    fn model(&self) -> &str {
+        self.0.model()
+    }
+
+    fn supports_prefill(&self) -> bool {
+        self.0.supports_prefill()
+    }
+
+    fn requires_signed_reasoning(&self, options: &CallOptions) -> bool {
+        self.0.requires_signed_reasoning(options)
+    }
+
+    fn prepare_prompt(&self, messages: &mut [Message]) {
+        self.0.prepare_prompt(messages);
+    }
+
+    async fn stream(&self, call: ModelCall, cancel: Cancel) -> Result<EventStream, ProviderError> {
+        let text = last_user_text(&call);
+        // The panics are the point: they stand in for a bug in an adapter.
+        if text.contains(PANIC_NOW) {
+            panic!("injected panic as the call started");
+        }
+        if text.contains(PANIC_ON_INTERRUPT) {
+            return Ok(Box::pin(futures::stream::once(panic_when_cancelled(
+                cancel,
+            ))));
+        }
+        self.0.stream(call, cancel).await
+    }
+}
+
+async fn panic_when_cancelled(cancel: Cancel) -> StreamEvent {
+    cancel.cancelled().await;
+    panic!("injected panic after the interrupt");
+}

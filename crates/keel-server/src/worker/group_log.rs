@@ -1,0 +1,383 @@
+//! The process's one writer of the live-part log: a group commit over every run.
+//!
+//! Runs hand each numbered part to this task as they publish it (one channel send, no
+//! database work). Every [`BATCH_WINDOW`] — or sooner when [`BATCH_PARTS`] are waiting, or
+//! when a run asks for its parts to be written before it commits — the pending parts of
+//! *all* chats go to the store in one transaction ([`keel_store::Store::append_live_groups`]),
+//! each chat's entries fenced on its own lease. With a thousand slow streams that is one
+//! transaction per window instead of one per chat per part.
+//!
+//! A group the store refuses (the run lost its lease, the chat was edited or deleted) is
+//! dropped and its error kept for that run's next flush, so its commit fails rather than
+//! landing while parts its clients saw are missing from the log. A transient failure of the
+//! whole transaction keeps everything for the next window.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use keel_store::{LiveEntry, Store, StoreError};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::worker::sink::{SharedLease, current};
+
+/// Parts waiting (over all chats) that start a write at once.
+pub const BATCH_PARTS: usize = 4096;
+/// Time a part may wait for its batch at most.
+pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
+
+/// One run's place in the log: its parts are fenced on its own lease, so two runs of the
+/// same chat (a superseded one still unwinding) never share a group.
+pub type RunKey = u64;
+
+/// A key no other run of this process had.
+pub fn next_run_key() -> RunKey {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+enum Command {
+    Append {
+        run: RunKey,
+        lease: SharedLease,
+        entry: LiveEntry,
+    },
+    /// Write everything pending now; answer with the run's outcome.
+    Flush {
+        run: RunKey,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// The run ended: forget what is kept for it.
+    Forget { run: RunKey },
+}
+
+/// A handle on the process's log writer.
+#[derive(Debug, Clone)]
+pub struct GroupLog {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl GroupLog {
+    /// Starts the writer task; it ends when every handle is dropped.
+    pub fn start(store: Arc<dyn Store>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(Writer::new(store).run(rx));
+        Self { tx }
+    }
+
+    /// Queues a numbered part of a run for the next write.
+    pub fn append(&self, run: RunKey, lease: &SharedLease, entry: LiveEntry) {
+        // The writer lives as long as any handle; a closed channel only happens while the
+        // process is torn down, when losing the tail of the log is harmless.
+        let _ = self.tx.send(Command::Append {
+            run,
+            lease: lease.clone(),
+            entry,
+        });
+    }
+
+    /// Writes everything pending (the run's parts among them) and answers whether the run's
+    /// parts all reached the log.
+    pub async fn flush(&self, run: RunKey) -> Result<(), StoreError> {
+        let stopped = || StoreError::InvalidInput("the live-part log writer stopped".into());
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Flush { run, reply })
+            .map_err(|_| stopped())?;
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// The run ended; nothing more comes from it.
+    pub fn forget(&self, run: RunKey) {
+        let _ = self.tx.send(Command::Forget { run });
+    }
+}
+
+/// What is waiting for one run.
+struct Pending {
+    lease: SharedLease,
+    entries: Vec<LiveEntry>,
+}
+
+struct Writer {
+    store: Arc<dyn Store>,
+    /// Runs with parts waiting, in the order they first had one.
+    pending: Vec<(RunKey, Pending)>,
+    /// Where each run is in `pending`.
+    index: HashMap<RunKey, usize>,
+    parts: usize,
+    /// A refused run's error, for its next flush.
+    refused: HashMap<RunKey, StoreError>,
+}
+
+impl Writer {
+    fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            pending: Vec::new(),
+            index: HashMap::new(),
+            parts: 0,
+            refused: HashMap::new(),
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let command = match deadline {
+                Some(at) => tokio::select! {
+                    command = rx.recv() => command,
+                    _ = tokio::time::sleep_until(at) => {
+                        self.write().await;
+                        deadline = self.next_deadline();
+                        continue;
+                    }
+                },
+                None => rx.recv().await,
+            };
+            match command {
+                None => {
+                    self.write().await;
+                    return;
+                }
+                Some(Command::Append { run, lease, entry }) => {
+                    self.push(run, lease, entry);
+                    if self.parts >= BATCH_PARTS {
+                        self.write().await;
+                    }
+                    deadline = deadline.or_else(|| self.next_deadline());
+                }
+                Some(Command::Flush { run, reply }) => {
+                    // Everything already queued joins this write, whoever sent it; flushes
+                    // and forgets queued meanwhile are answered after it, in order.
+                    let mut replies = vec![(run, reply)];
+                    let mut forgotten = Vec::new();
+                    while let Ok(command) = rx.try_recv() {
+                        match command {
+                            Command::Append { run, lease, entry } => self.push(run, lease, entry),
+                            Command::Flush { run, reply } => replies.push((run, reply)),
+                            Command::Forget { run } => forgotten.push(run),
+                        }
+                    }
+                    self.write().await;
+                    for (run, reply) in replies {
+                        let outcome = self.outcome(run).await;
+                        let _ = reply.send(outcome);
+                    }
+                    for run in forgotten {
+                        self.forget(run);
+                    }
+                    deadline = self.next_deadline();
+                }
+                Some(Command::Forget { run }) => {
+                    self.forget(run);
+                    deadline = self.next_deadline();
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, run: RunKey) {
+        self.refused.remove(&run);
+        if self.index.contains_key(&run) {
+            self.pending.retain(|(key, _)| *key != run);
+            self.reindex();
+        }
+    }
+
+    /// Rebuilds the index and the count after runs left `pending`.
+    fn reindex(&mut self) {
+        self.index = self
+            .pending
+            .iter()
+            .enumerate()
+            .map(|(at, (key, _))| (*key, at))
+            .collect();
+        self.parts = self.pending.iter().map(|(_, p)| p.entries.len()).sum();
+    }
+
+    fn push(&mut self, run: RunKey, lease: SharedLease, entry: LiveEntry) {
+        self.parts += 1;
+        match self.index.get(&run) {
+            Some(&at) => self.pending[at].1.entries.push(entry),
+            None => {
+                self.index.insert(run, self.pending.len());
+                self.pending.push((
+                    run,
+                    Pending {
+                        lease,
+                        entries: vec![entry],
+                    },
+                ));
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        (!self.pending.is_empty()).then(|| Instant::now() + BATCH_WINDOW)
+    }
+
+    /// The run's outcome since its last flush: its parts are written unless refused. Parts
+    /// still waiting after a failed group write are tried alone, so the run gets the
+    /// store's own error (a transient one gives its chat back to resume later).
+    async fn outcome(&mut self, run: RunKey) -> Result<(), StoreError> {
+        if let Some(error) = self.refused.remove(&run) {
+            return Err(error);
+        }
+        let Some(&index) = self.index.get(&run) else {
+            return Ok(());
+        };
+        let (_, pending) = &self.pending[index];
+        let result = self
+            .store
+            .append_live_entries(&current(&pending.lease), &pending.entries)
+            .await;
+        // Written, or refused for good: either way nothing is kept for it.
+        if result
+            .as_ref()
+            .map_or_else(|e| !e.is_transient(), |()| true)
+        {
+            self.pending.remove(index);
+            self.reindex();
+        }
+        result
+    }
+
+    /// Writes every pending part in one transaction.
+    async fn write(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.index.clear();
+        let groups: Vec<(keel_store::Lease, &[LiveEntry])> = pending
+            .iter()
+            .map(|(_, p)| (current(&p.lease), p.entries.as_slice()))
+            .collect();
+        match self.store.append_live_groups(&groups).await {
+            Ok(outcomes) => {
+                drop(groups);
+                for ((run, pending), outcome) in pending.into_iter().zip(outcomes) {
+                    if let Err(error) = outcome {
+                        tracing::warn!(chat = %current(&pending.lease).chat_id, %error, parts = pending.entries.len(), "appending live parts refused");
+                        self.refused.insert(run, error);
+                    }
+                }
+                self.parts = 0;
+            }
+            Err(error) if error.is_transient() => {
+                drop(groups);
+                tracing::warn!(%error, runs = pending.len(), "appending live parts failed; retrying with the next batch");
+                self.pending = pending;
+                self.reindex();
+            }
+            Err(error) => {
+                drop(groups);
+                tracing::warn!(%error, runs = pending.len(), "appending live parts failed");
+                let message = error.to_string();
+                for (run, _) in pending {
+                    self.refused
+                        .insert(run, StoreError::InvalidInput(message.clone()));
+                }
+                self.parts = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_core::{Part, Role};
+    use keel_store::{NewChat, NewMessage};
+    use serde_json::json;
+    use std::sync::Mutex;
+
+    async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("keel.db").display());
+        keel_store::open(&url).await.unwrap()
+    }
+
+    async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
+        let chat = store
+            .create_chat(NewChat {
+                owner: "alice".into(),
+                model: "m".into(),
+                parts: vec![Part::text("hi")],
+                ..NewChat::default()
+            })
+            .await
+            .unwrap();
+        let lease = store
+            .acquire("w", 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.chat_id == chat.id)
+            .unwrap();
+        Arc::new(Mutex::new(lease))
+    }
+
+    fn entry(seq: i64) -> LiveEntry {
+        LiveEntry {
+            seq,
+            payload: json!({"event": "part", "data": seq}),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_flush_writes_the_waiting_parts_of_every_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b) = (claimed(&store).await, claimed(&store).await);
+        let log = GroupLog::start(store.clone());
+        let (ka, kb) = (next_run_key(), next_run_key());
+        let start_a = store.get_chat(current(&a).chat_id).await.unwrap().event_seq;
+        let start_b = store.get_chat(current(&b).chat_id).await.unwrap().event_seq;
+        log.append(ka, &a, entry(start_a + 1));
+        log.append(kb, &b, entry(start_b + 1));
+        log.append(ka, &a, entry(start_a + 2));
+        // Flushing `a` writes `b`'s parts in the same transaction.
+        log.flush(ka).await.unwrap();
+        let logged = |chat| {
+            let store = store.clone();
+            async move { store.live_parts_after(chat, 0).await.unwrap().len() }
+        };
+        assert_eq!(logged(current(&a).chat_id).await, 2);
+        assert_eq!(logged(current(&b).chat_id).await, 1);
+        log.flush(kb).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_run_that_lost_its_chat_is_refused_and_its_commit_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b) = (claimed(&store).await, claimed(&store).await);
+        let log = GroupLog::start(store.clone());
+        let (ka, kb) = (next_run_key(), next_run_key());
+        // `b`'s chat is edited under its run: the history version fences it out.
+        let chat_b = current(&b).chat_id;
+        let first = store.list_messages(chat_b, None).await.unwrap()[0].id;
+        store
+            .edit_message(chat_b, first, vec![Part::text("again")])
+            .await
+            .unwrap();
+        log.append(ka, &a, entry(1_000));
+        log.append(kb, &b, entry(1_000));
+        log.flush(ka).await.unwrap();
+        let refused = log.flush(kb).await.unwrap_err();
+        assert!(matches!(refused, StoreError::Fenced { .. }), "{refused}");
+        assert!(store.live_parts_after(chat_b, 0).await.unwrap().is_empty());
+        // The refusal is reported once; the run's commit is fenced by the store as well.
+        log.flush(kb).await.unwrap();
+        let commit = store
+            .commit_step(
+                &current(&b),
+                vec![NewMessage::new(Role::Assistant, vec![Part::text("x")])],
+            )
+            .await;
+        assert!(commit.is_err());
+    }
+}
