@@ -226,8 +226,9 @@ impl User<'_> {
                 let path = self.path(&format!("/queue/{queue_id}"));
                 let answer = target.request(Method::DELETE, &path, None, None).await?;
                 match answer.status {
+                    // Whichever attempt did it, the message was deleted.
                     StatusCode::NO_CONTENT => {
-                        self.model.deleted(&queue_id, !answer.retried);
+                        self.model.deleted(&queue_id, true);
                         Ok(true)
                     }
                     StatusCode::NOT_FOUND if answer.retried => {

@@ -66,24 +66,31 @@ impl UserModel {
     }
 
     /// Applies the daemon's view of the queue: what left it has started, and that must be
-    /// its head (the queue runs head first), the rest in the model's order.
+    /// its head (the queue runs head first), the rest in the model's order. An entry whose
+    /// delete is uncertain may be gone from anywhere: deleted, or started with the head.
     pub fn reconcile(&mut self, snapshot: &[String]) -> Result<(), String> {
-        let gone = self.queue.len().checked_sub(snapshot.len());
-        let ok = gone.is_some_and(|gone| {
-            self.queue[gone..]
-                .iter()
-                .map(|(id, _)| id)
-                .eq(snapshot.iter())
+        let first_kept = snapshot.first().map_or(Some(self.queue.len()), |head| {
+            self.queue.iter().position(|(id, _)| id == head)
         });
-        if !ok {
+        let rest_matches = first_kept.is_some_and(|at| {
+            self.queue[..at]
+                .iter()
+                .all(|(id, _)| !snapshot.contains(id))
+                && self.queue[at..]
+                    .iter()
+                    .filter(|(id, turn)| !turn.optional || snapshot.contains(id))
+                    .map(|(id, _)| id)
+                    .eq(snapshot.iter())
+        });
+        let Some(at) = first_kept.filter(|_| rest_matches) else {
             return Err(format!(
                 "the queue is {snapshot:?}, the user's actions leave {:?}",
                 self.queued_ids()
             ));
-        }
-        let gone = gone.unwrap_or_default();
+        };
         self.history
-            .extend(self.queue.drain(..gone).map(|(_, turn)| turn));
+            .extend(self.queue.drain(..at).map(|(_, turn)| turn));
+        self.queue.retain(|(id, _)| snapshot.contains(id));
         Ok(())
     }
 
@@ -263,6 +270,20 @@ mod tests {
             model.clone().settle(&ids(&["first", "mb"]), &[]).is_ok()
                 && model.settle(&ids(&["first", "ma", "mb"]), &[]).is_ok()
         );
+    }
+
+    #[test]
+    fn an_uncertain_delete_may_have_removed_the_entry_from_anywhere() {
+        let mut model = with_queue(&["a", "b", "c"]);
+        model.deleted("c", false);
+        model.reconcile(&ids(&["a", "b"])).unwrap();
+        assert_eq!(model.queued_ids(), ["a", "b"]);
+        let mut model = with_queue(&["a", "b", "c"]);
+        model.deleted("b", false);
+        model.reconcile(&ids(&["c"])).unwrap();
+        assert!(model.settle(&ids(&["first", "ma", "mc"]), &[]).is_ok());
+        let mut model = with_queue(&["a", "b"]);
+        assert!(model.reconcile(&ids(&["a"])).is_err());
     }
 
     #[test]
