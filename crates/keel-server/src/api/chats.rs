@@ -4,12 +4,13 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use keel_store::{NewChat, SendOutcome};
+use keel_store::{ChatUpdate, NewChat, SendOutcome};
 
 use crate::api::doc::IdempotencyKey;
 use crate::api::dto::{
     ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
     MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
+    UpdateChatRequest,
 };
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
@@ -122,6 +123,63 @@ pub async fn get_chat(
     Path(id): Path<String>,
 ) -> Result<Json<ChatView>, ApiError> {
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    Ok(Json(ChatView::from(&chat)))
+}
+
+/// The longest title a client may set, in characters.
+pub const TITLE_MAX_CHARS: usize = 200;
+
+/// A title as a client sent it: trimmed, not empty, at most [`TITLE_MAX_CHARS`] characters,
+/// one line without control characters. The error says what is wrong.
+pub fn checked_title(title: &str) -> Result<String, String> {
+    let title = title.trim();
+    if title.is_empty() {
+        return Err("title must not be empty".into());
+    }
+    if title.chars().count() > TITLE_MAX_CHARS {
+        return Err(format!(
+            "title must be at most {TITLE_MAX_CHARS} characters"
+        ));
+    }
+    if title.chars().any(char::is_control) {
+        return Err("title must be one line without control characters".into());
+    }
+    Ok(title.to_owned())
+}
+
+/// Renames a chat and/or switches its model; the next model call of the chat uses the new
+/// model. Every field is checked before anything is written.
+#[utoipa::path(patch, path = "/chats/{id}", tag = "chats", summary = "Rename a chat or switch its model (the next model call uses it)", params(("id" = String, Path, description = "The chat's id")), request_body = UpdateChatRequest, responses((status = 200, description = "Chat", body = ChatView)))]
+pub async fn update_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<UpdateChatRequest>,
+) -> Result<Json<ChatView>, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    if request.title.is_none() && request.model.is_none() {
+        return Err(ApiError::invalid(
+            "nothing to change: send `title` and/or `model`",
+        ));
+    }
+    let title = request
+        .title
+        .as_deref()
+        .map(checked_title)
+        .transpose()
+        .map_err(ApiError::invalid)?;
+    if let Some(model) = &request.model
+        && state.models.get(model).is_none()
+    {
+        return Err(ApiError::invalid(format!(
+            "unknown model `{model}`; see GET /api/v1/models"
+        )));
+    }
+    let update = ChatUpdate {
+        title,
+        model: request.model,
+    };
+    let chat = state.store.update_chat(chat.id, update).await?;
     Ok(Json(ChatView::from(&chat)))
 }
 
@@ -313,7 +371,16 @@ pub async fn promote_queued(
 
 #[cfg(test)]
 mod tests {
-    use super::is_idempotency_key;
+    use super::{TITLE_MAX_CHARS, checked_title, is_idempotency_key};
+
+    #[test]
+    fn titles_are_one_trimmed_line_of_limited_length() {
+        assert_eq!(checked_title("  Trip plans ").as_deref(), Ok("Trip plans"));
+        assert!(checked_title("   ").is_err());
+        assert!(checked_title("two\nlines").is_err());
+        assert!(checked_title(&"é".repeat(TITLE_MAX_CHARS)).is_ok());
+        assert!(checked_title(&"é".repeat(TITLE_MAX_CHARS + 1)).is_err());
+    }
 
     #[test]
     fn idempotency_keys_are_visible_ascii_with_inner_spaces() {

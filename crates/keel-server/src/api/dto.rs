@@ -128,6 +128,18 @@ pub struct ContentInput {
     pub parts: Option<Vec<Part>>,
 }
 
+/// `PATCH /api/v1/chats/{id}`: what to change (at least one of the two).
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = UpdateChat, example = json!({"title": "Trip to Lisbon"}))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateChatRequest {
+    /// The new title: trimmed, 1 to 200 characters, one line.
+    #[schema(min_length = 1, max_length = 200)]
+    pub title: Option<String>,
+    /// The model the chat's next model call uses; one of `GET /models`.
+    pub model: Option<String>,
+}
+
 /// `POST /api/v1/chats`: the first message (`text` or `parts`, exactly one) and the chat's
 /// settings.
 #[derive(Debug, Deserialize, ToSchema)]

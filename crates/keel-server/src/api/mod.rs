@@ -8,6 +8,7 @@ pub mod dto;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod feed;
 pub mod ops;
 pub mod state;
 
@@ -36,7 +37,12 @@ pub(crate) fn routes_with(
 ) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let api = OpenApiRouter::new()
         .routes(routes!(chats::create_chat, chats::list_chats))
-        .routes(routes!(chats::get_chat, chats::delete_chat))
+        .routes(routes!(
+            chats::get_chat,
+            chats::delete_chat,
+            chats::update_chat
+        ))
+        .routes(routes!(feed::events))
         .routes(routes!(chats::archive))
         .routes(routes!(chats::unarchive))
         .routes(routes!(chats::list_messages, chats::send_message))

@@ -106,6 +106,14 @@ pub async fn end(
             })
             .inc();
     };
+    // A reply of an untitled chat was committed: name the chat, off the reply's path.
+    let replied = matches!(
+        outcome,
+        Ok(RunOutcome::Completed { .. } | RunOutcome::Interrupted)
+    );
+    if replied && chat.title.is_none() {
+        super::titles::spawn(shared, chat_id, &chat.model);
+    }
     let next = match outcome {
         Ok(RunOutcome::Completed { .. }) => {
             count("completed");

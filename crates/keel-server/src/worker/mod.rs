@@ -16,6 +16,7 @@ mod lifecycle;
 mod persist;
 mod run;
 mod sink;
+mod titles;
 mod tools;
 
 use std::collections::HashMap;
@@ -318,6 +319,8 @@ async fn resync(shared: &Shared) {
                 history_version: chat.history_version,
                 event_seq: chat.event_seq,
                 deleted: false,
+                owner: chat.owner,
+                listing: false,
             },
             Err(keel_store::StoreError::NotFound { .. }) => ChangeNotice {
                 chat_id,
@@ -326,6 +329,8 @@ async fn resync(shared: &Shared) {
                 history_version: 0,
                 event_seq: 0,
                 deleted: true,
+                owner: String::new(),
+                listing: false,
             },
             Err(error) => {
                 tracing::warn!(chat = %chat_id, %error, "reading a running chat to resync failed");

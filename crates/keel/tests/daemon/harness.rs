@@ -46,7 +46,14 @@ impl Daemon {
         } else {
             "lease_ms = 2000\n"
         };
-        std::fs::write(&config_path, format!("[runs]\n{lease}{config}")).unwrap();
+        // No title calls unless the test asks for them: many tests count or inspect the
+        // requests their provider received.
+        let titles = if config.contains("titles") {
+            ""
+        } else {
+            "titles = false\n"
+        };
+        std::fs::write(&config_path, format!("[runs]\n{lease}{titles}{config}")).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command
             .args([
@@ -282,6 +289,19 @@ impl Client {
                 "chat never reached {status}: {chat}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Opens the caller's chat-list feed (`GET /events`).
+    pub async fn list_feed(&self, daemon: &Daemon) -> Events {
+        let response = self
+            .auth(self.http.get(daemon.api("/events")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        Events {
+            stream: Box::pin(response.bytes_stream().eventsource()),
         }
     }
 

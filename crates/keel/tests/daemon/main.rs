@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod chain;
+mod chat_list;
 mod compaction;
 mod compat;
 mod concurrency;
