@@ -202,8 +202,6 @@ pub struct Client {
     pub token: Option<String>,
 }
 
-/// A plain HTTP client on the process's rustls crypto provider, which `keel` installs in
-/// `main`; reqwest needs one to build any client.
 /// A SQLite database in `dir`.
 pub fn sqlite(dir: &Path) -> String {
     format!("sqlite://{}/keel.db", dir.display())
@@ -217,6 +215,8 @@ pub fn demo_daemon() -> (tempfile::TempDir, Daemon) {
     (dir, daemon)
 }
 
+/// A plain HTTP client on the process's rustls crypto provider, which `keel` installs in
+/// `main`; reqwest needs one to build any client.
 pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()

@@ -38,7 +38,7 @@ async fn request(
     headers: &[(&str, String)],
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut request = reqwest::Client::new().request(method, url);
+    let mut request = http_client().request(method, url);
     for (name, value) in headers {
         request = request.header(*name, value);
     }
@@ -266,7 +266,7 @@ async fn ten_thousand_live_event_streams_beyond_the_caps_get_429_and_the_daemon_
     }
 
     // 10,000 more attempts by alice, 64 at a time: every one is refused at once.
-    let http = reqwest::Client::new();
+    let http = http_client();
     let started = Instant::now();
     let statuses: Vec<(u16, Value)> = futures::stream::iter(0..10_000)
         .map(|_| {
