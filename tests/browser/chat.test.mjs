@@ -4,10 +4,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { chromium } from 'playwright-core';
+import { launch } from './launch.mjs';
 
 const base = process.env.KEEL_URL;
-const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
 const screenshots = process.env.SCREENSHOT_DIR || 'target/browser';
 const TIMEOUT = 30_000;
 
@@ -16,12 +15,7 @@ const words = Array.from({ length: 40 }, (_, i) => `word${i + 1}`).join(' ');
 test('a streamed reply can be stopped and stays marked interrupted after a reload', async () => {
   assert.ok(base, 'KEEL_URL must name the daemon');
   mkdirSync(screenshots, { recursive: true });
-  const browser = await chromium.launch({
-    executablePath,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-quic'],
-  });
+  const browser = await launch();
   try {
     const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
     page.setDefaultTimeout(TIMEOUT);
@@ -49,7 +43,7 @@ test('a streamed reply can be stopped and stays marked interrupted after a reloa
     const stopped = await page.textContent('.msg.assistant .text');
     assert.match(stopped, /^word1 word2 word3/);
     assert.ok(stopped.length < words.length, `the reply was not cut: ${stopped}`);
-    await page.waitForFunction(() => document.querySelector('#chat-status').textContent === 'waiting');
+    await page.waitForFunction(() => document.querySelector('#chat-status').dataset.status === 'waiting');
 
     await page.reload();
     await page.waitForSelector(badge);
@@ -83,12 +77,7 @@ test('a client-side tool call is answered from the page', async () => {
   });
   assert.equal(created.status, 201);
   const chat = await created.json();
-  const browser = await chromium.launch({
-    executablePath,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-quic'],
-  });
+  const browser = await launch();
   try {
     const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
     page.setDefaultTimeout(TIMEOUT);
@@ -106,12 +95,7 @@ test('a client-side tool call is answered from the page', async () => {
 });
 
 test('a refusal is shown apart from the reply, live and after a reload', async () => {
-  const browser = await chromium.launch({
-    executablePath,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-quic'],
-  });
+  const browser = await launch();
   try {
     const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
     page.setDefaultTimeout(TIMEOUT);
@@ -120,7 +104,7 @@ test('a refusal is shown apart from the reply, live and after a reload', async (
     await page.click('#send');
     const refusal = '.msg.assistant .refusal';
     await page.waitForSelector(refusal);
-    await page.waitForFunction(() => document.querySelector('#chat-status').textContent === 'waiting');
+    await page.waitForFunction(() => document.querySelector('#chat-status').dataset.status === 'waiting');
     const shown = async () => ({
       text: await page.textContent('.msg.assistant > .text'),
       refusal: await page.textContent(`${refusal} .text`),

@@ -21,6 +21,8 @@
 //! * [`tool`], [`persist`], [`sink`] — the interfaces the daemon implements (the clock is
 //!   `keel_core::Clock`).
 
+#![warn(unreachable_pub)]
+
 pub mod accumulate;
 mod attempt;
 pub mod checkpoint;

@@ -15,6 +15,8 @@
 //! * [`error`] and [`classify`]: provider failures and the one function that sorts them into
 //!   kinds with a retryable flag.
 
+#![warn(unreachable_pub)]
+
 pub mod cancel;
 pub mod classify;
 pub mod clock;

@@ -27,13 +27,13 @@ pub(crate) struct Conversation {
 }
 
 impl Conversation {
-    pub fn user(&mut self, text: String) {
+    pub(crate) fn user(&mut self, text: String) {
         self.chars += text.len();
         self.items.push(Item::User(text));
     }
 
     /// Records an assistant turn; consecutive assistant items form one turn.
-    pub fn assistant(&mut self, chars: usize, text: &str) {
+    pub(crate) fn assistant(&mut self, chars: usize, text: &str) {
         self.chars += chars;
         match self.items.last_mut() {
             Some(Item::Assistant(said)) => said.push_str(text),
@@ -41,19 +41,19 @@ impl Conversation {
         }
     }
 
-    pub fn tool_result(&mut self, name: Option<String>, content: String) {
+    pub(crate) fn tool_result(&mut self, name: Option<String>, content: String) {
         self.chars += content.len();
         self.items.push(Item::ToolResult { name, content });
     }
 
     /// Text that is not part of the conversation proper (system prompts, tool schemas) but
     /// still counts towards input tokens.
-    pub fn context(&mut self, chars: usize) {
+    pub(crate) fn context(&mut self, chars: usize) {
         self.chars += chars;
     }
 
     /// The text of the last user message, if any.
-    pub fn last_user_text(&self) -> Option<&str> {
+    pub(crate) fn last_user_text(&self) -> Option<&str> {
         self.items.iter().rev().find_map(|item| match item {
             Item::User(text) => Some(text.as_str()),
             _ => None,
@@ -61,7 +61,7 @@ impl Conversation {
     }
 
     /// Assistant turns after the last user text: the index of the step to answer with.
-    pub fn turns_since_user(&self) -> usize {
+    pub(crate) fn turns_since_user(&self) -> usize {
         self.items
             .iter()
             .rev()
@@ -72,7 +72,7 @@ impl Conversation {
 
     /// A request to continue a partial reply: the conversation ends in an assistant turn
     /// with text (native prefill), or in such a turn followed by an instruction to continue.
-    pub fn continuation(&self) -> Option<Continuation<'_>> {
+    pub(crate) fn continuation(&self) -> Option<Continuation<'_>> {
         let (prefix_at, prefix, by_instruction) = match self.items.as_slice() {
             [.., Item::Assistant(prefix)] if !prefix.is_empty() => {
                 (self.items.len() - 1, prefix, false)
@@ -104,7 +104,7 @@ impl Conversation {
     }
 
     /// The tool results at the end of the conversation, in order.
-    pub fn trailing_tool_results(&self) -> Vec<(Option<&str>, &str)> {
+    pub(crate) fn trailing_tool_results(&self) -> Vec<(Option<&str>, &str)> {
         let mut out: Vec<(Option<&str>, &str)> = self
             .items
             .iter()

@@ -15,6 +15,8 @@
 //!
 //! All waiting uses tokio time, so tests may run on paused time.
 
+#![warn(unreachable_pub)]
+
 mod anthropic;
 mod config;
 mod conversation;

@@ -80,20 +80,20 @@ const DEFAULT_MALFORMED: &str = "data: {\"malformed\": ";
 const EMPTY_ECHO: &str = "(empty message)";
 
 impl Reply {
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.text.concat()
     }
 
-    pub fn reasoning(&self) -> String {
+    pub(crate) fn reasoning(&self) -> String {
         self.reasoning.concat()
     }
 
-    pub fn refusal(&self) -> String {
+    pub(crate) fn refusal(&self) -> String {
         self.refusal.concat()
     }
 
     /// The id of call `index`: the scripted one, or `prefix` and a unique suffix.
-    pub fn call_id(&self, index: usize, prefix: &str) -> String {
+    pub(crate) fn call_id(&self, index: usize, prefix: &str) -> String {
         match self.calls.get(index).and_then(|c| c.id.clone()) {
             Some(id) => id,
             None => format!("{prefix}mock{}x{index}", self.seq),
@@ -101,12 +101,12 @@ impl Reply {
     }
 
     /// A stand-in for a provider's reasoning signature or encrypted content.
-    pub fn signature(&self) -> String {
+    pub(crate) fn signature(&self) -> String {
         format!("mock-signature-{}", self.seq)
     }
 
     /// Whether the stream may end before its natural finish; such responses are not stored.
-    pub fn may_break(&self) -> bool {
+    pub(crate) fn may_break(&self) -> bool {
         self.faults.cut.is_some() || self.faults.stream_error.is_some()
     }
 }

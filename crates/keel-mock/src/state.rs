@@ -34,7 +34,7 @@ struct Stored {
 }
 
 impl State {
-    pub fn new(config: MockConfig, shutdown: CancellationToken) -> Self {
+    pub(crate) fn new(config: MockConfig, shutdown: CancellationToken) -> Self {
         Self {
             config,
             shutdown,
@@ -47,12 +47,12 @@ impl State {
     }
 
     /// A number unique within this server, for ids.
-    pub fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Counts one more attempt at `step` of the script keyed `key`; returns the count.
-    pub fn attempt(&self, key: &str, step: usize) -> u32 {
+    pub(crate) fn attempt(&self, key: &str, step: usize) -> u32 {
         let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
         let count = attempts.entry((key.to_owned(), step)).or_insert(0);
         *count += 1;
@@ -60,25 +60,25 @@ impl State {
     }
 
     /// Attempts seen so far at `step` of the script keyed `key`.
-    pub fn attempts(&self, key: &str, step: usize) -> u32 {
+    pub(crate) fn attempts(&self, key: &str, step: usize) -> u32 {
         let attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
         attempts.get(&(key.to_owned(), step)).copied().unwrap_or(0)
     }
 
     /// Remembers a reply that paused its turn.
-    pub fn pause(&self, text: &str) {
+    pub(crate) fn pause(&self, text: &str) {
         let mut paused = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
         paused.insert(text.trim_end().to_owned());
     }
 
     /// Whether `text` is a paused reply sent back to be carried on.
-    pub fn was_paused(&self, text: &str) -> bool {
+    pub(crate) fn was_paused(&self, text: &str) -> bool {
         let paused = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
         paused.contains(text.trim_end())
     }
 
     /// Keeps a request body for [`Self::recent_requests`]; only the latest few are kept.
-    pub fn record_request(&self, path: &str, body: &serde_json::Value) {
+    pub(crate) fn record_request(&self, path: &str, body: &serde_json::Value) {
         let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         if requests.len() >= RECENT_REQUESTS {
             requests.pop_front();
@@ -87,13 +87,13 @@ impl State {
     }
 
     /// The latest requests (path and JSON body), oldest first.
-    pub fn recent_requests(&self) -> Vec<(String, serde_json::Value)> {
+    pub(crate) fn recent_requests(&self) -> Vec<(String, serde_json::Value)> {
         let requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         requests.iter().cloned().collect()
     }
 
     /// Remembers the conversation up to and including a response.
-    pub fn store_response(&self, id: String, items: Vec<Item>) {
+    pub(crate) fn store_response(&self, id: String, items: Vec<Item>) {
         let mut stored = self
             .responses
             .lock()
@@ -107,7 +107,7 @@ impl State {
         stored.conversations.insert(id, items);
     }
 
-    pub fn stored_response(&self, id: &str) -> Option<Vec<Item>> {
+    pub(crate) fn stored_response(&self, id: &str) -> Option<Vec<Item>> {
         let stored = self
             .responses
             .lock()

@@ -189,7 +189,13 @@ impl Endpoint {
             body = response.text() => body.ok(),
         };
         let body = body.as_deref().map(clip).filter(|b| !b.is_empty());
-        Err(self.ctx.http(status.as_u16(), &headers, body))
+        let mut error = self.ctx.http(status.as_u16(), &headers, body);
+        // A bare status, or a 404 (a wrong base URL or model path, usually), says little
+        // without the address that answered it.
+        if body.is_none() || status == reqwest::StatusCode::NOT_FOUND {
+            error.message = format!("{} (POST {})", error.message, self.url(path));
+        }
+        Err(error)
     }
 }
 

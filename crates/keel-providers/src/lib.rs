@@ -41,6 +41,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(unreachable_pub)]
+
 pub mod anthropic;
 pub mod config;
 mod convert;

@@ -250,6 +250,20 @@ async fn http_500_is_a_retryable_server_error_even_without_a_body() {
 }
 
 #[tokio::test]
+async fn a_404_names_the_address_that_answered_it() {
+    let server = TestServer::start(Reply::error(404, "Not Found")).await;
+    let error = start_error(model(&server, ProviderKind::OpenAiChat).as_ref()).await;
+    assert_eq!(error.status, Some(404));
+    assert!(
+        error.message.starts_with("Not Found (POST http://")
+            && error.message.ends_with("/chat/completions)"),
+        "{}",
+        error.message
+    );
+    assert_eq!(error.provider, "test-provider");
+}
+
+#[tokio::test]
 async fn a_json_error_with_status_200_is_not_read_as_a_stream() {
     let body = r#"{"error":{"message":"Too many requests, slow down","type":"rate_limit_error"}}"#;
     let server = TestServer::start(Reply::error(200, body)).await;

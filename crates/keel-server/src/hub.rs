@@ -327,6 +327,8 @@ mod tests {
             history_version: 0,
             event_seq,
             deleted: false,
+            owner: String::new(),
+            listing: false,
         }
     }
 

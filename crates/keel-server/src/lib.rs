@@ -1,16 +1,35 @@
-//! Keel's daemon.
+//! Keel's daemon: the crates wired together behind the HTTP API.
+//!
+//! [`serve::start`] opens the store, builds the models and tools the [`config`] names, starts
+//! the workers and serves the API until told to stop. Its public surface is what the `keel`
+//! binary, the benchmarks and the fuzz targets use; everything else is private to the crate.
+//!
+//! Module map:
+//! * [`config`] — the configuration file, flags and environment, with errors naming the key;
+//! * [`serve`] — start-up and shutdown: store, models, tools, workers, HTTP server;
+//! * [`api`] — HTTP API v1 and the compatible protocols (AI SDK, OpenAI Responses), its
+//!   OpenAPI document derived from the routes;
+//! * [`hub`] — live event fan-out to subscribers; `live` — the contract's live events;
+//! * `worker` — claiming runnable chats and running them; `resume` — rebuilding a step in
+//!   progress after a crash;
+//! * [`models`], `tools` — the models and tools built from configuration;
+//! * [`auth`] — bearer tokens; `net` — the network edge (allowed hosts, request ids, caps);
+//! * [`metrics`] — Prometheus metrics; `web` — the embedded web page.
+
+#![warn(unreachable_pub)]
+
 pub mod api;
 pub mod auth;
 pub mod config;
 #[cfg(test)]
 mod config_docs;
 pub mod hub;
-pub mod live;
+mod live;
 pub mod metrics;
 pub mod models;
-pub mod net;
-pub mod resume;
+mod net;
+mod resume;
 pub mod serve;
-pub mod tools;
-pub mod web;
-pub mod worker;
+mod tools;
+mod web;
+mod worker;

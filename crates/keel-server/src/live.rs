@@ -10,14 +10,14 @@ use serde_json::{Value, json};
 
 /// An event as the contract names and shapes it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LivePayload {
+pub(crate) struct LivePayload {
     pub event: &'static str,
     pub data: Value,
     pub durable: bool,
 }
 
 /// Shapes a loop event for clients.
-pub fn payload(event: &LiveEvent) -> LivePayload {
+pub(crate) fn payload(event: &LiveEvent) -> LivePayload {
     let (name, data, durable) = match event {
         LiveEvent::TextDelta { delta } => (
             "part",
@@ -115,12 +115,12 @@ fn part_json(part: &Part) -> Value {
 }
 
 /// The event name of a logged payload (the log stores `{"event", "data"}`).
-pub fn logged(payload: &LivePayload) -> Value {
+pub(crate) fn logged(payload: &LivePayload) -> Value {
     json!({"event": payload.event, "data": payload.data})
 }
 
 /// Reads back a logged payload.
-pub fn from_log(value: &Value) -> Option<(&'static str, Value)> {
+pub(crate) fn from_log(value: &Value) -> Option<(&'static str, Value)> {
     let event = match value.get("event")?.as_str()? {
         "part" => "part",
         "stream_reset" => "stream_reset",

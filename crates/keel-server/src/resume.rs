@@ -13,7 +13,9 @@ use serde_json::Value;
 use crate::live::from_log;
 
 /// Replays logged payloads (in sequence order) into a snapshot of the step.
-pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> StreamSnapshot {
+pub(crate) fn snapshot_from_log<'a>(
+    payloads: impl IntoIterator<Item = &'a Value>,
+) -> StreamSnapshot {
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<(CapturedCall, bool)> = Vec::new();
@@ -71,7 +73,7 @@ pub fn snapshot_from_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> S
 /// checkpoint's is taken when it is the same reasoning, so signed thinking survives a crash;
 /// otherwise the log's unsigned text stands, and the recovery plan knows it cannot be sent
 /// back as signed.
-pub fn signed_reasoning(
+pub(crate) fn signed_reasoning(
     from_log: &[CapturedReasoning],
     checkpoint: &[CapturedReasoning],
 ) -> Vec<CapturedReasoning> {
@@ -86,11 +88,11 @@ pub fn signed_reasoning(
 
 /// The event a log holds while a compaction summary streams into it (never sent to
 /// clients). A log that has it is the summary's, not a step's.
-pub const SUMMARY_MARK: &str = "summary_started";
+pub(crate) const SUMMARY_MARK: &str = "summary_started";
 
 /// Whether the log is a compaction summary's: a resumed run must not take that text for
 /// the assistant's reply.
-pub fn is_summary_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> bool {
+pub(crate) fn is_summary_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> bool {
     payloads
         .into_iter()
         .any(|p| p["event"].as_str() == Some(SUMMARY_MARK))
@@ -99,7 +101,7 @@ pub fn is_summary_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) -> bool
 /// What a run that claims a chat with nothing in its live-part log finds at the end of the
 /// committed history.
 #[derive(Debug, Clone, PartialEq)]
-pub enum LastStep {
+pub(crate) enum LastStep {
     /// The step called client-side tools that have no result and were never handed over
     /// (the owner died between committing the step and `requires_action`).
     Unhanded(Vec<PendingToolCall>),
@@ -115,12 +117,12 @@ pub enum LastStep {
 
 /// A committed message as the resume decision sees it: its role, its parts and why the
 /// model stopped at its step (assistant messages; `None` when not recorded).
-pub type Committed<'a> = (Role, &'a [Part], Option<FinishReason>);
+pub(crate) type Committed<'a> = (Role, &'a [Part], Option<FinishReason>);
 
 /// Decides from the last two committed messages (oldest first). The client-side calls of
 /// a step that also ran local tools sit in the assistant message before the tool message
 /// holding the local results.
-pub fn last_step(recent: &[Committed<'_>], client_tools: &[String]) -> LastStep {
+pub(crate) fn last_step(recent: &[Committed<'_>], client_tools: &[String]) -> LastStep {
     let (assistant, results, finish): (&[Part], &[Part], _) = match recent {
         [
             ..,

@@ -18,13 +18,13 @@ use crate::config::Config;
 use crate::metrics::{Metrics, ServerLabels};
 
 /// How often servers that failed are retried and tool lists refreshed.
-pub const MCP_REFRESH: Duration = Duration::from_secs(60);
+pub(crate) const MCP_REFRESH: Duration = Duration::from_secs(60);
 
 /// How much longer than the limit a command may take to be killed and drained.
 const RUN_COMMAND_GRACE: Duration = Duration::from_secs(3);
 
 /// The daemon's tools.
-pub struct ToolSet {
+pub(crate) struct ToolSet {
     builtin: Builtins,
     /// Users exist: each chat works in its owner's directory below the workspace.
     per_user: bool,
@@ -39,7 +39,7 @@ pub struct ToolSet {
     "config key `tools.workspace`: the workspace {workspace} contains the {what} {path}; move \
      one of them so the workspace holds neither the database nor the configuration file"
 )]
-pub struct WorkspaceOverlap {
+pub(crate) struct WorkspaceOverlap {
     pub workspace: PathBuf,
     pub what: &'static str,
     pub path: PathBuf,
@@ -49,7 +49,11 @@ impl ToolSet {
     /// Builds the configured tools. A bad configuration is an error naming the key; an MCP
     /// server that fails to start is only reported (log, metric, `/readyz`). `per_user`: users
     /// exist, so every chat gets its owner's directory of the workspace.
-    pub async fn build(config: &Config, metrics: &Metrics, per_user: bool) -> Result<Self, String> {
+    pub(crate) async fn build(
+        config: &Config,
+        metrics: &Metrics,
+        per_user: bool,
+    ) -> Result<Self, String> {
         let options = BuiltinOptions {
             sandbox: config.command_sandbox.clone(),
             max_command_time: Some(config.tools.timeout()),
@@ -111,7 +115,7 @@ impl ToolSet {
     /// The tools a run of `owner`'s chat offers now (MCP tool lists change over time): the
     /// built-ins confined to the owner's workspace, each call limited to `[tools] timeout_ms`,
     /// and the MCP servers' tools (limited by their own timeout, else the same).
-    pub fn for_owner(&self, owner: &str) -> Result<Vec<Arc<dyn Tool>>, WorkspaceError> {
+    pub(crate) fn for_owner(&self, owner: &str) -> Result<Vec<Arc<dyn Tool>>, WorkspaceError> {
         let user = self.per_user.then_some(owner);
         let mut tools: Vec<Arc<dyn Tool>> = self
             .builtin
@@ -135,7 +139,7 @@ impl ToolSet {
     }
 
     /// MCP servers' health, for `/readyz`.
-    pub fn status(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn status(&self) -> Vec<serde_json::Value> {
         self.mcp
             .as_ref()
             .map(|m| {
@@ -149,7 +153,7 @@ impl ToolSet {
 
     /// Retries failed servers and refreshes tool lists until `stop` fires, then stops the
     /// servers.
-    pub async fn maintain(self: Arc<Self>, stop: keel_core::Cancel) {
+    pub(crate) async fn maintain(self: Arc<Self>, stop: keel_core::Cancel) {
         let Some(mcp) = self.mcp.clone() else {
             return;
         };
@@ -166,7 +170,7 @@ impl ToolSet {
 /// Refuses a workspace that contains the SQLite database's directory or the configuration
 /// file (when any built-in tool is enabled; the workspace is created if missing). Runs before
 /// anything else at start-up.
-pub fn check_workspace(config: &Config) -> Result<(), String> {
+pub(crate) fn check_workspace(config: &Config) -> Result<(), String> {
     if config.tools.builtin.is_empty() {
         return Ok(());
     }
@@ -201,7 +205,7 @@ fn check_outside(root: &keel_tools::Workspace, config: &Config) -> Result<(), Wo
 
 /// The file of a `sqlite:` database URL (`sqlite://PATH`, `sqlite:PATH`, with an optional
 /// `?query`); `None` for any other database.
-pub fn sqlite_file(database: &str) -> Option<PathBuf> {
+pub(crate) fn sqlite_file(database: &str) -> Option<PathBuf> {
     let rest = database.strip_prefix("sqlite:")?;
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let path = rest.split('?').next().unwrap_or_default();

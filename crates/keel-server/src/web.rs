@@ -2,7 +2,9 @@
 //! the binary so the daemon needs no files, build step or network access to serve it.
 //!
 //! The page talks to the public API only (`/api/v1`), with the bearer token the user enters
-//! when the server asks for one.
+//! when the server asks for one. Markdown, sanitising and code highlighting come from
+//! pinned copies of `marked`, `DOMPurify` and `highlight.js` under `web/vendor/` (versions
+//! and licences in its README), served from `/vendor/`.
 
 use axum::Router;
 use axum::http::header;
@@ -13,15 +15,43 @@ const INDEX_HTML: &str = include_str!("../web/index.html");
 const APP_JS: &str = include_str!("../web/app.js");
 const APP_CSS: &str = include_str!("../web/app.css");
 
+/// The vendored libraries: (path, content type, body).
+const VENDOR: &[(&str, &str, &str)] = &[
+    (
+        "/vendor/marked.umd.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../web/vendor/marked.umd.js"),
+    ),
+    (
+        "/vendor/purify.min.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../web/vendor/purify.min.js"),
+    ),
+    (
+        "/vendor/highlight.min.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../web/vendor/highlight.min.js"),
+    ),
+    (
+        "/vendor/highlight.css",
+        "text/css; charset=utf-8",
+        include_str!("../web/vendor/highlight.css"),
+    ),
+];
+
 /// Everything the page loads comes from this origin: no CDN, no outside requests.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
      img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; \
      frame-ancestors 'none'";
 
-/// The page's routes: `/`, `/app.js` and `/app.css`. Generic over the state so it merges
-/// into the API router before the state is supplied.
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
+/// The page's routes: `/`, `/app.js`, `/app.css` and the vendored libraries. Generic over
+/// the state so it merges into the API router before the state is supplied.
+pub(crate) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    let mut router = Router::new();
+    for &(path, content_type, body) in VENDOR {
+        router = router.route(path, get(move || async move { asset(content_type, body) }));
+    }
+    router
         .route(
             "/",
             get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
@@ -89,6 +119,16 @@ mod tests {
         assert!(body.contains("/api/v1"));
         let (_, content_type, _) = get("/app.css").await;
         assert!(content_type.starts_with("text/css"));
+        for &(path, expected, _) in VENDOR {
+            let (status, content_type, body) = get(path).await;
+            assert_eq!(status, StatusCode::OK, "{path}");
+            assert_eq!(content_type, expected, "{path}");
+            assert!(!body.is_empty(), "{path}");
+            assert!(
+                INDEX_HTML.contains(path),
+                "{path} is not loaded by the page"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
-// Keel's web client: the chat list, a conversation with live streaming, interrupt, edit,
-// queue, client-side tool results and reconnection. It uses only the public API under
-// /api/v1; live events are read with fetch (not EventSource) so the bearer token can be sent.
+// Keel's web client: the chat list (titles, rename, archive, delete, search, kept current by
+// the list feed), a conversation with live streaming rendered as Markdown, interrupt, edit,
+// queue, client-side tool results, a per-chat model picker and reconnection. It uses only
+// the public API under /api/v1; live events are read with fetch (not EventSource) so the
+// bearer token can be sent. Markdown goes through marked, then DOMPurify, then highlight.js
+// (vendored, loaded before this file); without them text is shown as it is.
 'use strict';
 
 const API = '/api/v1';
@@ -8,6 +11,14 @@ const TOKEN_KEY = 'keel-token';
 // Events that take a place in the chat's order and are never to be applied twice.
 const DURABLE = new Set(['part', 'message', 'stream_reset', 'tool_call_cancel']);
 const IDLE = new Set(['waiting', 'error', 'requires_action']);
+// What each status is called on the page.
+const STATUS_WORDS = {
+  waiting: 'Ready',
+  running: 'Replying…',
+  interrupting: 'Stopping…',
+  requires_action: 'Waiting for tool results',
+  error: 'Failed',
+};
 
 const $ = (id) => document.getElementById(id);
 
@@ -70,7 +81,12 @@ async function api(method, path, body) {
   for (;;) {
     const init = { method, headers: authHeaders(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
     if (body !== undefined) init.body = JSON.stringify(body);
-    const response = await fetch(API + path, init);
+    let response;
+    try {
+      response = await fetch(API + path, init);
+    } catch (_) {
+      throw new Error('Cannot reach the Keel daemon. Is it running?');
+    }
     if (response.status === 401) {
       await askToken(init.headers.Authorization);
       continue;
@@ -89,7 +105,10 @@ async function api(method, path, body) {
 // ---------------------------------------------------------------- state
 
 const view = {
+  chats: new Map(), // id -> Chat, as the list shows them
+  models: [], // from GET /models
   chatId: null,
+  chatModel: null, // the open chat's model
   status: null,
   lastEventId: null, // resume position for Last-Event-ID
   position: 0, // last durable event applied
@@ -116,42 +135,159 @@ function showError(error) {
 // ---------------------------------------------------------------- chat list
 
 function chatLabel(chat) {
-  return chat.title || 'Chat of ' + chat.created_at.slice(0, 16).replace('T', ' ');
+  return chat.title || 'New chat';
+}
+
+const relative = new Intl.RelativeTimeFormat(undefined, { numeric: 'auto' });
+
+// "5 minutes ago", "yesterday", or a local date for anything older than a week.
+function relativeTime(iso) {
+  const seconds = (Date.parse(iso) - Date.now()) / 1000;
+  const abs = Math.abs(seconds);
+  if (abs < 45) return relative.format(0, 'second');
+  if (abs < 3600) return relative.format(Math.round(seconds / 60), 'minute');
+  if (abs < 86400) return relative.format(Math.round(seconds / 3600), 'hour');
+  if (abs < 7 * 86400) return relative.format(Math.round(seconds / 86400), 'day');
+  return new Date(iso).toLocaleDateString();
 }
 
 async function loadChats() {
   try {
-    const { chats } = await api('GET', '/chats?limit=50');
-    const list = $('chat-list');
-    list.replaceChildren();
-    for (const chat of chats) {
-      list.append(el('li', {
-        class: chat.id === view.chatId ? 'active' : '',
-        'data-id': chat.id,
-        title: chat.id,
-        onclick: () => { openChat(chat.id); $('sidebar').classList.remove('open'); },
-      }, chatLabel(chat), el('span', { class: 'meta' }, chat.status + ' · ' + chat.model)));
-    }
+    const { chats } = await api('GET', '/chats?limit=200');
+    view.chats = new Map(chats.map((chat) => [chat.id, chat]));
+    renderChatList();
   } catch (error) {
     showError(error);
   }
 }
 
-let chatsRefresh = null;
-function refreshChatsSoon() {
-  clearTimeout(chatsRefresh);
-  chatsRefresh = setTimeout(loadChats, 300);
+function chatActions(chat) {
+  const action = (label, handler) => el('button', {
+    type: 'button', class: 'chat-action', 'data-action': label.toLowerCase(),
+    onclick: (event) => { event.stopPropagation(); handler().catch(showError); },
+  }, label);
+  return el('span', { class: 'chat-actions' },
+    action('Rename', async () => {
+      const title = window.prompt('New name for this chat', chatLabel(chat));
+      if (title === null || !title.trim()) return;
+      const updated = await api('PATCH', '/chats/' + chat.id, { title: title.trim() });
+      upsertChat(updated);
+    }),
+    action(chat.archived ? 'Unarchive' : 'Archive', async () => {
+      upsertChat(await api('POST', '/chats/' + chat.id + (chat.archived ? '/unarchive' : '/archive')));
+    }),
+    action('Delete', async () => {
+      if (!window.confirm('Delete "' + chatLabel(chat) + '" and all its messages?')) return;
+      await api('DELETE', '/chats/' + chat.id);
+      removeChat(chat.id);
+    }));
+}
+
+function renderChatList() {
+  const query = $('search').value.trim().toLowerCase();
+  const archived = $('show-archived').checked;
+  const shown = [...view.chats.values()]
+    .filter((chat) => (archived || !chat.archived) && (!query || chatLabel(chat).toLowerCase().includes(query)))
+    .sort((a, b) => b.created_at.localeCompare(a.created_at));
+  const list = $('chat-list');
+  list.replaceChildren(...shown.map((chat) => el('li', {
+    class: (chat.id === view.chatId ? 'active' : '') + (chat.archived ? ' archived' : ''),
+    'data-id': chat.id,
+    title: chatLabel(chat),
+    onclick: () => { openChat(chat.id); closeSidebar(); },
+  }, el('span', { class: 'chat-name' }, chatLabel(chat)),
+  el('span', { class: 'meta' }, relativeTime(chat.updated_at)
+    + (chat.status === 'waiting' ? '' : ' · ' + (STATUS_WORDS[chat.status] || chat.status))
+    + (chat.archived ? ' · archived' : '')),
+  chatActions(chat))));
+  if (!shown.length) {
+    list.append(el('li', { class: 'empty' }, query ? 'No chat matches.' : 'No chats yet.'));
+  }
+}
+
+function upsertChat(chat) {
+  view.chats.set(chat.id, chat);
+  if (chat.id === view.chatId) showChatHeader(chat);
+  renderChatList();
+}
+
+function removeChat(id) {
+  view.chats.delete(id);
+  if (id === view.chatId) {
+    openChat(null);
+    showBanner('That chat was deleted.');
+  }
+  renderChatList();
+}
+
+// Follows the list feed: every open page sees chats created, renamed, archived or deleted
+// by any client. After a reconnect (or a `resync`) it reloads the whole list.
+async function followList() {
+  let delay = 250;
+  for (;;) {
+    try {
+      const response = await fetch(API + '/events', { headers: authHeaders({ Accept: 'text/event-stream' }) });
+      if (response.status === 401) { await askToken(authHeaders().Authorization); continue; }
+      if (!response.ok) throw new Error('list feed: ' + response.status);
+      delay = 250;
+      await loadChats();
+      await readEvents(response.body, (name, _id, raw) => {
+        let data = {};
+        try { data = JSON.parse(raw); } catch (_) { return; }
+        if (name === 'resync') loadChats();
+        else if (name === 'chat' && data.deleted) removeChat(data.id);
+        else if (name === 'chat') upsertChat(data);
+      });
+    } catch (_) {
+      // Reconnect below.
+    }
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(delay * 2, 5000);
+  }
 }
 
 async function loadModels() {
   try {
     const { models } = await api('GET', '/models');
+    view.models = models;
     const select = $('model');
     select.replaceChildren(...models.map((m) => el('option', { value: m.id, selected: m.default ? '' : null }, m.id)));
     select.hidden = models.length < 2;
+    if (view.chatModel) select.value = view.chatModel;
   } catch (_) {
     // The model list is a convenience; the server's default is used without it.
   }
+}
+
+// The model picker: for a new chat it picks the model it is created with; for an open chat
+// it switches the chat's model, which the next reply uses.
+async function pickModel() {
+  const model = $('model').value;
+  if (!view.chatId || model === view.chatModel) return;
+  try {
+    const chat = await api('PATCH', '/chats/' + view.chatId, { model });
+    upsertChat(chat);
+    showBanner('The next reply will come from ' + model + '.');
+  } catch (error) {
+    $('model').value = view.chatModel;
+    showError(error);
+  }
+}
+
+function showChatHeader(chat) {
+  $('chat-title').textContent = chatLabel(chat);
+  view.chatModel = chat.model;
+  if (view.models.some((m) => m.id === chat.model)) $('model').value = chat.model;
+}
+
+function openSidebar() {
+  $('sidebar').classList.add('open');
+  $('backdrop').hidden = false;
+}
+
+function closeSidebar() {
+  $('sidebar').classList.remove('open');
+  $('backdrop').hidden = true;
 }
 
 // ---------------------------------------------------------------- rendering
@@ -185,10 +321,61 @@ function fillResult(card, part) {
   node.classList.toggle('error', !!part.is_error);
 }
 
+// ---------------------------------------------------------------- Markdown
+
+function copyText(text, button) {
+  const done = (word) => {
+    button.textContent = word;
+    setTimeout(() => { button.textContent = 'Copy'; }, 1500);
+  };
+  navigator.clipboard.writeText(text).then(() => done('Copied'), () => done('Copy failed'));
+}
+
+// A fenced code block: highlighted, monospace, with its language and a copy button.
+function decorateCode(pre) {
+  const code = pre.querySelector('code') || pre;
+  const language = (/language-([\w+#.-]+)/.exec(code.className) || [])[1] || '';
+  if (window.hljs) {
+    try { window.hljs.highlightElement(code); } catch (_) { /* unknown language: left plain */ }
+  }
+  const source = code.textContent;
+  const button = el('button', { type: 'button', class: 'copy-code' }, 'Copy');
+  button.addEventListener('click', () => copyText(source, button));
+  const block = el('div', { class: 'code-block' }, el('div', { class: 'code-head' },
+    el('span', { class: 'code-language' }, language), button));
+  pre.replaceWith(block);
+  block.append(pre);
+}
+
+// Renders Markdown into `node`, sanitised; does nothing when the text did not change, so a
+// streaming reply only re-renders the block that grew.
+function renderMarkdown(node, text) {
+  if (node.dataset.source === text) return;
+  node.dataset.source = text;
+  if (!window.marked || !window.DOMPurify) {
+    node.textContent = text;
+    return;
+  }
+  const html = window.DOMPurify.sanitize(window.marked.parse(text, { gfm: true }));
+  node.innerHTML = html.trim();
+  node.classList.add('markdown');
+  for (const link of node.querySelectorAll('a[href]')) {
+    link.target = '_blank';
+    link.rel = 'noopener noreferrer';
+  }
+  for (const pre of node.querySelectorAll('pre')) decorateCode(pre);
+}
+
+function markdownText(text) {
+  const node = el('div', { class: 'text' });
+  renderMarkdown(node, text);
+  return node;
+}
+
 function renderPart(part, container) {
   switch (part.type) {
     case 'text':
-      container.append(el('div', { class: 'text' }, partText(part)));
+      container.append(markdownText(partText(part)));
       break;
     case 'reasoning':
       container.append(el('details', { class: 'reasoning' }, el('summary', {}, 'Reasoning'),
@@ -249,7 +436,13 @@ function committedMessage(message) {
   if (message.role === 'user') return userMessage(message);
   const node = el('div', { class: 'msg ' + message.role, 'data-id': message.id });
   for (const part of message.parts) renderPart(part, node);
-  if (message.interrupted) node.append(el('span', { class: 'badge interrupted' }, 'interrupted'));
+  if (message.interrupted) node.append(el('span', { class: 'badge interrupted' }, 'stopped'));
+  const text = message.parts.filter((p) => p.type === 'text').map(partText).join('\n\n');
+  if (message.role === 'assistant' && text) {
+    const button = el('button', { type: 'button', class: 'copy-message' }, 'Copy');
+    button.addEventListener('click', () => copyText(text, button));
+    node.append(el('div', { class: 'msg-actions' }, button));
+  }
   return node;
 }
 
@@ -259,18 +452,26 @@ function scrollToEnd() {
   if (nearEnd) messages.scrollTop = messages.scrollHeight;
 }
 
+// The step in progress. While only text grows (the usual case) the text blocks are updated
+// in place; anything else (a new part, a tool call's progress) rebuilds the container.
 function renderLive() {
   view.renderQueued = false;
   const live = liveContainer();
-  live.replaceChildren();
-  for (const part of view.live) {
-    if (part.type === 'tool_result') continue;
-    renderPart(part, live);
+  const parts = view.live.filter((p) => p.type !== 'tool_result')
+    .concat(view.live.filter((p) => p.type === 'tool_result'));
+  const waiting = isBusy() && parts.length === 0;
+  const shape = parts.map((p) => (p.type === 'text' ? 'text' : JSON.stringify(p))).join('|') + (waiting ? '|waiting' : '');
+  if (live.dataset.shape === shape) {
+    const texts = live.querySelectorAll(':scope > .text');
+    parts.filter((p) => p.type === 'text').forEach((part, i) => {
+      if (texts[i]) renderMarkdown(texts[i], partText(part));
+    });
+  } else {
+    live.dataset.shape = shape;
+    live.replaceChildren();
+    for (const part of parts) renderPart(part, live);
+    if (waiting) live.append(el('div', { class: 'notice' }, 'Waiting for the model…'));
   }
-  for (const part of view.live) {
-    if (part.type === 'tool_result') renderPart(part, live);
-  }
-  if (isBusy() && view.live.length === 0) live.append(el('div', { class: 'notice' }, 'waiting for the model…'));
   scrollToEnd();
 }
 
@@ -334,18 +535,33 @@ function applyMessage(message) {
 function applyStatus(data) {
   const before = view.status;
   view.status = data.status;
-  $('chat-status').textContent = data.status;
+  $('chat-status').textContent = STATUS_WORDS[data.status] || data.status;
+  $('chat-status').dataset.status = data.status;
   $('stop').disabled = !(data.status === 'running' || data.status === 'interrupting');
   $('send').textContent = isBusy() ? 'Queue' : 'Send';
-  if (data.status === 'error' && data.last_error) {
-    showBanner('The run failed: ' + data.last_error.kind + ': ' + data.last_error.message, 'error');
-  } else if (IDLE.has(data.status)) {
-    showBanner('');
-  }
+  showRunError(data.status === 'error' ? data.last_error : null);
+  if (IDLE.has(data.status)) showBanner('');
   if (data.status === 'requires_action') loadPendingTools();
   else $('tool-prompt').hidden = true;
-  if (before !== data.status) refreshChatsSoon();
   renderLiveSoon();
+}
+
+// A failed run is shown where it failed: after the last message, naming the model and its
+// provider (the message carries the provider's own words and address).
+function showRunError(error) {
+  const old = $('run-error');
+  if (old) old.remove();
+  if (!error) return;
+  const model = view.models.find((m) => m.id === view.chatModel);
+  const who = model ? 'model ' + model.id + ' (provider ' + model.provider + ')' : 'the model';
+  const node = el('div', { id: 'run-error', class: 'msg run-error', role: 'alert' },
+    el('strong', {}, 'The reply failed'), ' — ' + who + ', ' + error.kind.replace(/_/g, ' ') + ': ',
+    el('span', { class: 'error-message' }, error.message),
+    el('div', { class: 'notice' }, 'Send a message to try again.'));
+  const live = $('live');
+  if (live) live.before(node);
+  else $('messages').append(node);
+  scrollToEnd();
 }
 
 function applyQueue(data) {
@@ -460,18 +676,21 @@ function openChat(chatId) {
   $('queue').hidden = true;
   $('connection').hidden = true;
   showBanner('');
-  $('chat-title').textContent = chatId ? 'Chat' : 'New chat';
+  $('chat-title').textContent = chatId ? chatLabel(view.chats.get(chatId) || {}) : 'New chat';
   $('chat-status').textContent = '';
+  view.chatModel = null;
   $('stop').disabled = true;
   $('send').textContent = 'Send';
   for (const item of $('chat-list').children) item.classList.toggle('active', item.dataset.id === chatId);
   if (!chatId) {
+    const fallback = view.models.find((m) => m.default);
+    if (fallback) $('model').value = fallback.id;
     history.replaceState(null, '', '#');
     return;
   }
   history.replaceState(null, '', '#chat=' + chatId);
   api('GET', '/chats/' + chatId).then((chat) => {
-    if (view.chatId === chatId) $('chat-title').textContent = chatLabel(chat);
+    if (view.chatId === chatId) showChatHeader(chat);
   }).catch(showError);
   follow(chatId, view.stream);
 }
@@ -482,8 +701,8 @@ async function send(text) {
     const model = $('model').value;
     if (model) body.model = model;
     const chat = await api('POST', '/chats', body);
+    upsertChat(chat);
     openChat(chat.id);
-    loadChats();
     return;
   }
   await api('POST', '/chats/' + view.chatId + '/messages', { text, busy: 'queue' });
@@ -569,17 +788,32 @@ function start() {
       $('composer').requestSubmit();
     }
   });
-  $('stop').addEventListener('click', () => {
-    if (view.chatId) api('POST', '/chats/' + view.chatId + '/interrupt').catch(showError);
+  const stop = () => {
+    if (view.chatId && isBusy()) api('POST', '/chats/' + view.chatId + '/interrupt').catch(showError);
+  };
+  $('stop').addEventListener('click', stop);
+  document.addEventListener('keydown', (event) => {
+    if (event.key === 'Escape' && !document.querySelector('dialog[open]')) {
+      if ($('sidebar').classList.contains('open')) closeSidebar();
+      else stop();
+    }
   });
+  $('search').addEventListener('input', renderChatList);
+  $('show-archived').addEventListener('change', renderChatList);
+  $('model').addEventListener('change', pickModel);
+  $('close-sidebar').addEventListener('click', closeSidebar);
+  $('backdrop').addEventListener('click', closeSidebar);
+  // Relative times move on.
+  setInterval(renderChatList, 60_000);
   $('log-out').addEventListener('click', logOut);
   showLogOut();
   $('new-chat').addEventListener('click', () => { openChat(null); $('input').focus(); });
-  $('toggle-sidebar').addEventListener('click', () => $('sidebar').classList.toggle('open'));
+  $('toggle-sidebar').addEventListener('click', openSidebar);
   const match = /chat=([0-9a-fA-F-]+)/.exec(location.hash);
-  loadChats();
   loadModels();
+  followList();
   openChat(match ? match[1] : null);
+  $('input').focus();
 }
 
 start();

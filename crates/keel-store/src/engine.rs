@@ -21,9 +21,9 @@ use crate::rows::{MessageCols, ToolRecordCols, from_json, from_ms};
 use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, MessageKind, NewChat,
-    NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage, RemoteNotice, SendOutcome,
-    StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
+    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, MessageKind,
+    NewChat, NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage, RemoteNotice,
+    SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
@@ -258,6 +258,15 @@ impl Store for SqlStore {
 
     async fn delete_chat(&self, chat: ChatId) -> Result<()> {
         in_tx!(self, |cx| t::delete_chat(&mut cx, chat).await)
+    }
+
+    async fn update_chat(&self, chat: ChatId, update: ChatUpdate) -> Result<Chat> {
+        in_tx!(self, |cx| t::update_chat(&mut cx, chat, update.clone())
+            .await)
+    }
+
+    async fn name_chat(&self, chat: ChatId, title: &str) -> Result<bool> {
+        in_tx!(self, |cx| t::name_chat(&mut cx, chat, title).await)
     }
 
     async fn request_compaction(&self, chat: ChatId) -> Result<Chat> {

@@ -42,6 +42,8 @@
 //! messages, live parts, status and queue changes) take numbers from one per-chat
 //! sequence, `event_seq`, which serves as the SSE event id.
 
+#![warn(unreachable_pub)]
+
 #[macro_use]
 mod sql;
 

@@ -77,7 +77,7 @@ pub(crate) struct ChatCols {
 }
 
 impl ChatCols {
-    pub fn from_chat(c: &Chat) -> Result<Self> {
+    pub(crate) fn from_chat(c: &Chat) -> Result<Self> {
         Ok(Self {
             id: c.id.to_string(),
             owner: c.owner.clone(),
@@ -109,7 +109,7 @@ impl ChatCols {
         })
     }
 
-    pub fn into_chat(self) -> Result<Chat> {
+    pub(crate) fn into_chat(self) -> Result<Chat> {
         let last_error = match (self.last_error_kind, self.last_error_message) {
             (Some(kind), message) => Some(LastError {
                 kind: serde_json::from_value(serde_json::Value::String(kind)).map_err(
@@ -195,7 +195,7 @@ fn parse_finish(name: String) -> Result<FinishReason> {
 }
 
 impl MessageCols {
-    pub fn from_message(m: &StoredMessage) -> Result<Self> {
+    pub(crate) fn from_message(m: &StoredMessage) -> Result<Self> {
         Ok(Self {
             chat_id: m.chat_id.to_string(),
             id: m.id,
@@ -218,7 +218,7 @@ impl MessageCols {
         })
     }
 
-    pub fn into_message(self) -> Result<StoredMessage> {
+    pub(crate) fn into_message(self) -> Result<StoredMessage> {
         Ok(StoredMessage {
             id: self.id,
             chat_id: uuid("messages.chat_id", &self.chat_id)?,
@@ -260,7 +260,7 @@ pub(crate) struct QueuedCols {
 }
 
 impl QueuedCols {
-    pub fn from_queued(q: &QueuedMessage) -> Result<Self> {
+    pub(crate) fn from_queued(q: &QueuedMessage) -> Result<Self> {
         Ok(Self {
             id: q.id.to_string(),
             chat_id: q.chat_id.to_string(),
@@ -270,7 +270,7 @@ impl QueuedCols {
         })
     }
 
-    pub fn into_queued(self) -> Result<QueuedMessage> {
+    pub(crate) fn into_queued(self) -> Result<QueuedMessage> {
         Ok(QueuedMessage {
             id: uuid("queued_messages.id", &self.id)?,
             chat_id: uuid("queued_messages.chat_id", &self.chat_id)?,
@@ -295,7 +295,7 @@ pub(crate) struct ToolRecordCols {
 }
 
 impl ToolRecordCols {
-    pub fn from_record(r: &ToolRecord) -> Result<Self> {
+    pub(crate) fn from_record(r: &ToolRecord) -> Result<Self> {
         Ok(Self {
             chat_id: r.chat_id.to_string(),
             tool_call_id: r.tool_call_id.clone(),
@@ -317,7 +317,7 @@ impl ToolRecordCols {
         })
     }
 
-    pub fn into_record(self) -> Result<ToolRecord> {
+    pub(crate) fn into_record(self) -> Result<ToolRecord> {
         Ok(ToolRecord {
             chat_id: uuid("tool_records.chat_id", &self.chat_id)?,
             tool_call_id: self.tool_call_id,

@@ -103,10 +103,12 @@ pub enum Transition {
     ExpirePendingAction,
     RequestCompaction,
     CommitSummary,
+    UpdateChat,
+    NameChat,
 }
 
 impl Transition {
-    pub const ALL: [Transition; 26] = [
+    pub const ALL: [Transition; 28] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -133,6 +135,8 @@ impl Transition {
         Transition::ExpirePendingAction,
         Transition::RequestCompaction,
         Transition::CommitSummary,
+        Transition::UpdateChat,
+        Transition::NameChat,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -163,6 +167,8 @@ impl Transition {
             Transition::ExpirePendingAction => "expire pending action",
             Transition::RequestCompaction => "request compaction",
             Transition::CommitSummary => "commit summary",
+            Transition::UpdateChat => "update chat",
+            Transition::NameChat => "name chat",
         }
     }
 }
@@ -259,6 +265,12 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
         (ExpirePendingAction, RequiresAction) => Some(NEXT_OR_IDLE),
         (ExpirePendingAction, Waiting | Running | Interrupting | Error) => None,
 
+        // A title or model changes nothing a run depends on; a new model applies from the
+        // next call, the generated title only while the chat has none.
+        (UpdateChat | NameChat, Waiting | Running | Interrupting | RequiresAction | Error) => {
+            Some(Target::Stays)
+        }
+
         (RequestCompaction, Waiting | Error) => Some(RUNNING),
         (RequestCompaction, Running | Interrupting | RequiresAction) => None,
     }
@@ -298,12 +310,11 @@ impl Transition {
         use Transition::*;
         match self {
             CreateChat | SendMessage | EditMessage | Interrupt | SubmitToolResults
-            | DeleteQueued | PromoteQueued | Archive | Unarchive | Delete | RequestCompaction => {
-                Trigger::Api
-            }
+            | DeleteQueued | PromoteQueued | Archive | Unarchive | Delete | RequestCompaction
+            | UpdateChat => Trigger::Api,
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
             | CommitStep | CommitSummary | FinishInterruption | FinishRun | FailRun
-            | EnterRequiresAction | ReleaseOnShutdown => Trigger::Worker,
+            | EnterRequiresAction | ReleaseOnShutdown | NameChat => Trigger::Worker,
             RecoverStale | ExpirePendingAction => Trigger::Sweep,
         }
     }

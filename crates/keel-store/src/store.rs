@@ -11,9 +11,9 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, Lease, LiveEntry, MessageId, NewChat, NewMessage, NewSummary,
-    Next, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord, ToolResultInput,
-    User,
+    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat, NewMessage,
+    NewSummary, Next, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord,
+    ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
@@ -57,6 +57,11 @@ pub trait Store: Send + Sync {
     async fn promote_queued(&self, chat: ChatId, queued: QueueId) -> Result<Chat>;
     async fn set_archived(&self, chat: ChatId, archived: bool) -> Result<Chat>;
     async fn delete_chat(&self, chat: ChatId) -> Result<()>;
+    /// Renames a chat and/or switches its model (`update chat`).
+    async fn update_chat(&self, chat: ChatId, update: ChatUpdate) -> Result<Chat>;
+    /// Gives an untitled chat the title the daemon generated (`name chat`); `false` when
+    /// the chat already has a title (a client named it meanwhile), which is kept.
+    async fn name_chat(&self, chat: ChatId, title: &str) -> Result<bool>;
     /// Asks for a compaction of an idle (`waiting` or `error`) chat; a conflict otherwise.
     async fn request_compaction(&self, chat: ChatId) -> Result<Chat>;
 

@@ -293,6 +293,21 @@ pub struct ChangeNotice {
     pub event_seq: i64,
     #[serde(default)]
     pub deleted: bool,
+    /// The user who owns the chat.
+    #[serde(default)]
+    pub owner: String,
+    /// Something a list of chats shows changed: the chat was created or deleted, or its
+    /// status, title, model or archived flag changed. Live-part appends and commits that
+    /// leave those alone do not set it, so the list's followers skip them without a read.
+    #[serde(default)]
+    pub listing: bool,
+}
+
+/// What `update_chat` changes; a field left `None` stays as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChatUpdate {
+    pub title: Option<String>,
+    pub model: Option<String>,
 }
 
 /// What a subscriber to every replica's changes hears.

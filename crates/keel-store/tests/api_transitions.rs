@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use keel_core::{ErrorKind, Part, PartKind, Role};
 use keel_store::{
-    Busy, ChatStatus, NewChat, NewMessage, Next, SendOutcome, StoreError, ToolResultInput,
-    Transition,
+    Busy, ChatStatus, ChatUpdate, NewChat, NewMessage, Next, SendOutcome, StoreError,
+    ToolResultInput, Transition,
 };
 use serde_json::json;
 
@@ -25,6 +25,9 @@ both_backends!(
     concurrent_repeats_of_one_key_create_one_chat,
     notices_are_published,
     prompt_history_is_repaired,
+    rename_and_model_switch_change_only_what_they_name,
+    a_generated_title_never_replaces_one_already_set,
+    list_notices_name_the_owner_and_skip_live_parts,
 );
 
 async fn create_then_read(db: TestDb) {
@@ -556,4 +559,110 @@ async fn migrate_creates_the_file_and_its_directory() {
         keel_store::open("mysql://x").await.map(|_| ()).unwrap_err(),
         StoreError::InvalidInput(_)
     ));
+}
+
+async fn rename_and_model_switch_change_only_what_they_name(db: TestDb) {
+    let s = &db.store;
+    let chat = idle(s, "hi").await;
+    let renamed = s
+        .update_chat(
+            chat.id,
+            ChatUpdate {
+                title: Some("Trip plans".into()),
+                model: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(renamed.title.as_deref(), Some("Trip plans"));
+    assert_eq!(renamed.model, chat.model);
+    assert_eq!(renamed.status, chat.status);
+    assert_eq!(renamed.event_seq, chat.event_seq, "no chat event is taken");
+    let switched = s
+        .update_chat(
+            chat.id,
+            ChatUpdate {
+                title: None,
+                model: Some("other".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(switched.model, "other");
+    assert_eq!(switched.title.as_deref(), Some("Trip plans"));
+    // The same values again write nothing.
+    let same = s
+        .update_chat(
+            chat.id,
+            ChatUpdate {
+                title: Some("Trip plans".into()),
+                model: Some("other".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(same.version, switched.version);
+    let missing = s
+        .update_chat(uuid::Uuid::new_v4(), ChatUpdate::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, StoreError::NotFound { .. }), "{missing}");
+}
+
+async fn a_generated_title_never_replaces_one_already_set(db: TestDb) {
+    let s = &db.store;
+    let chat = idle(s, "hi").await;
+    assert!(s.name_chat(chat.id, "Greeting").await.unwrap());
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().title.as_deref(),
+        Some("Greeting")
+    );
+    assert!(!s.name_chat(chat.id, "Something else").await.unwrap());
+    s.update_chat(
+        chat.id,
+        ChatUpdate {
+            title: Some("Mine".into()),
+            model: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(!s.name_chat(chat.id, "Later").await.unwrap());
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().title.as_deref(),
+        Some("Mine")
+    );
+}
+
+async fn list_notices_name_the_owner_and_skip_live_parts(db: TestDb) {
+    let s = &db.store;
+    let mut local = s.subscribe();
+    let chat = create(s, "hi").await;
+    let n = local.recv().await.unwrap();
+    assert!(n.listing && n.owner == chat.owner, "{n:?}");
+    let lease = claim(s, "w", chat.id).await;
+    while local.try_recv().is_ok() {}
+    s.append_live_parts(&lease, &[json!({"type": "text", "text": "x"})])
+        .await
+        .unwrap();
+    let n = local.recv().await.unwrap();
+    assert!(!n.listing, "a live part leaves the list alone: {n:?}");
+    s.update_chat(
+        chat.id,
+        ChatUpdate {
+            title: Some("T".into()),
+            model: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(local.recv().await.unwrap().listing);
+    s.set_archived(chat.id, true).await.unwrap();
+    assert!(local.recv().await.unwrap().listing);
+    s.finish_run(&lease).await.unwrap();
+    let n = local.recv().await.unwrap();
+    assert!(n.listing, "a status change shows in the list: {n:?}");
+    s.delete_chat(chat.id).await.unwrap();
+    let n = local.recv().await.unwrap();
+    assert!(n.listing && n.deleted && n.owner == chat.owner, "{n:?}");
 }

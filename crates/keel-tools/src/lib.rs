@@ -13,6 +13,8 @@
 //!
 //! Every tool implements [`keel_agent::Tool`].
 
+#![warn(unreachable_pub)]
+
 mod args;
 pub mod builtin;
 pub mod env;

@@ -34,7 +34,7 @@ pub(crate) struct Violation {
 }
 
 impl Violation {
-    pub fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             code: None,
@@ -42,18 +42,18 @@ impl Violation {
         }
     }
 
-    pub fn code(mut self, code: &'static str) -> Self {
+    pub(crate) fn code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
     }
 
-    pub fn param(mut self, param: impl Into<String>) -> Self {
+    pub(crate) fn param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
         self
     }
 
     /// The `400` response in `flavor`'s envelope.
-    pub fn response(&self, flavor: Flavor) -> Response {
+    pub(crate) fn response(&self, flavor: Flavor) -> Response {
         let body = envelope(
             flavor,
             "invalid_request_error",

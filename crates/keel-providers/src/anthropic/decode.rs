@@ -344,7 +344,7 @@ fn redacted_metadata(data: &Value) -> Value {
 }
 
 /// The notice a refusal carries when the provider explains nothing.
-pub const REFUSAL_NOTICE: &str = "The model declined to continue this reply.";
+pub(super) const REFUSAL_NOTICE: &str = "The model declined to continue this reply.";
 
 /// A reply stopped with `stop_reason: "refusal"` becomes a refusal part: the explanation in
 /// `stop_details` when there is one (it rides on the same `message_delta`), else a fixed

@@ -4,12 +4,13 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use keel_store::{NewChat, SendOutcome};
+use keel_store::{ChatUpdate, NewChat, SendOutcome};
 
 use crate::api::doc::IdempotencyKey;
 use crate::api::dto::{
     ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
     MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
+    UpdateChatRequest,
 };
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
@@ -37,7 +38,7 @@ fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String
 }
 
 #[utoipa::path(post, path = "/chats", tag = "chats", summary = "Create a chat; its first message starts a run", params(IdempotencyKey), request_body = CreateChatRequest, responses((status = 201, description = "Created", body = ChatView)))]
-pub async fn create_chat(
+pub(super) async fn create_chat(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
@@ -93,7 +94,7 @@ pub async fn create_chat(
 }
 
 #[utoipa::path(get, path = "/chats", tag = "chats", summary = "List chats, newest first", params(ListChatsQuery), responses((status = 200, description = "Chats", body = ChatList)))]
-pub async fn list_chats(
+pub(super) async fn list_chats(
     State(state): State<AppState>,
     caller: Caller,
     query: Result<Query<ListChatsQuery>, axum::extract::rejection::QueryRejection>,
@@ -116,7 +117,7 @@ pub async fn list_chats(
 }
 
 #[utoipa::path(get, path = "/chats/{id}", tag = "chats", summary = "Get a chat", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
-pub async fn get_chat(
+pub(super) async fn get_chat(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -125,8 +126,65 @@ pub async fn get_chat(
     Ok(Json(ChatView::from(&chat)))
 }
 
+/// The longest title a client may set, in characters.
+pub(super) const TITLE_MAX_CHARS: usize = 200;
+
+/// A title as a client sent it: trimmed, not empty, at most [`TITLE_MAX_CHARS`] characters,
+/// one line without control characters. The error says what is wrong.
+pub(super) fn checked_title(title: &str) -> Result<String, String> {
+    let title = title.trim();
+    if title.is_empty() {
+        return Err("title must not be empty".into());
+    }
+    if title.chars().count() > TITLE_MAX_CHARS {
+        return Err(format!(
+            "title must be at most {TITLE_MAX_CHARS} characters"
+        ));
+    }
+    if title.chars().any(char::is_control) {
+        return Err("title must be one line without control characters".into());
+    }
+    Ok(title.to_owned())
+}
+
+/// Renames a chat and/or switches its model; the next model call of the chat uses the new
+/// model. Every field is checked before anything is written.
+#[utoipa::path(patch, path = "/chats/{id}", tag = "chats", summary = "Rename a chat or switch its model (the next model call uses it)", params(("id" = String, Path, description = "The chat's id")), request_body = UpdateChatRequest, responses((status = 200, description = "Chat", body = ChatView)))]
+pub(super) async fn update_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<UpdateChatRequest>,
+) -> Result<Json<ChatView>, ApiError> {
+    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    if request.title.is_none() && request.model.is_none() {
+        return Err(ApiError::invalid(
+            "nothing to change: send `title` and/or `model`",
+        ));
+    }
+    let title = request
+        .title
+        .as_deref()
+        .map(checked_title)
+        .transpose()
+        .map_err(ApiError::invalid)?;
+    if let Some(model) = &request.model
+        && state.models.get(model).is_none()
+    {
+        return Err(ApiError::invalid(format!(
+            "unknown model `{model}`; see GET /api/v1/models"
+        )));
+    }
+    let update = ChatUpdate {
+        title,
+        model: request.model,
+    };
+    let chat = state.store.update_chat(chat.id, update).await?;
+    Ok(Json(ChatView::from(&chat)))
+}
+
 #[utoipa::path(delete, path = "/chats/{id}", tag = "chats", summary = "Delete a chat (an active run is stopped first)", params(("id" = String, Path, description = "The chat's id")), responses((status = 204, description = "Deleted")))]
-pub async fn delete_chat(
+pub(super) async fn delete_chat(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -148,7 +206,7 @@ async fn set_archived(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/archive", tag = "chats", summary = "Archive", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
-pub async fn archive(
+pub(super) async fn archive(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -157,7 +215,7 @@ pub async fn archive(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/unarchive", tag = "chats", summary = "Unarchive", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
-pub async fn unarchive(
+pub(super) async fn unarchive(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -166,7 +224,7 @@ pub async fn unarchive(
 }
 
 #[utoipa::path(get, path = "/chats/{id}/messages", tag = "chats", summary = "Committed messages in order", params(("id" = String, Path, description = "The chat's id"), ListMessagesQuery), responses((status = 200, description = "Messages", body = MessageList)))]
-pub async fn list_messages(
+pub(super) async fn list_messages(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -201,7 +259,7 @@ pub async fn list_messages(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/messages", tag = "chats", summary = "Send a message", params(("id" = String, Path, description = "The chat's id"), IdempotencyKey), request_body = SendMessageRequest, responses((status = 202, description = "Started or queued", body = Sent)))]
-pub async fn send_message(
+pub(super) async fn send_message(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
@@ -229,7 +287,7 @@ pub async fn send_message(
 }
 
 #[utoipa::path(put, path = "/chats/{id}/messages/{message_id}", tag = "chats", summary = "Edit a user message; later history is deleted and a run starts", params(("id" = String, Path, description = "The chat's id"), ("message_id" = i64, Path, description = "The message's id")), request_body = ContentInput, responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn edit_message(
+pub(super) async fn edit_message(
     State(state): State<AppState>,
     caller: Caller,
     Path((id, message_id)): Path<(String, String)>,
@@ -245,7 +303,7 @@ pub async fn edit_message(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/interrupt", tag = "chats", summary = "Interrupt the active run (idempotent)", params(("id" = String, Path, description = "The chat's id")), responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn interrupt(
+pub(super) async fn interrupt(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -258,7 +316,7 @@ pub async fn interrupt(
 /// Asks for a compaction of an idle chat; the worker summarises it and it returns to
 /// `waiting`.
 #[utoipa::path(post, path = "/chats/{id}/compact", tag = "chats", summary = "Summarise older history now (the chat must be idle)", params(("id" = String, Path, description = "The chat's id")), responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn compact(
+pub(super) async fn compact(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -269,7 +327,7 @@ pub async fn compact(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/tool-results", tag = "chats", summary = "Answer pending client-side tool calls", params(("id" = String, Path, description = "The chat's id")), request_body = ToolResultsRequest, responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn tool_results(
+pub(super) async fn tool_results(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -284,7 +342,7 @@ pub async fn tool_results(
 }
 
 #[utoipa::path(delete, path = "/chats/{id}/queue/{queue_id}", tag = "chats", summary = "Delete a queued message", params(("id" = String, Path, description = "The chat's id"), ("queue_id" = String, Path, description = "The queued message's id")), responses((status = 204, description = "Deleted")))]
-pub async fn delete_queued(
+pub(super) async fn delete_queued(
     State(state): State<AppState>,
     caller: Caller,
     Path((id, queue_id)): Path<(String, String)>,
@@ -298,7 +356,7 @@ pub async fn delete_queued(
 }
 
 #[utoipa::path(post, path = "/chats/{id}/queue/{queue_id}/promote", tag = "chats", summary = "Make a queued message next", params(("id" = String, Path, description = "The chat's id"), ("queue_id" = String, Path, description = "The queued message's id")), responses((status = 202, description = "Chat", body = ChatView)))]
-pub async fn promote_queued(
+pub(super) async fn promote_queued(
     State(state): State<AppState>,
     caller: Caller,
     Path((id, queue_id)): Path<(String, String)>,
@@ -313,7 +371,16 @@ pub async fn promote_queued(
 
 #[cfg(test)]
 mod tests {
-    use super::is_idempotency_key;
+    use super::{TITLE_MAX_CHARS, checked_title, is_idempotency_key};
+
+    #[test]
+    fn titles_are_one_trimmed_line_of_limited_length() {
+        assert_eq!(checked_title("  Trip plans ").as_deref(), Ok("Trip plans"));
+        assert!(checked_title("   ").is_err());
+        assert!(checked_title("two\nlines").is_err());
+        assert!(checked_title(&"é".repeat(TITLE_MAX_CHARS)).is_ok());
+        assert!(checked_title(&"é".repeat(TITLE_MAX_CHARS + 1)).is_err());
+    }
 
     #[test]
     fn idempotency_keys_are_visible_ascii_with_inner_spaces() {

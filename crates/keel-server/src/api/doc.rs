@@ -25,12 +25,16 @@ use utoipa::{IntoParams, Modify, OpenApi};
     modifiers(&Bearer),
     components(schemas(crate::api::error::ErrorBody))
 )]
-pub struct ApiDoc;
+pub(super) struct ApiDoc;
 
 /// `Idempotency-Key`: a retry with the same key returns the first outcome.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Header)]
-pub struct IdempotencyKey {
+#[allow(
+    dead_code,
+    reason = "describes the header; handlers read it with their own checks"
+)]
+pub(super) struct IdempotencyKey {
     /// Visible ASCII; a retry with the same key returns the first outcome.
     #[serde(rename = "Idempotency-Key")]
     #[param(min_length = 1, max_length = 255, pattern = "^[!-~]([ -~]*[!-~])?$")]
@@ -95,7 +99,7 @@ pub(crate) fn add_error_answers(doc: &mut Document) {
 }
 
 /// The document as JSON, built once.
-pub fn document() -> &'static serde_json::Value {
+pub(super) fn document() -> &'static serde_json::Value {
     static DOCUMENT: LazyLock<serde_json::Value> = LazyLock::new(|| {
         let (_, doc) = crate::api::routes();
         // Serialising plain data (strings, maps) cannot fail.

@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-pub fn timestamp(at: &DateTime<Utc>) -> String {
+pub(crate) fn timestamp(at: &DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// A chat, its queue and what it waits on.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Chat)]
-pub struct ChatView {
+pub(crate) struct ChatView {
     pub id: String,
     pub title: Option<String>,
     pub model: String,
@@ -31,14 +31,14 @@ pub struct ChatView {
 
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = LastError)]
-pub struct LastErrorView {
+pub(crate) struct LastErrorView {
     pub kind: String,
     pub message: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = QueuedMessage)]
-pub struct QueuedView {
+pub(crate) struct QueuedView {
     pub id: String,
     pub position: i64,
     pub parts: Vec<Part>,
@@ -47,7 +47,7 @@ pub struct QueuedView {
 
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = PendingToolCall)]
-pub struct PendingCallView {
+pub(crate) struct PendingCallView {
     pub tool_call_id: String,
     pub tool_name: String,
     pub args: String,
@@ -95,7 +95,7 @@ impl From<&QueuedMessage> for QueuedView {
 /// A committed message.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Message)]
-pub struct MessageView {
+pub(crate) struct MessageView {
     pub id: i64,
     /// `user`, `assistant`, `tool` or `system`.
     pub role: &'static str,
@@ -122,10 +122,22 @@ impl From<&StoredMessage> for MessageView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(as = Content, example = json!({"text": "Rename the file to notes.md"}))]
 #[serde(deny_unknown_fields)]
-pub struct ContentInput {
+pub(crate) struct ContentInput {
     pub text: Option<String>,
     #[serde(default, deserialize_with = "user_parts")]
     pub parts: Option<Vec<Part>>,
+}
+
+/// `PATCH /api/v1/chats/{id}`: what to change (at least one of the two).
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = UpdateChat, example = json!({"title": "Trip to Lisbon"}))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UpdateChatRequest {
+    /// The new title: trimmed, 1 to 200 characters, one line.
+    #[schema(min_length = 1, max_length = 200)]
+    pub title: Option<String>,
+    /// The model the chat's next model call uses; one of `GET /models`.
+    pub model: Option<String>,
 }
 
 /// `POST /api/v1/chats`: the first message (`text` or `parts`, exactly one) and the chat's
@@ -138,7 +150,7 @@ pub struct ContentInput {
                "parameters": {"type": "object", "properties": {"question": {"type": "string"}}}}]
 }))]
 #[serde(deny_unknown_fields)]
-pub struct CreateChatRequest {
+pub(crate) struct CreateChatRequest {
     pub text: Option<String>,
     #[serde(default, deserialize_with = "user_parts")]
     pub parts: Option<Vec<Part>>,
@@ -198,7 +210,7 @@ fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<
 /// A client-side tool given at chat creation.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ClientTool {
+pub(crate) struct ClientTool {
     pub name: String,
     #[serde(default)]
     pub description: String,
@@ -211,7 +223,7 @@ pub struct ClientTool {
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(as = SendMessage, example = json!({"text": "And the tests?", "busy": "queue"}))]
 #[serde(deny_unknown_fields)]
-pub struct SendMessageRequest {
+pub(crate) struct SendMessageRequest {
     pub text: Option<String>,
     #[serde(default, deserialize_with = "user_parts")]
     pub parts: Option<Vec<Part>>,
@@ -225,7 +237,7 @@ pub struct SendMessageRequest {
     "results": [{"tool_call_id": "call_1", "result": {"answer": "yes"}}]
 }))]
 #[serde(deny_unknown_fields)]
-pub struct ToolResultsRequest {
+pub(crate) struct ToolResultsRequest {
     #[schema(min_items = 1)]
     pub results: Vec<keel_store::ToolResultInput>,
 }
@@ -233,7 +245,7 @@ pub struct ToolResultsRequest {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListChatsQuery {
+pub(crate) struct ListChatsQuery {
     /// At most this many chats (1 to 200; default 50; more is taken as 200).
     #[param(minimum = 0, maximum = 4294967295_u64, format = Int64)]
     pub limit: Option<u32>,
@@ -245,7 +257,7 @@ pub struct ListChatsQuery {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListMessagesQuery {
+pub(crate) struct ListMessagesQuery {
     /// Only messages with a greater id.
     #[param(minimum = 0)]
     pub after: Option<i64>,
@@ -255,12 +267,12 @@ pub struct ListMessagesQuery {
 }
 
 /// The largest page of messages one request may ask for.
-pub const MAX_PAGE: i64 = 1000;
+pub(crate) const MAX_PAGE: i64 = 1000;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct EventsQuery {
+pub(crate) struct EventsQuery {
     /// Replay events with a greater sequence number first (as `Last-Event-ID`).
     #[param(minimum = 0)]
     pub after: Option<i64>,
@@ -270,7 +282,11 @@ pub struct EventsQuery {
 /// `text/event-stream` answer (what each stream's events hold is in `docs/api.md` and
 /// `docs/compat.md`).
 #[derive(Debug, ToSchema)]
-pub struct SseEvent {
+#[allow(
+    dead_code,
+    reason = "describes the events; the streams write them with axum's `Event`"
+)]
+pub(crate) struct SseEvent {
     /// The event type; absent means `message`.
     pub event: Option<String>,
     /// The event's data, JSON for every Keel stream.
@@ -281,19 +297,19 @@ pub struct SseEvent {
 
 /// `GET /api/v1/chats`: newest first.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ChatList {
+pub(crate) struct ChatList {
     pub chats: Vec<ChatView>,
 }
 
 /// `GET /api/v1/chats/{id}/messages`: in order.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MessageList {
+pub(crate) struct MessageList {
     pub messages: Vec<MessageView>,
 }
 
 /// What became of a sent message: it started a run (`message_id`) or was queued (`queue_id`).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Sent {
+pub(crate) struct Sent {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message_id: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -303,7 +319,7 @@ pub struct Sent {
 /// A configured model.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Model)]
-pub struct ModelView {
+pub(crate) struct ModelView {
     pub id: String,
     pub provider: String,
     pub context_limit: Option<u64>,
@@ -312,7 +328,7 @@ pub struct ModelView {
 
 /// `GET /api/v1/models`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ModelList {
+pub(crate) struct ModelList {
     pub models: Vec<ModelView>,
 }
 

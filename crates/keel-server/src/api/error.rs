@@ -75,12 +75,12 @@ pub struct ApiError {
 /// The body of every error answer.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Error)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
+pub(crate) struct ErrorDetail {
     pub code: Code,
     pub message: String,
     /// Why a request was refused (403, 429, 503): `foreign_host`, `foreign_origin`,
@@ -93,7 +93,7 @@ pub struct ErrorDetail {
 }
 
 /// What a client is told about an internal error instead of its text.
-pub const INTERNAL_MESSAGE: &str =
+pub(crate) const INTERNAL_MESSAGE: &str =
     "internal error; the daemon's log holds the details under this request's id";
 
 impl ApiError {

@@ -27,7 +27,7 @@ use crate::api::extract::{Caller, parse_id};
 use crate::api::state::AppState;
 use crate::hub::Frame;
 use crate::live::from_log;
-use crate::net::sse_slots::SlotRefusal;
+use crate::net::sse_slots::{SlotRefusal, SseSlot};
 
 /// Events buffered for a client between the follower task and the socket.
 const CLIENT_BUFFER: usize = 256;
@@ -36,7 +36,7 @@ const CLIENT_BUFFER: usize = 256;
 const CATCH_UP_PAGE: usize = 200;
 
 #[utoipa::path(get, path = "/chats/{id}/events", tag = "chats", summary = "Live events (Server-Sent Events)", params(("id" = String, Path, description = "The chat's id"), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (as `after`)")), responses((status = 200, description = "Live events", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
-pub async fn events(
+pub(super) async fn events(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -44,21 +44,7 @@ pub async fn events(
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
-    let user = state.auth.requires_tokens().then_some(caller.0.as_str());
-    let slot = state.sse_slots.take(user).map_err(|refusal| {
-        state.metrics.refused(refusal.reason());
-        let message = match refusal {
-            SlotRefusal::User => format!(
-                "this user already has {} live event streams open ([server] sse_max_per_user)",
-                state.config.server.sse_max_per_user
-            ),
-            SlotRefusal::Total => format!(
-                "the daemon already has {} live event streams open ([server] sse_max_total)",
-                state.config.server.sse_max_total
-            ),
-        };
-        ApiError::refused(Code::TooManyRequests, refusal.reason(), message)
-    })?;
+    let slot = stream_slot(&state, &caller)?;
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
     // A malformed Last-Event-ID is no reason to refuse the stream: like a position the chat
     // never reached, it gets a `stream_reset` and the step in progress from its start.
@@ -100,10 +86,29 @@ pub async fn events(
     ))
 }
 
+/// A slot for one more live event stream of `caller`, or the `429` that refuses it.
+pub(crate) fn stream_slot(state: &AppState, caller: &Caller) -> Result<SseSlot, ApiError> {
+    let user = state.auth.requires_tokens().then_some(caller.0.as_str());
+    state.sse_slots.take(user).map_err(|refusal| {
+        state.metrics.refused(refusal.reason());
+        let message = match refusal {
+            SlotRefusal::User => format!(
+                "this user already has {} live event streams open ([server] sse_max_per_user)",
+                state.config.server.sse_max_per_user
+            ),
+            SlotRefusal::Total => format!(
+                "the daemon already has {} live event streams open ([server] sse_max_total)",
+                state.config.server.sse_max_total
+            ),
+        };
+        ApiError::refused(Code::TooManyRequests, refusal.reason(), message)
+    })
+}
+
 /// One event of a chat as the contract names it: its id (the position it carries), name and
 /// JSON data.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveItem {
+pub(super) struct LiveItem {
     pub id: i64,
     pub event: &'static str,
     pub data: String,
@@ -113,7 +118,7 @@ pub struct LiveItem {
 /// live events) until the receiver is dropped, the client falls too far behind, the chat is
 /// deleted or the process stops. A position the chat never reached opens with `stream_reset`
 /// and the step in progress from its start, as on the SSE route.
-pub fn follow_chat(state: AppState, chat: Chat, position: i64) -> mpsc::Receiver<LiveItem> {
+pub(super) fn follow_chat(state: AppState, chat: Chat, position: i64) -> mpsc::Receiver<LiveItem> {
     let (tx, rx) = mpsc::channel::<LiveItem>(CLIENT_BUFFER);
     let requested = if position == 0 {
         Requested::Start

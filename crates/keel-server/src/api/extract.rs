@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::api::error::ApiError;
 
 /// A JSON body whose every rejection is a contract error (400, 413 or 415).
-pub struct ApiJson<T>(pub T);
+pub(super) struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
@@ -42,12 +42,15 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 }
 
 /// Parses a chat or queue id; a malformed id names nothing, so it is a 404.
-pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
+pub(super) fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::not_found(format!("{what} {raw} not found")))
 }
 
 /// The parts of a new user message: `text` or `parts` (text and file parts only).
-pub fn user_parts(text: Option<String>, parts: Option<Vec<Part>>) -> Result<Vec<Part>, ApiError> {
+pub(super) fn user_parts(
+    text: Option<String>,
+    parts: Option<Vec<Part>>,
+) -> Result<Vec<Part>, ApiError> {
     let parts = match (text, parts) {
         (Some(text), None) => vec![Part::text(text)],
         (None, Some(parts)) => parts,

@@ -1,14 +1,15 @@
 //! HTTP API v1 (described for users in `docs/api.md`): routes, authentication, body limits
 //! and error mapping.
 
-pub mod chats;
-pub mod compat;
-pub mod doc;
-pub mod dto;
-pub mod error;
-pub mod events;
-pub mod extract;
-pub mod ops;
+mod chats;
+mod compat;
+mod doc;
+pub(crate) mod dto;
+pub(crate) mod error;
+mod events;
+mod extract;
+mod feed;
+mod ops;
 pub mod state;
 
 use axum::Router;
@@ -36,7 +37,12 @@ pub(crate) fn routes_with(
 ) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let api = OpenApiRouter::new()
         .routes(routes!(chats::create_chat, chats::list_chats))
-        .routes(routes!(chats::get_chat, chats::delete_chat))
+        .routes(routes!(
+            chats::get_chat,
+            chats::delete_chat,
+            chats::update_chat
+        ))
+        .routes(routes!(feed::events))
         .routes(routes!(chats::archive))
         .routes(routes!(chats::unarchive))
         .routes(routes!(chats::list_messages, chats::send_message))

@@ -10,7 +10,7 @@ use crate::api::dto::{ModelList, ModelView};
 use crate::api::state::AppState;
 
 #[utoipa::path(get, path = "/healthz", tag = "operations", summary = "Liveness", responses((status = 200, description = "Alive")))]
-pub async fn healthz() -> StatusCode {
+pub(super) async fn healthz() -> StatusCode {
     StatusCode::OK
 }
 
@@ -20,7 +20,7 @@ const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// `200` when the database answers. Anyone who can reach the daemon may ask, so a failure
 /// is answered with its kind and the request id only; the error itself goes to the log.
 #[utoipa::path(get, path = "/readyz", tag = "operations", summary = "Readiness", responses((status = 200, description = "Ready", body = Object), (status = 503, description = "Not ready", body = Object)))]
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     // A database that does not answer is as unready as one that fails; the pool would
     // otherwise keep retrying for its whole acquire timeout.
     let database = match tokio::time::timeout(
@@ -71,7 +71,7 @@ fn public_dependencies(mut dependencies: Vec<serde_json::Value>) -> Vec<serde_js
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "operations", summary = "Prometheus metrics", responses((status = 200, description = "Metrics", content_type = "text/plain", body = String)))]
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let channels = i64::try_from(state.hub.channel_count()).unwrap_or(i64::MAX);
     state.metrics.live_channels.set(channels);
     (
@@ -85,7 +85,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 #[utoipa::path(get, path = "/models", tag = "operations", summary = "Models", responses((status = 200, description = "Models", body = ModelList)))]
-pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
+pub(super) async fn models(State(state): State<AppState>) -> Json<ModelList> {
     let default = state.models.default_id().to_owned();
     let models = state
         .models
@@ -103,7 +103,7 @@ pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
 /// The document as this daemon serves it: a chat's `model` must be one of the configured
 /// ids, which only the running daemon knows, so it fills them in as an enum.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", summary = "This document", responses((status = 200, description = "OpenAPI document", body = Object)))]
-pub async fn openapi(State(state): State<AppState>) -> Response {
+pub(super) async fn openapi(State(state): State<AppState>) -> Response {
     let ids: Vec<&str> = state.models.list().map(|m| m.id.as_str()).collect();
     let doc = document_for(crate::api::doc::document(), &ids);
     ([(header::CONTENT_TYPE, "application/json")], doc).into_response()

@@ -113,6 +113,10 @@ pub struct RunsConfig {
     pub pending_action_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Whether an untitled chat gets a title generated after its first reply.
+    pub titles: bool,
+    /// The model that writes titles; the chat's own model when absent.
+    pub title_model: Option<String>,
     /// Connections of the database pool; absent: sized to `workers`
     /// ([`RunsConfig::database_connections`]).
     #[serde(rename = "database_connections")]
@@ -134,6 +138,8 @@ impl Default for RunsConfig {
             queue_max: 20,
             pending_action_timeout_ms: 300_000,
             max_body_bytes: 1024 * 1024,
+            titles: true,
+            title_model: None,
             database_connections_set: None,
         }
     }

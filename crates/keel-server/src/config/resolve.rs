@@ -82,6 +82,7 @@ impl Config {
         let providers = resolve_providers(providers, env)?;
         validate::models(&models, &providers)?;
         validate::runs(&file.runs)?;
+        validate::title_model(&file.runs, &models)?;
         validate::mcp(&file.mcp_servers)?;
         validate::tools(&file.tools)?;
         validate::server(&file.server)?;

@@ -189,6 +189,27 @@ pub(super) fn runs(runs: &RunsConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `runs.title_model` names a configured model (the built-in `demo` model when there are
+/// none).
+pub(super) fn title_model(runs: &RunsConfig, models: &[ModelEntry]) -> Result<(), ConfigError> {
+    let Some(id) = &runs.title_model else {
+        return Ok(());
+    };
+    let known = if models.is_empty() {
+        id == "demo"
+    } else {
+        models.iter().any(|m| &m.id == id)
+    };
+    if known {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            "runs.title_model",
+            format!("no model `{id}` is configured"),
+        ))
+    }
+}
+
 pub(super) fn mcp(servers: &[McpServerEntry]) -> Result<(), ConfigError> {
     let mut names = HashSet::new();
     for (i, server) in servers.iter().enumerate() {

@@ -14,7 +14,7 @@ use crate::net::hosts::{AllowedHosts, RequestFacts, check};
 
 /// What the guard needs.
 #[derive(Clone)]
-pub struct Guard {
+pub(crate) struct Guard {
     pub hosts: Arc<AllowedHosts>,
     pub metrics: Arc<Metrics>,
 }
@@ -25,7 +25,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"))
 }
 
-pub async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+pub(crate) async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     let authority = request.uri().authority().map(|a| a.as_str());
     let method = request.method();

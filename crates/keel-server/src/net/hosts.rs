@@ -30,13 +30,13 @@ use std::net::{IpAddr, SocketAddr};
 
 /// One `[server] allowed_hosts` entry: a host name and, optionally, the only port.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedEntry {
+pub(crate) struct AllowedEntry {
     name: String,
     port: Option<u16>,
 }
 
 /// Parses an `allowed_hosts` entry (`HOST` or `HOST:PORT`, IPv6 in brackets).
-pub fn parse_allowed_entry(entry: &str) -> Result<AllowedEntry, String> {
+pub(crate) fn parse_allowed_entry(entry: &str) -> Result<AllowedEntry, String> {
     let (name, port) = split_authority(entry.trim()).ok_or_else(|| {
         format!("`{entry}` is not HOST or HOST:PORT (no scheme, path or user part)")
     })?;
@@ -114,7 +114,7 @@ impl AllowedHosts {
 
 /// Why a request is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     MissingHost,
     ForeignHost(String),
     ForeignOrigin(String),
@@ -123,7 +123,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// A short stable name for the reason (in the error body and the metrics).
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Refusal::MissingHost => "missing_host",
             Refusal::ForeignHost(_) => "foreign_host",
@@ -133,7 +133,7 @@ impl Refusal {
     }
 
     /// What the client is told.
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             Refusal::MissingHost => "a Host header is required".to_owned(),
             Refusal::ForeignHost(host) => format!(
@@ -154,7 +154,7 @@ impl Refusal {
 
 /// The headers the decision looks at, as received.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RequestFacts<'a> {
+pub(crate) struct RequestFacts<'a> {
     /// `GET`, `HEAD` or `OPTIONS`.
     pub safe_method: bool,
     /// The `Host` header, else the authority of an absolute request target.
@@ -165,7 +165,7 @@ pub struct RequestFacts<'a> {
 }
 
 /// The decision of the table in the module doc.
-pub fn check(allowed: &AllowedHosts, facts: &RequestFacts<'_>) -> Result<(), Refusal> {
+pub(crate) fn check(allowed: &AllowedHosts, facts: &RequestFacts<'_>) -> Result<(), Refusal> {
     let host = facts.host.ok_or(Refusal::MissingHost)?;
     if !allowed.allows_host(host) {
         return Err(Refusal::ForeignHost(host.to_owned()));

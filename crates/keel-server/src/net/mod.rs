@@ -8,8 +8,8 @@
 //! * [`sse_slots`] — the caps on live event streams per user and in all;
 //! * [`server`] — the HTTP server: header-read timeout and the limit on requests in flight.
 
-pub mod guard;
-pub mod hosts;
-pub mod request_id;
-pub mod server;
-pub mod sse_slots;
+pub(crate) mod guard;
+pub(crate) mod hosts;
+pub(crate) mod request_id;
+pub(crate) mod server;
+pub(crate) mod sse_slots;

@@ -13,25 +13,25 @@ tokio::task_local! {
 }
 
 /// The header carrying the id.
-pub const HEADER: &str = "x-request-id";
+pub(crate) const HEADER: &str = "x-request-id";
 
 /// The id of the request being handled, if any.
-pub fn current() -> Option<String> {
+pub(crate) fn current() -> Option<String> {
     REQUEST_ID.try_with(Clone::clone).ok()
 }
 
 /// Runs `future` as the handling of request `id`.
-pub async fn scope<F: Future>(id: String, future: F) -> F::Output {
+pub(crate) async fn scope<F: Future>(id: String, future: F) -> F::Output {
     REQUEST_ID.scope(id, future).await
 }
 
 /// A fresh id: 16 hex digits. A client's own `x-request-id` is not trusted into the log.
-pub fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
 /// Middleware: gives the request an id and answers it in the `x-request-id` header.
-pub async fn assign(request: Request, next: Next) -> Response {
+pub(crate) async fn assign(request: Request, next: Next) -> Response {
     let id = new_id();
     let mut response = scope(id.clone(), next.run(request)).await;
     if let Ok(value) = HeaderValue::from_str(&id) {

@@ -41,7 +41,7 @@ use crate::metrics::Metrics;
 
 /// Bounds the wait for each piece of a request's body; a stalled body fails to read, which
 /// the extractors answer with `400`.
-pub async fn body_timeout(
+pub(crate) async fn body_timeout(
     State(timeout): State<Duration>,
     request: Request,
     next: Next,
@@ -51,7 +51,7 @@ pub async fn body_timeout(
 }
 
 /// `router` with the limit on requests in flight: beyond `max`, `503` at once.
-pub fn limit_in_flight(router: Router, max: usize, metrics: Arc<Metrics>) -> Router {
+pub(crate) fn limit_in_flight(router: Router, max: usize, metrics: Arc<Metrics>) -> Router {
     router.layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(move |_: tower::BoxError| {
@@ -80,7 +80,7 @@ fn overloaded(metrics: &Metrics) -> Response {
 
 /// Serves `router` on `listener` until `shutdown` is cancelled and every connection closed
 /// (or `grace` passed since).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     header_read_timeout: Duration,

@@ -26,7 +26,7 @@ impl SlotRefusal {
 
 /// Whether one more stream fits: the user's cap first, so a user at its own cap is told
 /// so even when the daemon is full too.
-pub fn admit(
+pub(crate) fn admit(
     user_open: usize,
     total_open: usize,
     per_user: usize,

@@ -18,7 +18,7 @@ use keel_store::{ChatId, Store};
 use crate::resume::signed_reasoning;
 use crate::worker::sink::{SharedLease, current};
 
-pub struct StoreCheckpoints {
+pub(super) struct StoreCheckpoints {
     pub chat_id: ChatId,
     pub store: Arc<dyn Store>,
     /// Checkpoints are writes of the run like any other: fenced on its lease.

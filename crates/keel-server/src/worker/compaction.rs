@@ -13,7 +13,7 @@ use crate::worker::sink::LiveSink;
 
 /// Commits a summary as the chat's compaction boundary and answers with the prompt history
 /// that now applies.
-pub struct StoreCompaction {
+pub(super) struct StoreCompaction {
     pub chat_id: ChatId,
     pub store: Arc<dyn Store>,
     pub hub: Arc<Hub>,
@@ -54,7 +54,7 @@ impl CompactionHooks for StoreCompaction {
 }
 
 /// Puts the chat's system prompt, when it has one, in front of its history.
-pub fn with_system(history: &mut Vec<Message>, system: Option<&str>) {
+pub(super) fn with_system(history: &mut Vec<Message>, system: Option<&str>) {
     if let Some(system) = system.filter(|s| !s.trim().is_empty()) {
         history.insert(0, Message::system(system));
     }

@@ -16,14 +16,14 @@ use keel_core::{
 };
 
 /// The environment variable that switches the wrapper on.
-pub const SWITCH: &str = "KEEL_DEBUG_PANIC";
+pub(crate) const SWITCH: &str = "KEEL_DEBUG_PANIC";
 /// Panics when the call starts.
-pub const PANIC_NOW: &str = "#panic-now";
+pub(crate) const PANIC_NOW: &str = "#panic-now";
 /// Panics when the run is interrupted.
-pub const PANIC_ON_INTERRUPT: &str = "#panic-on-interrupt";
+pub(crate) const PANIC_ON_INTERRUPT: &str = "#panic-on-interrupt";
 
 /// `model`, wrapped when the switch is set.
-pub fn wrap(model: Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {
+pub(crate) fn wrap(model: Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {
     if std::env::var_os(SWITCH).is_some() {
         Arc::new(Panicking(model))
     } else {

@@ -24,16 +24,16 @@ use tokio::time::Instant;
 use crate::worker::sink::{SharedLease, current};
 
 /// Parts waiting (over all chats) that start a write at once.
-pub const BATCH_PARTS: usize = 4096;
+pub(super) const BATCH_PARTS: usize = 4096;
 /// Time a part may wait for its batch at most.
-pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
+pub(super) const BATCH_WINDOW: Duration = Duration::from_millis(50);
 
 /// One run's place in the log: its parts are fenced on its own lease, so two runs of the
 /// same chat (a superseded one still unwinding) never share a group.
-pub type RunKey = u64;
+pub(super) type RunKey = u64;
 
 /// A key no other run of this process had.
-pub fn next_run_key() -> RunKey {
+pub(super) fn next_run_key() -> RunKey {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -55,20 +55,20 @@ enum Command {
 
 /// A handle on the process's log writer.
 #[derive(Debug, Clone)]
-pub struct GroupLog {
+pub(crate) struct GroupLog {
     tx: mpsc::UnboundedSender<Command>,
 }
 
 impl GroupLog {
     /// Starts the writer task; it ends when every handle is dropped.
-    pub fn start(store: Arc<dyn Store>) -> Self {
+    pub(crate) fn start(store: Arc<dyn Store>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(Writer::new(store).run(rx));
         Self { tx }
     }
 
     /// Queues a numbered part of a run for the next write.
-    pub fn append(&self, run: RunKey, lease: &SharedLease, entry: LiveEntry) {
+    pub(crate) fn append(&self, run: RunKey, lease: &SharedLease, entry: LiveEntry) {
         // The writer lives as long as any handle; a closed channel only happens while the
         // process is torn down, when losing the tail of the log is harmless.
         let _ = self.tx.send(Command::Append {
@@ -80,7 +80,7 @@ impl GroupLog {
 
     /// Writes everything pending (the run's parts among them) and answers whether the run's
     /// parts all reached the log.
-    pub async fn flush(&self, run: RunKey) -> Result<(), StoreError> {
+    pub(crate) async fn flush(&self, run: RunKey) -> Result<(), StoreError> {
         let stopped = || StoreError::InvalidInput("the live-part log writer stopped".into());
         let (reply, answer) = oneshot::channel();
         self.tx
@@ -90,7 +90,7 @@ impl GroupLog {
     }
 
     /// The run ended; nothing more comes from it.
-    pub fn forget(&self, run: RunKey) {
+    pub(crate) fn forget(&self, run: RunKey) {
         let _ = self.tx.send(Command::Forget { run });
     }
 }

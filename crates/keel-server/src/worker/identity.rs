@@ -11,7 +11,7 @@ use std::path::Path;
 
 /// This process as an owner of chats.
 #[derive(Debug, Clone)]
-pub struct Identity {
+pub(crate) struct Identity {
     host: String,
     /// `None` where the machine cannot tell its processes apart (no `/proc`).
     node: Option<String>,
@@ -19,7 +19,7 @@ pub struct Identity {
 }
 
 impl Identity {
-    pub fn current() -> Self {
+    pub(crate) fn current() -> Self {
         Self {
             host: hostname(),
             node: node(),
@@ -28,7 +28,7 @@ impl Identity {
     }
 
     /// A fresh worker id for this process.
-    pub fn worker_id(&self) -> String {
+    pub(crate) fn worker_id(&self) -> String {
         format!(
             "{}~{}~{}~{}",
             self.host,
@@ -39,13 +39,13 @@ impl Identity {
     }
 
     /// The prefix every owner token of this node starts with, if the node is known.
-    pub fn node_prefix(&self) -> Option<String> {
+    pub(crate) fn node_prefix(&self) -> Option<String> {
         let node = self.node.as_deref()?;
         Some(format!("{}~{node}~", self.host))
     }
 
     /// Whether `owner` is a process of this node that no longer runs.
-    pub fn owner_is_dead(&self, owner: &str) -> bool {
+    pub(crate) fn owner_is_dead(&self, owner: &str) -> bool {
         self.owner_is_dead_with(owner, |pid| Path::new(&format!("/proc/{pid}")).exists())
     }
 

@@ -15,7 +15,7 @@ use crate::worker::sink::{SharedLease, current};
 use crate::worker::{Shared, StopReason};
 
 /// Claims as many runnable chats as there are free workers and starts them.
-pub async fn claim(shared: &Arc<Shared>) {
+pub(super) async fn claim(shared: &Arc<Shared>) {
     let free = shared
         .config
         .runs
@@ -48,7 +48,7 @@ pub async fn claim(shared: &Arc<Shared>) {
 }
 
 /// Keeps the lease alive for as long as the chat runs here; a lost lease stops the run.
-pub async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
+pub(super) async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
     let period = shared.config.runs.lease() / 3;
     loop {
         tokio::time::sleep(period).await;
@@ -82,7 +82,7 @@ pub async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
 /// next, on the same lease), finish an interruption, hand client-side calls over, release
 /// for another worker, or fail. Returns the lease to continue with when the queue head
 /// starts next.
-pub async fn end(
+pub(super) async fn end(
     shared: &Arc<Shared>,
     chat: &Chat,
     held: &Lease,
@@ -106,6 +106,14 @@ pub async fn end(
             })
             .inc();
     };
+    // A reply of an untitled chat was committed: name the chat, off the reply's path.
+    let replied = matches!(
+        outcome,
+        Ok(RunOutcome::Completed { .. } | RunOutcome::Interrupted)
+    );
+    if replied && chat.title.is_none() {
+        super::titles::spawn(shared, chat_id, &chat.model);
+    }
     let next = match outcome {
         Ok(RunOutcome::Completed { .. }) => {
             count("completed");

@@ -16,6 +16,7 @@ mod lifecycle;
 mod persist;
 mod run;
 mod sink;
+mod titles;
 mod tools;
 
 use std::collections::HashMap;
@@ -35,12 +36,9 @@ use crate::tools::ToolSet;
 use crate::worker::group_log::GroupLog;
 use crate::worker::identity::Identity;
 
-pub use group_log::{BATCH_PARTS, BATCH_WINDOW};
-pub use persist::new_messages;
-
 /// Why a run was stopped from outside the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
+pub(crate) enum StopReason {
     None,
     /// The process is shutting down: release the chat for another worker.
     Shutdown,
@@ -63,17 +61,17 @@ struct ActiveRun {
 
 /// Held by the task running a chat for as long as it runs; a later run of the same chat
 /// (after an edit superseded this one) waits for it to close before it starts.
-pub type Finished = tokio::sync::watch::Sender<()>;
+pub(crate) type Finished = tokio::sync::watch::Sender<()>;
 
 /// A registered run's identity and controls.
-pub struct RunSlot {
+pub(crate) struct RunSlot {
     pub id: u64,
     pub cancel: Cancel,
     pub stop: Arc<Mutex<StopReason>>,
 }
 
 /// What every run of this process shares.
-pub struct Shared {
+pub(crate) struct Shared {
     pub store: Arc<dyn Store>,
     pub hub: Arc<Hub>,
     /// The process's writer of the live-part log.
@@ -169,7 +167,7 @@ impl Shared {
     }
 
     /// Runs of this process right now.
-    pub fn active_count(&self) -> usize {
+    pub(crate) fn active_count(&self) -> usize {
         self.active().len()
     }
 
@@ -190,13 +188,13 @@ impl Shared {
 }
 
 /// The workers of this process.
-pub struct WorkerPool {
+pub(crate) struct WorkerPool {
     shared: Arc<Shared>,
 }
 
 impl WorkerPool {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         hub: Arc<Hub>,
         metrics: Arc<Metrics>,
@@ -226,12 +224,8 @@ impl WorkerPool {
         }
     }
 
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
     /// Runs until shutdown, then waits (at most `grace`) for every run to release its chat.
-    pub async fn run(self, grace: Duration) {
+    pub(crate) async fn run(self, grace: Duration) {
         let shared = self.shared.clone();
         let router = tokio::spawn(route_notices(shared.clone()));
         let sweeper = tokio::spawn(sweep(shared.clone()));
@@ -318,6 +312,8 @@ async fn resync(shared: &Shared) {
                 history_version: chat.history_version,
                 event_seq: chat.event_seq,
                 deleted: false,
+                owner: chat.owner,
+                listing: false,
             },
             Err(keel_store::StoreError::NotFound { .. }) => ChangeNotice {
                 chat_id,
@@ -326,6 +322,8 @@ async fn resync(shared: &Shared) {
                 history_version: 0,
                 event_seq: 0,
                 deleted: true,
+                owner: String::new(),
+                listing: false,
             },
             Err(error) => {
                 tracing::warn!(chat = %chat_id, %error, "reading a running chat to resync failed");

@@ -13,7 +13,7 @@ use crate::worker::sink::LiveSink;
 
 /// Commits each step as one transaction that also clears the live-part log, then publishes
 /// the committed messages.
-pub struct StorePersister {
+pub(super) struct StorePersister {
     pub chat_id: ChatId,
     pub store: Arc<dyn Store>,
     pub hub: Arc<Hub>,
@@ -21,7 +21,7 @@ pub struct StorePersister {
 }
 
 /// The messages a step is stored as.
-pub fn new_messages(step: &PersistedStep) -> Vec<NewMessage> {
+pub(super) fn new_messages(step: &PersistedStep) -> Vec<NewMessage> {
     step.messages
         .iter()
         .map(|message| {
@@ -60,7 +60,7 @@ impl StepPersister for StorePersister {
 }
 
 /// Announces the messages committed from id `first` on (as the API lists them).
-pub async fn publish_committed(
+pub(super) async fn publish_committed(
     store: &Arc<dyn Store>,
     hub: &Hub,
     sink: &LiveSink,

@@ -23,7 +23,7 @@ use crate::worker::{Finished, RunSlot, Shared, StopReason, lifecycle};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.
-pub async fn run_chat(
+pub(super) async fn run_chat(
     shared: Arc<Shared>,
     lease: Lease,
     slot: RunSlot,

@@ -21,15 +21,15 @@ use crate::worker::StopReason;
 use crate::worker::group_log::{GroupLog, RunKey, next_run_key};
 
 /// The run's lease, renewed in the background and read by every write.
-pub type SharedLease = Arc<Mutex<Lease>>;
+pub(super) type SharedLease = Arc<Mutex<Lease>>;
 
-pub fn current(lease: &SharedLease) -> Lease {
+pub(super) fn current(lease: &SharedLease) -> Lease {
     // Each critical section is one clone or assignment, so a poisoned lock is still whole.
     lease.lock().unwrap_or_else(PoisonError::into_inner).clone()
 }
 
 /// The loop's event sink for one chat.
-pub struct LiveSink {
+pub(super) struct LiveSink {
     chat_id: String,
     hub: Arc<Hub>,
     metrics: Arc<Metrics>,
@@ -51,7 +51,7 @@ pub struct LiveSink {
 impl LiveSink {
     /// The sink of one run; `last_seq` is the chat's event sequence when the run started.
     #[allow(clippy::too_many_arguments)]
-    pub fn start(
+    pub(super) fn start(
         chat_id: String,
         last_seq: i64,
         hub: Arc<Hub>,
@@ -77,7 +77,10 @@ impl LiveSink {
     }
 
     /// Commits a step once the log holds every part published before it.
-    pub async fn commit(&self, messages: Vec<NewMessage>) -> Result<Vec<MessageId>, StoreError> {
+    pub(super) async fn commit(
+        &self,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<MessageId>, StoreError> {
         let _one_at_a_time = self.committing.lock().await;
         self.log.flush(self.run).await?;
         self.store
@@ -86,7 +89,10 @@ impl LiveSink {
     }
 
     /// Commits a compaction summary like a step.
-    pub async fn commit_summary(&self, summary: NewSummary) -> Result<Vec<MessageId>, StoreError> {
+    pub(super) async fn commit_summary(
+        &self,
+        summary: NewSummary,
+    ) -> Result<Vec<MessageId>, StoreError> {
         let _one_at_a_time = self.committing.lock().await;
         self.log.flush(self.run).await?;
         self.store
@@ -96,7 +102,7 @@ impl LiveSink {
 
     /// The run ended: writes what it published last (before its chat is released, while
     /// its lease still lets the parts in) and leaves the log writer.
-    pub async fn finish(&self) {
+    pub(super) async fn finish(&self) {
         if let Err(error) = self.log.flush(self.run).await {
             tracing::warn!(chat = %self.chat_id, %error, "writing the run's last live parts failed");
         }
@@ -104,7 +110,7 @@ impl LiveSink {
     }
 
     /// Later parts are numbered above `seq` (a committed message's number).
-    pub fn advance_to(&self, seq: i64) {
+    pub(super) fn advance_to(&self, seq: i64) {
         self.last_seq.fetch_max(seq, Ordering::SeqCst);
         *self
             .step_started
@@ -112,7 +118,7 @@ impl LiveSink {
             .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 
-    pub fn last_seq(&self) -> i64 {
+    pub(super) fn last_seq(&self) -> i64 {
         self.last_seq.load(Ordering::SeqCst)
     }
 
@@ -181,7 +187,7 @@ impl LiveSink {
 impl LiveSink {
     /// Records in the log (not for clients) that a compaction summary streams from here on,
     /// so that a run resuming after a crash discards it instead of continuing it as a reply.
-    pub fn mark_summary(&self) {
+    pub(super) fn mark_summary(&self) {
         if self.superseded() {
             return;
         }

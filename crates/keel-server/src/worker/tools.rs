@@ -20,16 +20,16 @@ use crate::metrics::{Metrics, ToolLabels};
 use crate::worker::sink::{SharedLease, current};
 
 /// What a resumed step's earlier process left behind.
-pub type PriorRecords = Arc<HashMap<String, ToolRecord>>;
+pub(super) type PriorRecords = Arc<HashMap<String, ToolRecord>>;
 
-pub const RESTARTED_RESULT: &str = "tool call was interrupted by a daemon restart before it produced a result; it was not run again";
+pub(super) const RESTARTED_RESULT: &str = "tool call was interrupted by a daemon restart before it produced a result; it was not run again";
 
 /// The result of a call whose intent could not be recorded.
 fn not_started(error: &keel_store::StoreError) -> String {
     format!("tool call was not run: its start could not be recorded ({error})")
 }
 
-pub struct DurableTool {
+pub(super) struct DurableTool {
     pub inner: Arc<dyn Tool>,
     pub chat_id: ChatId,
     pub store: Arc<dyn Store>,

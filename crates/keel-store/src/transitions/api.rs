@@ -38,7 +38,7 @@ pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> 
     cx.ops.insert_chat(&ChatCols::from_chat(&chat)?).await?;
     cx.insert_user(&mut chat, req.parts).await?;
     cx.ops.update_chat(&ChatCols::from_chat(&chat)?).await?;
-    cx.notice(&chat, false);
+    cx.notice_with(&chat, false, true);
     if let Some(key) = &req.idempotency_key {
         let owner = chat.owner.clone();
         cx.idem_remember(&owner, &create_key(key), &chat).await?;
@@ -317,6 +317,30 @@ pub(crate) async fn set_archived(
     let mv = check(&chat, t)?;
     if chat.archived != archived {
         chat.archived = archived;
+        cx.save(&mut chat, mv, false).await?;
+    }
+    cx.load_queue(&mut chat).await?;
+    Ok(chat)
+}
+
+/// Renames a chat or switches its model. The caller has checked the values; a new model
+/// applies from the run's next model call.
+pub(crate) async fn update_chat(
+    cx: &mut Ctx<'_>,
+    chat_id: ChatId,
+    update: ChatUpdate,
+) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::UpdateChat)?;
+    let title = update.title.filter(|t| chat.title.as_ref() != Some(t));
+    let model = update.model.filter(|m| *m != chat.model);
+    if title.is_some() || model.is_some() {
+        if let Some(title) = title {
+            chat.title = Some(title);
+        }
+        if let Some(model) = model {
+            chat.model = model;
+        }
         cx.save(&mut chat, mv, false).await?;
     }
     cx.load_queue(&mut chat).await?;

@@ -21,9 +21,9 @@ use crate::ops::TxOps;
 use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols, from_json, ms, to_json};
 use crate::status::{ChatStatus, Transition, permits, target};
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, LastError, Lease, MessageId, MessageKind, NewChat,
-    NewMessage, NewSummary, Next, QueueId, QueuedMessage, SendOutcome, StoreOptions, StoredMessage,
-    ToolRecord, ToolResultInput,
+    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, LastError, Lease, MessageId, MessageKind,
+    NewChat, NewMessage, NewSummary, Next, QueueId, QueuedMessage, SendOutcome, StoreOptions,
+    StoredMessage, ToolRecord, ToolResultInput,
 };
 
 /// The result given to pending client-side calls when the user interrupts.
@@ -46,7 +46,7 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(ops: &'a mut dyn TxOps, opts: &'a StoreOptions) -> Self {
+    pub(crate) fn new(ops: &'a mut dyn TxOps, opts: &'a StoreOptions) -> Self {
         Self {
             ops,
             opts,
@@ -55,7 +55,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    pub fn into_notices(self) -> Vec<ChangeNotice> {
+    pub(crate) fn into_notices(self) -> Vec<ChangeNotice> {
         self.notices
     }
 
@@ -83,7 +83,15 @@ impl<'a> Ctx<'a> {
     async fn save(&mut self, chat: &mut Chat, mv: Move, queue_changed: bool) -> Result<()> {
         self.stamp(chat, mv, queue_changed)?;
         self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
-        self.notice(chat, false);
+        let listing = chat.status != mv.from
+            || matches!(
+                mv.transition,
+                Transition::Archive
+                    | Transition::Unarchive
+                    | Transition::UpdateChat
+                    | Transition::NameChat
+            );
+        self.notice_with(chat, false, listing);
         Ok(())
     }
 
@@ -105,7 +113,12 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// A notice that leaves the chat list as it was (unless the chat is deleted).
     fn notice(&mut self, chat: &Chat, deleted: bool) {
+        self.notice_with(chat, deleted, deleted);
+    }
+
+    fn notice_with(&mut self, chat: &Chat, deleted: bool, listing: bool) {
         self.notices.push(ChangeNotice {
             chat_id: chat.id,
             version: chat.version,
@@ -113,6 +126,8 @@ impl<'a> Ctx<'a> {
             history_version: chat.history_version,
             event_seq: chat.event_seq,
             deleted,
+            owner: chat.owner.clone(),
+            listing,
         });
     }
 

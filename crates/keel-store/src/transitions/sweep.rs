@@ -5,26 +5,40 @@ use super::*;
 
 pub(crate) async fn recover_stale(cx: &mut Ctx<'_>) -> Result<Vec<ChatId>> {
     let ids = cx.ops.stale_chats(ms(cx.now), SWEEP_LIMIT).await?;
+    let now = cx.now;
     let mut done = Vec::new();
     for id in ids {
-        let Some(cols) = cx.ops.lock_chat(&id).await? else {
-            continue;
+        let expired = |chat: &Chat| {
+            chat.worker_id.is_some() && chat.lease_expires_at.is_some_and(|t| t < now)
         };
-        let mut chat = cols.into_chat()?;
-        let expired = chat.lease_expires_at.is_some_and(|t| t < cx.now);
-        let Some(mv) = may(&chat, Transition::RecoverStale) else {
-            continue;
-        };
-        if chat.worker_id.is_none() || !expired {
-            continue;
-        }
-        chat.worker_id = None;
-        chat.lease_expires_at = None;
-        skip_unflushed_numbers(&mut chat);
-        cx.save(&mut chat, mv, false).await?;
-        done.push(chat.id);
+        done.extend(release(cx, &id, expired).await?);
     }
     Ok(done)
+}
+
+/// Takes the lease off the chat `id` when `held` (read under the row lock) says its holder is
+/// gone: no owner, no lease, and the numbers it never flushed skipped. `None` when the chat is
+/// gone, may not recover, or is held after all.
+async fn release(
+    cx: &mut Ctx<'_>,
+    id: &str,
+    held: impl Fn(&Chat) -> bool,
+) -> Result<Option<ChatId>> {
+    let Some(cols) = cx.ops.lock_chat(id).await? else {
+        return Ok(None);
+    };
+    let mut chat = cols.into_chat()?;
+    let Some(mv) = may(&chat, Transition::RecoverStale) else {
+        return Ok(None);
+    };
+    if !held(&chat) {
+        return Ok(None);
+    }
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    skip_unflushed_numbers(&mut chat);
+    cx.save(&mut chat, mv, false).await?;
+    Ok(Some(chat.id))
 }
 
 /// The distinct owners of chats whose token starts with `prefix` (a write transaction: the
@@ -46,21 +60,8 @@ pub(crate) async fn release_owners(cx: &mut Ctx<'_>, owners: &[String]) -> Resul
             if held_by != *owner {
                 continue;
             }
-            let Some(cols) = cx.ops.lock_chat(&id).await? else {
-                continue;
-            };
-            let mut chat = cols.into_chat()?;
-            let Some(mv) = may(&chat, Transition::RecoverStale) else {
-                continue;
-            };
-            if chat.worker_id.as_deref() != Some(owner.as_str()) {
-                continue;
-            }
-            chat.worker_id = None;
-            chat.lease_expires_at = None;
-            skip_unflushed_numbers(&mut chat);
-            cx.save(&mut chat, mv, false).await?;
-            done.push(chat.id);
+            let by_owner = |chat: &Chat| chat.worker_id.as_deref() == Some(owner.as_str());
+            done.extend(release(cx, &id, by_owner).await?);
         }
     }
     Ok(done)

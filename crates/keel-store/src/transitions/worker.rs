@@ -136,6 +136,9 @@ pub(crate) async fn append_live_groups(
                 history_version: chat.history_version,
                 event_seq: chat.event_seq,
                 deleted: false,
+                owner: chat.owner.clone(),
+                // Live parts leave the chat list as it is.
+                listing: false,
             });
         }
     }
@@ -389,4 +392,16 @@ pub(crate) async fn put_checkpoint(cx: &mut Ctx<'_>, lease: &Lease, data: Value)
     cx.ops
         .put_checkpoint(&chat.id.to_string(), &json, ms(cx.now))
         .await
+}
+
+/// Gives an untitled chat its generated title; a title set meanwhile is kept.
+pub(crate) async fn name_chat(cx: &mut Ctx<'_>, chat_id: ChatId, title: &str) -> Result<bool> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::NameChat)?;
+    if chat.title.is_some() {
+        return Ok(false);
+    }
+    chat.title = Some(title.to_owned());
+    cx.save(&mut chat, mv, false).await?;
+    Ok(true)
 }

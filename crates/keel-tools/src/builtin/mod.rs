@@ -204,17 +204,17 @@ pub(crate) mod test_support {
 
     use crate::workspace::Workspace;
 
-    pub fn workspace() -> (tempfile::TempDir, Workspace) {
+    pub(crate) fn workspace() -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::new(&dir.path().join("ws")).unwrap();
         (dir, ws)
     }
 
-    pub async fn call(tool: &dyn Tool, args: &str) -> Result<ToolOutput, ToolError> {
+    pub(crate) async fn call(tool: &dyn Tool, args: &str) -> Result<ToolOutput, ToolError> {
         call_with(tool, args, Cancel::new()).await
     }
 
-    pub async fn call_with(
+    pub(crate) async fn call_with(
         tool: &dyn Tool,
         args: &str,
         cancel: Cancel,

@@ -11,7 +11,7 @@ use keel_agent::ToolOutput;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::Value;
 
-pub fn to_output(result: CallToolResult) -> ToolOutput {
+pub(super) fn to_output(result: CallToolResult) -> ToolOutput {
     if result.is_error == Some(true) {
         let text = texts(&result.content).unwrap_or_default();
         return ToolOutput::Error(if text.is_empty() {

@@ -104,7 +104,7 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    pub fn new(
+    pub(super) fn new(
         config: McpServerConfig,
         connect_timeout: Duration,
         http: Option<reqwest::Client>,
@@ -130,11 +130,11 @@ impl Server {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         &self.config.name
     }
 
-    pub fn call_timeout(&self) -> Duration {
+    pub(super) fn call_timeout(&self) -> Duration {
         self.call_timeout
     }
 
@@ -145,11 +145,11 @@ impl Server {
         }
     }
 
-    pub fn tools(&self) -> Arc<Vec<RemoteTool>> {
+    pub(super) fn tools(&self) -> Arc<Vec<RemoteTool>> {
         self.state().tools.clone()
     }
 
-    pub fn status(&self) -> McpServerStatus {
+    pub(super) fn status(&self) -> McpServerStatus {
         let state = self.state();
         let live = state
             .connection
@@ -222,13 +222,13 @@ impl Server {
     }
 
     /// Connects (if needed) and lists the tools; failures are recorded in the status.
-    pub async fn start(&self) {
+    pub(super) async fn start(&self) {
         // Connecting lists the tools; a failure is already recorded and logged.
         let _ = self.client().await;
     }
 
     /// Lists the tools again (after `notifications/tools/list_changed`).
-    pub async fn refresh(&self) {
+    pub(super) async fn refresh(&self) {
         match self.client().await {
             Ok(client) => {
                 if let Err(error) = self.list_tools(&client).await {
@@ -358,7 +358,7 @@ impl Server {
 
     /// Calls `remote` with `arguments`. Cancelling drops the request, which makes rmcp send
     /// `notifications/cancelled` for it.
-    pub async fn call(
+    pub(super) async fn call(
         &self,
         remote: &str,
         arguments: Option<JsonObject>,
@@ -426,7 +426,7 @@ impl Server {
     }
 
     /// Closes the connection (stopping a stdio server).
-    pub async fn shutdown(&self) {
+    pub(super) async fn shutdown(&self) {
         let old = self.state().connection.take();
         if let Some(old) = old {
             old.close().await;

@@ -16,7 +16,7 @@ pub(crate) struct McpTool {
 }
 
 impl McpTool {
-    pub fn new(server: Arc<Server>, tool: RemoteTool) -> Self {
+    pub(super) fn new(server: Arc<Server>, tool: RemoteTool) -> Self {
         Self { server, tool }
     }
 }

@@ -59,7 +59,7 @@ async fn an_ai_sdk_reply_streams_and_resumes_from_its_start_after_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}/keel.db", dir.path().display());
     let mut daemon = Daemon::start(dir.path(), &database, "");
-    let http = reqwest::Client::new();
+    let http = http_client();
     let reply = words(80);
     let response = http
         .post(daemon.api("/ai-sdk/chat"))
@@ -131,7 +131,7 @@ async fn an_ai_sdk_stop_aborts_the_stream_and_a_client_tool_result_continues_it(
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}/keel.db", dir.path().display());
     let daemon = Daemon::start(dir.path(), &database, "");
-    let http = reqwest::Client::new();
+    let http = http_client();
     let response = http
         .post(daemon.api("/ai-sdk/chat"))
         .json(&ui_body("stop-me", &scripted(&words(200), 40.0)))
@@ -201,7 +201,7 @@ async fn a_responses_stream_resumes_after_kill_9_with_nothing_missing_or_twice()
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}/keel.db", dir.path().display());
     let mut daemon = Daemon::start(dir.path(), &database, "");
-    let http = reqwest::Client::new();
+    let http = http_client();
     let reply = words(80);
     let response = http
         .post(format!("{}/v1/responses", daemon.url))

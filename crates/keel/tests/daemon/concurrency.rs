@@ -7,10 +7,6 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-fn sqlite(dir: &std::path::Path) -> String {
-    format!("sqlite://{}/keel.db", dir.display())
-}
-
 /// A chat whose first step calls the client-side tool `get_weather`.
 async fn chat_waiting_for_a_client_tool(client: &Client, daemon: &Daemon) -> String {
     let script = json!({"steps": [
@@ -72,8 +68,7 @@ async fn wait_for_replies(
 
 #[tokio::test]
 async fn interrupting_a_chat_waiting_for_client_tools_runs_its_queued_message() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = chat_waiting_for_a_client_tool(&client, &daemon).await;
     queue(&client, &daemon, &id, &scripted("queued answer", 0.0)).await;
@@ -124,8 +119,7 @@ async fn an_expired_client_tool_call_runs_the_queued_messages_in_order() {
 
 #[tokio::test]
 async fn a_send_to_an_idle_chat_with_a_queue_runs_behind_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     // The reply fails for good: the chat ends in `error` with its queue intact.
     let failing = json!({"error": {"status": 400, "message": "bad request"}});
@@ -183,8 +177,7 @@ async fn follow_to_the_end(events: &mut Events) -> (Vec<Event>, Transcript) {
 
 #[tokio::test]
 async fn a_position_the_chat_never_reached_gets_a_stream_reset_and_a_replay_of_the_step() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let reply = words(80);
     let id = client

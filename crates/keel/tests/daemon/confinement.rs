@@ -8,10 +8,6 @@ use serde_json::{Value, json};
 use crate::harness::*;
 use crate::tools::mcp_test_server;
 
-fn sqlite(dir: &Path) -> String {
-    format!("sqlite://{}/keel.db", dir.display())
-}
-
 /// Every tool result of a chat, in order: (tool name, result as text, is_error).
 async fn tool_results(client: &Client, daemon: &Daemon, id: &str) -> Vec<(String, String, bool)> {
     client
@@ -71,8 +67,7 @@ fn add_user(dir: &Path, database: &str, name: &str) -> String {
 
 #[tokio::test]
 async fn by_default_only_read_only_tools_are_enabled_and_the_demo_model_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client
         .create_chat(

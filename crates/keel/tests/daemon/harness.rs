@@ -46,7 +46,14 @@ impl Daemon {
         } else {
             "lease_ms = 2000\n"
         };
-        std::fs::write(&config_path, format!("[runs]\n{lease}{config}")).unwrap();
+        // No title calls unless the test asks for them: many tests count or inspect the
+        // requests their provider received.
+        let titles = if config.contains("titles") {
+            ""
+        } else {
+            "titles = false\n"
+        };
+        std::fs::write(&config_path, format!("[runs]\n{lease}{titles}{config}")).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command
             .args([
@@ -195,6 +202,19 @@ pub struct Client {
     pub token: Option<String>,
 }
 
+/// A SQLite database in `dir`.
+pub fn sqlite(dir: &Path) -> String {
+    format!("sqlite://{}/keel.db", dir.display())
+}
+
+/// A daemon with no configuration (the built-in demo model) on a SQLite database in a fresh
+/// directory, which lives as long as the returned guard.
+pub fn demo_daemon() -> (tempfile::TempDir, Daemon) {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    (dir, daemon)
+}
+
 /// A plain HTTP client on the process's rustls crypto provider, which `keel` installs in
 /// `main`; reqwest needs one to build any client.
 pub fn http_client() -> reqwest::Client {
@@ -282,6 +302,19 @@ impl Client {
                 "chat never reached {status}: {chat}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Opens the caller's chat-list feed (`GET /events`).
+    pub async fn list_feed(&self, daemon: &Daemon) -> Events {
+        let response = self
+            .auth(self.http.get(daemon.api("/events")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        Events {
+            stream: Box::pin(response.bytes_stream().eventsource()),
         }
     }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod chain;
+mod chat_list;
 mod compaction;
 mod compat;
 mod concurrency;
@@ -22,14 +23,9 @@ use std::time::Duration;
 use harness::*;
 use serde_json::json;
 
-fn sqlite(dir: &std::path::Path) -> String {
-    format!("sqlite://{}/keel.db", dir.display())
-}
-
 #[tokio::test]
 async fn create_follow_and_complete() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let reply = words(20);
     let id = client
@@ -56,8 +52,7 @@ async fn create_follow_and_complete() {
 
 #[tokio::test]
 async fn reconnecting_mid_reply_misses_nothing_and_repeats_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let reply = words(60);
     let id = client
@@ -88,8 +83,7 @@ async fn reconnecting_mid_reply_misses_nothing_and_repeats_nothing() {
 
 #[tokio::test]
 async fn interrupt_keeps_the_partial_reply() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let reply = words(200);
     let id = client
@@ -122,8 +116,7 @@ async fn interrupt_keeps_the_partial_reply() {
 
 #[tokio::test]
 async fn busy_chats_queue_or_interrupt() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client
         .create_chat(&daemon, json!({"text": scripted(&words(100), 20.0)}))
@@ -175,8 +168,7 @@ async fn busy_chats_queue_or_interrupt() {
 
 #[tokio::test]
 async fn promoting_a_queued_message_interrupts_the_run_and_runs_it_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client
         .create_chat(&daemon, json!({"text": scripted(&words(200), 20.0)}))
@@ -250,8 +242,7 @@ async fn promoting_a_queued_message_interrupts_the_run_and_runs_it_next() {
 
 #[tokio::test]
 async fn editing_a_user_message_replaces_later_history() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client
         .create_chat(&daemon, json!({"text": scripted("first reply", 0.0)}))
@@ -293,8 +284,7 @@ async fn editing_a_user_message_replaces_later_history() {
 
 #[tokio::test]
 async fn client_side_tools_round_trip() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let script = json!({"steps": [
         {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}]},
@@ -464,8 +454,7 @@ async fn users_see_only_their_own_chats() {
 
 #[tokio::test]
 async fn bad_input_gets_clear_4xx_errors_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let http = http_client();
     let chats = daemon.api("/chats");
@@ -574,8 +563,7 @@ async fn bad_input_gets_clear_4xx_errors_and_changes_nothing() {
 
 #[tokio::test]
 async fn operations_endpoints_answer() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let http = http_client();
     let get = |path: &str| http.get(format!("{}{path}", daemon.url)).send();
     assert_eq!(get("/healthz").await.unwrap().status().as_u16(), 200);

@@ -13,10 +13,6 @@ use tokio::net::TcpStream;
 
 use crate::harness::*;
 
-fn sqlite(dir: &Path) -> String {
-    format!("sqlite://{}/keel.db", dir.display())
-}
-
 /// Runs the `keel` command line in `dir`.
 fn keel(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_keel"))
@@ -42,7 +38,7 @@ async fn request(
     headers: &[(&str, String)],
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut request = reqwest::Client::new().request(method, url);
+    let mut request = http_client().request(method, url);
     for (name, value) in headers {
         request = request.header(*name, value);
     }
@@ -74,8 +70,7 @@ async fn chat_count(daemon: &Daemon) -> usize {
 
 #[tokio::test]
 async fn a_foreign_host_is_refused_on_get_post_the_live_events_and_the_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let id = Client::new()
         .create_chat(&daemon, json!({"text": scripted("hi", 0.0)}))
         .await;
@@ -116,8 +111,7 @@ async fn a_foreign_host_is_refused_on_get_post_the_live_events_and_the_page() {
 
 #[tokio::test]
 async fn a_foreign_origin_is_refused_on_get_post_and_the_live_events() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let id = Client::new()
         .create_chat(&daemon, json!({"text": scripted("hi", 0.0)}))
         .await;
@@ -185,8 +179,7 @@ async fn a_foreign_origin_is_refused_on_get_post_and_the_live_events() {
 
 #[tokio::test]
 async fn cross_site_browser_requests_without_an_origin_are_refused_but_links_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     // What an <img> or <script> tag on another site sends: no Origin, but fetch metadata.
     let tag = [
         ("sec-fetch-site", "cross-site".to_owned()),
@@ -273,7 +266,7 @@ async fn ten_thousand_live_event_streams_beyond_the_caps_get_429_and_the_daemon_
     }
 
     // 10,000 more attempts by alice, 64 at a time: every one is refused at once.
-    let http = reqwest::Client::new();
+    let http = http_client();
     let started = Instant::now();
     let statuses: Vec<(u16, Value)> = futures::stream::iter(0..10_000)
         .map(|_| {

@@ -8,10 +8,10 @@
 //!
 //! The mapping tables are in `docs/compat.md` and in each module's documentation.
 
-pub mod ai_sdk;
-pub mod reply;
-pub mod responses;
-pub mod sse;
+pub(super) mod ai_sdk;
+pub(super) mod reply;
+pub(super) mod responses;
+pub(super) mod sse;
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -19,7 +19,7 @@ use utoipa_axum::routes;
 use crate::api::state::AppState;
 
 /// Routes under `/api/v1` (authenticated like the rest of the API).
-pub fn api_routes() -> OpenApiRouter<AppState> {
+pub(super) fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(ai_sdk::chat))
         .routes(routes!(ai_sdk::resume))
@@ -28,7 +28,7 @@ pub fn api_routes() -> OpenApiRouter<AppState> {
 }
 
 /// Routes under `/v1` (the OpenAI SDKs' base path), authenticated like `/api/v1`.
-pub fn v1_routes() -> OpenApiRouter<AppState> {
+pub(super) fn v1_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(responses::create))
         .routes(routes!(responses::retrieve))

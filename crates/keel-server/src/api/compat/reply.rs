@@ -26,7 +26,7 @@ use serde_json::Value;
 
 /// How a reply ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// The model finished.
     Done,
     /// The user stopped it; what was said is kept.
@@ -39,14 +39,14 @@ pub enum End {
 
 /// A tool call's result.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub value: Value,
     pub is_error: bool,
 }
 
 /// A tool call as far as it was streamed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Call {
+pub(crate) struct Call {
     pub id: String,
     pub name: String,
     /// JSON text of the arguments (partial until `complete`).
@@ -57,7 +57,7 @@ pub struct Call {
 
 /// One block of a step, in the order blocks started.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Block {
+pub(crate) enum Block {
     Text(String),
     Reasoning(String),
     Call(Call),
@@ -65,7 +65,7 @@ pub enum Block {
 
 /// One model call and its tool results.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Step {
+pub(crate) struct Step {
     pub blocks: Vec<Block>,
     /// Stored: nothing in it changes any more (results of its calls may still arrive).
     pub committed: bool,
@@ -73,7 +73,7 @@ pub struct Step {
 
 /// A reply built from Keel events.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub steps: Vec<Step>,
     pub end: Option<End>,
     /// A committed message of this reply was cut short by an interrupt.
@@ -85,7 +85,9 @@ pub struct Reply {
 
 impl Reply {
     /// A reply rebuilt from stored messages (what followed one user message).
-    pub fn from_messages<'a>(messages: impl IntoIterator<Item = (&'a str, &'a [Part])>) -> Self {
+    pub(crate) fn from_messages<'a>(
+        messages: impl IntoIterator<Item = (&'a str, &'a [Part])>,
+    ) -> Self {
         let mut reply = Self::default();
         for (role, parts) in messages {
             match role {
@@ -99,7 +101,7 @@ impl Reply {
 
     /// A reply that ends where the answers to these client-side tools were stored: for a
     /// protocol where those answers start the next turn (OpenAI Responses).
-    pub fn ending_at_answers_to(client_tools: Vec<String>) -> Self {
+    pub(crate) fn ending_at_answers_to(client_tools: Vec<String>) -> Self {
         Self {
             client_tools,
             ..Self::default()
@@ -108,7 +110,7 @@ impl Reply {
 
     /// Applies one Keel live event (its name and JSON data). Events after the end change
     /// nothing.
-    pub fn apply(&mut self, event: &str, data: &Value) {
+    pub(crate) fn apply(&mut self, event: &str, data: &Value) {
         if self.end.is_some() {
             return;
         }

@@ -8,6 +8,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use keel_store::Chat;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -20,7 +22,7 @@ use crate::api::state::AppState;
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Turns a reply into a protocol's SSE text.
-pub trait Translator: Send + 'static {
+pub(crate) trait Translator: Send + 'static {
     /// The SSE text that brings the client from what it was sent to `reply`.
     fn update(&mut self, reply: &Reply) -> Vec<String>;
     /// True once the reply's end was written.
@@ -41,8 +43,35 @@ struct Feed<T> {
     done: bool,
 }
 
+/// The `text/event-stream` answer streaming a reply whose events come after `position`, with
+/// a protocol's own `headers` besides the stream's.
+pub(crate) fn response<T: Translator>(
+    state: AppState,
+    chat: Chat,
+    position: i64,
+    reply: Reply,
+    translator: T,
+    headers: &[(&'static str, &'static str)],
+) -> Response {
+    let mut response = (
+        [
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-cache"),
+        ],
+        body(state, chat, position, reply, translator),
+    )
+        .into_response();
+    for (name, value) in headers {
+        response.headers_mut().insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
+    response
+}
+
 /// The streamed body of a reply (empty so far) whose events come after `position`.
-pub fn body<T: Translator>(
+fn body<T: Translator>(
     state: AppState,
     chat: Chat,
     position: i64,

@@ -54,7 +54,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "--rate must be >= 0"
     );
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let mock = start_mock(dir.path(), args.verbose)?;
+    let mock = start_mock(dir.path(), args.verbose, 0.0)?;
     let setup = DaemonSetup {
         dir: dir.path().to_owned(),
         database: args

@@ -3,12 +3,19 @@
 //! and `soak` (random faults, interrupts, reconnects and kills, with every chat's outcome
 //! checked).
 
+mod actions;
+mod actor;
+mod check;
+mod follower;
 mod live;
 mod load;
+mod model;
 mod processes;
+mod reader;
 mod scenario;
 mod soak;
 mod stats;
+mod target;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -119,11 +119,22 @@ fn child_name(marker: &str) -> &'static str {
     }
 }
 
-/// `keel mock-provider` on a free loopback port.
-pub fn start_mock(dir: &Path, verbose: bool) -> anyhow::Result<Process> {
-    let args = ["mock-provider", "--listen", "127.0.0.1:0"].map(str::to_owned);
+/// `keel mock-provider` on a free loopback port, streaming unscripted replies at `rate`
+/// tokens per second (0: as fast as possible).
+pub fn start_mock(dir: &Path, verbose: bool, rate: f64) -> anyhow::Result<Process> {
+    let args = [
+        "mock-provider".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--rate".to_owned(),
+        rate.to_string(),
+    ];
     Process::start(&args, dir, "mock provider listening on ", verbose)
 }
+
+/// The context limit of `mock-small`, in tokens: a scripted first message and a couple of
+/// replies pass its compaction threshold.
+const SMALL_CONTEXT: u64 = 600;
 
 /// What a benchmark's daemon runs against.
 pub struct DaemonSetup {
@@ -137,7 +148,8 @@ pub struct DaemonSetup {
 impl DaemonSetup {
     /// Writes the daemon's configuration: the mock behind each of the three protocols
     /// (`mock`: OpenAI chat, the default; `mock-chain`: OpenAI Responses in chain mode;
-    /// `mock-anthropic`: Anthropic Messages), two read-only built-in tools, and `runs`
+    /// `mock-anthropic`: Anthropic Messages; `mock-small`: OpenAI chat with a context limit
+    /// small enough that a few turns compact it), two read-only built-in tools, and `runs`
     /// (lines of the `[runs]` table).
     pub fn write_config(&self, runs: &str) -> anyhow::Result<PathBuf> {
         let path = self.dir.join("keel.toml");
@@ -173,6 +185,12 @@ context_limit = 1000000
 store = true
 
 [[models]]
+id = "mock-small"
+provider = "chat"
+model = "mock"
+context_limit = {small_context}
+
+[[models]]
 id = "mock-anthropic"
 provider = "anthropic"
 model = "mock"
@@ -194,6 +212,7 @@ workspace = "{workspace}"
 "#,
             mock = self.mock_url,
             workers = self.workers,
+            small_context = SMALL_CONTEXT,
             workspace = workspace.display(),
         );
         std::fs::create_dir_all(&workspace)?;

@@ -71,6 +71,15 @@ pub const NAMES: &[&str] = &[
 /// A random scenario for chat `index`; `id` makes the mock's per-attempt fault counting
 /// unique to this chat.
 pub fn choose(rng: &mut impl Rng, id: &str) -> Scenario {
+    make(rng, None, id)
+}
+
+/// Like [`choose`], but scenario `name` (one of [`NAMES`]) whatever the draw.
+pub fn named(rng: &mut impl Rng, name: &'static str, id: &str) -> Scenario {
+    make(rng, Some(name), id)
+}
+
+fn make(rng: &mut impl Rng, name: Option<&'static str>, id: &str) -> Scenario {
     let words = |rng: &mut dyn Rng, lo: usize, hi: usize| -> String {
         let n = rng.random_range(lo..=hi);
         let tag: u32 = rng.random_range(0..1000);
@@ -81,12 +90,13 @@ pub fn choose(rng: &mut impl Rng, id: &str) -> Scenario {
     };
     let rate = [0.0, 50.0, 200.0][rng.random_range(0..3)];
     let model = [Model::Chat, Model::Chat, Model::Anthropic, Model::Chain][rng.random_range(0..4)];
-    let pick = rng.random_range(0..NAMES.len());
+    let drawn = NAMES[rng.random_range(0..NAMES.len())];
+    let name = name.unwrap_or(drawn);
     let reply = words(rng, 5, 40);
     let after = rng.random_range(1..5);
     let text_step = || Step::text(reply.clone()).rate(rate);
     let mut client_tools = Vec::new();
-    let (script, expect, model) = match NAMES[pick] {
+    let (script, expect, model) = match name {
         "plain" => (
             Script::new(text_step()),
             Expect::Reply(reply.clone()),
@@ -188,7 +198,7 @@ pub fn choose(rng: &mut impl Rng, id: &str) -> Scenario {
         ),
     };
     Scenario {
-        name: NAMES[pick],
+        name,
         model,
         text: script.id(id).message("soak"),
         client_tools,
@@ -216,6 +226,14 @@ mod tests {
         };
         assert_eq!(names(7), names(7));
         assert_ne!(names(7), names(8));
+    }
+
+    #[test]
+    fn a_named_scenario_is_the_one_asked_for() {
+        let mut rng = StdRng::seed_from_u64(5);
+        for name in NAMES {
+            assert_eq!(named(&mut rng, name, "c").name, *name);
+        }
     }
 
     #[test]

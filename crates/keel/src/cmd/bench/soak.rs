@@ -1,23 +1,26 @@
 //! `keel bench soak`: many chats with randomly chosen scripts (faults of every kind), random
-//! user interrupts, random client disconnects and, optionally, kill -9 of the daemon at
-//! random moments. At the end every chat is checked against the invariants Keel promises;
-//! a failure prints the seed that reproduces the soak.
+//! user interrupts, random client disconnects, optionally users who edit, queue, promote,
+//! compact and delete (`--actions`), on one daemon or several replicas of one PostgreSQL
+//! database, and kill -9 of a daemon at random moments. At the end every chat is checked
+//! against the invariants Keel promises; a failure prints the seed that reproduces it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use super::live::Live;
+use super::actions::{self, Program};
+use super::actor;
+use super::follower::{self, Behaviour};
 use super::processes::{DaemonSetup, Process, start_mock};
-use super::scenario::{self, Expect, Scenario};
+use super::scenario;
 use super::stats::mib;
+use super::target::{Replica, Target};
 use crate::client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -48,6 +51,15 @@ pub struct Args {
     /// Database URL; default: a fresh SQLite file in a temporary directory.
     #[arg(long)]
     pub database: Option<String>,
+    /// Daemons sharing the `--database` (PostgreSQL); requests and kills go to any of them.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Share of chats whose user acts beyond reading: sends with `busy: "queue"`, promotes
+    /// and deletes queued messages, edits mid-reply and mid-tool, interrupts, compacts (by
+    /// request and by a small context limit), answers client-side tools late, never or
+    /// after an interrupt, and deletes running chats.
+    #[arg(long, default_value_t = 0.0)]
+    pub actions: f64,
     /// Relay the daemon's and mock's logs.
     #[arg(long)]
     pub verbose: bool,
@@ -61,38 +73,51 @@ retry_initial_delay_ms = 20
 retry_max_delay_ms = 200
 lease_ms = 1500";
 
-/// Everything the chat tasks share.
-struct Soak {
-    /// The daemon's API; a restarted daemon listens on the same address.
-    api: Api,
-    url: String,
-    /// The daemon process; the kill task replaces it with each restart.
-    daemon: Mutex<Process>,
-    server_errors: AtomicUsize,
-    deadline: Instant,
-}
+/// Runs settings for soaks with the user-action menu: a short deadline for client-side
+/// tool answers, so answers that never come are noticed within the soak.
+const ACTION_RUNS: &str = "pending_action_timeout_ms = 5000";
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     ensure!(args.chats > 0, "--chats must be at least 1");
+    ensure!(
+        args.replicas == 1
+            || args
+                .database
+                .as_deref()
+                .is_some_and(|d| d.starts_with("postgres")),
+        "--replicas above 1 needs a shared PostgreSQL --database"
+    );
     let seed = args.seed.unwrap_or_else(rand::random);
     println!(
-        "keel bench soak: {} chats, {} kills, seed {seed}",
-        args.chats, args.kills
+        "keel bench soak: {} chats, {} kills, {} replica(s), user actions in {:.0}% of chats, seed {seed}",
+        args.chats,
+        args.kills,
+        args.replicas,
+        args.actions * 100.0
     );
     let outcome = soak(&args, seed).await;
     match &outcome {
         Ok(()) => println!("soak passed (seed {seed})"),
         Err(error) => println!(
-            "soak FAILED: {error:#}\nreproduce with: keel bench soak --chats {} --waves {} --kills {} --seed {seed}",
-            args.chats, args.waves, args.kills
+            "soak FAILED: {error:#}\nreproduce with: keel bench soak --chats {} --waves {} --kills {} --replicas {} --actions {} --seed {seed}",
+            args.chats, args.waves, args.kills, args.replicas, args.actions
         ),
     }
     outcome
 }
 
+/// One chat of the soak: a reading user, or one carrying out a program of actions.
+enum User {
+    Reads(Behaviour),
+    Acts(Program, Option<usize>, Box<StdRng>),
+}
+
 async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let mock = start_mock(dir.path(), args.verbose)?;
+    // Paced unscripted replies (echoes and summaries), so edits, interrupts and kills can
+    // land in the middle of them.
+    let rate = if args.actions > 0.0 { 100.0 } else { 0.0 };
+    let mock = start_mock(dir.path(), args.verbose, rate)?;
     let setup = Arc::new(DaemonSetup {
         dir: dir.path().to_owned(),
         database: args
@@ -103,14 +128,27 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         workers: args.chats.min(256),
         verbose: args.verbose,
     });
-    let config = Arc::new(setup.write_config(RUNS)?);
-    let (daemon, _) = setup.start(&config, "127.0.0.1:0").await?;
-    println!("wave 0: {}", vitals(&daemon)?);
-    let shared = Arc::new(Soak {
-        api: Api::new(&daemon.url, None)?,
-        url: daemon.url.clone(),
-        daemon: Mutex::new(daemon),
+    let runs = if args.actions > 0.0 {
+        format!("{RUNS}\n{ACTION_RUNS}")
+    } else {
+        RUNS.to_owned()
+    };
+    let config = Arc::new(setup.write_config(&runs)?);
+    let mut replicas = Vec::new();
+    for _ in 0..args.replicas.max(1) {
+        let (daemon, _) = setup.start(&config, "127.0.0.1:0").await?;
+        println!("wave 0: {}", vitals(&daemon)?);
+        replicas.push(Replica {
+            api: Api::new(&daemon.url, None)?,
+            url: daemon.url.clone(),
+            daemon: Mutex::new(daemon),
+        });
+    }
+    let shared = Arc::new(Target {
+        replicas,
         server_errors: AtomicUsize::new(0),
+        compacting: AtomicUsize::new(0),
+        stalls: AtomicUsize::new(0),
         deadline: Instant::now() + Duration::from_secs(args.timeout_secs),
     });
     let mut rng = StdRng::seed_from_u64(seed);
@@ -118,24 +156,52 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     // chats; they play no part in any random choice.
     let run: u64 = rand::random();
     let mut failures = Vec::new();
+    let mut performed = BTreeMap::<String, usize>::new();
     for wave in 1..=args.waves.max(1) {
         let mut tasks = JoinSet::new();
         let mut chosen = BTreeMap::<&str, usize>::new();
         for index in (wave - 1) * args.chats..wave * args.chats {
-            let scenario = scenario::choose(&mut rng, &format!("soak-{seed}-{index}"));
+            let mut scenario = scenario::choose(&mut rng, &format!("soak-{seed}-{index}"));
+            let key = format!("soak-{run}-{index}");
+            let disconnect_every = rng
+                .random_bool(args.disconnects.clamp(0.0, 1.0))
+                .then(|| rng.random_range(2..12));
+            let acts = args.actions > 0.0 && rng.random_bool(args.actions.clamp(0.0, 1.0));
+            // Users who act get client-side tools more often, so that every way of
+            // answering them comes up.
+            if acts && rng.random_bool(0.2) {
+                scenario =
+                    scenario::named(&mut rng, "client_tool", &format!("soak-{seed}-{index}"));
+            }
             *chosen.entry(scenario.name).or_default() += 1;
-            let behaviour = Behaviour {
-                interrupt_after: rng
-                    .random_bool(args.interrupts.clamp(0.0, 1.0))
-                    .then(|| rng.random_range(1..8)),
-                disconnect_every: rng
-                    .random_bool(args.disconnects.clamp(0.0, 1.0))
-                    .then(|| rng.random_range(2..12)),
-                idempotency_key: format!("soak-{run}-{index}"),
+            let user = if acts {
+                let program = actions::choose(&mut rng);
+                User::Acts(
+                    program,
+                    disconnect_every,
+                    Box::new(StdRng::seed_from_u64(rng.random())),
+                )
+            } else {
+                User::Reads(Behaviour {
+                    interrupt_after: rng
+                        .random_bool(args.interrupts.clamp(0.0, 1.0))
+                        .then(|| rng.random_range(1..8)),
+                    disconnect_every,
+                    idempotency_key: key.clone(),
+                })
             };
             let shared = shared.clone();
             tasks.spawn(async move {
-                let verdict = drive(&shared, &scenario, &behaviour).await;
+                let verdict = match user {
+                    User::Reads(behaviour) => follower::drive(&shared, &scenario, &behaviour)
+                        .await
+                        .map(|()| None),
+                    User::Acts(program, disconnect_every, rng) => {
+                        actor::drive(shared, &scenario, &program, disconnect_every, &key, *rng)
+                            .await
+                            .map(Some)
+                    }
+                };
                 (index, scenario, verdict)
             });
         }
@@ -153,7 +219,15 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         while let Some(joined) = tasks.join_next().await {
             let (index, scenario, verdict) = joined.context("a chat task panicked")?;
             match verdict {
-                Ok(()) => settled += 1,
+                Ok(done) => {
+                    settled += 1;
+                    for action in done.iter().flat_map(|d| &d.actions) {
+                        *performed.entry(format!("{action:?}")).or_default() += 1;
+                    }
+                    if let Some(answers) = done.and_then(|d| d.tool_answers) {
+                        *performed.entry(format!("tools {answers:?}")).or_default() += 1;
+                    }
+                }
                 Err(error) => {
                     failures.push(format!("chat #{index} ({}): {error:#}", scenario.name))
                 }
@@ -162,10 +236,21 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         if let Some(killer) = killer {
             killer.await.context("the kill task panicked")??;
         }
-        let vitals = vitals(&shared.daemon.lock().unwrap_or_else(PoisonError::into_inner))?;
+        for replica in &shared.replicas {
+            let vitals = vitals(&Target::lock(replica))?;
+            println!(
+                "wave {wave}: {settled} of {} chats met every invariant; {vitals}",
+                args.chats
+            );
+        }
+    }
+    if args.actions > 0.0 {
+        println!("user actions carried out: {performed:?}");
+    }
+    if args.actions > 0.0 {
+        let stalls = shared.stalls.load(Ordering::Relaxed);
         println!(
-            "wave {wave}: {settled} of {} chats met every invariant; {vitals}",
-            args.chats
+            "{stalls} event streams fell silent before their chat's last message (a reconnect delivered it)"
         );
     }
     let server_errors = shared.server_errors.load(Ordering::Relaxed);
@@ -192,409 +277,10 @@ fn vitals(daemon: &Process) -> anyhow::Result<String> {
     ))
 }
 
-/// What the simulated user does besides reading.
-struct Behaviour {
-    /// Interrupt after this many live deltas.
-    interrupt_after: Option<usize>,
-    /// Drop the event stream after every this many events, and resume it.
-    disconnect_every: Option<usize>,
-    idempotency_key: String,
-}
-
-/// What one client saw and did.
-#[derive(Default)]
-struct Seen {
-    /// Committed messages by id, as the live events delivered them.
-    messages: BTreeMap<i64, Value>,
-    duplicates: Vec<i64>,
-    interrupted: bool,
-    /// The event id the client had reached when it last (re)connected.
-    position: Option<i64>,
-}
-
-impl Seen {
-    /// A committed message as a `message` event delivered it; a second delivery is noted.
-    fn record_message(&mut self, data: &Value) -> anyhow::Result<()> {
-        let id = data["id"]
-            .as_i64()
-            .context("a message event without an id")?;
-        if self.messages.insert(id, data.clone()).is_some() {
-            self.duplicates.push(id);
-        }
-        Ok(())
-    }
-}
-
-/// Creates the chat, follows it to the end like a client would (resuming across dropped
-/// connections and daemon restarts), then checks it.
-async fn drive(shared: &Soak, scenario: &Scenario, behaviour: &Behaviour) -> anyhow::Result<()> {
-    let mut body = json!({"text": scenario.text, "model": scenario.model.id()});
-    if !scenario.client_tools.is_empty() {
-        body["tools"] = json!(scenario.client_tools);
-    }
-    let created = call(
-        shared,
-        reqwest::Method::POST,
-        "/chats",
-        Some(&body),
-        Some(&behaviour.idempotency_key),
-    )
-    .await?;
-    let chat = created["id"]
-        .as_str()
-        .context("the created chat has no id")?
-        .to_owned();
-
-    let mut seen = Seen::default();
-    let mut live: Option<Live> = None;
-    let mut last_id = None;
-    let mut deltas = 0;
-    let mut events_on_connection = 0;
-    loop {
-        ensure!(
-            Instant::now() < shared.deadline,
-            "chat {chat} never settled"
-        );
-        let connection = match &mut live {
-            Some(connection) => connection,
-            None => {
-                let api = shared.api.clone();
-                match Live::open(&api, &chat, last_id).await {
-                    Ok(connection) => {
-                        events_on_connection = 0;
-                        live.insert(connection)
-                    }
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                }
-            }
-        };
-        let event = match connection.next(Duration::from_secs(2)).await {
-            Ok(event) => event,
-            Err(_) => {
-                // A broken or silent stream: resume it, and look at the chat meanwhile.
-                last_id = connection.last_id;
-                live = None;
-                if settle(shared, &chat, scenario).await? {
-                    break;
-                }
-                continue;
-            }
-        };
-        last_id = connection.last_id;
-        events_on_connection += 1;
-        match event.kind.as_str() {
-            "message" => seen.record_message(&event.data)?,
-            "part" => {
-                deltas += 1;
-                if behaviour.interrupt_after == Some(deltas) && !seen.interrupted {
-                    seen.interrupted = true;
-                    call(
-                        shared,
-                        reqwest::Method::POST,
-                        &format!("/chats/{chat}/interrupt"),
-                        Some(&json!({})),
-                        None,
-                    )
-                    .await?;
-                }
-            }
-            "status" => {
-                let status = event.data["status"].as_str().unwrap_or_default();
-                if matches!(status, "waiting" | "error" | "requires_action")
-                    && settle(shared, &chat, scenario).await?
-                {
-                    break;
-                }
-            }
-            _ => {}
-        }
-        if behaviour
-            .disconnect_every
-            .is_some_and(|every| events_on_connection % every == 0)
-        {
-            live = None;
-        }
-    }
-    // Read what is left of the stream so the client's view is complete, then compare.
-    seen.position = last_id;
-    catch_up(shared, &chat, &mut seen, last_id).await?;
-    verify(shared, &chat, scenario, &seen)
-        .await
-        .with_context(|| format!("chat {chat}"))
-}
-
-/// Whether the chat has reached its end state; answers client-side tool calls on the way.
-async fn settle(shared: &Soak, chat: &str, scenario: &Scenario) -> anyhow::Result<bool> {
-    let state = call(
-        shared,
-        reqwest::Method::GET,
-        &format!("/chats/{chat}"),
-        None,
-        None,
-    )
-    .await?;
-    match state["status"].as_str().unwrap_or_default() {
-        "waiting" | "error" => Ok(true),
-        "requires_action" if !scenario.client_tools.is_empty() => {
-            let results: Vec<Value> = state["pending_tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|call| json!({"tool_call_id": call["tool_call_id"], "result": {"meaning": 42}, "is_error": false}))
-                .collect();
-            call(
-                shared,
-                reqwest::Method::POST,
-                &format!("/chats/{chat}/tool-results"),
-                Some(&json!({"results": results})),
-                None,
-            )
-            .await?;
-            Ok(false)
-        }
-        "requires_action" => Ok(true),
-        _ => Ok(false),
-    }
-}
-
-/// Reads the events after `after` until the stream falls silent: the committed messages the
-/// client has not seen yet.
-async fn catch_up(
-    shared: &Soak,
-    chat: &str,
-    seen: &mut Seen,
-    after: Option<i64>,
-) -> anyhow::Result<()> {
-    // The chat is settled: its history is final. Read until the stream has delivered all of
-    // it, resuming across broken connections (the daemon may be killed meanwhile), or until
-    // nothing new arrives for long: then the comparison in `verify` reports what is missing.
-    let listed = call(
-        shared,
-        reqwest::Method::GET,
-        &format!("/chats/{chat}/messages"),
-        None,
-        None,
-    )
-    .await?;
-    let committed: Vec<i64> = listed["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m["id"].as_i64())
-        .collect();
-    let mut position = after;
-    let mut last_progress = Instant::now();
-    let patience = Duration::from_secs(10);
-    while !committed.iter().all(|id| seen.messages.contains_key(id))
-        && last_progress.elapsed() < patience
-        && Instant::now() < shared.deadline
-    {
-        let api = shared.api.clone();
-        let Ok(mut live) = Live::open(&api, chat, position).await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        while let Ok(event) = live.next(patience).await {
-            position = live.last_id;
-            if event.kind == "message" {
-                last_progress = Instant::now();
-                seen.record_message(&event.data)?;
-            }
-            if committed.iter().all(|id| seen.messages.contains_key(id)) {
-                break;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The invariants of one settled chat.
-async fn verify(shared: &Soak, chat: &str, scenario: &Scenario, seen: &Seen) -> anyhow::Result<()> {
-    let state = call(
-        shared,
-        reqwest::Method::GET,
-        &format!("/chats/{chat}"),
-        None,
-        None,
-    )
-    .await?;
-    let listed = call(
-        shared,
-        reqwest::Method::GET,
-        &format!("/chats/{chat}/messages"),
-        None,
-        None,
-    )
-    .await?;
-    let messages = listed["messages"].as_array().cloned().unwrap_or_default();
-    let status = state["status"].as_str().unwrap_or_default();
-
-    ensure!(
-        seen.duplicates.is_empty(),
-        "messages delivered twice: {:?}",
-        seen.duplicates
-    );
-    let committed: BTreeMap<i64, &Value> = messages
-        .iter()
-        .filter_map(|m| Some((m["id"].as_i64()?, m)))
-        .collect();
-    if !committed.keys().eq(seen.messages.keys()) {
-        bail!(
-            "the client saw messages {:?}, the chat has {:?} (client at event {:?}; the messages' event ids: {:?})",
-            seen.messages.keys().collect::<Vec<_>>(),
-            committed.keys().collect::<Vec<_>>(),
-            seen.position,
-            message_event_ids(shared, chat).await
-        );
-    }
-    for (id, message) in &committed {
-        let delivered = &seen.messages[id];
-        ensure!(
-            delivered["parts"] == message["parts"]
-                && delivered["interrupted"] == message["interrupted"],
-            "message {id} was delivered as {delivered} but committed as {message}"
-        );
-    }
-    well_formed(&messages)?;
-
-    let last_assistant = messages.iter().rev().find(|m| m["role"] == "assistant");
-    match &scenario.expect {
-        Expect::Failure => ensure!(status == "error", "expected status error, found {status}"),
-        Expect::Reply(expected) => {
-            ensure!(
-                status == "waiting",
-                "expected status waiting, found {status} ({})",
-                state["last_error"]
-            );
-            let Some(last) = last_assistant else {
-                // An interrupt that lands before the first delta leaves nothing to keep.
-                ensure!(seen.interrupted, "no assistant reply");
-                return Ok(());
-            };
-            let text = text_of(last);
-            if last["interrupted"] == true {
-                ensure!(
-                    seen.interrupted,
-                    "a reply was marked interrupted that nobody interrupted"
-                );
-                ensure!(
-                    expected.starts_with(&text) || scenario.name.contains("tool"),
-                    "interrupted reply {text:?} is not a prefix of {expected:?}"
-                );
-            } else if !seen.interrupted || text == *expected {
-                ensure!(
-                    text == *expected,
-                    "final reply {text:?}, expected {expected:?}"
-                );
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Message id → event id, read from a fresh connection, to explain a miss.
-async fn message_event_ids(shared: &Soak, chat: &str) -> Vec<(i64, Option<i64>)> {
-    let api = shared.api.clone();
-    let Ok(mut live) = Live::open(&api, chat, None).await else {
-        return Vec::new();
-    };
-    let mut ids = Vec::new();
-    while let Ok(event) = live.next(Duration::from_secs(1)).await {
-        if event.kind == "message" {
-            ids.push((event.data["id"].as_i64().unwrap_or(-1), live.last_id));
-        }
-    }
-    ids
-}
-
-/// Every tool call has exactly one result, and every result answers a call.
-fn well_formed(messages: &[Value]) -> anyhow::Result<()> {
-    let mut calls = BTreeMap::<String, usize>::new();
-    let mut results = BTreeMap::<String, usize>::new();
-    for part in messages
-        .iter()
-        .flat_map(|m| m["parts"].as_array().into_iter().flatten())
-    {
-        let id = part["tool_call_id"].as_str().unwrap_or_default().to_owned();
-        match part["type"].as_str() {
-            Some("tool_call") => *calls.entry(id).or_default() += 1,
-            Some("tool_result") => *results.entry(id).or_default() += 1,
-            _ => {}
-        }
-    }
-    ensure!(
-        calls.values().all(|n| *n == 1),
-        "a tool call id appears twice: {calls:?}"
-    );
-    ensure!(
-        calls == results,
-        "tool calls {calls:?} and results {results:?} do not pair up"
-    );
-    Ok(())
-}
-
-fn text_of(message: &Value) -> String {
-    message["parts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["type"] == "text")
-        .filter_map(|p| p["text"].as_str())
-        .collect()
-}
-
-/// One API call, retried across connection failures (the daemon may be restarting); 5xx
-/// answers are counted, and any other non-success answer is an error.
-async fn call(
-    shared: &Soak,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<&Value>,
-    idempotency_key: Option<&str>,
-) -> anyhow::Result<Value> {
-    loop {
-        ensure!(
-            Instant::now() < shared.deadline,
-            "out of time calling {method} {path}"
-        );
-        let url = format!("{}/api/v1{path}", shared.url);
-        let mut request = reqwest::Client::new()
-            .request(method.clone(), url)
-            .timeout(Duration::from_secs(30));
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        if let Some(key) = idempotency_key {
-            request = request.header("idempotency-key", key);
-        }
-        let response = match request.send().await {
-            Ok(response) => response,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        if status.is_server_error() {
-            shared.server_errors.fetch_add(1, Ordering::Relaxed);
-            bail!("{method} {path} answered {status}: {text}");
-        }
-        ensure!(
-            status.is_success(),
-            "{method} {path} answered {status}: {text}"
-        );
-        return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
-    }
-}
-
-/// Kills the daemon with SIGKILL `kills` times at random moments, restarting it on the same
-/// address each time.
+/// Kills a replica chosen at random with SIGKILL `kills` times at random moments,
+/// restarting it on the same address each time.
 async fn kill_repeatedly(
-    shared: &Soak,
+    shared: &Target,
     setup: &DaemonSetup,
     config: &std::path::Path,
     kills: usize,
@@ -602,18 +288,17 @@ async fn kill_repeatedly(
 ) -> anyhow::Result<()> {
     for kill in 1..=kills {
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..3_000))).await;
-        let address = shared.url.trim_start_matches("http://").to_owned();
-        shared
-            .daemon
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .kill();
+        let which = rng.random_range(0..shared.replicas.len());
+        let replica = &shared.replicas[which];
+        let address = replica.url.trim_start_matches("http://").to_owned();
+        let compacting = shared.compacting.load(Ordering::Relaxed);
+        Target::lock(replica).kill();
         let (restarted, ready) = setup.start(config, &address).await?;
         println!(
-            "kill {kill}: restarted, ready in {:.0} ms",
+            "kill {kill}: replica {which} restarted, ready in {:.0} ms; {compacting} chats were compacting on request",
             ready.as_secs_f64() * 1e3
         );
-        *shared.daemon.lock().unwrap_or_else(PoisonError::into_inner) = restarted;
+        *Target::lock(replica) = restarted;
     }
     Ok(())
 }

@@ -18,12 +18,12 @@ use serde_json::{Value, json};
 use crate::api::compat::reply::{Block, Reply};
 
 /// The id of the assistant message answering user message `user_id`.
-pub fn reply_id(user_id: i64) -> String {
+pub(crate) fn reply_id(user_id: i64) -> String {
     format!("keel-{user_id}-reply")
 }
 
 /// A chat's history as `UIMessage`s.
-pub fn ui_messages(messages: &[StoredMessage]) -> Vec<Value> {
+pub(crate) fn ui_messages(messages: &[StoredMessage]) -> Vec<Value> {
     let mut out = Vec::new();
     let mut index = 0;
     while index < messages.len() {
@@ -114,7 +114,7 @@ fn assistant_parts(reply: &Reply) -> Vec<Value> {
 }
 
 /// The Keel parts of a user `UIMessage`: its text and file parts.
-pub fn user_message_parts(message: &Value) -> Result<Vec<Part>, String> {
+pub(crate) fn user_message_parts(message: &Value) -> Result<Vec<Part>, String> {
     let parts = message
         .get("parts")
         .and_then(Value::as_array)
@@ -156,7 +156,7 @@ pub fn user_message_parts(message: &Value) -> Result<Vec<Part>, String> {
 
 /// The results a front end gave to client-side tool calls (`addToolResult`), as far as they
 /// answer one of `pending`.
-pub fn tool_results(message: &Value, pending: &[String]) -> Vec<ToolResultInput> {
+pub(crate) fn tool_results(message: &Value, pending: &[String]) -> Vec<ToolResultInput> {
     let Some(parts) = message.get("parts").and_then(Value::as_array) else {
         return Vec::new();
     };

@@ -12,8 +12,8 @@
 //! The chat id is the client's: the store maps it to a Keel chat per user on first use. A
 //! dropped connection never stops a run; only `stop` does.
 
-pub mod messages;
-pub mod stream;
+pub(crate) mod messages;
+pub(crate) mod stream;
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -42,13 +42,18 @@ const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
     "id": "chat-1", "trigger": "submit-message", "messageId": "m1",
     "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hello"}]}]
 }))]
-pub struct ChatRequest {
+pub(crate) struct ChatRequest {
     pub id: String,
     #[serde(default)]
     #[schema(value_type = Vec<Object>)]
     pub messages: Vec<Value>,
     pub trigger: Option<String>,
+    /// The transport's `messageId`.
     #[serde(rename = "messageId")]
+    #[allow(
+        dead_code,
+        reason = "part of the transport's body, documented; not needed to act"
+    )]
     pub message_id: Option<String>,
     pub model: Option<String>,
     pub system: Option<String>,
@@ -117,27 +122,19 @@ fn ui_stream(
     position: i64,
     message_id: String,
 ) -> Response {
-    let body = sse::body(
+    sse::response(
         state,
         chat,
         position,
         Reply::default(),
         UiStream::new(message_id),
-    );
-    (
-        [
-            ("content-type", "text/event-stream"),
-            ("cache-control", "no-cache"),
-            STREAM_HEADER,
-        ],
-        body,
+        &[STREAM_HEADER],
     )
-        .into_response()
 }
 
 /// `POST /api/v1/ai-sdk/chat`.
 #[utoipa::path(post, path = "/ai-sdk/chat", tag = "ai-sdk", summary = "AI SDK UI: send a message (or tool results, or regenerate) and stream the reply as a UI message stream", request_body = ChatRequest, responses((status = 200, description = "UI message stream (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
-pub async fn chat(
+pub(crate) async fn chat(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
@@ -297,7 +294,7 @@ async fn start_chat(
 
 /// `GET /api/v1/ai-sdk/chat/{id}/stream`: the reply in progress, replayed from its start.
 #[utoipa::path(get, path = "/ai-sdk/chat/{id}/stream", tag = "ai-sdk", summary = "AI SDK UI: resume the reply in progress from its start", params(("id" = String, Path, description = "The client's chat id")), responses((status = 200, description = "UI message stream", content_type = "text/event-stream", body = crate::api::dto::SseEvent), (status = 204, description = "No reply in progress")))]
-pub async fn resume(
+pub(crate) async fn resume(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -323,7 +320,7 @@ pub async fn resume(
 /// `GET /api/v1/ai-sdk/chat/{id}/messages`: the history as `UIMessage[]` (empty for a chat
 /// id Keel has not seen).
 #[utoipa::path(get, path = "/ai-sdk/chat/{id}/messages", tag = "ai-sdk", summary = "AI SDK UI: the history as UIMessage[]", params(("id" = String, Path, description = "The client's chat id")), responses((status = 200, description = "UIMessage[]", body = Vec<Object>)))]
-pub async fn history(
+pub(crate) async fn history(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -337,7 +334,7 @@ pub async fn history(
 
 /// `POST /api/v1/ai-sdk/chat/{id}/stop`: interrupts the reply; what was said is kept.
 #[utoipa::path(post, path = "/ai-sdk/chat/{id}/stop", tag = "ai-sdk", summary = "AI SDK UI: stop the reply (what was said is kept)", params(("id" = String, Path, description = "The client's chat id")), responses((status = 202, description = "Interrupt requested")))]
-pub async fn stop(
+pub(crate) async fn stop(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,

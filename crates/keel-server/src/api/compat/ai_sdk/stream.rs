@@ -48,7 +48,7 @@ struct SentStep {
 
 /// The stream of one reply.
 #[derive(Debug)]
-pub struct UiStream {
+pub(crate) struct UiStream {
     message_id: String,
     started: bool,
     steps: Vec<SentStep>,
@@ -58,7 +58,7 @@ pub struct UiStream {
 
 impl UiStream {
     /// A stream for the assistant message with this id.
-    pub fn new(message_id: impl Into<String>) -> Self {
+    pub(crate) fn new(message_id: impl Into<String>) -> Self {
         Self {
             message_id: message_id.into(),
             started: false,
@@ -69,7 +69,7 @@ impl UiStream {
     }
 
     /// The chunks that bring the client from what it has to `reply`.
-    pub fn update(&mut self, reply: &Reply) -> Vec<Value> {
+    pub(crate) fn update(&mut self, reply: &Reply) -> Vec<Value> {
         let mut out = Vec::new();
         if self.finished {
             return out;
@@ -118,7 +118,7 @@ impl UiStream {
     }
 
     /// True once the reply's end was sent.
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.finished
     }
 }

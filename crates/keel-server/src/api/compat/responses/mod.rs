@@ -12,7 +12,7 @@
 //! A response is one run of one chat: its id names the chat and the event position of the
 //! input that started it, so nothing is stored besides the chat itself.
 
-pub mod stream;
+pub(crate) mod stream;
 
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ const WAIT: Duration = Duration::from_secs(600);
 /// An error as the OpenAI SDKs read it (`{"error": {"message", "type", "param", "code"}}`),
 /// with the status that picks their exception class.
 #[derive(Debug)]
-pub struct OpenAiError {
+pub(crate) struct OpenAiError {
     status: StatusCode,
     message: String,
     code: &'static str,
@@ -110,12 +110,12 @@ impl IntoResponse for OpenAiError {
 type Result<T> = std::result::Result<T, OpenAiError>;
 
 /// `resp_` + the chat id (32 hex digits) + the input's event position (16 hex digits).
-pub fn response_id(chat: ChatId, position: i64) -> String {
+pub(crate) fn response_id(chat: ChatId, position: i64) -> String {
     format!("resp_{}{:016x}", chat.simple(), position)
 }
 
 /// The chat and position a response id names.
-pub fn parse_response_id(id: &str) -> Option<(ChatId, i64)> {
+pub(crate) fn parse_response_id(id: &str) -> Option<(ChatId, i64)> {
     let hex = id.strip_prefix("resp_")?;
     if hex.len() != 48 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
@@ -128,7 +128,7 @@ pub fn parse_response_id(id: &str) -> Option<(ChatId, i64)> {
 /// `POST /v1/responses`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[schema(example = json!({"model": "demo", "input": "Hello", "stream": false}))]
-pub struct CreateResponse {
+pub(crate) struct CreateResponse {
     pub model: Option<String>,
     pub input: Option<Value>,
     pub instructions: Option<String>,
@@ -144,7 +144,7 @@ pub struct CreateResponse {
 
 /// What `input` asks for: a user message and/or answers to client-side calls.
 #[derive(Debug, Default, PartialEq)]
-pub struct Input {
+pub(crate) struct Input {
     pub text: String,
     pub system: Vec<String>,
     pub outputs: Vec<ToolResultInput>,
@@ -152,7 +152,7 @@ pub struct Input {
 
 /// Reads `input`: a string, or a list of messages and `function_call_output` items
 /// (`function_call` and other output items echoed back are skipped).
-pub fn parse_input(input: &Value) -> std::result::Result<Input, String> {
+pub(crate) fn parse_input(input: &Value) -> std::result::Result<Input, String> {
     let mut out = Input::default();
     let items = match input {
         Value::String(text) => {
@@ -251,15 +251,7 @@ impl Translator for ResponsesStream {
 
 fn event_stream(state: AppState, chat: Chat, position: i64, stream: ResponsesStream) -> Response {
     let reply = Reply::ending_at_answers_to(client_tool_names(&chat));
-    let body = sse::body(state, chat, position, reply, stream);
-    (
-        [
-            ("content-type", "text/event-stream"),
-            ("cache-control", "no-cache"),
-        ],
-        body,
-    )
-        .into_response()
+    sse::response(state, chat, position, reply, stream, &[])
 }
 
 async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<(Chat, i64)> {
@@ -323,7 +315,7 @@ async fn wait_for_end(state: &AppState, chat: Chat, position: i64) -> Reply {
 }
 
 #[utoipa::path(post, path = "/responses", tag = "responses", summary = "OpenAI Responses: create a response (a new chat, or the next turn after previous_response_id)", request_body = CreateResponse, responses((status = 200, description = "Response object, or its events with stream=true", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream"))), (status = 429, description = "A response of the conversation is still in progress", body = Object)))]
-pub async fn create(
+pub(crate) async fn create(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
@@ -512,7 +504,7 @@ async fn continue_chat(state: &AppState, chat: &Chat, input: Input) -> Result<i6
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct RetrieveQuery {
+pub(crate) struct RetrieveQuery {
     #[serde(default)]
     pub stream: bool,
     /// Stream only the events after this sequence number.
@@ -529,7 +521,7 @@ fn any_unsigned() -> utoipa::openapi::schema::Object {
 }
 
 #[utoipa::path(get, path = "/responses/{id}", tag = "responses", summary = "OpenAI Responses: retrieve a response, or stream its events after starting_after", params(("id" = String, Path, description = "The response's id"), RetrieveQuery), responses((status = 200, description = "Response object, or its events", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream")))))]
-pub async fn retrieve(
+pub(crate) async fn retrieve(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -552,7 +544,7 @@ pub async fn retrieve(
 }
 
 #[utoipa::path(post, path = "/responses/{id}/cancel", tag = "responses", summary = "OpenAI Responses: cancel a response (what was said is kept)", params(("id" = String, Path, description = "The response's id")), responses((status = 200, description = "Response object", body = Object)))]
-pub async fn cancel(
+pub(crate) async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
@@ -583,7 +575,7 @@ pub async fn cancel(
 }
 
 #[utoipa::path(get, path = "/responses/{id}/input_items", tag = "responses", summary = "OpenAI Responses: the input items that started a response", params(("id" = String, Path, description = "The response's id")), responses((status = 200, description = "List of input items", body = Object)))]
-pub async fn input_items(
+pub(crate) async fn input_items(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,

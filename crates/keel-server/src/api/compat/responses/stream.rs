@@ -25,7 +25,7 @@ use crate::api::compat::reply::{Block, End, Reply};
 
 /// What a response is about, besides its reply.
 #[derive(Debug, Clone)]
-pub struct Meta {
+pub(crate) struct Meta {
     pub id: String,
     pub model: String,
     pub created_at: i64,
@@ -148,7 +148,7 @@ fn item_json(meta: &Meta, index: usize, item: &Item, done: bool, with_partial: b
 }
 
 /// The status of a response with this reply.
-pub fn status(reply: &Reply) -> &'static str {
+pub(crate) fn status(reply: &Reply) -> &'static str {
     match &reply.end {
         None => "in_progress",
         Some(End::Done | End::ToolCalls) => "completed",
@@ -158,7 +158,7 @@ pub fn status(reply: &Reply) -> &'static str {
 }
 
 /// The Response object of a reply.
-pub fn response_object(meta: &Meta, reply: &Reply) -> Value {
+pub(crate) fn response_object(meta: &Meta, reply: &Reply) -> Value {
     let items = items(reply, &meta.client_tools);
     let ended = reply.end.is_some();
     let output: Vec<Value> = items
@@ -213,7 +213,7 @@ struct Sent {
 
 /// The streaming events of one response.
 #[derive(Debug)]
-pub struct ResponsesStream {
+pub(crate) struct ResponsesStream {
     meta: Meta,
     /// The number the next event (or a delta's first character) takes.
     next: u64,
@@ -226,7 +226,7 @@ pub struct ResponsesStream {
 
 impl ResponsesStream {
     /// A stream from the start, or after `starting_after`.
-    pub fn new(meta: Meta, starting_after: Option<u64>) -> Self {
+    pub(crate) fn new(meta: Meta, starting_after: Option<u64>) -> Self {
         Self {
             meta,
             next: 0,
@@ -237,7 +237,7 @@ impl ResponsesStream {
         }
     }
 
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.finished
     }
 
@@ -270,7 +270,7 @@ impl ResponsesStream {
     }
 
     /// The events that bring the client from what it has to `reply`.
-    pub fn update(&mut self, reply: &Reply) -> Vec<Value> {
+    pub(crate) fn update(&mut self, reply: &Reply) -> Vec<Value> {
         let mut out = Vec::new();
         if self.finished {
             return out;

@@ -1,0 +1,178 @@
+//! The soak's menu of user actions beyond reading: what a simulated user does to a chat
+//! while it runs, and when. Choosing a program is a pure function of a random number
+//! generator, so a seed reproduces the choices (their timing against the daemon varies).
+
+use rand::{Rng, RngExt};
+
+/// One thing the user does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    /// Sends a message with `busy: "queue"`.
+    Send,
+    /// Promotes the newest queued message the user knows of.
+    Promote,
+    /// Deletes the newest queued message the user knows of.
+    DeleteQueued,
+    /// Edits the latest user message while a reply streams.
+    EditMidReply,
+    /// Edits the latest user message while a tool call streams or runs.
+    EditMidTool,
+    Interrupt,
+    /// `POST .../compact` once the chat is idle.
+    Compact,
+    /// Deletes the chat while it runs; ends the program.
+    DeleteChat,
+}
+
+/// When an action happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// After the client has seen this many live parts (or a short wait, if fewer come).
+    Parts(usize),
+    /// Once a tool call has streamed (or a short wait, if none comes).
+    ToolCall,
+    /// After this many milliseconds.
+    Delay(u64),
+    /// Once the chat is idle (`waiting` or `error`).
+    Idle,
+}
+
+/// How the user answers calls of client-side tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ToolAnswers {
+    Prompt,
+    /// After a pause shorter than the daemon's deadline for answers.
+    Late,
+    /// Never: the daemon's deadline answers them with errors.
+    Never,
+    /// Interrupts first, then answers: the daemon must refuse the answer (`409`).
+    AfterInterrupt,
+}
+
+/// Everything one user does to one chat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    pub steps: Vec<(Trigger, Action)>,
+    pub tools: ToolAnswers,
+    /// The chat uses the model with a small context limit, so it compacts on its own.
+    pub small_context: bool,
+}
+
+#[cfg(test)]
+const ACTIONS: [Action; 8] = [
+    Action::Send,
+    Action::Promote,
+    Action::DeleteQueued,
+    Action::EditMidReply,
+    Action::EditMidTool,
+    Action::Interrupt,
+    Action::Compact,
+    Action::DeleteChat,
+];
+
+/// A random program of one to four actions. Promotions and deletes of queued messages
+/// come after a send (they need something queued); a chat delete only ever comes last.
+pub fn choose(rng: &mut impl Rng) -> Program {
+    let count = rng.random_range(1..=4);
+    let mut steps = Vec::with_capacity(count + 1);
+    for _ in 0..count {
+        let action = match rng.random_range(0..100) {
+            0..30 => Action::Send,
+            30..40 => Action::Promote,
+            40..50 => Action::DeleteQueued,
+            50..62 => Action::EditMidReply,
+            62..70 => Action::EditMidTool,
+            70..82 => Action::Interrupt,
+            82..96 => Action::Compact,
+            _ => Action::DeleteChat,
+        };
+        if matches!(action, Action::Promote | Action::DeleteQueued) {
+            // Back to back: the first may start a run, the others queue behind it.
+            for _ in 0..3 {
+                steps.push((Trigger::Delay(0), Action::Send));
+            }
+        }
+        let trigger = match action {
+            Action::Send => match rng.random_bool(0.7) {
+                true => Trigger::Parts(rng.random_range(1..8)),
+                false => Trigger::Delay(rng.random_range(0..1_500)),
+            },
+            Action::Promote | Action::DeleteQueued => Trigger::Delay(rng.random_range(0..100)),
+            Action::EditMidReply => Trigger::Parts(rng.random_range(1..6)),
+            Action::EditMidTool => Trigger::ToolCall,
+            Action::Interrupt => Trigger::Parts(rng.random_range(1..8)),
+            Action::Compact => Trigger::Idle,
+            Action::DeleteChat => Trigger::Parts(rng.random_range(1..4)),
+        };
+        steps.push((trigger, action));
+        if action == Action::DeleteChat {
+            break;
+        }
+    }
+    // Something to answer after a compaction, so the summary is used.
+    if steps.last().is_some_and(|(_, a)| *a == Action::Compact) && rng.random_bool(0.7) {
+        steps.push((Trigger::Idle, Action::Send));
+    }
+    let tools = [
+        ToolAnswers::Prompt,
+        ToolAnswers::Late,
+        ToolAnswers::Never,
+        ToolAnswers::AfterInterrupt,
+    ][rng.random_range(0..4)];
+    Program {
+        steps,
+        tools,
+        small_context: rng.random_bool(0.2),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+
+    #[test]
+    fn a_seed_chooses_the_same_programs() {
+        let programs = |seed| {
+            let mut rng = StdRng::seed_from_u64(seed);
+            (0..50).map(|_| choose(&mut rng)).collect::<Vec<_>>()
+        };
+        assert_eq!(programs(3), programs(3));
+        assert_ne!(programs(3), programs(4));
+    }
+
+    #[test]
+    fn every_action_and_answer_policy_is_reachable() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let (mut actions, mut answers, mut small) = (BTreeSet::new(), BTreeSet::new(), false);
+        for _ in 0..500 {
+            let program = choose(&mut rng);
+            actions.extend(program.steps.iter().map(|(_, a)| *a));
+            answers.insert(program.tools);
+            small |= program.small_context;
+        }
+        assert_eq!(actions.len(), ACTIONS.len());
+        assert_eq!(answers.len(), 4);
+        assert!(small);
+    }
+
+    #[test]
+    fn queue_actions_follow_a_send_and_a_chat_delete_comes_last() {
+        let mut rng = StdRng::seed_from_u64(2);
+        for _ in 0..500 {
+            let program = choose(&mut rng);
+            for (at, (_, action)) in program.steps.iter().enumerate() {
+                if matches!(action, Action::Promote | Action::DeleteQueued) {
+                    assert!(program.steps[..at].iter().any(|(_, a)| *a == Action::Send));
+                }
+                if *action == Action::DeleteChat {
+                    assert_eq!(at, program.steps.len() - 1);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The soak's reading user: follows one scripted chat to its end like a client would,
+//! interrupting it and dropping its event stream at random points, then checks its end
+//! state and that the live events delivered exactly its committed messages.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use serde_json::{Value, json};
+
+use super::check::{EventView, answered_by_daemon, text_of, tool_calls_pair_up};
+use super::live::Live;
+use super::reader::message_event_ids;
+use super::scenario::{Expect, Scenario};
+use super::target::Target;
+
+/// What the simulated user does besides reading.
+pub struct Behaviour {
+    /// Interrupt after this many live deltas.
+    pub interrupt_after: Option<usize>,
+    /// Drop the event stream after every this many events, and resume it.
+    pub disconnect_every: Option<usize>,
+    pub idempotency_key: String,
+}
+
+/// What one client saw and did.
+#[derive(Default)]
+struct Seen {
+    /// Committed messages as the live events delivered them.
+    view: EventView,
+    interrupted: bool,
+    /// The event id the client had reached when it last (re)connected.
+    position: Option<i64>,
+}
+
+/// Creates the chat, follows it to the end like a client would (resuming across dropped
+/// connections and daemon restarts), then checks it.
+pub async fn drive(
+    shared: &Target,
+    scenario: &Scenario,
+    behaviour: &Behaviour,
+) -> anyhow::Result<()> {
+    let mut body = json!({"text": scenario.text, "model": scenario.model.id()});
+    if !scenario.client_tools.is_empty() {
+        body["tools"] = json!(scenario.client_tools);
+    }
+    let created = shared
+        .call(
+            reqwest::Method::POST,
+            "/chats",
+            Some(&body),
+            Some(&behaviour.idempotency_key),
+        )
+        .await?;
+    let chat = created["id"]
+        .as_str()
+        .context("the created chat has no id")?
+        .to_owned();
+
+    let mut seen = Seen::default();
+    let mut live: Option<Live> = None;
+    let mut last_id = None;
+    let mut deltas = 0;
+    let mut events_on_connection = 0;
+    loop {
+        ensure!(
+            Instant::now() < shared.deadline,
+            "chat {chat} never settled"
+        );
+        let connection = match &mut live {
+            Some(connection) => connection,
+            None => {
+                let api = shared.any().api.clone();
+                match Live::open(&api, &chat, last_id).await {
+                    Ok(connection) => {
+                        events_on_connection = 0;
+                        live.insert(connection)
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let event = match connection.next(Duration::from_secs(2)).await {
+            Ok(event) => event,
+            Err(_) => {
+                // A broken or silent stream: resume it, and look at the chat meanwhile.
+                last_id = connection.last_id;
+                live = None;
+                if settle(shared, &chat, scenario).await? {
+                    break;
+                }
+                continue;
+            }
+        };
+        last_id = connection.last_id;
+        events_on_connection += 1;
+        match event.kind.as_str() {
+            "message" => seen.view.apply(&event.data)?,
+            "part" => {
+                deltas += 1;
+                if behaviour.interrupt_after == Some(deltas) && !seen.interrupted {
+                    seen.interrupted = true;
+                    shared
+                        .call(
+                            reqwest::Method::POST,
+                            &format!("/chats/{chat}/interrupt"),
+                            Some(&json!({})),
+                            None,
+                        )
+                        .await?;
+                }
+            }
+            "status" => {
+                let status = event.data["status"].as_str().unwrap_or_default();
+                if matches!(status, "waiting" | "error" | "requires_action")
+                    && settle(shared, &chat, scenario).await?
+                {
+                    break;
+                }
+            }
+            _ => {}
+        }
+        if behaviour
+            .disconnect_every
+            .is_some_and(|every| events_on_connection % every == 0)
+        {
+            live = None;
+        }
+    }
+    // Read what is left of the stream so the client's view is complete, then compare.
+    seen.position = last_id;
+    catch_up(shared, &chat, &mut seen, last_id).await?;
+    verify(shared, &chat, scenario, &seen)
+        .await
+        .with_context(|| format!("chat {chat}"))
+}
+
+/// Whether the chat has reached its end state; answers client-side tool calls on the way.
+async fn settle(shared: &Target, chat: &str, scenario: &Scenario) -> anyhow::Result<bool> {
+    let state = shared
+        .call(reqwest::Method::GET, &format!("/chats/{chat}"), None, None)
+        .await?;
+    match state["status"].as_str().unwrap_or_default() {
+        "waiting" | "error" => Ok(true),
+        "requires_action" if !scenario.client_tools.is_empty() => {
+            let results: Vec<Value> = state["pending_tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|call| json!({"tool_call_id": call["tool_call_id"], "result": {"meaning": 42}, "is_error": false}))
+                .collect();
+            let answer = shared
+                .request(
+                    reqwest::Method::POST,
+                    &format!("/chats/{chat}/tool-results"),
+                    Some(&json!({"results": results})),
+                    None,
+                )
+                .await?;
+            // A conflict: the deadline for answers passed while the daemon was down, and
+            // it answered the calls with errors itself (checked in `verify`).
+            ensure!(
+                answer.status.is_success() || answer.status == reqwest::StatusCode::CONFLICT,
+                "tool results answered {}: {}",
+                answer.status,
+                answer.body
+            );
+            Ok(false)
+        }
+        "requires_action" => Ok(true),
+        _ => Ok(false),
+    }
+}
+
+/// Reads the events after `after` until the stream falls silent: the committed messages the
+/// client has not seen yet.
+async fn catch_up(
+    shared: &Target,
+    chat: &str,
+    seen: &mut Seen,
+    after: Option<i64>,
+) -> anyhow::Result<()> {
+    // The chat is settled: its history is final. Read until the stream has delivered all of
+    // it, resuming across broken connections (the daemon may be killed meanwhile), or until
+    // nothing new arrives for long: then the comparison in `verify` reports what is missing.
+    let listed = shared
+        .call(
+            reqwest::Method::GET,
+            &format!("/chats/{chat}/messages"),
+            None,
+            None,
+        )
+        .await?;
+    let committed: Vec<i64> = listed["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["id"].as_i64())
+        .collect();
+    let mut position = after;
+    let mut last_progress = Instant::now();
+    let patience = Duration::from_secs(10);
+    while !committed
+        .iter()
+        .all(|id| seen.view.messages.contains_key(id))
+        && last_progress.elapsed() < patience
+        && Instant::now() < shared.deadline
+    {
+        let api = shared.any().api.clone();
+        let Ok(mut live) = Live::open(&api, chat, position).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        while let Ok(event) = live.next(patience).await {
+            position = live.last_id;
+            if event.kind == "message" {
+                last_progress = Instant::now();
+                seen.view.apply(&event.data)?;
+            }
+            if committed
+                .iter()
+                .all(|id| seen.view.messages.contains_key(id))
+            {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The invariants of one settled chat.
+async fn verify(
+    shared: &Target,
+    chat: &str,
+    scenario: &Scenario,
+    seen: &Seen,
+) -> anyhow::Result<()> {
+    let state = shared
+        .call(reqwest::Method::GET, &format!("/chats/{chat}"), None, None)
+        .await?;
+    let listed = shared
+        .call(
+            reqwest::Method::GET,
+            &format!("/chats/{chat}/messages"),
+            None,
+            None,
+        )
+        .await?;
+    let messages = listed["messages"].as_array().cloned().unwrap_or_default();
+    let status = state["status"].as_str().unwrap_or_default();
+
+    if let Err(error) = seen.view.check(&messages) {
+        bail!(
+            "{error:#} (client at event {:?}; the messages' event ids: {:?})",
+            seen.position,
+            message_event_ids(shared, chat).await
+        );
+    }
+    tool_calls_pair_up(&messages)?;
+
+    let last_assistant = messages.iter().rev().find(|m| m["role"] == "assistant");
+    // Calls the daemon answered for a client too slow (or down) end the turn as an interrupt.
+    let client_tools: Vec<&str> = scenario
+        .client_tools
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    let interrupted =
+        seen.interrupted || answered_by_daemon(&messages.iter().collect::<Vec<_>>(), &client_tools);
+    match &scenario.expect {
+        Expect::Failure => ensure!(status == "error", "expected status error, found {status}"),
+        Expect::Reply(expected) => {
+            ensure!(
+                status == "waiting",
+                "expected status waiting, found {status} ({})",
+                state["last_error"]
+            );
+            let Some(last) = last_assistant else {
+                // An interrupt that lands before the first delta leaves nothing to keep.
+                ensure!(interrupted, "no assistant reply");
+                return Ok(());
+            };
+            let text = text_of(last);
+            if last["interrupted"] == true {
+                ensure!(
+                    interrupted,
+                    "a reply was marked interrupted that nobody interrupted"
+                );
+                ensure!(
+                    expected.starts_with(&text) || scenario.name.contains("tool"),
+                    "interrupted reply {text:?} is not a prefix of {expected:?}"
+                );
+            } else if !interrupted || text == *expected {
+                ensure!(
+                    text == *expected,
+                    "final reply {text:?}, expected {expected:?}"
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! What the soak's chats talk to: one daemon, or several replicas sharing one PostgreSQL
+//! database, each restarted on its own address after a kill. Every request goes to a
+//! replica chosen at random and is retried while that replica is down.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+use rand::RngExt;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+use super::processes::Process;
+use crate::client::Api;
+
+/// One daemon of the soak.
+pub struct Replica {
+    pub api: Api,
+    pub url: String,
+    /// The process; the kill task replaces it with each restart.
+    pub daemon: Mutex<Process>,
+}
+
+/// Everything the chat tasks share.
+pub struct Target {
+    pub replicas: Vec<Replica>,
+    pub server_errors: AtomicUsize,
+    /// Chats whose user asked for a compaction that has not finished yet; read at each
+    /// kill, to count kills that land during a summary.
+    pub compacting: AtomicUsize,
+    /// Chats whose open event stream fell silent before delivering their last messages,
+    /// which a reconnect then delivered: a stall, not a loss.
+    pub stalls: AtomicUsize,
+    pub deadline: Instant,
+}
+
+/// A request's answer.
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Value,
+    /// An earlier attempt lost its answer (the daemon died), so it may have taken effect.
+    pub retried: bool,
+}
+
+impl Target {
+    /// A replica chosen at random.
+    pub fn any(&self) -> &Replica {
+        self.pick().1
+    }
+
+    /// A replica chosen at random, with its index.
+    pub fn pick(&self) -> (usize, &Replica) {
+        let index = rand::rng().random_range(0..self.replicas.len());
+        (index, &self.replicas[index])
+    }
+
+    pub fn lock(replica: &Replica) -> std::sync::MutexGuard<'_, Process> {
+        replica
+            .daemon
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One API call to a random replica, retried across connection failures; a 5xx is
+    /// counted and is an error, any other answer is returned.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<Answer> {
+        let mut retried = false;
+        loop {
+            ensure!(
+                Instant::now() < self.deadline,
+                "out of time calling {method} {path}"
+            );
+            let url = format!("{}/api/v1{path}", self.any().url);
+            let mut request = reqwest::Client::new()
+                .request(method.clone(), url)
+                .timeout(Duration::from_secs(30));
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            if let Some(key) = idempotency_key {
+                request = request.header("idempotency-key", key);
+            }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(_) => {
+                    retried = true;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let status = response.status();
+            let Ok(text) = response.text().await else {
+                retried = true;
+                continue;
+            };
+            if status.is_server_error() {
+                self.server_errors.fetch_add(1, Ordering::Relaxed);
+                bail!("{method} {path} answered {status}: {text}");
+            }
+            let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+            return Ok(Answer {
+                status,
+                body,
+                retried,
+            });
+        }
+    }
+
+    /// [`Self::request`] that must succeed.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<Value> {
+        let answer = self
+            .request(method.clone(), path, body, idempotency_key)
+            .await?;
+        ensure!(
+            answer.status.is_success(),
+            "{method} {path} answered {}: {}",
+            answer.status,
+            answer.body
+        );
+        Ok(answer.body)
+    }
+}
