@@ -108,6 +108,7 @@ impl Message {
 
 /// One part of a message. `created_at` is set on assistant and tool parts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Part {
     #[serde(flatten)]
     pub kind: PartKind,
@@ -186,6 +187,7 @@ impl Part {
 
 /// The content of a part. The serde tag `type` and the field names are the public contract.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PartKind {
     Text {

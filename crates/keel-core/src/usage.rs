@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Token counts of one model step. Every field is optional in the sense that providers report
 /// different subsets; a count that was not reported is zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,

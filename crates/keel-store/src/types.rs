@@ -172,6 +172,7 @@ pub struct NewSummary {
 
 /// How a new message treats a chat that is busy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Busy {
     /// Queue behind the active run.
@@ -207,6 +208,7 @@ pub struct NewChat {
 
 /// A client's answer to one pending tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolResultInput {
     pub tool_call_id: String,
     pub result: Value,

@@ -5,11 +5,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use keel_store::{NewChat, SendOutcome};
-use serde_json::json;
 
+use crate::api::doc::IdempotencyKey;
 use crate::api::dto::{
-    ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery, MAX_PAGE,
-    MessageView, SendMessageRequest, ToolResultsRequest,
+    ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
+    MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
 };
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
@@ -36,6 +36,7 @@ fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String
     Ok(Some(format!("{}:{key}", caller.0)))
 }
 
+#[utoipa::path(post, path = "/chats", tag = "chats", summary = "Create a chat; its first message starts a run", params(IdempotencyKey), request_body = CreateChatRequest, responses((status = 201, description = "Created", body = ChatView)))]
 pub async fn create_chat(
     State(state): State<AppState>,
     caller: Caller,
@@ -91,11 +92,12 @@ pub async fn create_chat(
     Ok((StatusCode::CREATED, Json(ChatView::from(&chat))).into_response())
 }
 
+#[utoipa::path(get, path = "/chats", tag = "chats", summary = "List chats, newest first", params(ListChatsQuery), responses((status = 200, description = "Chats", body = ChatList)))]
 pub async fn list_chats(
     State(state): State<AppState>,
     caller: Caller,
     query: Result<Query<ListChatsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ChatList>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
     let before = match query.before.as_deref() {
         Some(raw) => Some(
@@ -109,10 +111,11 @@ pub async fn list_chats(
         .store
         .list_chats(Some(&caller.0), before, limit)
         .await?;
-    let views: Vec<ChatView> = chats.iter().map(ChatView::from).collect();
-    Ok(Json(json!({ "chats": views })))
+    let chats = chats.iter().map(ChatView::from).collect();
+    Ok(Json(ChatList { chats }))
 }
 
+#[utoipa::path(get, path = "/chats/{id}", tag = "chats", summary = "Get a chat", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
 pub async fn get_chat(
     State(state): State<AppState>,
     caller: Caller,
@@ -122,6 +125,7 @@ pub async fn get_chat(
     Ok(Json(ChatView::from(&chat)))
 }
 
+#[utoipa::path(delete, path = "/chats/{id}", tag = "chats", summary = "Delete a chat (an active run is stopped first)", params(("id" = String, Path, description = "The chat's id")), responses((status = 204, description = "Deleted")))]
 pub async fn delete_chat(
     State(state): State<AppState>,
     caller: Caller,
@@ -143,6 +147,7 @@ async fn set_archived(
     Ok(Json(ChatView::from(&chat)))
 }
 
+#[utoipa::path(post, path = "/chats/{id}/archive", tag = "chats", summary = "Archive", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
 pub async fn archive(
     State(state): State<AppState>,
     caller: Caller,
@@ -151,6 +156,7 @@ pub async fn archive(
     set_archived(state, caller, id, true).await
 }
 
+#[utoipa::path(post, path = "/chats/{id}/unarchive", tag = "chats", summary = "Unarchive", params(("id" = String, Path, description = "The chat's id")), responses((status = 200, description = "Chat", body = ChatView)))]
 pub async fn unarchive(
     State(state): State<AppState>,
     caller: Caller,
@@ -159,12 +165,13 @@ pub async fn unarchive(
     set_archived(state, caller, id, false).await
 }
 
+#[utoipa::path(get, path = "/chats/{id}/messages", tag = "chats", summary = "Committed messages in order", params(("id" = String, Path, description = "The chat's id"), ListMessagesQuery), responses((status = 200, description = "Messages", body = MessageList)))]
 pub async fn list_messages(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
     query: Result<Query<ListMessagesQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<MessageList>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
     if query.after.is_some_and(|a| a < 0) {
         return Err(ApiError::invalid("`after` must be a non-negative integer"));
@@ -189,10 +196,11 @@ pub async fn list_messages(
         }
         None => state.store.list_messages(chat.id, query.after).await?,
     };
-    let views: Vec<MessageView> = messages.iter().map(MessageView::from).collect();
-    Ok(Json(json!({ "messages": views })))
+    let messages = messages.iter().map(MessageView::from).collect();
+    Ok(Json(MessageList { messages }))
 }
 
+#[utoipa::path(post, path = "/chats/{id}/messages", tag = "chats", summary = "Send a message", params(("id" = String, Path, description = "The chat's id"), IdempotencyKey), request_body = SendMessageRequest, responses((status = 202, description = "Started or queued", body = Sent)))]
 pub async fn send_message(
     State(state): State<AppState>,
     caller: Caller,
@@ -208,12 +216,19 @@ pub async fn send_message(
         .send_message(chat.id, parts, request.busy, key.as_deref())
         .await?;
     let body = match outcome {
-        SendOutcome::Started { message_id } => json!({ "message_id": message_id }),
-        SendOutcome::Queued { queue_id } => json!({ "queue_id": queue_id.to_string() }),
+        SendOutcome::Started { message_id } => Sent {
+            message_id: Some(message_id),
+            queue_id: None,
+        },
+        SendOutcome::Queued { queue_id } => Sent {
+            message_id: None,
+            queue_id: Some(queue_id.to_string()),
+        },
     };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
+#[utoipa::path(put, path = "/chats/{id}/messages/{message_id}", tag = "chats", summary = "Edit a user message; later history is deleted and a run starts", params(("id" = String, Path, description = "The chat's id"), ("message_id" = i64, Path, description = "The message's id")), request_body = ContentInput, responses((status = 202, description = "Chat", body = ChatView)))]
 pub async fn edit_message(
     State(state): State<AppState>,
     caller: Caller,
@@ -229,6 +244,7 @@ pub async fn edit_message(
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
+#[utoipa::path(post, path = "/chats/{id}/interrupt", tag = "chats", summary = "Interrupt the active run (idempotent)", params(("id" = String, Path, description = "The chat's id")), responses((status = 202, description = "Chat", body = ChatView)))]
 pub async fn interrupt(
     State(state): State<AppState>,
     caller: Caller,
@@ -241,6 +257,7 @@ pub async fn interrupt(
 
 /// Asks for a compaction of an idle chat; the worker summarises it and it returns to
 /// `waiting`.
+#[utoipa::path(post, path = "/chats/{id}/compact", tag = "chats", summary = "Summarise older history now (the chat must be idle)", params(("id" = String, Path, description = "The chat's id")), responses((status = 202, description = "Chat", body = ChatView)))]
 pub async fn compact(
     State(state): State<AppState>,
     caller: Caller,
@@ -251,6 +268,7 @@ pub async fn compact(
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
+#[utoipa::path(post, path = "/chats/{id}/tool-results", tag = "chats", summary = "Answer pending client-side tool calls", params(("id" = String, Path, description = "The chat's id")), request_body = ToolResultsRequest, responses((status = 202, description = "Chat", body = ChatView)))]
 pub async fn tool_results(
     State(state): State<AppState>,
     caller: Caller,
@@ -265,6 +283,7 @@ pub async fn tool_results(
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
+#[utoipa::path(delete, path = "/chats/{id}/queue/{queue_id}", tag = "chats", summary = "Delete a queued message", params(("id" = String, Path, description = "The chat's id"), ("queue_id" = String, Path, description = "The queued message's id")), responses((status = 204, description = "Deleted")))]
 pub async fn delete_queued(
     State(state): State<AppState>,
     caller: Caller,
@@ -278,6 +297,7 @@ pub async fn delete_queued(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(post, path = "/chats/{id}/queue/{queue_id}/promote", tag = "chats", summary = "Make a queued message next", params(("id" = String, Path, description = "The chat's id"), ("queue_id" = String, Path, description = "The queued message's id")), responses((status = 202, description = "Chat", body = ChatView)))]
 pub async fn promote_queued(
     State(state): State<AppState>,
     caller: Caller,

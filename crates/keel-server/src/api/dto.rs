@@ -1,20 +1,25 @@
-//! The JSON shapes of the public contract, built from store records.
+//! The JSON shapes of the public contract, built from store records. Their schemas in the
+//! OpenAPI document are derived from these types (`ToSchema`, named as the contract names them).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use keel_core::{Part, Usage};
 use keel_store::{Chat, QueuedMessage, StoredMessage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
 pub fn timestamp(at: &DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-#[derive(Debug, Serialize)]
+/// A chat, its queue and what it waits on.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Chat)]
 pub struct ChatView {
     pub id: String,
     pub title: Option<String>,
     pub model: String,
+    /// `idle`, `running`, `interrupting`, `requires_action` or `error`.
     pub status: &'static str,
     pub archived: bool,
     pub created_at: String,
@@ -24,13 +29,15 @@ pub struct ChatView {
     pub pending_tool_calls: Vec<PendingCallView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = LastError)]
 pub struct LastErrorView {
     pub kind: String,
     pub message: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = QueuedMessage)]
 pub struct QueuedView {
     pub id: String,
     pub position: i64,
@@ -38,7 +45,8 @@ pub struct QueuedView {
     pub created_at: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = PendingToolCall)]
 pub struct PendingCallView {
     pub tool_call_id: String,
     pub tool_name: String,
@@ -84,9 +92,12 @@ impl From<&QueuedMessage> for QueuedView {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// A committed message.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Message)]
 pub struct MessageView {
     pub id: i64,
+    /// `user`, `assistant`, `tool` or `system`.
     pub role: &'static str,
     pub parts: Vec<Part>,
     pub created_at: String,
@@ -108,7 +119,8 @@ impl From<&StoredMessage> for MessageView {
 }
 
 /// A new message's content: `text` or `parts`, exactly one.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = Content, example = json!({"text": "Rename the file to notes.md"}))]
 #[serde(deny_unknown_fields)]
 pub struct ContentInput {
     pub text: Option<String>,
@@ -116,8 +128,15 @@ pub struct ContentInput {
     pub parts: Option<Vec<Part>>,
 }
 
-/// `POST /api/v1/chats`.
-#[derive(Debug, Deserialize)]
+/// `POST /api/v1/chats`: the first message (`text` or `parts`, exactly one) and the chat's
+/// settings.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = CreateChat, example = json!({
+    "text": "What is in the workspace?",
+    "title": "Workspace tour",
+    "tools": [{"name": "ask_user", "description": "Ask the user a question",
+               "parameters": {"type": "object", "properties": {"question": {"type": "string"}}}}]
+}))]
 #[serde(deny_unknown_fields)]
 pub struct CreateChatRequest {
     pub text: Option<String>,
@@ -129,6 +148,7 @@ pub struct CreateChatRequest {
     #[serde(default)]
     pub tools: Vec<ClientTool>,
     #[serde(default, deserialize_with = "integral")]
+    #[schema(minimum = 1)]
     pub max_steps: Option<i64>,
 }
 
@@ -176,7 +196,7 @@ fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<
 }
 
 /// A client-side tool given at chat creation.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientTool {
     pub name: String,
@@ -186,8 +206,10 @@ pub struct ClientTool {
     pub parameters: Value,
 }
 
-/// `POST /api/v1/chats/{id}/messages`.
-#[derive(Debug, Deserialize)]
+/// `POST /api/v1/chats/{id}/messages`: `text` or `parts`, exactly one, and what to do when the
+/// chat is busy.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = SendMessage, example = json!({"text": "And the tests?", "busy": "queue"}))]
 #[serde(deny_unknown_fields)]
 pub struct SendMessageRequest {
     pub text: Option<String>,
@@ -198,34 +220,100 @@ pub struct SendMessageRequest {
 }
 
 /// `POST /api/v1/chats/{id}/tool-results`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = ToolResults, example = json!({
+    "results": [{"tool_call_id": "call_1", "result": {"answer": "yes"}}]
+}))]
 #[serde(deny_unknown_fields)]
 pub struct ToolResultsRequest {
+    #[schema(min_items = 1)]
     pub results: Vec<keel_store::ToolResultInput>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListChatsQuery {
+    /// At most this many chats (1 to 200; default 50; more is taken as 200).
+    #[param(minimum = 0, maximum = 4294967295_u64, format = Int64)]
     pub limit: Option<u32>,
+    /// Only chats older than this chat id (the last id of the previous page).
+    #[param(format = "uuid")]
     pub before: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListMessagesQuery {
+    /// Only messages with a greater id.
+    #[param(minimum = 0)]
     pub after: Option<i64>,
-    /// At most this many messages (1 to [`MAX_PAGE`]); absent: all after `after`.
+    /// At most this many messages (1 to 1000); absent: all after `after`.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 
 /// The largest page of messages one request may ask for.
 pub const MAX_PAGE: i64 = 1000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
+    /// Replay events with a greater sequence number first (as `Last-Event-ID`).
+    #[param(minimum = 0)]
     pub after: Option<i64>,
+}
+
+/// One Server-Sent Event as a client's parser reads it: the schema of every
+/// `text/event-stream` answer (what each stream's events hold is in `docs/api.md` and
+/// `docs/compat.md`).
+#[derive(Debug, ToSchema)]
+pub struct SseEvent {
+    /// The event type; absent means `message`.
+    pub event: Option<String>,
+    /// The event's data, JSON for every Keel stream.
+    pub data: String,
+    /// The event's id, for `Last-Event-ID`.
+    pub id: Option<String>,
+}
+
+/// `GET /api/v1/chats`: newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatList {
+    pub chats: Vec<ChatView>,
+}
+
+/// `GET /api/v1/chats/{id}/messages`: in order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessageList {
+    pub messages: Vec<MessageView>,
+}
+
+/// What became of a sent message: it started a run (`message_id`) or was queued (`queue_id`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Sent {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_id: Option<String>,
+}
+
+/// A configured model.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Model)]
+pub struct ModelView {
+    pub id: String,
+    pub provider: String,
+    pub context_limit: Option<u64>,
+    pub default: bool,
+}
+
+/// `GET /api/v1/models`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    pub models: Vec<ModelView>,
 }
 
 #[cfg(test)]

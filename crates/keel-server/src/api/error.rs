@@ -11,10 +11,12 @@ use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-/// The contract's error codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The contract's error codes, serialised as [`Code::as_str`] spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Code {
     InvalidRequest,
     Unauthorized,
@@ -68,6 +70,26 @@ pub struct ApiError {
     pub message: String,
     /// A stable name for why a request was refused (`forbidden`, `too_many_requests`).
     pub reason: Option<&'static str>,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    pub code: Code,
+    pub message: String,
+    /// Why a request was refused (403, 429, 503): `foreign_host`, `foreign_origin`,
+    /// `cross_site`, `missing_host`, `sse_user_cap`, `sse_total_cap`, `overloaded`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+    /// The request's id, also in the `x-request-id` header; the daemon's log names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// What a client is told about an internal error instead of its text.
@@ -124,14 +146,15 @@ impl IntoResponse for ApiError {
         } else {
             self.message
         };
-        let mut error = json!({"code": self.code.as_str(), "message": message});
-        if let Some(reason) = self.reason {
-            error["reason"] = json!(reason);
-        }
-        if let Some(id) = request_id {
-            error["request_id"] = json!(id);
-        }
-        (self.code.status(), Json(json!({ "error": error }))).into_response()
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message,
+                reason: self.reason,
+                request_id,
+            },
+        };
+        (self.code.status(), Json(body)).into_response()
     }
 }
 

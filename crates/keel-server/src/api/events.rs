@@ -35,6 +35,7 @@ const CLIENT_BUFFER: usize = 256;
 /// Committed messages one catch-up query reads at most.
 const CATCH_UP_PAGE: usize = 200;
 
+#[utoipa::path(get, path = "/chats/{id}/events", tag = "chats", summary = "Live events (Server-Sent Events)", params(("id" = String, Path, description = "The chat's id"), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (as `after`)")), responses((status = 200, description = "Live events", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
 pub async fn events(
     State(state): State<AppState>,
     caller: Caller,

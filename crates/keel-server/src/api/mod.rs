@@ -3,6 +3,7 @@
 
 pub mod chats;
 pub mod compat;
+pub mod doc;
 pub mod dto;
 pub mod error;
 pub mod events;
@@ -15,7 +16,9 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::api::error::{ApiError, Code};
 use crate::api::extract::Caller;
@@ -25,37 +28,44 @@ use crate::net::guard::{self, Guard};
 use crate::net::request_id;
 use crate::net::server::{body_timeout, limit_in_flight};
 
-/// Every route of the API, as (method, path) pairs; the OpenAPI test checks each is described.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("post", "/api/v1/chats"),
-    ("get", "/api/v1/chats"),
-    ("get", "/api/v1/chats/{id}"),
-    ("delete", "/api/v1/chats/{id}"),
-    ("post", "/api/v1/chats/{id}/archive"),
-    ("post", "/api/v1/chats/{id}/unarchive"),
-    ("get", "/api/v1/chats/{id}/messages"),
-    ("post", "/api/v1/chats/{id}/messages"),
-    ("put", "/api/v1/chats/{id}/messages/{message_id}"),
-    ("post", "/api/v1/chats/{id}/interrupt"),
-    ("post", "/api/v1/chats/{id}/compact"),
-    ("post", "/api/v1/chats/{id}/tool-results"),
-    ("delete", "/api/v1/chats/{id}/queue/{queue_id}"),
-    ("post", "/api/v1/chats/{id}/queue/{queue_id}/promote"),
-    ("get", "/api/v1/chats/{id}/events"),
-    ("get", "/api/v1/models"),
-    ("post", "/api/v1/ai-sdk/chat"),
-    ("get", "/api/v1/ai-sdk/chat/{id}/stream"),
-    ("get", "/api/v1/ai-sdk/chat/{id}/messages"),
-    ("post", "/api/v1/ai-sdk/chat/{id}/stop"),
-    ("post", "/v1/responses"),
-    ("get", "/v1/responses/{id}"),
-    ("post", "/v1/responses/{id}/cancel"),
-    ("get", "/v1/responses/{id}/input_items"),
-    ("get", "/api/v1/openapi.json"),
-    ("get", "/healthz"),
-    ("get", "/readyz"),
-    ("get", "/metrics"),
-];
+/// Every route and the OpenAPI document describing it, from the same `#[utoipa::path]`
+/// attributes. `authenticate` layers the routes that need a caller (the served router adds the
+/// bearer check; the document's test passes them through unchanged).
+pub(crate) fn routes_with(
+    authenticate: impl Fn(OpenApiRouter<AppState>) -> OpenApiRouter<AppState>,
+) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let api = OpenApiRouter::new()
+        .routes(routes!(chats::create_chat, chats::list_chats))
+        .routes(routes!(chats::get_chat, chats::delete_chat))
+        .routes(routes!(chats::archive))
+        .routes(routes!(chats::unarchive))
+        .routes(routes!(chats::list_messages, chats::send_message))
+        .routes(routes!(chats::edit_message))
+        .routes(routes!(chats::interrupt))
+        .routes(routes!(chats::compact))
+        .routes(routes!(chats::tool_results))
+        .routes(routes!(chats::delete_queued))
+        .routes(routes!(chats::promote_queued))
+        .routes(routes!(events::events))
+        .routes(routes!(ops::models))
+        .merge(compat::api_routes());
+    let api = authenticate(api).routes(routes!(ops::openapi));
+    let v1 = authenticate(compat::v1_routes());
+    let (router, mut document) = OpenApiRouter::with_openapi(doc::ApiDoc::openapi())
+        .nest("/api/v1", api)
+        .nest("/v1", v1)
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .split_for_parts();
+    doc::add_error_answers(&mut document);
+    (router, document)
+}
+
+/// The routes and their document, unlayered.
+pub(crate) fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    routes_with(|routes| routes)
+}
 
 /// The application's router. Layers, outermost first: a request id; the `Host`/`Origin`
 /// guard; the limit on requests in flight; the body-read timeout; the body limit; then the
@@ -68,43 +78,14 @@ pub fn router(state: AppState) -> Router {
     };
     let in_flight = state.config.server.max_requests_in_flight;
     let metrics = state.metrics.clone();
-    let api = Router::new()
-        .route("/chats", post(chats::create_chat).get(chats::list_chats))
-        .route(
-            "/chats/{id}",
-            get(chats::get_chat).delete(chats::delete_chat),
-        )
-        .route("/chats/{id}/archive", post(chats::archive))
-        .route("/chats/{id}/unarchive", post(chats::unarchive))
-        .route(
-            "/chats/{id}/messages",
-            get(chats::list_messages).post(chats::send_message),
-        )
-        .route(
-            "/chats/{id}/messages/{message_id}",
-            put(chats::edit_message),
-        )
-        .route("/chats/{id}/interrupt", post(chats::interrupt))
-        .route("/chats/{id}/compact", post(chats::compact))
-        .route("/chats/{id}/tool-results", post(chats::tool_results))
-        .route("/chats/{id}/queue/{queue_id}", delete(chats::delete_queued))
-        .route(
-            "/chats/{id}/queue/{queue_id}/promote",
-            post(chats::promote_queued),
-        )
-        .route("/chats/{id}/events", get(events::events))
-        .route("/models", get(ops::models))
-        .merge(compat::api_routes())
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
-        .route("/openapi.json", get(ops::openapi));
-    let v1 = compat::v1_routes()
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    let routes = Router::new()
-        .nest("/api/v1", api)
-        .nest("/v1", v1)
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
+    let auth_state = state.clone();
+    let (api, _) = routes_with(|routes| {
+        routes.route_layer(middleware::from_fn_with_state(
+            auth_state.clone(),
+            authenticate,
+        ))
+    });
+    let routes = api
         .merge(crate::web::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

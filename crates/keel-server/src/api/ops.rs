@@ -6,8 +6,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::api::dto::{ModelList, ModelView};
 use crate::api::state::AppState;
 
+#[utoipa::path(get, path = "/healthz", tag = "operations", summary = "Liveness", responses((status = 200, description = "Alive")))]
 pub async fn healthz() -> StatusCode {
     StatusCode::OK
 }
@@ -17,6 +19,7 @@ const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `200` when the database answers. Anyone who can reach the daemon may ask, so a failure
 /// is answered with its kind and the request id only; the error itself goes to the log.
+#[utoipa::path(get, path = "/readyz", tag = "operations", summary = "Readiness", responses((status = 200, description = "Ready", body = Object), (status = 503, description = "Not ready", body = Object)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     // A database that does not answer is as unready as one that fails; the pool would
     // otherwise keep retrying for its whole acquire timeout.
@@ -67,6 +70,7 @@ fn public_dependencies(mut dependencies: Vec<serde_json::Value>) -> Vec<serde_js
     dependencies
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "operations", summary = "Prometheus metrics", responses((status = 200, description = "Metrics", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let channels = i64::try_from(state.hub.channel_count()).unwrap_or(i64::MAX);
     state.metrics.live_channels.set(channels);
@@ -80,46 +84,43 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-pub async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
+#[utoipa::path(get, path = "/models", tag = "operations", summary = "Models", responses((status = 200, description = "Models", body = ModelList)))]
+pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
     let default = state.models.default_id().to_owned();
-    let models: Vec<_> = state
+    let models = state
         .models
         .list()
-        .map(|m| {
-            json!({
-                "id": m.id,
-                "provider": m.provider,
-                "context_limit": m.context_limit,
-                "default": m.id == default,
-            })
+        .map(|m| ModelView {
+            id: m.id.clone(),
+            provider: m.provider.clone(),
+            context_limit: m.context_limit,
+            default: m.id == default,
         })
         .collect();
-    Json(json!({ "models": models }))
+    Json(ModelList { models })
 }
-
-/// The OpenAPI 3.1 description of this API, kept in sync with the router by a test.
-pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// The document as this daemon serves it: a chat's `model` must be one of the configured
 /// ids, which only the running daemon knows, so it fills them in as an enum.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", summary = "This document", responses((status = 200, description = "OpenAPI document", body = Object)))]
 pub async fn openapi(State(state): State<AppState>) -> Response {
     let ids: Vec<&str> = state.models.list().map(|m| m.id.as_str()).collect();
-    match document_for(&ids) {
-        Some(doc) => ([(header::CONTENT_TYPE, "application/json")], doc).into_response(),
-        None => ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response(),
-    }
+    let doc = document_for(crate::api::doc::document(), &ids);
+    ([(header::CONTENT_TYPE, "application/json")], doc).into_response()
 }
 
-/// [`OPENAPI`] with `CreateChat.model` limited to `ids` (or null, the default model).
-fn document_for(ids: &[&str]) -> Option<String> {
-    let mut doc: serde_json::Value = serde_json::from_str(OPENAPI).ok()?;
-    let model = doc
-        .pointer_mut("/components/schemas/CreateChat/properties/model")?
-        .as_object_mut()?;
-    let mut values: Vec<serde_json::Value> = ids.iter().map(|id| json!(id)).collect();
-    values.push(serde_json::Value::Null);
-    model.insert("enum".to_owned(), serde_json::Value::Array(values));
-    serde_json::to_string(&doc).ok()
+/// `doc` with `CreateChat.model` limited to `ids` (or null, the default model).
+fn document_for(doc: &serde_json::Value, ids: &[&str]) -> String {
+    let mut doc = doc.clone();
+    if let Some(model) = doc
+        .pointer_mut("/components/schemas/CreateChat/properties/model")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        let mut values: Vec<serde_json::Value> = ids.iter().map(|id| json!(id)).collect();
+        values.push(serde_json::Value::Null);
+        model.insert("enum".to_owned(), serde_json::Value::Array(values));
+    }
+    doc.to_string()
 }
 
 #[cfg(test)]
@@ -141,32 +142,11 @@ mod tests {
     #[test]
     fn the_served_document_names_the_configured_models() {
         let doc: serde_json::Value =
-            serde_json::from_str(&document_for(&["demo", "gpt"]).unwrap()).unwrap();
+            serde_json::from_str(&document_for(crate::api::doc::document(), &["demo", "gpt"]))
+                .unwrap();
         assert_eq!(
             doc["components"]["schemas"]["CreateChat"]["properties"]["model"]["enum"],
             json!(["demo", "gpt", null])
-        );
-    }
-
-    #[test]
-    fn openapi_describes_exactly_the_routes_served() {
-        let doc: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
-        assert_eq!(doc["openapi"], "3.1.0");
-        let paths = doc["paths"].as_object().unwrap();
-        for (method, path) in crate::api::ROUTES {
-            assert!(
-                paths.get(*path).and_then(|p| p.get(*method)).is_some(),
-                "{method} {path} is not documented"
-            );
-        }
-        let documented: usize = paths
-            .values()
-            .map(|p| p.as_object().map_or(0, |m| m.len()))
-            .sum();
-        assert_eq!(
-            documented,
-            crate::api::ROUTES.len(),
-            "the document describes routes that are not served"
         );
     }
 }

@@ -95,6 +95,28 @@ async fn a_refusal_is_a_part_of_its_own_streamed_stored_and_sent_back_as_each_ap
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_cut_midway_restarts_and_is_stored_once_on_every_protocol() {
+    let f = Fixture::start("retry_initial_delay_ms = 10\nretry_max_delay_ms = 50\n", "").await;
+    let refusal = words(10);
+    for protocol in PROTOCOLS {
+        let script = json!({"id": format!("cut-refusal-{protocol}"), "text": "Well.",
+            "refusal": refusal, "rate": 40.0, "cut": {"after": 5, "times": 1}});
+        let id = f.chat(protocol, "help me", &script).await;
+        assert_eq!(streamed_refusal(&f, &id).await, refusal, "{protocol}");
+        let messages = f.settle(&id).await;
+        assert_eq!(
+            kinds(messages.last().unwrap()),
+            vec![
+                ("text".to_owned(), "Well.".to_owned()),
+                ("refusal".to_owned(), refusal.clone())
+            ],
+            "{protocol}"
+        );
+        assert_eq!(f.mock.attempts(&format!("cut-refusal-{protocol}"), 0), 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anthropic_refusal_without_an_explanation_still_says_the_reply_was_declined() {
     let f = Fixture::start("", "").await;
     let id = f

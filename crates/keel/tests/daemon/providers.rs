@@ -354,3 +354,53 @@ async fn responses_reasoning_goes_back_with_the_items_that_followed_it() {
     .await;
     assert_eq!(last_text(&f.settle(&id).await), "Still alpha.");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_and_unknown_hosts_are_retried_then_reported_as_connection_errors() {
+    // A port nothing listens on refuses; `.invalid` never resolves (RFC 6761).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config =
+        "retry_max_attempts = 2\nretry_initial_delay_ms = 10\nretry_max_delay_ms = 50\n".to_owned();
+    let mut models = Vec::new();
+    for (host, root) in [
+        ("refused", format!("http://{closed}")),
+        ("unknown", "http://keel-test.invalid".to_owned()),
+    ] {
+        for (protocol, kind, v1) in [
+            ("chat", "openai-chat", "/v1"),
+            ("responses", "openai-responses", "/v1"),
+            ("anthropic", "anthropic", ""),
+        ] {
+            let name = format!("{host}-{protocol}");
+            config.push_str(&format!(
+                "\n[[providers]]\nname = \"{name}\"\nkind = \"{kind}\"\nbase_url = \"{root}{v1}\"\n\
+                 [[models]]\nid = \"{name}\"\nprovider = \"{name}\"\nmodel = \"m\"\n"
+            ));
+            models.push(name);
+        }
+    }
+    let database = format!("sqlite://{}/keel.db", dir.path().display());
+    let daemon = Daemon::start_with_env(
+        dir.path(),
+        &database,
+        &config,
+        &[("OPENAI_API_KEY", "k"), ("ANTHROPIC_API_KEY", "k")],
+    );
+    let client = Client::new();
+    for model in models {
+        let id = client
+            .create_chat(&daemon, json!({"model": model, "text": "hi"}))
+            .await;
+        let chat = client.wait_status(&daemon, &id, "error").await;
+        assert_eq!(chat["last_error"]["kind"], "connection", "{model}: {chat}");
+    }
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("kind=\"connection\""),
+        "the failures were retried: {metrics}"
+    );
+}

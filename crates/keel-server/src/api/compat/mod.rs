@@ -13,25 +13,25 @@ pub mod reply;
 pub mod responses;
 pub mod sse;
 
-use axum::Router;
-use axum::routing::{get, post};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::api::state::AppState;
 
 /// Routes under `/api/v1` (authenticated like the rest of the API).
-pub fn api_routes() -> Router<AppState> {
-    Router::new()
-        .route("/ai-sdk/chat", post(ai_sdk::chat))
-        .route("/ai-sdk/chat/{id}/stream", get(ai_sdk::resume))
-        .route("/ai-sdk/chat/{id}/messages", get(ai_sdk::history))
-        .route("/ai-sdk/chat/{id}/stop", post(ai_sdk::stop))
+pub fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(ai_sdk::chat))
+        .routes(routes!(ai_sdk::resume))
+        .routes(routes!(ai_sdk::history))
+        .routes(routes!(ai_sdk::stop))
 }
 
 /// Routes under `/v1` (the OpenAI SDKs' base path), authenticated like `/api/v1`.
-pub fn v1_routes() -> Router<AppState> {
-    Router::new()
-        .route("/responses", post(responses::create))
-        .route("/responses/{id}", get(responses::retrieve))
-        .route("/responses/{id}/cancel", post(responses::cancel))
-        .route("/responses/{id}/input_items", get(responses::input_items))
+pub fn v1_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(responses::create))
+        .routes(routes!(responses::retrieve))
+        .routes(routes!(responses::cancel))
+        .routes(routes!(responses::input_items))
 }

@@ -37,10 +37,15 @@ use self::stream::UiStream;
 const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
 
 /// The transport's request body. Unknown fields are allowed: front ends add their own.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = AiSdkChatRequest, example = json!({
+    "id": "chat-1", "trigger": "submit-message", "messageId": "m1",
+    "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hello"}]}]
+}))]
 pub struct ChatRequest {
     pub id: String,
     #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
     pub messages: Vec<Value>,
     pub trigger: Option<String>,
     #[serde(rename = "messageId")]
@@ -131,6 +136,7 @@ fn ui_stream(
 }
 
 /// `POST /api/v1/ai-sdk/chat`.
+#[utoipa::path(post, path = "/ai-sdk/chat", tag = "ai-sdk", summary = "AI SDK UI: send a message (or tool results, or regenerate) and stream the reply as a UI message stream", request_body = ChatRequest, responses((status = 200, description = "UI message stream (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
 pub async fn chat(
     State(state): State<AppState>,
     caller: Caller,
@@ -290,6 +296,7 @@ async fn start_chat(
 }
 
 /// `GET /api/v1/ai-sdk/chat/{id}/stream`: the reply in progress, replayed from its start.
+#[utoipa::path(get, path = "/ai-sdk/chat/{id}/stream", tag = "ai-sdk", summary = "AI SDK UI: resume the reply in progress from its start", params(("id" = String, Path, description = "The client's chat id")), responses((status = 200, description = "UI message stream", content_type = "text/event-stream", body = crate::api::dto::SseEvent), (status = 204, description = "No reply in progress")))]
 pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,
@@ -315,6 +322,7 @@ pub async fn resume(
 
 /// `GET /api/v1/ai-sdk/chat/{id}/messages`: the history as `UIMessage[]` (empty for a chat
 /// id Keel has not seen).
+#[utoipa::path(get, path = "/ai-sdk/chat/{id}/messages", tag = "ai-sdk", summary = "AI SDK UI: the history as UIMessage[]", params(("id" = String, Path, description = "The client's chat id")), responses((status = 200, description = "UIMessage[]", body = Vec<Object>)))]
 pub async fn history(
     State(state): State<AppState>,
     caller: Caller,
@@ -328,6 +336,7 @@ pub async fn history(
 }
 
 /// `POST /api/v1/ai-sdk/chat/{id}/stop`: interrupts the reply; what was said is kept.
+#[utoipa::path(post, path = "/ai-sdk/chat/{id}/stop", tag = "ai-sdk", summary = "AI SDK UI: stop the reply (what was said is kept)", params(("id" = String, Path, description = "The client's chat id")), responses((status = 202, description = "Interrupt requested")))]
 pub async fn stop(
     State(state): State<AppState>,
     caller: Caller,

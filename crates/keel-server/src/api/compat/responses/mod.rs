@@ -126,12 +126,14 @@ pub fn parse_response_id(id: &str) -> Option<(ChatId, i64)> {
 }
 
 /// `POST /v1/responses`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"model": "demo", "input": "Hello", "stream": false}))]
 pub struct CreateResponse {
     pub model: Option<String>,
     pub input: Option<Value>,
     pub instructions: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
     pub tools: Vec<Value>,
     pub previous_response_id: Option<String>,
     #[serde(default)]
@@ -320,6 +322,7 @@ async fn wait_for_end(state: &AppState, chat: Chat, position: i64) -> Reply {
     reply
 }
 
+#[utoipa::path(post, path = "/responses", tag = "responses", summary = "OpenAI Responses: create a response (a new chat, or the next turn after previous_response_id)", request_body = CreateResponse, responses((status = 200, description = "Response object, or its events with stream=true", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream"))), (status = 429, description = "A response of the conversation is still in progress", body = Object)))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -507,13 +510,25 @@ async fn continue_chat(state: &AppState, chat: &Chat, input: Input) -> Result<i6
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RetrieveQuery {
     #[serde(default)]
     pub stream: bool,
+    /// Stream only the events after this sequence number.
+    #[param(schema_with = any_unsigned)]
     pub starting_after: Option<u64>,
 }
 
+/// Any non-negative integer a `u64` holds: the `int64` format would cap it at `i64::MAX`.
+fn any_unsigned() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Integer)
+        .minimum(Some(0))
+        .build()
+}
+
+#[utoipa::path(get, path = "/responses/{id}", tag = "responses", summary = "OpenAI Responses: retrieve a response, or stream its events after starting_after", params(("id" = String, Path, description = "The response's id"), RetrieveQuery), responses((status = 200, description = "Response object, or its events", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream")))))]
 pub async fn retrieve(
     State(state): State<AppState>,
     caller: Caller,
@@ -536,6 +551,7 @@ pub async fn retrieve(
     Ok(Json(response_object(&meta, &reply)).into_response())
 }
 
+#[utoipa::path(post, path = "/responses/{id}/cancel", tag = "responses", summary = "OpenAI Responses: cancel a response (what was said is kept)", params(("id" = String, Path, description = "The response's id")), responses((status = 200, description = "Response object", body = Object)))]
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
@@ -566,6 +582,7 @@ pub async fn cancel(
     Ok(Json(response_object(&meta, &reply)).into_response())
 }
 
+#[utoipa::path(get, path = "/responses/{id}/input_items", tag = "responses", summary = "OpenAI Responses: the input items that started a response", params(("id" = String, Path, description = "The response's id")), responses((status = 200, description = "List of input items", body = Object)))]
 pub async fn input_items(
     State(state): State<AppState>,
     caller: Caller,
