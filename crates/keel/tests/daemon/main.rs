@@ -59,10 +59,7 @@ async fn history_pages_with_after_and_limit() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
     let client = Client::new();
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted("one", 0.0)}))
-        .await;
-    client.wait_status(&daemon, &id, "waiting").await;
+    let id = client.replied_chat(&daemon, "one").await;
     client
         .post(
             &daemon.api(&format!("/chats/{id}/messages")),
