@@ -73,7 +73,9 @@ fn store_options(config: &Config) -> StoreOptions {
         lease_ttl: chrono::Duration::milliseconds(
             i64::try_from(config.runs.lease_ms).unwrap_or(30_000),
         ),
-        max_connections: config.runs.database_connections(),
+        max_connections: config
+            .runs
+            .database_connections(!config.database.starts_with("sqlite:")),
         ..StoreOptions::default()
     }
 }

@@ -150,15 +150,20 @@ impl RunsConfig {
         Duration::from_millis(self.lease_ms)
     }
 
-    /// The database pool's size: as configured, else one connection per four workers,
-    /// between 8 and 32 (a run holds a connection only for each write, and the process's
-    /// live-part log shares one transaction among all runs; two replicas at the cap stay
-    /// within PostgreSQL's default limit of 100 connections).
-    pub fn database_connections(&self) -> u32 {
+    /// The database pool's size: as configured, else on PostgreSQL one connection per four
+    /// workers, between 8 and 32 (a run holds a connection only for each write, and the
+    /// process's live-part log shares one transaction among all runs; two replicas at the
+    /// cap stay within PostgreSQL's default limit of 100 connections), and on SQLite 8
+    /// readers (each is a thread of its own; writes go through one connection anyway).
+    pub fn database_connections(&self, postgres: bool) -> u32 {
         self.database_connections_set.unwrap_or_else(|| {
-            u32::try_from(self.workers.div_ceil(4))
-                .unwrap_or(u32::MAX)
-                .clamp(8, 32)
+            if postgres {
+                u32::try_from(self.workers.div_ceil(4))
+                    .unwrap_or(u32::MAX)
+                    .clamp(8, 32)
+            } else {
+                8
+            }
         })
     }
 }
@@ -265,10 +270,12 @@ mod tests {
             database_connections_set: set,
             ..super::RunsConfig::default()
         };
-        assert_eq!(runs(1, None).database_connections(), 8);
-        assert_eq!(runs(64, None).database_connections(), 16);
-        assert_eq!(runs(1000, None).database_connections(), 32);
-        assert_eq!(runs(1000, Some(50)).database_connections(), 50);
+        assert_eq!(runs(1, None).database_connections(true), 8);
+        assert_eq!(runs(64, None).database_connections(true), 16);
+        assert_eq!(runs(1000, None).database_connections(true), 32);
+        assert_eq!(runs(1000, Some(50)).database_connections(true), 50);
+        assert_eq!(runs(1000, None).database_connections(false), 8);
+        assert_eq!(runs(1000, Some(4)).database_connections(false), 4);
     }
 
     use std::time::Duration;

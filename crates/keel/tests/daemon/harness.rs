@@ -275,6 +275,15 @@ impl Client {
         chat["id"].as_str().unwrap().to_owned()
     }
 
+    /// A new chat whose first scripted reply is committed (the chat is `waiting`).
+    pub async fn replied_chat(&self, daemon: &Daemon, reply: &str) -> String {
+        let id = self
+            .create_chat(daemon, json!({"text": scripted(reply, 0.0)}))
+            .await;
+        self.wait_status(daemon, &id, "waiting").await;
+        id
+    }
+
     pub async fn chat(&self, daemon: &Daemon, id: &str) -> Value {
         let (status, chat) = self.get(&daemon.api(&format!("/chats/{id}"))).await;
         assert_eq!(status, 200, "{chat}");

@@ -51,6 +51,52 @@ async fn create_follow_and_complete() {
 }
 
 #[tokio::test]
+async fn history_pages_with_after_and_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let id = client.replied_chat(&daemon, "one").await;
+    client
+        .post(
+            &daemon.api(&format!("/chats/{id}/messages")),
+            json!({"text": scripted("two", 0.0)}),
+        )
+        .await;
+    client.wait_status(&daemon, &id, "waiting").await;
+    let all = client.messages(&daemon, &id).await;
+    assert_eq!(all.len(), 4);
+
+    let url = daemon.api(&format!("/chats/{id}/messages"));
+    let mut paged = Vec::new();
+    let mut after = 0;
+    loop {
+        let (status, page) = client.get(&format!("{url}?after={after}&limit=3")).await;
+        assert_eq!(status, 200, "{page}");
+        let page = page["messages"].as_array().unwrap().clone();
+        assert!(page.len() <= 3, "a page holds at most `limit` messages");
+        let last_page = page.len() < 3;
+        if let Some(last) = page.last() {
+            after = last["id"].as_i64().unwrap();
+        }
+        paged.extend(page);
+        if last_page {
+            break;
+        }
+    }
+    assert_eq!(
+        paged, all,
+        "the pages together are the whole history, in order"
+    );
+    let (_, first) = client.get(&format!("{url}?limit=3")).await;
+    assert_eq!(first["messages"].as_array().unwrap().len(), 3);
+
+    for bad in ["0", "1001", "-1", "many"] {
+        let (status, body) = client.get(&format!("{url}?limit={bad}")).await;
+        assert_eq!(status, 400, "limit={bad}: {body}");
+    }
+}
+
+#[tokio::test]
 async fn reconnecting_mid_reply_misses_nothing_and_repeats_nothing() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
