@@ -7,7 +7,6 @@ use arbitrary::Arbitrary;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use keel_core::Cancel;
 use keel_server::api::state::{AppState, AuthMode};
 use keel_server::config::{Config, Env, FileConfig, Overrides};
 use keel_server::hub::Hub;
@@ -56,16 +55,16 @@ pub fn app() -> &'static App {
             let models = ModelRegistry::build(&config)
                 .await
                 .unwrap_or_else(|e| panic!("models: {e}"));
-            keel_server::api::router(AppState {
+            let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 8700));
+            keel_server::api::router(AppState::new(
                 store,
-                hub: Arc::new(Hub::new()),
-                metrics: Arc::new(Metrics::new()),
+                Arc::new(Hub::new()),
+                Arc::new(Metrics::new()),
                 models,
-                config: Arc::new(config),
-                auth: AuthMode::SingleUser,
-                dependencies: Arc::new(Vec::<Value>::new),
-                shutdown: Cancel::new(),
-            })
+                Arc::new(config),
+                AuthMode::SingleUser,
+                listen,
+            ))
         });
         App {
             runtime,
@@ -254,7 +253,10 @@ impl ApiInput {
         }
         let mut builder = Request::builder()
             .method(Method::from_bytes(method.as_bytes()).ok()?)
-            .uri(uri);
+            .uri(uri)
+            // The daemon refuses a request whose Host it does not serve; the fuzzed requests
+            // are meant to reach the handlers behind that check.
+            .header("host", "127.0.0.1:8700");
         match self.content_type.0 % 4 {
             0 => builder = builder.header("content-type", "application/json"),
             1 => {}

@@ -8,13 +8,11 @@ use keel_core::{Cancel, CancelCause};
 use keel_store::StoreOptions;
 use tokio::task::JoinHandle;
 
-use crate::api::state::{AppState, AuthMode, LiveAuth};
+use crate::api::state::{AppState, AuthMode};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::{ModelRegistry, ModelsError};
-use crate::net::hosts::AllowedHosts;
-use crate::net::sse_slots::SseSlots;
 use crate::tools::ToolSet;
 use crate::worker::WorkerPool;
 
@@ -171,22 +169,17 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     let status_of = tools.clone();
     let dependencies: Arc<dyn Fn() -> Vec<serde_json::Value> + Send + Sync> =
         Arc::new(move || status_of.status());
-    let state = AppState {
+    let mut state = AppState::new(
         store,
         hub,
-        metrics: metrics.clone(),
+        metrics.clone(),
         models,
-        config: config.clone(),
-        auth: Arc::new(LiveAuth::new(auth)),
-        dependencies,
-        shutdown: shutdown.clone(),
-        allowed_hosts: Arc::new(AllowedHosts::new(addr, &config.server.allowed_hosts)),
-        sse_slots: SseSlots::new(
-            config.server.sse_max_per_user,
-            config.server.sse_max_total,
-            metrics.sse_open.clone(),
-        ),
-    };
+        config.clone(),
+        auth,
+        addr,
+    );
+    state.dependencies = dependencies;
+    state.shutdown = shutdown.clone();
     let router = crate::api::router(state);
     let workers = tokio::spawn(pool.run(SHUTDOWN_GRACE));
     let maintenance = tokio::spawn(tools.clone().maintain(shutdown.clone()));

@@ -1,5 +1,6 @@
 //! What every request handler shares.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -95,6 +96,35 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state of a daemon listening on `listen` under `config`: no optional dependencies
+    /// to report and a shutdown signal of its own until the caller sets others.
+    pub fn new(
+        store: Arc<dyn Store>,
+        hub: Arc<Hub>,
+        metrics: Arc<Metrics>,
+        models: ModelRegistry,
+        config: Arc<Config>,
+        auth: AuthMode,
+        listen: SocketAddr,
+    ) -> Self {
+        Self {
+            store,
+            hub,
+            models,
+            auth: Arc::new(LiveAuth::new(auth)),
+            dependencies: Arc::new(Vec::new),
+            shutdown: keel_core::Cancel::new(),
+            allowed_hosts: Arc::new(AllowedHosts::new(listen, &config.server.allowed_hosts)),
+            sse_slots: SseSlots::new(
+                config.server.sse_max_per_user,
+                config.server.sse_max_total,
+                metrics.sse_open.clone(),
+            ),
+            metrics,
+            config,
+        }
+    }
+
     /// The chat, if it exists and belongs to the caller (others' chats do not exist).
     pub async fn owned_chat(&self, caller: &Caller, id: ChatId) -> Result<Chat, ApiError> {
         let chat = self.store.get_chat(id).await?;
