@@ -141,6 +141,22 @@ impl<'a> Ctx<'a> {
     }
 
     /// Numbers a new message (next message id, next event sequence) without writing it.
+    /// Numbers `messages` in order as the chat's next ones: their ids and the rows to write.
+    fn number_messages(
+        &self,
+        chat: &mut Chat,
+        messages: impl IntoIterator<Item = NewMessage>,
+    ) -> Result<(Vec<MessageId>, Vec<MessageCols>)> {
+        let mut ids = Vec::new();
+        let mut rows = Vec::new();
+        for message in messages {
+            let stored = self.next_message(chat, message)?;
+            ids.push(stored.id);
+            rows.push(MessageCols::from_message(&stored)?);
+        }
+        Ok((ids, rows))
+    }
+
     fn next_message(&self, chat: &mut Chat, msg: NewMessage) -> Result<StoredMessage> {
         let role = msg
             .role

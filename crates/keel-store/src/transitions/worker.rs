@@ -168,13 +168,7 @@ pub(crate) async fn commit_step(
     if messages.iter().any(|m| m.role.is_none()) {
         return Err(StoreError::invalid("a committed message needs a role"));
     }
-    let mut ids = Vec::with_capacity(messages.len());
-    let mut rows = Vec::with_capacity(messages.len());
-    for m in messages {
-        let stored = cx.next_message(&mut chat, m)?;
-        ids.push(stored.id);
-        rows.push(MessageCols::from_message(&stored)?);
-    }
+    let (ids, rows) = cx.number_messages(&mut chat, messages)?;
     cx.stamp(&mut chat, mv, false)?;
     cx.ops
         .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
@@ -211,13 +205,7 @@ pub(crate) async fn commit_summary(
             ..NewMessage::new(Role::System, vec![Part::text(COMPACTION_NOTICE)])
         },
     ];
-    let mut ids = Vec::with_capacity(messages.len());
-    let mut rows = Vec::with_capacity(messages.len());
-    for m in messages {
-        let stored = cx.next_message(&mut chat, m)?;
-        ids.push(stored.id);
-        rows.push(MessageCols::from_message(&stored)?);
-    }
+    let (ids, rows) = cx.number_messages(&mut chat, messages)?;
     chat.compact_requested = false;
     cx.stamp(&mut chat, mv, false)?;
     cx.ops

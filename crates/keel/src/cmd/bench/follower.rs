@@ -185,18 +185,9 @@ async fn catch_up(
     // The chat is settled: its history is final. Read until the stream has delivered all of
     // it, resuming across broken connections (the daemon may be killed meanwhile), or until
     // nothing new arrives for long: then the comparison in `verify` reports what is missing.
-    let listed = shared
-        .call(
-            reqwest::Method::GET,
-            &format!("/chats/{chat}/messages"),
-            None,
-            None,
-        )
-        .await?;
-    let committed: Vec<i64> = listed["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let committed: Vec<i64> = committed_messages(shared, chat)
+        .await?
+        .iter()
         .filter_map(|m| m["id"].as_i64())
         .collect();
     let mut position = after;
@@ -230,6 +221,19 @@ async fn catch_up(
     Ok(())
 }
 
+/// The chat's committed history, as `GET /messages` lists it.
+async fn committed_messages(shared: &Target, chat: &str) -> anyhow::Result<Vec<Value>> {
+    let listed = shared
+        .call(
+            reqwest::Method::GET,
+            &format!("/chats/{chat}/messages"),
+            None,
+            None,
+        )
+        .await?;
+    Ok(listed["messages"].as_array().cloned().unwrap_or_default())
+}
+
 /// The invariants of one settled chat.
 async fn verify(
     shared: &Target,
@@ -240,15 +244,7 @@ async fn verify(
     let state = shared
         .call(reqwest::Method::GET, &format!("/chats/{chat}"), None, None)
         .await?;
-    let listed = shared
-        .call(
-            reqwest::Method::GET,
-            &format!("/chats/{chat}/messages"),
-            None,
-            None,
-        )
-        .await?;
-    let messages = listed["messages"].as_array().cloned().unwrap_or_default();
+    let messages = committed_messages(shared, chat).await?;
     let status = state["status"].as_str().unwrap_or_default();
 
     if let Err(error) = seen.view.check(&messages) {
