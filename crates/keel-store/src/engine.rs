@@ -273,6 +273,14 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::request_compaction(&mut cx, chat).await)
     }
 
+    async fn continue_reply(&self, chat: ChatId) -> Result<Chat> {
+        in_tx!(self, |cx| t::continue_reply(&mut cx, chat).await)
+    }
+
+    async fn retry_run(&self, chat: ChatId) -> Result<Chat> {
+        in_tx!(self, |cx| t::retry_run(&mut cx, chat).await)
+    }
+
     async fn list_messages(
         &self,
         chat: ChatId,

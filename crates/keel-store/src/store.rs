@@ -64,6 +64,12 @@ pub trait Store: Send + Sync {
     async fn name_chat(&self, chat: ChatId, title: &str) -> Result<bool>;
     /// Asks for a compaction of an idle (`waiting` or `error`) chat; a conflict otherwise.
     async fn request_compaction(&self, chat: ChatId) -> Result<Chat>;
+    /// Has the model carry on the reply the user stopped (`continue reply`): the chat must
+    /// be idle and its last message such a reply ([`crate::stopped_reply`]), else
+    /// [`crate::StoreError::NothingToContinue`].
+    async fn continue_reply(&self, chat: ChatId) -> Result<Chat>;
+    /// Runs the failed turn of a chat in `error` again (`retry run`).
+    async fn retry_run(&self, chat: ChatId) -> Result<Chat>;
 
     /// Live messages with an id above `after`, in order; summaries are not among them.
     async fn list_messages(

@@ -184,7 +184,10 @@ impl From<keel_store::StoreError> for ApiError {
         use keel_store::StoreError as E;
         match &error {
             E::NotFound { .. } => ApiError::not_found(error.to_string()),
-            E::Conflict { .. } | E::QueueFull { .. } | E::IdempotencyInProgress => {
+            E::Conflict { .. }
+            | E::QueueFull { .. }
+            | E::IdempotencyInProgress
+            | E::NothingToContinue => {
                 ApiError::conflict(error.to_string())
             }
             E::InvalidInput(_) => ApiError::invalid(error.to_string()),
