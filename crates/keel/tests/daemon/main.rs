@@ -14,6 +14,7 @@ mod harness;
 mod panics;
 mod providers;
 mod replicas;
+mod rerun;
 mod security;
 mod thinking;
 mod tools;
