@@ -2,10 +2,11 @@
 
 use std::ops::RangeInclusive;
 
+use crate::types::LastError;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part, PendingToolCall};
+use keel_core::{Message, Part, PendingToolCall};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -133,7 +134,7 @@ pub trait Store: Send + Sync {
     async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()>;
     async fn finish_interruption(&self, lease: &Lease) -> Result<Next>;
     async fn finish_run(&self, lease: &Lease) -> Result<Next>;
-    async fn fail_run(&self, lease: &Lease, kind: ErrorKind, message: String) -> Result<()>;
+    async fn fail_run(&self, lease: &Lease, error: LastError) -> Result<()>;
     async fn enter_requires_action(
         &self,
         lease: &Lease,
