@@ -9,6 +9,7 @@ mod compat;
 mod concurrency;
 mod confinement;
 mod continuation;
+mod failures;
 mod fidelity;
 mod harness;
 mod panics;
