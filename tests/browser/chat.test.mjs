@@ -140,8 +140,14 @@ test('a stopped reply is continued from the page, nothing said twice', async () 
     await page.click('.continue-reply');
     await page.waitForFunction(() => document.querySelectorAll('.msg.assistant[data-id]').length === 2
       && document.querySelector('#chat-status').dataset.status === 'waiting');
+    // One reply on screen: the continuation joins the stopped text, and Copy takes both.
     const texts = await page.$$eval('.msg.assistant[data-id] > .text', (nodes) => nodes.map((n) => n.textContent));
-    assert.equal(texts.join(''), words, `stopped + continued: ${JSON.stringify(texts)}`);
+    assert.deepEqual(texts, [words], 'stopped + continued read as one text');
+    assert.equal(await page.evaluate(() => replyText(document.querySelector('.msg.continuation'))), words);
+    await page.reload();
+    await page.waitForSelector('.msg.continuation');
+    assert.deepEqual(await page.$$eval('.msg.assistant[data-id] > .text', (nodes) => nodes.map((n) => n.textContent)),
+      [words], 'the same after a reload');
     assert.equal(await page.$$eval('.continue-reply', (nodes) => nodes.length), 0, 'nothing left to continue');
     assert.ok(await page.isHidden('.badge.interrupted'), 'a continued reply reads as one');
     await page.screenshot({ path: `${screenshots}/continued.png`, fullPage: true });
