@@ -527,7 +527,10 @@ mod tests {
     #[test]
     fn a_continued_stopped_reply_is_the_prefix_of_every_attempt() {
         assert_eq!(continued_prefix(None, None), None);
-        assert_eq!(continued_prefix(None, Some("Once")).as_deref(), Some("Once"));
+        assert_eq!(
+            continued_prefix(None, Some("Once")).as_deref(),
+            Some("Once")
+        );
         assert_eq!(
             continued_prefix(Some("Once upon "), None).as_deref(),
             Some("Once upon ")

@@ -59,7 +59,11 @@ async fn the_step_holds_only_the_continuation_of_the_stopped_reply() {
     let calls = model.calls();
     assert_eq!(calls.len(), 1);
     let prompt = &calls[0].messages;
-    assert_eq!(prompt.len(), 2, "the stopped reply is the prompt's last turn");
+    assert_eq!(
+        prompt.len(),
+        2,
+        "the stopped reply is the prompt's last turn"
+    );
     assert_eq!(prompt[1].role, Role::Assistant);
     assert_eq!(prompt[1].text(), STOPPED);
     assert!(
@@ -89,7 +93,11 @@ async fn a_cut_continuation_is_recovered_as_one_assistant_turn() {
         vec!["was a fox who could count to ten."]
     );
     let retry = &model.calls()[1].messages;
-    assert_eq!(retry.len(), 2, "the recovered text extends the stopped turn");
+    assert_eq!(
+        retry.len(),
+        2,
+        "the recovered text extends the stopped turn"
+    );
     assert_eq!(retry[1].text(), format!("{STOPPED}was a fox "));
 }
 
@@ -106,7 +114,11 @@ async fn a_model_that_starts_the_stopped_reply_over_fails_the_run() {
         panic!("{error:?}");
     };
     assert_eq!(error.kind, ErrorKind::InvalidRequest);
-    assert!(error.message.contains("started it over"), "{}", error.message);
+    assert!(
+        error.message.contains("started it over"),
+        "{}",
+        error.message
+    );
     assert!(persister.steps().is_empty(), "nothing said twice");
 }
 

@@ -383,7 +383,11 @@ fn the_input_history_is_kept_across_runs() {
     chat.send("\r").unwrap();
     chat.expect("remember this line").unwrap();
     chat.expect("> ").unwrap();
-    assert_eq!(user_texts(&daemon), ["remember this line"], "the newest chat");
+    assert_eq!(
+        user_texts(&daemon),
+        ["remember this line"],
+        "the newest chat"
+    );
     chat.send(ControlCode::EndOfText).unwrap();
     chat.expect(Eof).unwrap();
 }

@@ -187,9 +187,7 @@ impl From<keel_store::StoreError> for ApiError {
             E::Conflict { .. }
             | E::QueueFull { .. }
             | E::IdempotencyInProgress
-            | E::NothingToContinue => {
-                ApiError::conflict(error.to_string())
-            }
+            | E::NothingToContinue => ApiError::conflict(error.to_string()),
             E::InvalidInput(_) => ApiError::invalid(error.to_string()),
             E::LostOwnership { .. } | E::Fenced { .. } => ApiError::conflict(error.to_string()),
             E::IllegalMove { .. } | E::Corrupt { .. } | E::Database(_) | E::Migrate(_) => {

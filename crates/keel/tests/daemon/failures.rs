@@ -36,6 +36,9 @@ async fn a_provider_404_names_the_provider_and_the_address() {
     assert_eq!(error["kind"], "invalid_request", "{error}");
     assert_eq!(error["provider"], "misrouted", "{error}");
     assert_eq!(error["url"], expected_url.as_str(), "{error}");
-    assert!(error["message"].as_str().unwrap().contains("404"), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("404"),
+        "{error}"
+    );
     assert_eq!(&status_error, error, "the live event says the same");
 }

@@ -134,7 +134,8 @@ async fn a_model_that_starts_the_stopped_reply_over_fails_and_adds_nothing() {
     let f = Fixture::start("", "").await;
     let reply = "The leaves fall slowly, adding to the forest floor a carpet of gold and red.";
     // Like a small model asked to continue: it starts the reply over.
-    let script = json!({"id": "restarter", "text": reply, "rate": 10.0, "restart_on_continue": true});
+    let script =
+        json!({"id": "restarter", "text": reply, "rate": 10.0, "restart_on_continue": true});
     let id = f.chat("chat", "go", &script).await;
     let mut events = f.client.events(&f.daemon, &id, None).await;
     let mut transcript = Transcript::default();
@@ -146,7 +147,10 @@ async fn a_model_that_starts_the_stopped_reply_over_fails_and_adds_nothing() {
     let error = f.failure(&id).await;
     assert_eq!(error["kind"], "invalid_request");
     assert!(
-        error["message"].as_str().unwrap().contains("started it over"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("started it over"),
         "{error}"
     );
     let messages = f.client.messages(&f.daemon, &id).await;

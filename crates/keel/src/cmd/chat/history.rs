@@ -33,10 +33,7 @@ pub fn path(state_home: Option<OsString>, home: Option<OsString>) -> Option<Path
 
 /// The history file of this user, from the environment.
 pub fn default_path() -> Option<PathBuf> {
-    path(
-        std::env::var_os("XDG_STATE_HOME"),
-        std::env::var_os("HOME"),
-    )
+    path(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
 }
 
 /// One entry as one line of the file.
@@ -151,7 +148,13 @@ mod tests {
 
     #[test]
     fn entries_with_newlines_and_backslashes_round_trip_as_one_line() {
-        for entry in ["plain", "one\ntwo\nthree", "C:\\path\\n not a newline", "end\\", "\r\n"] {
+        for entry in [
+            "plain",
+            "one\ntwo\nthree",
+            "C:\\path\\n not a newline",
+            "end\\",
+            "\r\n",
+        ] {
             let line = encode(entry);
             assert!(!line.contains('\n'), "{line:?}");
             assert_eq!(decode(&line), entry);
