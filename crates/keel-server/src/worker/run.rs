@@ -13,7 +13,7 @@ use keel_store::{Chat, ChatStatus, Lease, NewMessage};
 
 use crate::api::dto::ClientTool;
 use crate::metrics::RetryLabels;
-use crate::resume::{Committed, LastStep, is_summary_log, last_step, snapshot_from_log};
+use crate::resume::{Committed, LastStep, LogHolds, last_step};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
@@ -83,11 +83,15 @@ async fn run_once(
             Vec::new()
         }
     };
-    // A log a compaction summary streamed into is not a reply to resume: the step runs
-    // afresh (after a reset that voids those parts for clients) and compacts again if due.
-    let summary_log = is_summary_log(recovered_log.iter().map(|e| &e.payload));
-    let from_log = (!recovered_log.is_empty() && !summary_log)
-        .then(|| snapshot_from_log(recovered_log.iter().map(|e| &e.payload)));
+    // A log a compaction summary streamed into is not a reply to resume: it is voided for
+    // clients, and the committed history says where the run stands.
+    let payloads: Vec<&serde_json::Value> = recovered_log.iter().map(|e| &e.payload).collect();
+    let holds = LogHolds::of(&payloads);
+    let summary_log = matches!(holds, LogHolds::Summary);
+    let from_log = match holds {
+        LogHolds::Step(snapshot) => Some(snapshot),
+        LogHolds::Nothing | LogHolds::Summary => None,
+    };
     if let Some(snapshot) = &from_log {
         shared.metrics.recovered_runs.inc();
         tracing::info!(
@@ -120,7 +124,8 @@ async fn run_once(
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
-    let last = if recovered_log.is_empty() && !chat.compact_requested {
+    // After a summary of the final reply, calling the model would answer that reply again.
+    let last = if from_log.is_none() && !chat.compact_requested {
         last_committed_step(shared, &chat).await
     } else {
         LastStep::Continue
