@@ -433,7 +433,9 @@ mod tests {
 
     #[test]
     fn only_a_steps_log_is_resumed_from_and_a_summarys_never() {
-        let refs = |values: &[Value]| values.iter().collect::<Vec<_>>();
+        fn refs(values: &[Value]) -> Vec<&Value> {
+            values.iter().collect()
+        }
         assert!(matches!(LogHolds::of(&[]), LogHolds::Nothing));
         let step = log(&[LiveEvent::TextDelta {
             delta: "The conversation so far".into(),

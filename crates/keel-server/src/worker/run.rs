@@ -17,9 +17,10 @@ use crate::resume::{Committed, LastStep, LogHolds, last_step};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
+use crate::worker::runs::{Finished, RunSlot};
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
-use crate::worker::{Finished, RunSlot, Shared, StopReason, lifecycle};
+use crate::worker::{Shared, StopReason, lifecycle};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.
@@ -37,7 +38,11 @@ pub(super) async fn run_chat(
     } = slot;
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
-    let renewer = tokio::spawn(lifecycle::renew_lease(shared.clone(), lease.clone()));
+    let renewer = tokio::spawn(lifecycle::renew_lease(
+        shared.clone(),
+        lease.clone(),
+        finished.subscribe(),
+    ));
     if let Some(mut previous) = previous {
         // Superseded and unwinding: it writes nothing more (its lease is fenced) but still
         // holds the chat's live channel until it ends.
