@@ -11,14 +11,22 @@
 //! With `KEEL_DEBUG_ABORT` naming an [`AbortPoint`], the process aborts (no destructor, no
 //! flush, no release: to the database the same as `kill -9`) the first time a run reaches
 //! that point, so a test need not race a kill against the run.
+//!
+//! With `KEEL_DEBUG_DROP_NOTICES` set, the workers never hear another replica's change
+//! notices (as when every `NOTIFY` is lost), only that notices were missed: what reaches a
+//! run then comes through its lease renewals and the resynchronisation after a lost
+//! `LISTEN` connection.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use keel_core::{
     CallOptions, Cancel, EventStream, LanguageModel, Message, ModelCall, ProviderError, Role,
     StreamEvent,
 };
+use keel_store::RemoteNotice;
 
 /// The environment variable that switches the wrapper on.
 pub(crate) const SWITCH: &str = "KEEL_DEBUG_PANIC";
@@ -54,6 +62,21 @@ pub(crate) fn abort_at(point: AbortPoint) {
         tracing::warn!(point = point.name(), "aborting on request");
         std::process::abort();
     }
+}
+
+/// The environment variable that drops other replicas' notices.
+pub(crate) const DROP_NOTICES_SWITCH: &str = "KEEL_DEBUG_DROP_NOTICES";
+
+/// `notices` without its changes when `KEEL_DEBUG_DROP_NOTICES` is set.
+pub(crate) fn drop_remote_changes(
+    notices: BoxStream<'static, RemoteNotice>,
+) -> BoxStream<'static, RemoteNotice> {
+    if std::env::var_os(DROP_NOTICES_SWITCH).is_none() {
+        return notices;
+    }
+    notices
+        .filter(|notice| std::future::ready(matches!(notice, RemoteNotice::Missed)))
+        .boxed()
 }
 
 /// `model`, wrapped when the switch is set.

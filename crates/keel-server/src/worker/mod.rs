@@ -161,6 +161,9 @@ impl WorkerPool {
 async fn route_notices(shared: Arc<Shared>) {
     let mut local = shared.store.subscribe();
     let mut remote = match shared.store.subscribe_remote().await {
+        #[cfg(debug_assertions)]
+        Ok(stream) => Some(fault::drop_remote_changes(stream)),
+        #[cfg(not(debug_assertions))]
         Ok(stream) => Some(stream),
         Err(error) => {
             tracing::warn!(%error, "listening for other replicas' changes failed");
