@@ -11,6 +11,7 @@ use keel_store::{Chat, ChatStatus, LastError, Lease, Next, StoreError};
 
 use crate::metrics::StepLabels;
 use crate::worker::run;
+use crate::worker::runs::Task;
 use crate::worker::sink::{SharedLease, current};
 use crate::worker::{Shared, StopReason};
 
@@ -48,7 +49,9 @@ pub(super) async fn claim(shared: &Arc<Shared>) {
 }
 
 /// Keeps the lease alive for as long as the chat runs here; a lost lease stops the run.
-pub(super) async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
+/// What a renewal learns reaches only the runs of `task`, never a run of the chat that
+/// took this one's place.
+pub(super) async fn renew_lease(shared: Arc<Shared>, lease: SharedLease, task: Task) {
     let period = shared.config.runs.lease() / 3;
     loop {
         tokio::time::sleep(period).await;
@@ -61,7 +64,7 @@ pub(super) async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
                 if interrupting {
                     // Seen here even when every change notice of the interrupt was lost
                     // (another replica's NOTIFY during a reconnect, a lagging subscriber).
-                    shared.interrupt_run(held.chat_id);
+                    shared.runs.interrupt_of(held.chat_id, &task);
                 }
             }
             Err(error) if error.is_transient() => {
@@ -71,7 +74,9 @@ pub(super) async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
             Err(error) => {
                 tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
                 shared.metrics.lost_leases.inc();
-                shared.stop_run(held.chat_id, StopReason::LostLease);
+                shared
+                    .runs
+                    .stop_of(held.chat_id, &task, StopReason::LostLease);
                 return;
             }
         }

@@ -161,6 +161,9 @@ pub(crate) async fn edit_message(
     chat.last_error = None;
     chat.retry_state = None;
     chat.queued.clear();
+    // A compaction requested of the old history is superseded too: the run that claims the
+    // chat next answers the edited message (it compacts on its own if the context is due).
+    chat.compact_requested = false;
     cx.save(&mut chat, mv, true).await?;
     Ok(chat)
 }
