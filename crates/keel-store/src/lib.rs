@@ -8,6 +8,7 @@
 //! Modules:
 //! * [`status`]: statuses, transitions and the state machine (source and target statuses);
 //! * [`transitions`]: what each transition checks and writes, by trigger (API, worker, sweep);
+//! * [`tree`]: the shape of a chat's message tree (branches, siblings), as pure functions;
 //! * [`orphans`]: repair of unpaired tool calls and results before prompts;
 //! * [`redact`]: database URLs with their passwords masked, for messages and logs;
 //! * [`store`]: the [`Store`] trait; `engine`: its implementation over a backend;
@@ -55,6 +56,7 @@ pub mod redact;
 pub mod status;
 pub mod store;
 pub mod transitions;
+pub mod tree;
 pub mod types;
 
 mod engine;

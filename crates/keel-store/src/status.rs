@@ -105,10 +105,12 @@ pub enum Transition {
     CommitSummary,
     UpdateChat,
     NameChat,
+    SwitchBranch,
+    Regenerate,
 }
 
 impl Transition {
-    pub const ALL: [Transition; 28] = [
+    pub const ALL: [Transition; 30] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -137,6 +139,8 @@ impl Transition {
         Transition::CommitSummary,
         Transition::UpdateChat,
         Transition::NameChat,
+        Transition::SwitchBranch,
+        Transition::Regenerate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -169,6 +173,8 @@ impl Transition {
             Transition::CommitSummary => "commit summary",
             Transition::UpdateChat => "update chat",
             Transition::NameChat => "name chat",
+            Transition::SwitchBranch => "switch branch",
+            Transition::Regenerate => "regenerate",
         }
     }
 }
@@ -273,6 +279,13 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
 
         (RequestCompaction, Waiting | Error) => Some(RUNNING),
         (RequestCompaction, Running | Interrupting | RequiresAction) => None,
+
+        // Only while nothing is in progress: a run (or calls waiting for their results)
+        // belongs to the branch it started on.
+        (SwitchBranch, Waiting | Error) => Some(Target::Stays),
+        (SwitchBranch, Running | Interrupting | RequiresAction) => None,
+        (Regenerate, Waiting | Error) => Some(RUNNING),
+        (Regenerate, Running | Interrupting | RequiresAction) => None,
     }
 }
 
@@ -311,7 +324,7 @@ impl Transition {
         match self {
             CreateChat | SendMessage | EditMessage | Interrupt | SubmitToolResults
             | DeleteQueued | PromoteQueued | Archive | Unarchive | Delete | RequestCompaction
-            | UpdateChat => Trigger::Api,
+            | UpdateChat | SwitchBranch | Regenerate => Trigger::Api,
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
             | CommitStep | CommitSummary | FinishInterruption | FinishRun | FailRun
             | EnterRequiresAction | ReleaseOnShutdown | NameChat => Trigger::Worker,
