@@ -1,6 +1,7 @@
 //! HTTP API v1 (described for users in `docs/api.md`): routes, authentication, body limits
 //! and error mapping.
 
+mod branches;
 mod chats;
 mod compat;
 mod doc;
@@ -47,6 +48,8 @@ pub(crate) fn routes_with(
         .routes(routes!(chats::unarchive))
         .routes(routes!(chats::list_messages, chats::send_message))
         .routes(routes!(chats::edit_message))
+        .routes(routes!(branches::regenerate))
+        .routes(routes!(branches::switch_branch))
         .routes(routes!(chats::interrupt))
         .routes(routes!(chats::compact))
         .routes(routes!(chats::tool_results))
