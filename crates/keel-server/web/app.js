@@ -755,7 +755,10 @@ function addBranchControls(node, message) {
   if (message.role === 'assistant') {
     bar.append(el('button', { type: 'button', class: 'regenerate', title: 'Write a new version of this reply; this one is kept', onclick: () => regenerate(message.id) }, 'Regenerate'));
   }
-  if (bar.childElementCount) node.append(bar);
+  if (!bar.childElementCount) return;
+  // Beside the message's own actions (Copy) when it has them.
+  const actions = node.querySelector(':scope > .msg-actions');
+  (actions || node).append(bar);
 }
 
 async function switchBranch(messageId) {
