@@ -120,7 +120,11 @@ async fn run_once(
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
-    let last = if recovered_log.is_empty() && !chat.compact_requested {
+    // A stopped reply to carry on is not a final one: the model is called.
+    let stopped = stopped_reply_at_end(shared, &chat).await;
+    let last = if stopped.is_some() {
+        LastStep::Continue
+    } else if recovered_log.is_empty() && !chat.compact_requested {
         last_committed_step(shared, &chat).await
     } else {
         LastStep::Continue
@@ -141,6 +145,7 @@ async fn run_once(
         match prepare(shared, &chat, lease, &sink, from_log).await {
             Ok(mut options) => {
                 options.paused_turn = last == LastStep::Paused;
+                options.continue_reply = stopped;
                 run_guarded(options, cancel.clone()).await
             }
             Err(failure) => Err(failure),
@@ -195,6 +200,26 @@ async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
         .map(|m| (m.role, m.parts.as_slice(), m.finish_reason))
         .collect();
     last_step(&recent, &names)
+}
+
+/// The text of the reply the user stopped when it ends the history of a chat that runs
+/// again: a continue request (`continue reply`), or a retry of a failed continuation.
+/// Every other move that starts a run adds a message after it, and a run that is
+/// interrupted ends `waiting`, so a runnable chat ending in a stopped reply was asked to
+/// continue it.
+async fn stopped_reply_at_end(shared: &Arc<Shared>, chat: &Chat) -> Option<String> {
+    if chat.compact_requested || chat.status != ChatStatus::Running {
+        return None;
+    }
+    match shared.store.recent_messages(chat.id, 1).await {
+        Ok(messages) => messages
+            .last()
+            .and_then(|m| keel_store::stopped_reply(m.role, m.interrupted, &m.parts)),
+        Err(error) => {
+            tracing::warn!(chat = %chat.id, %error, "reading history failed");
+            None
+        }
+    }
 }
 
 /// Builds the loop's options for a chat.
