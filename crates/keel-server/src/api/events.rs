@@ -439,6 +439,7 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
             continue;
         }
         follower.resyncs = news.resyncs;
+        state.metrics.sse_catch_ups.inc();
         match follower.catch_up(&[]).await {
             Ok(true) => {}
             Ok(false) => return,
