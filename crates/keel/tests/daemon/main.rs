@@ -668,3 +668,34 @@ async fn lease_renewals_wake_no_follower() {
     transcript.follow_until(&mut events, "waiting").await;
     assert_eq!(transcript.assistant_texts(), vec![reply]);
 }
+
+#[tokio::test]
+async fn a_stream_opened_on_an_idle_chat_follows_every_later_run_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let id = client.replied_chat(&daemon, "first").await;
+    // Opened while nothing streams: the daemon holds no run channel for it yet.
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_until(&mut events, "waiting").await;
+    for round in ["second", "third"] {
+        let reply = format!("{round} {}", words(30));
+        client
+            .post(
+                &daemon.api(&format!("/chats/{id}/messages")),
+                json!({"text": scripted(&reply, 100.0)}),
+            )
+            .await;
+        // Every run's parts arrive live, before the message that commits them.
+        transcript.follow_parts(&mut events, 5).await;
+        assert!(
+            reply.starts_with(&transcript.live_text),
+            "{}",
+            transcript.live_text
+        );
+        transcript.follow_until(&mut events, "waiting").await;
+        assert_eq!(transcript.assistant_texts().last(), Some(&reply));
+    }
+    assert_eq!(transcript.assistant_texts().len(), 3);
+}
