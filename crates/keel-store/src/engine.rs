@@ -3,11 +3,12 @@
 
 use std::ops::RangeInclusive;
 
+use crate::types::LastError;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part, PendingToolCall};
+use keel_core::{Message, Part, PendingToolCall};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
@@ -273,6 +274,14 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::request_compaction(&mut cx, chat).await)
     }
 
+    async fn continue_reply(&self, chat: ChatId) -> Result<Chat> {
+        in_tx!(self, |cx| t::continue_reply(&mut cx, chat).await)
+    }
+
+    async fn retry_run(&self, chat: ChatId) -> Result<Chat> {
+        in_tx!(self, |cx| t::retry_run(&mut cx, chat).await)
+    }
+
     async fn list_messages(
         &self,
         chat: ChatId,
@@ -441,8 +450,8 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::finish_run(&mut cx, lease).await)
     }
 
-    async fn fail_run(&self, lease: &Lease, kind: ErrorKind, message: String) -> Result<()> {
-        in_tx!(self, |cx| t::fail_run(&mut cx, lease, kind, message).await)
+    async fn fail_run(&self, lease: &Lease, error: LastError) -> Result<()> {
+        in_tx!(self, |cx| t::fail_run(&mut cx, lease, error.clone()).await)
     }
 
     async fn enter_requires_action(

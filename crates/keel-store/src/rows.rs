@@ -74,6 +74,8 @@ pub(crate) struct ChatCols {
     pub created_at: i64,
     pub updated_at: i64,
     pub compact_requested: bool,
+    pub last_error_provider: Option<String>,
+    pub last_error_url: Option<String>,
 }
 
 impl ChatCols {
@@ -106,6 +108,8 @@ impl ChatCols {
             created_at: ms(c.created_at),
             updated_at: ms(c.updated_at),
             compact_requested: c.compact_requested,
+            last_error_provider: c.last_error.as_ref().and_then(|e| e.provider.clone()),
+            last_error_url: c.last_error.as_ref().and_then(|e| e.url.clone()),
         })
     }
 
@@ -119,6 +123,8 @@ impl ChatCols {
                     },
                 )?,
                 message: message.unwrap_or_default(),
+                provider: self.last_error_provider,
+                url: self.last_error_url,
             }),
             (None, _) => None,
         };

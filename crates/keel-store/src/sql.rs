@@ -12,7 +12,8 @@ macro_rules! chat_columns {
         "id, owner, title, model, status, archived, max_steps, system_prompt, tools, \
          worker_id, lease_expires_at, version, history_version, event_seq, last_message_id, \
          last_error_kind, last_error_message, retry_state, pending_tool_calls, \
-         pending_deadline, created_at, updated_at, compact_requested"
+         pending_deadline, created_at, updated_at, compact_requested, last_error_provider, \
+         last_error_url"
     };
 }
 
@@ -84,7 +85,7 @@ macro_rules! tx_ops {
                     "INSERT INTO chats (",
                     chat_columns!(),
                     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-                     $15, $16, $17, $18, $19, $20, $21, $22, $23)"
+                     $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
                 );
                 sqlx::query(SQL)
                     .bind(&c.id)
@@ -110,6 +111,8 @@ macro_rules! tx_ops {
                     .bind(c.created_at)
                     .bind(c.updated_at)
                     .bind(c.compact_requested)
+                    .bind(&c.last_error_provider)
+                    .bind(&c.last_error_url)
                     .execute(self.conn().await?)
                     .await?;
                 Ok(())
@@ -125,7 +128,8 @@ macro_rules! tx_ops {
                     history_version = $12, event_seq = $13, last_message_id = $14, \
                     last_error_kind = $15, last_error_message = $16, retry_state = $17, \
                     pending_tool_calls = $18, pending_deadline = $19, updated_at = $20, \
-                    compact_requested = $21 WHERE id = $1";
+                    compact_requested = $21, last_error_provider = $22, \
+                    last_error_url = $23 WHERE id = $1";
                 sqlx::query(SQL)
                     .bind(&c.id)
                     .bind(&c.title)
@@ -148,6 +152,8 @@ macro_rules! tx_ops {
                     .bind(c.pending_deadline)
                     .bind(c.updated_at)
                     .bind(c.compact_requested)
+                    .bind(&c.last_error_provider)
+                    .bind(&c.last_error_url)
                     .execute(self.conn().await?)
                     .await?;
                 Ok(())

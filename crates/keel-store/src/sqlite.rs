@@ -121,7 +121,8 @@ tx_ops!(
                  lease_expires_at = $21, version = $22, history_version = $23, \
                  event_seq = $24, last_message_id = $25, last_error_kind = $26, \
                  last_error_message = $27, retry_state = $28, pending_tool_calls = $29, \
-                 pending_deadline = $30, updated_at = $31, compact_requested = $33 WHERE id = $1"
+                 pending_deadline = $30, updated_at = $31, compact_requested = $33, \
+                 last_error_provider = $35, last_error_url = $36 WHERE id = $1"
             );
             if m.chat_id != c.id {
                 return Err(StoreError::invalid(
@@ -163,6 +164,8 @@ tx_ops!(
                 .bind(&m.kind)
                 .bind(c.compact_requested)
                 .bind(&m.finish_reason)
+                .bind(&c.last_error_provider)
+                .bind(&c.last_error_url)
                 .execute(self.conn().await?)
                 .await?;
             Ok(())

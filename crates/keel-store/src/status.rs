@@ -105,10 +105,12 @@ pub enum Transition {
     CommitSummary,
     UpdateChat,
     NameChat,
+    ContinueReply,
+    RetryRun,
 }
 
 impl Transition {
-    pub const ALL: [Transition; 28] = [
+    pub const ALL: [Transition; 30] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -137,6 +139,8 @@ impl Transition {
         Transition::CommitSummary,
         Transition::UpdateChat,
         Transition::NameChat,
+        Transition::ContinueReply,
+        Transition::RetryRun,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -169,6 +173,8 @@ impl Transition {
             Transition::CommitSummary => "commit summary",
             Transition::UpdateChat => "update chat",
             Transition::NameChat => "name chat",
+            Transition::ContinueReply => "continue reply",
+            Transition::RetryRun => "retry run",
         }
     }
 }
@@ -273,6 +279,13 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
 
         (RequestCompaction, Waiting | Error) => Some(RUNNING),
         (RequestCompaction, Running | Interrupting | RequiresAction) => None,
+
+        // An idle chat whose last message is a reply the user stopped: the model carries on.
+        (ContinueReply, Waiting | Error) => Some(RUNNING),
+        (ContinueReply, Running | Interrupting | RequiresAction) => None,
+        // The failed turn runs again, with nothing added to the history.
+        (RetryRun, Error) => Some(RUNNING),
+        (RetryRun, Waiting | Running | Interrupting | RequiresAction) => None,
     }
 }
 
@@ -311,7 +324,7 @@ impl Transition {
         match self {
             CreateChat | SendMessage | EditMessage | Interrupt | SubmitToolResults
             | DeleteQueued | PromoteQueued | Archive | Unarchive | Delete | RequestCompaction
-            | UpdateChat => Trigger::Api,
+            | UpdateChat | ContinueReply | RetryRun => Trigger::Api,
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
             | CommitStep | CommitSummary | FinishInterruption | FinishRun | FailRun
             | EnterRequiresAction | ReleaseOnShutdown | NameChat => Trigger::Worker,
@@ -458,6 +471,8 @@ mod tests {
         only(Transition::PutCheckpoint, &[Running, Interrupting]);
         only(Transition::RequestCompaction, &[Waiting, Error]);
         only(Transition::CommitSummary, &[Running]);
+        only(Transition::ContinueReply, &[Waiting, Error]);
+        only(Transition::RetryRun, &[Error]);
         only(Transition::SendMessage, &ChatStatus::ALL);
         only(Transition::EditMessage, &ChatStatus::ALL);
         only(Transition::Interrupt, &ChatStatus::ALL);

@@ -2,10 +2,11 @@
 
 use std::ops::RangeInclusive;
 
+use crate::types::LastError;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part, PendingToolCall};
+use keel_core::{Message, Part, PendingToolCall};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -64,6 +65,12 @@ pub trait Store: Send + Sync {
     async fn name_chat(&self, chat: ChatId, title: &str) -> Result<bool>;
     /// Asks for a compaction of an idle (`waiting` or `error`) chat; a conflict otherwise.
     async fn request_compaction(&self, chat: ChatId) -> Result<Chat>;
+    /// Has the model carry on the reply the user stopped (`continue reply`): the chat must
+    /// be idle and its last message such a reply ([`crate::stopped_reply`]), else
+    /// [`crate::StoreError::NothingToContinue`].
+    async fn continue_reply(&self, chat: ChatId) -> Result<Chat>;
+    /// Runs the failed turn of a chat in `error` again (`retry run`).
+    async fn retry_run(&self, chat: ChatId) -> Result<Chat>;
 
     /// Live messages with an id above `after`, in order; summaries are not among them.
     async fn list_messages(
@@ -133,7 +140,7 @@ pub trait Store: Send + Sync {
     async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()>;
     async fn finish_interruption(&self, lease: &Lease) -> Result<Next>;
     async fn finish_run(&self, lease: &Lease) -> Result<Next>;
-    async fn fail_run(&self, lease: &Lease, kind: ErrorKind, message: String) -> Result<()>;
+    async fn fail_run(&self, lease: &Lease, error: LastError) -> Result<()>;
     async fn enter_requires_action(
         &self,
         lease: &Lease,

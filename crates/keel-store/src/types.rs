@@ -21,6 +21,24 @@ pub type MessageId = i64;
 pub struct LastError {
     pub kind: ErrorKind,
     pub message: String,
+    /// The configured name of the provider whose request failed, when one did.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// The address that request went to, without its query or credentials.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+impl LastError {
+    /// An error with no provider request behind it.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            provider: None,
+            url: None,
+        }
+    }
 }
 
 /// One chat row plus its queue.

@@ -332,9 +332,12 @@ async fn queued_messages_delete_and_promote(db: TestDb) {
     let Next::Continue { lease, .. } = s.finish_run(&lease).await.unwrap() else {
         panic!()
     };
-    s.fail_run(&lease, ErrorKind::Server, "boom".into())
-        .await
-        .unwrap();
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(ErrorKind::Server, "boom"),
+    )
+    .await
+    .unwrap();
     let q = match send(s, chat.id, "x", Busy::Queue).await {
         SendOutcome::Started { .. } => None,
         SendOutcome::Queued { queue_id } => Some(queue_id),

@@ -314,7 +314,13 @@ impl Model {
                 let Some(lease) = self.lease(worker, chat) else {
                     return;
                 };
-                ok_or_expected(s.fail_run(&lease, ErrorKind::Server, "boom".into()).await);
+                ok_or_expected(
+                    s.fail_run(
+                        &lease,
+                        keel_store::LastError::new(ErrorKind::Server, "boom"),
+                    )
+                    .await,
+                );
             }
             Op::EnterRequiresAction { worker, chat } => {
                 let Some(lease) = self.lease(worker, chat) else {
@@ -595,7 +601,10 @@ async fn concurrent_workers_and_clients(db: TestDb) {
                             store.finish_interruption(&lease).await.unwrap()
                         } else if rng.next(5) == 0 {
                             store
-                                .fail_run(&lease, ErrorKind::Server, "x".into())
+                                .fail_run(
+                                    &lease,
+                                    keel_store::LastError::new(ErrorKind::Server, "x"),
+                                )
                                 .await
                                 .unwrap();
                             Next::Idle

@@ -261,9 +261,12 @@ async fn fail_run_then_recover(db: TestDb) {
     let chat = create(s, "hi").await;
     let lease = claim(s, "a", chat.id).await;
     s.append_live_parts(&lease, &[json!("x")]).await.unwrap();
-    s.fail_run(&lease, ErrorKind::RateLimit, "slow down".into())
-        .await
-        .unwrap();
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(ErrorKind::RateLimit, "slow down"),
+    )
+    .await
+    .unwrap();
     let c = s.get_chat(chat.id).await.unwrap();
     assert_eq!(c.status, ChatStatus::Error);
     let e = c.last_error.unwrap();
@@ -314,7 +317,7 @@ async fn disallowed_worker_moves(db: TestDb) {
             .await
             .unwrap_err(),
         s.finish_run(&lease).await.map(|_| ()).unwrap_err(),
-        s.fail_run(&lease, ErrorKind::Server, "x".into())
+        s.fail_run(&lease, keel_store::LastError::new(ErrorKind::Server, "x"))
             .await
             .unwrap_err(),
         s.release_on_shutdown(&lease).await.unwrap_err(),

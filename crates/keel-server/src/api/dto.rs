@@ -34,6 +34,21 @@ pub(crate) struct ChatView {
 pub(crate) struct LastErrorView {
     pub kind: String,
     pub message: String,
+    /// The configured name of the provider whose request failed, when one did.
+    pub provider: Option<String>,
+    /// The address that request went to, without its query or credentials.
+    pub url: Option<String>,
+}
+
+impl From<&keel_store::LastError> for LastErrorView {
+    fn from(error: &keel_store::LastError) -> Self {
+        Self {
+            kind: error.kind.as_str().to_owned(),
+            message: error.message.clone(),
+            provider: error.provider.clone(),
+            url: error.url.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -63,10 +78,7 @@ impl From<&Chat> for ChatView {
             archived: chat.archived,
             created_at: timestamp(&chat.created_at),
             updated_at: timestamp(&chat.updated_at),
-            last_error: chat.last_error.as_ref().map(|e| LastErrorView {
-                kind: e.kind.as_str().to_owned(),
-                message: e.message.clone(),
-            }),
+            last_error: chat.last_error.as_ref().map(LastErrorView::from),
             queued: chat.queued.iter().map(QueuedView::from).collect(),
             pending_tool_calls: chat
                 .pending_tool_calls

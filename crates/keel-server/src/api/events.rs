@@ -274,10 +274,7 @@ impl Follower {
         let status = (chat.status, error);
         if self.status.as_ref() != Some(&status) {
             self.status = Some(status);
-            let last_error = chat.last_error.as_ref().map(|e| LastErrorView {
-                kind: e.kind.as_str().to_owned(),
-                message: e.message.clone(),
-            });
+            let last_error = chat.last_error.as_ref().map(LastErrorView::from);
             let data =
                 json!({"status": chat.status.as_str(), "last_error": last_error}).to_string();
             if !self.ephemeral("status", data).await {

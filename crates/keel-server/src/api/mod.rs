@@ -1,5 +1,6 @@
 //! HTTP API v1 (described for users in `docs/api.md`): routes, authentication, body limits
-//! and error mapping.
+//! and error mapping. `chats` holds the API's transitions of a chat and its messages,
+//! `rerun` continuing a stopped reply and retrying a failed run.
 
 mod chats;
 mod compat;
@@ -10,6 +11,7 @@ mod events;
 mod extract;
 mod feed;
 mod ops;
+mod rerun;
 pub mod state;
 
 use axum::Router;
@@ -49,6 +51,8 @@ pub(crate) fn routes_with(
         .routes(routes!(chats::edit_message))
         .routes(routes!(chats::interrupt))
         .routes(routes!(chats::compact))
+        .routes(routes!(rerun::continue_reply))
+        .routes(routes!(rerun::retry))
         .routes(routes!(chats::tool_results))
         .routes(routes!(chats::delete_queued))
         .routes(routes!(chats::promote_queued))

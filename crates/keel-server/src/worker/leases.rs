@@ -11,13 +11,16 @@
 //! | transient failure (of the run's renewal or the whole transaction) | keeps its lease; the next period tries again |
 //! | refused (lease taken over, chat edited or deleted, run over) | is stopped as having lost its lease |
 //!
-//! A renewal changes nothing a client sees, so it wakes no follower of the chat.
+//! What a renewal learns reaches only the runs of the task that holds the lease, never a
+//! run of the chat that took its place ([`super::runs`]). A renewal changes nothing a
+//! client sees, so it wakes no follower of the chat.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use keel_store::{ChatId, ChatStatus, Lease, Store, StoreError};
 
+use crate::worker::runs::Task;
 use crate::worker::sink::{SharedLease, current};
 use crate::worker::{Shared, StopReason};
 
@@ -47,7 +50,7 @@ pub(super) fn after_renewal(outcome: Result<Lease, StoreError>) -> Renewal {
 /// The leases of this process's runs, each held while its run is under way.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
-    runs: Mutex<HashMap<u64, SharedLease>>,
+    runs: Mutex<HashMap<u64, (SharedLease, Task)>>,
     next: std::sync::atomic::AtomicU64,
 }
 
@@ -64,44 +67,45 @@ impl Drop for Held<'_> {
 }
 
 impl Leases {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, SharedLease>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (SharedLease, Task)>> {
         // Each critical section is one map operation; a poisoned map is still whole.
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Renews `lease` with every other run's until the returned guard is dropped.
-    pub(crate) fn hold(&self, lease: SharedLease) -> Held<'_> {
+    /// Renews `lease`, held by the runs of `task`, with every other run's until the
+    /// returned guard is dropped.
+    pub(crate) fn hold(&self, lease: SharedLease, task: Task) -> Held<'_> {
         let key = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.lock().insert(key, lease);
+        self.lock().insert(key, (lease, task));
         Held { leases: self, key }
     }
 
-    /// Renews every held lease in one transaction; returns each run's chat and what its
-    /// outcome calls for. A renewed lease is stored for its run unless the run moved on to
+    /// Renews every held lease in one transaction; returns each run's chat, its task and
+    /// what its outcome calls for. A renewed lease is stored for its run unless the run moved on to
     /// another lease meanwhile (the queue head starting on a fresh one); a lost one is no
     /// longer renewed.
-    pub(super) async fn renew(&self, store: &dyn Store) -> Vec<(ChatId, Renewal)> {
-        let held: Vec<(u64, SharedLease, Lease)> = self
+    pub(super) async fn renew(&self, store: &dyn Store) -> Vec<(ChatId, Task, Renewal)> {
+        let held: Vec<(u64, SharedLease, Task, Lease)> = self
             .lock()
             .iter()
-            .map(|(key, lease)| (*key, lease.clone(), current(lease)))
+            .map(|(key, (lease, task))| (*key, lease.clone(), task.clone(), current(lease)))
             .collect();
         if held.is_empty() {
             return Vec::new();
         }
-        let leases: Vec<Lease> = held.iter().map(|(_, _, lease)| lease.clone()).collect();
+        let leases: Vec<Lease> = held.iter().map(|(_, _, _, lease)| lease.clone()).collect();
         let outcomes = match store.renew_leases(&leases).await {
             Ok(outcomes) => outcomes,
             Err(error) => {
                 tracing::warn!(%error, runs = held.len(), "renewing the leases failed; retrying");
                 return held
-                    .iter()
-                    .map(|(_, _, lease)| (lease.chat_id, Renewal::Retry))
+                    .into_iter()
+                    .map(|(_, _, task, lease)| (lease.chat_id, task, Renewal::Retry))
                     .collect();
             }
         };
         let mut decisions = Vec::with_capacity(held.len());
-        for ((key, shared, sent), outcome) in held.into_iter().zip(outcomes) {
+        for ((key, shared, task, sent), outcome) in held.into_iter().zip(outcomes) {
             if let Err(error) = &outcome {
                 tracing::warn!(chat = %sent.chat_id, %error, "renewing the lease failed");
             }
@@ -120,7 +124,7 @@ impl Leases {
                 }
                 Renewal::Retry => {}
             }
-            decisions.push((sent.chat_id, decision));
+            decisions.push((sent.chat_id, task, decision));
         }
         decisions
     }
@@ -131,18 +135,20 @@ pub(super) async fn renew_all(shared: Arc<Shared>) {
     let period = shared.config.runs.lease() / 3;
     loop {
         tokio::time::sleep(period).await;
-        for (chat_id, decision) in shared.leases.renew(shared.store.as_ref()).await {
+        for (chat_id, task, decision) in shared.leases.renew(shared.store.as_ref()).await {
             match decision {
                 Renewal::Renewed { interrupt, .. } => {
                     shared.metrics.lease_renewals.inc();
                     if interrupt {
-                        shared.interrupt_run(chat_id);
+                        // Seen here even when every change notice of the interrupt was lost
+                        // (another replica's NOTIFY during a reconnect, a lagging subscriber).
+                        shared.runs.interrupt_of(chat_id, &task);
                     }
                 }
                 Renewal::Retry => {}
                 Renewal::Lost => {
                     shared.metrics.lost_leases.inc();
-                    shared.stop_run(chat_id, StopReason::LostLease);
+                    shared.runs.stop_of(chat_id, &task, StopReason::LostLease);
                 }
             }
         }
@@ -232,15 +238,20 @@ mod tests {
             claimed(&store).await,
         );
         let leases = Leases::default();
+        let (_finished, task) = tokio::sync::watch::channel(());
         let (held_a, _held_b, _held_gone) = (
-            leases.hold(a.clone()),
-            leases.hold(b.clone()),
-            leases.hold(gone.clone()),
+            leases.hold(a.clone(), task.clone()),
+            leases.hold(b.clone(), task.clone()),
+            leases.hold(gone.clone(), task.clone()),
         );
         let before = current(&a);
         store.delete_chat(current(&gone).chat_id).await.unwrap();
-        let decisions: HashMap<ChatId, Renewal> =
-            leases.renew(store.as_ref()).await.into_iter().collect();
+        let decisions: HashMap<ChatId, Renewal> = leases
+            .renew(store.as_ref())
+            .await
+            .into_iter()
+            .map(|(chat, _, decision)| (chat, decision))
+            .collect();
         assert_eq!(decisions.len(), 3);
         assert!(matches!(
             decisions[&before.chat_id],
@@ -257,7 +268,7 @@ mod tests {
             .renew(store.as_ref())
             .await
             .into_iter()
-            .map(|(chat, _)| chat)
+            .map(|(chat, _, _)| chat)
             .collect();
         assert_eq!(next, vec![current(&b).chat_id]);
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use keel_agent::{PersistError, RunError, RunOutcome};
 use keel_core::ErrorKind;
-use keel_store::{Chat, Lease, Next, StoreError};
+use keel_store::{Chat, LastError, Lease, Next, StoreError};
 
 use crate::metrics::StepLabels;
 use crate::worker::run;
@@ -136,11 +136,12 @@ pub(super) async fn end(
         }
         Err(error) => {
             count("error");
-            let (kind, message) = failure_of(&error);
-            tracing::warn!(chat = %chat_id, %kind, %message, "run failed");
+            let failure = failure_of(&error);
+            tracing::warn!(chat = %chat_id, kind = %failure.kind, message = %failure.message,
+                provider = ?failure.provider, url = ?failure.url, "run failed");
             shared
                 .store
-                .fail_run(held, kind, message)
+                .fail_run(held, failure)
                 .await
                 .map(|()| Next::Idle)
         }
@@ -189,25 +190,32 @@ fn is_ownership_loss(error: &PersistError) -> bool {
     }
 }
 
-fn failure_of(error: &RunError) -> (ErrorKind, String) {
+/// What a failed run stores as the chat's `last_error`: the kind, the message, and for a
+/// provider's failure the provider's name and the address of the request.
+fn failure_of(error: &RunError) -> LastError {
+    let from_provider = |e: &keel_core::ProviderError, message: String| LastError {
+        provider: Some(e.provider.clone()).filter(|p| !p.is_empty()),
+        url: e.url.clone(),
+        ..LastError::new(e.kind, message)
+    };
     match error {
-        RunError::Provider(e) => (e.kind, e.message.clone()),
+        RunError::Provider(e) => from_provider(e, e.message.clone()),
         RunError::StreamInterrupted {
             cause, attempts, ..
-        } => (
-            cause.kind,
+        } => from_provider(
+            cause,
             format!(
                 "stream_interrupted after {attempts} attempts: {}",
                 cause.message
             ),
         ),
-        RunError::Persist(e) => (
+        RunError::Persist(e) => LastError::new(
             ErrorKind::Unknown,
             format!("persisting the step failed: {e}"),
         ),
-        RunError::Cancelled => (ErrorKind::Cancelled, "cancelled".into()),
+        RunError::Cancelled => LastError::new(ErrorKind::Cancelled, "cancelled"),
         RunError::ContextStillTooLong { .. } | RunError::Compaction(_) => {
-            (ErrorKind::ContextOverflow, error.to_string())
+            LastError::new(ErrorKind::ContextOverflow, error.to_string())
         }
     }
 }

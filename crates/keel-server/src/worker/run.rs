@@ -13,13 +13,14 @@ use keel_store::{Chat, ChatStatus, Lease, NewMessage};
 
 use crate::api::dto::ClientTool;
 use crate::metrics::RetryLabels;
-use crate::resume::{Committed, LastStep, is_summary_log, last_step, snapshot_from_log};
+use crate::resume::{Committed, LastStep, LogHolds, last_step};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
+use crate::worker::runs::{Finished, RunSlot};
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
-use crate::worker::{Finished, RunSlot, Shared, StopReason, lifecycle};
+use crate::worker::{Shared, StopReason, lifecycle};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.
@@ -37,7 +38,7 @@ pub(super) async fn run_chat(
     } = slot;
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
-    let renewing = shared.leases.hold(lease.clone());
+    let renewing = shared.leases.hold(lease.clone(), finished.subscribe());
     if let Some(mut previous) = previous {
         // Superseded and unwinding: it writes nothing more (its lease is fenced) but still
         // holds the chat's live channel until it ends.
@@ -83,11 +84,15 @@ async fn run_once(
             Vec::new()
         }
     };
-    // A log a compaction summary streamed into is not a reply to resume: the step runs
-    // afresh (after a reset that voids those parts for clients) and compacts again if due.
-    let summary_log = is_summary_log(recovered_log.iter().map(|e| &e.payload));
-    let from_log = (!recovered_log.is_empty() && !summary_log)
-        .then(|| snapshot_from_log(recovered_log.iter().map(|e| &e.payload)));
+    // A log a compaction summary streamed into is not a reply to resume: it is voided for
+    // clients, and the committed history says where the run stands.
+    let payloads: Vec<&serde_json::Value> = recovered_log.iter().map(|e| &e.payload).collect();
+    let holds = LogHolds::of(&payloads);
+    let summary_log = matches!(holds, LogHolds::Summary);
+    let from_log = match holds {
+        LogHolds::Step(snapshot) => Some(snapshot),
+        LogHolds::Nothing | LogHolds::Summary => None,
+    };
     if let Some(snapshot) = &from_log {
         shared.metrics.recovered_runs.inc();
         tracing::info!(
@@ -120,7 +125,12 @@ async fn run_once(
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
-    let last = if recovered_log.is_empty() && !chat.compact_requested {
+    // A stopped reply to carry on is not a final one: the model is called. After a summary
+    // of the final reply, calling the model would answer that reply again.
+    let stopped = stopped_reply_at_end(shared, &chat).await;
+    let last = if stopped.is_some() {
+        LastStep::Continue
+    } else if from_log.is_none() && !chat.compact_requested {
         last_committed_step(shared, &chat).await
     } else {
         LastStep::Continue
@@ -141,6 +151,7 @@ async fn run_once(
         match prepare(shared, &chat, lease, &sink, from_log).await {
             Ok(mut options) => {
                 options.paused_turn = last == LastStep::Paused;
+                options.continue_reply = stopped;
                 run_guarded(options, cancel.clone()).await
             }
             Err(failure) => Err(failure),
@@ -196,6 +207,27 @@ async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
         .map(|m| (m.role, m.parts.as_slice(), m.finish_reason))
         .collect();
     last_step(&recent, &names)
+}
+
+/// The text of the reply the user stopped when it ends the history of a chat that runs
+/// again: a continue request (`continue reply`), or a retry of a failed continuation.
+/// Every other move that starts a run adds a message after it, and a run that is
+/// interrupted ends `waiting`, so a runnable chat ending in a stopped reply was asked to
+/// continue it.
+async fn stopped_reply_at_end(shared: &Arc<Shared>, chat: &Chat) -> Option<String> {
+    if chat.compact_requested || chat.status != ChatStatus::Running {
+        return None;
+    }
+    let after = chat.last_message_id.saturating_sub(1);
+    match shared.store.list_messages(chat.id, Some(after)).await {
+        Ok(messages) => messages
+            .last()
+            .and_then(|m| keel_store::stopped_reply(m.role, m.interrupted, &m.parts)),
+        Err(error) => {
+            tracing::warn!(chat = %chat.id, %error, "reading history failed");
+            None
+        }
+    }
 }
 
 /// Builds the loop's options for a chat.

@@ -161,6 +161,9 @@ pub(crate) async fn edit_message(
     chat.last_error = None;
     chat.retry_state = None;
     chat.queued.clear();
+    // A compaction requested of the old history is superseded too: the run that claims the
+    // chat next answers the edited message (it compacts on its own if the context is due).
+    chat.compact_requested = false;
     cx.save(&mut chat, mv, true).await?;
     Ok(chat)
 }
@@ -368,4 +371,45 @@ pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Res
     cx.save(&mut chat, mv, false).await?;
     cx.load_queue(&mut chat).await?;
     Ok(chat)
+}
+
+/// Continues the reply the user stopped: an idle chat whose last message is such a reply
+/// ([`crate::stopped_reply`]) becomes runnable with nothing added, and the worker that claims
+/// it finds the stopped reply at the end of the history and has the model carry it on.
+pub(crate) async fn continue_reply(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::ContinueReply)?;
+    let mut last = None;
+    for row in cx.ops.messages(&chat.id.to_string(), 0).await? {
+        let message = row.into_message()?;
+        if message.kind != MessageKind::Summary {
+            last = Some(message);
+        }
+    }
+    let continuable =
+        last.is_some_and(|m| crate::stopped_reply(m.role, m.interrupted, &m.parts).is_some());
+    if !continuable {
+        return Err(StoreError::NothingToContinue);
+    }
+    start_again(cx, &mut chat, mv).await?;
+    Ok(chat)
+}
+
+/// Runs the failed turn of a chat in `error` again, with nothing added to the history.
+pub(crate) async fn retry_run(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::RetryRun)?;
+    start_again(cx, &mut chat, mv).await?;
+    Ok(chat)
+}
+
+/// Makes an idle chat runnable as it stands (unowned, the last error cleared).
+async fn start_again(cx: &mut Ctx<'_>, chat: &mut Chat, mv: Move) -> Result<()> {
+    chat.status = ChatStatus::Running;
+    chat.last_error = None;
+    chat.retry_state = None;
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    cx.save(chat, mv, false).await?;
+    cx.load_queue(chat).await
 }

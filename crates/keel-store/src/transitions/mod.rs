@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::ops::RangeInclusive;
 
 use chrono::{DateTime, Utc};
-use keel_core::{ErrorKind, Part, PendingToolCall, Role};
+use keel_core::{Part, PendingToolCall, Role};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

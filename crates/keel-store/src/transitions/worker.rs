@@ -311,19 +311,14 @@ pub(crate) async fn finish_run(cx: &mut Ctx<'_>, lease: &Lease) -> Result<Next> 
     end_run(cx, lease, Transition::FinishRun).await
 }
 
-pub(crate) async fn fail_run(
-    cx: &mut Ctx<'_>,
-    lease: &Lease,
-    kind: ErrorKind,
-    message: String,
-) -> Result<()> {
+pub(crate) async fn fail_run(cx: &mut Ctx<'_>, lease: &Lease, error: LastError) -> Result<()> {
     let mut chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
     let mv = check(&chat, Transition::FailRun)?;
     cx.ops.clear_live(&chat.id.to_string()).await?;
     chat.status = ChatStatus::Error;
     chat.compact_requested = false;
-    chat.last_error = Some(LastError { kind, message });
+    chat.last_error = Some(error);
     chat.worker_id = None;
     chat.lease_expires_at = None;
     chat.retry_state = None;
