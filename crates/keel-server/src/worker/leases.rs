@@ -106,6 +106,12 @@ impl Leases {
         };
         let mut decisions = Vec::with_capacity(held.len());
         for ((key, shared, task, sent), outcome) in held.into_iter().zip(outcomes) {
+            // A run that ended (or moved on to a fresh lease) while the transaction ran gave
+            // its chat back itself: its refused renewal says nothing about it.
+            let moved_on = !self.lock().contains_key(&key) || current(&shared) != sent;
+            if moved_on && outcome.is_err() {
+                continue;
+            }
             if let Err(error) = &outcome {
                 tracing::warn!(chat = %sent.chat_id, %error, "renewing the lease failed");
             }
