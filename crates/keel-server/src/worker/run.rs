@@ -38,11 +38,7 @@ pub(super) async fn run_chat(
     } = slot;
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
-    let renewer = tokio::spawn(lifecycle::renew_lease(
-        shared.clone(),
-        lease.clone(),
-        finished.subscribe(),
-    ));
+    let renewing = shared.leases.hold(lease.clone(), finished.subscribe());
     if let Some(mut previous) = previous {
         // Superseded and unwinding: it writes nothing more (its lease is fenced) but still
         // holds the chat's live channel until it ends.
@@ -60,7 +56,7 @@ pub(super) async fn run_chat(
         let (slot, _) = shared.register(chat_id, next_lease.history_version, &finished);
         (id, cancel, stop) = (slot.id, slot.cancel, slot.stop);
     }
-    renewer.abort();
+    drop(renewing);
     shared.hub.end_run(&chat_id.to_string());
     shared.metrics.active_runs.dec();
     shared.forget(chat_id, id);
