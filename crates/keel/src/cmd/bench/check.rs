@@ -21,8 +21,21 @@ pub struct EventView {
 }
 
 impl EventView {
-    /// A `message` event. A known id with new content is an edit: the message is replaced
-    /// and everything after it is gone (the API's edit deletes all later history).
+    /// One durable event: a `message`, or a `branch` (the current branch changed; the
+    /// messages shown go, and the branch's messages follow). Others change no message.
+    pub fn apply_event(&mut self, kind: &str, data: &Value) -> anyhow::Result<()> {
+        match kind {
+            "message" => self.apply(data),
+            "branch" => {
+                self.messages.clear();
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A `message` event. A known id with new content replaces the message and drops
+    /// everything after it, as a client that knows no branches does.
     pub fn apply(&mut self, data: &Value) -> anyhow::Result<()> {
         let Some(id) = data["id"].as_i64() else {
             bail!("a message event without an id: {data}");
@@ -198,8 +211,10 @@ pub fn check_turn(
     let reply = assistant().next_back();
     match &turn.expect {
         Expect::Failure => {
+            // A compaction the user asked for after the failure ends the chat `waiting`:
+            // the failed message stays unanswered and goes to the model with the next one.
             ensure!(
-                !last || turn.exposed || status == "error",
+                !last || turn.exposed || view.compacted || status == "error",
                 "expected status error, found {status}"
             );
         }
@@ -271,6 +286,27 @@ mod tests {
         }
         assert!(view.duplicates.is_empty());
         view.check(&[message(1, "user", "ho"), message(3, "assistant", "ho")])
+            .unwrap();
+    }
+
+    #[test]
+    fn a_branch_event_drops_the_messages_shown_and_the_branch_follows() {
+        let mut view = EventView::default();
+        for m in [message(1, "user", "hi"), message(2, "assistant", "hi")] {
+            view.apply_event("message", &m).unwrap();
+        }
+        view.apply_event("branch", &json!({"leaf_id": 4})).unwrap();
+        for m in [message(3, "user", "ho"), message(4, "assistant", "ho")] {
+            view.apply_event("message", &m).unwrap();
+        }
+        view.check(&[message(3, "user", "ho"), message(4, "assistant", "ho")])
+            .unwrap();
+        // Brought back after a switch, a message is no duplicate.
+        view.apply_event("branch", &json!({"leaf_id": 2})).unwrap();
+        for m in [message(1, "user", "hi"), message(2, "assistant", "hi")] {
+            view.apply_event("message", &m).unwrap();
+        }
+        view.check(&[message(1, "user", "hi"), message(2, "assistant", "hi")])
             .unwrap();
     }
 
@@ -400,5 +436,10 @@ mod tests {
         assert!(check_turn(&turn, &view(&[]), &[], true, "error", false).is_ok());
         assert!(check_turn(&turn, &view(&[]), &[], true, "waiting", false).is_err());
         assert!(check_turn(&turn, &view(&[]), &[], false, "waiting", false).is_ok());
+        let compacted = TurnView {
+            compacted: true,
+            ..view(&[])
+        };
+        assert!(check_turn(&turn, &compacted, &[], true, "waiting", false).is_ok());
     }
 }

@@ -92,8 +92,8 @@ async fn follow(
             read.recent.push_back((event.kind.clone(), live.last_id));
             read.last_event = Some((Instant::now(), replica));
             match event.kind.as_str() {
-                "message" => {
-                    if let Err(error) = read.view.apply(&event.data) {
+                "message" | "branch" => {
+                    if let Err(error) = read.view.apply_event(&event.kind, &event.data) {
                         read.error.get_or_insert(format!("{error:#}"));
                     }
                 }
@@ -145,19 +145,17 @@ pub async fn resumed(
 ) -> anyhow::Result<EventView> {
     let mut view = read.view.clone();
     let mut position = read.position;
-    let deadline = Instant::now() + patience;
-    while !view.matches(committed) && Instant::now() < deadline {
+    let since = Instant::now();
+    while !view.matches(committed) && target.patient(since, patience) {
         let Ok(mut live) = Live::open(&target.any().api, chat, position).await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        while let Ok(event) = live
-            .next(deadline.saturating_duration_since(Instant::now()))
-            .await
-        {
+        // A silent second reconnects: every connection must deliver what was committed.
+        while let Ok(event) = live.next(Duration::from_secs(1)).await {
             position = live.last_id;
-            if event.kind == "message" {
-                view.apply(&event.data)?;
+            if matches!(event.kind.as_str(), "message" | "branch") {
+                view.apply_event(&event.kind, &event.data)?;
                 if view.matches(committed) {
                     break;
                 }
