@@ -62,6 +62,7 @@ async fn fan_out(hub: &Arc<Hub>, subscribers: usize) -> Duration {
                 event: "part",
                 data: PART_DATA.to_owned(),
                 durable: true,
+                history_version: 1,
             },
         );
         if (seq + 1) % WINDOW == 0 || seq + 1 == PARTS {
