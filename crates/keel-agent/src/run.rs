@@ -697,20 +697,6 @@ pub(crate) fn arguments_are_an_object(args: &str) -> bool {
     args.trim().is_empty() || matches!(serde_json::from_str(args), Ok(serde_json::Value::Object(_)))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::arguments_are_an_object;
-
-    #[test]
-    fn only_whole_json_objects_are_runnable_arguments() {
-        assert!(arguments_are_an_object(""));
-        assert!(arguments_are_an_object(r#"{"path": "a"}"#));
-        assert!(!arguments_are_an_object(r#"{"path": "a"#));
-        assert!(!arguments_are_an_object("[1]"));
-        assert!(!arguments_are_an_object("null"));
-    }
-}
-
 /// Appends `more` to the last text of `message` (a new text part when it has none).
 fn extend_text(message: &mut Message, more: &str) {
     let last_text = message
@@ -724,5 +710,19 @@ fn extend_text(message: &mut Message, more: &str) {
     match last_text {
         Some(text) => text.push_str(more),
         None => message.parts.push(keel_core::Part::text(more)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::arguments_are_an_object;
+
+    #[test]
+    fn only_whole_json_objects_are_runnable_arguments() {
+        assert!(arguments_are_an_object(""));
+        assert!(arguments_are_an_object(r#"{"path": "a"}"#));
+        assert!(!arguments_are_an_object(r#"{"path": "a"#));
+        assert!(!arguments_are_an_object("[1]"));
+        assert!(!arguments_are_an_object("null"));
     }
 }

@@ -98,7 +98,34 @@ pub(crate) fn is_summary_log<'a>(payloads: impl IntoIterator<Item = &'a Value>) 
         .any(|p| p["event"].as_str() == Some(SUMMARY_MARK))
 }
 
-/// What a run that claims a chat with nothing in its live-part log finds at the end of the
+/// What a claimed chat's live-part log holds, which decides what the run resumes from.
+///
+/// | log | resumes from |
+/// | --- | --- |
+/// | empty | the committed history ([`last_step`]) |
+/// | a compaction summary (the mark at its start) | the committed history: the summary is void (clients get a `stream_reset`), and whatever its text, it is never a reply |
+/// | a step in progress | the log's snapshot of that step |
+#[derive(Debug)]
+pub(crate) enum LogHolds {
+    Nothing,
+    Summary,
+    Step(StreamSnapshot),
+}
+
+impl LogHolds {
+    /// Reads the log's payloads (in sequence order).
+    pub(crate) fn of(payloads: &[&Value]) -> Self {
+        if payloads.is_empty() {
+            Self::Nothing
+        } else if is_summary_log(payloads.iter().copied()) {
+            Self::Summary
+        } else {
+            Self::Step(snapshot_from_log(payloads.iter().copied()))
+        }
+    }
+}
+
+/// What a run that claims a chat with no step in its live-part log finds at the end of the
 /// committed history.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum LastStep {
@@ -402,6 +429,27 @@ mod tests {
         let mut summary = vec![serde_json::json!({"event": SUMMARY_MARK, "data": {}})];
         summary.extend(step);
         assert!(is_summary_log(&summary));
+    }
+
+    #[test]
+    fn only_a_steps_log_is_resumed_from_and_a_summarys_never() {
+        fn refs(values: &[Value]) -> Vec<&Value> {
+            values.iter().collect()
+        }
+        assert!(matches!(LogHolds::of(&[]), LogHolds::Nothing));
+        let step = log(&[LiveEvent::TextDelta {
+            delta: "The conversation so far".into(),
+        }]);
+        assert!(
+            matches!(LogHolds::of(&refs(&step)), LogHolds::Step(s) if s.partial_text == "The conversation so far")
+        );
+        // A whole summary, and one a resumed run already voided with a reset: neither is
+        // a reply to continue.
+        let mut summary = vec![serde_json::json!({"event": SUMMARY_MARK, "data": {}})];
+        summary.extend(step);
+        assert!(matches!(LogHolds::of(&refs(&summary)), LogHolds::Summary));
+        summary.extend(log(&[LiveEvent::StreamReset]));
+        assert!(matches!(LogHolds::of(&refs(&summary)), LogHolds::Summary));
     }
 
     fn reasoning(text: &str, signed: bool) -> CapturedReasoning {

@@ -444,8 +444,9 @@ function committedMessage(message) {
   if (isStoppedReply(message)) node.dataset.stopped = '1';
   const text = message.parts.filter((p) => p.type === 'text').map(partText).join('\n\n');
   if (message.role === 'assistant' && text) {
+    node.dataset.reply = text;
     const button = el('button', { type: 'button', class: 'copy-message' }, 'Copy');
-    button.addEventListener('click', () => copyText(text, button));
+    button.addEventListener('click', () => copyText(replyText(node), button));
     node.append(el('div', { class: 'msg-actions' }, button));
   }
   addBranchControls(node, message);
@@ -536,7 +537,9 @@ function applyMessage(message) {
       else renderPart(part, messages.appendChild(el('div', { class: 'msg tool', 'data-id': message.id })));
     }
   } else {
-    messages.append(committedMessage(message));
+    const node = committedMessage(message);
+    messages.append(node);
+    joinContinuation(node);
   }
   renderLive();
   renderContinue();
@@ -853,6 +856,38 @@ function renderContinue() {
   const button = el('button', { type: 'button', class: 'continue-reply' }, 'Continue');
   button.addEventListener('click', () => rerun('continue', button, last));
   actions.prepend(button);
+}
+
+// A continuation of a stopped reply joins it: the stopped text and the new text become one
+// Markdown block again (a code block cut in two is whole), and Copy copies the whole reply.
+function joinContinuation(node) {
+  const nodes = committedNodes();
+  const stopped = nodes[nodes.indexOf(node) - 1];
+  if (!stopped || stopped.dataset.stopped !== '1' || !node.classList.contains('assistant')) return;
+  stopped.classList.add('continued');
+  node.classList.add('continuation');
+  const first = node.firstElementChild;
+  // A reply stopped and continued more than once: its text lives where the first part was.
+  let holder = stopped;
+  for (let i = nodes.indexOf(stopped); i > 0 && !holder.querySelector(':scope > .text')
+    && holder.classList.contains('continuation'); i--) holder = nodes[i - 1];
+  const texts = holder.querySelectorAll(':scope > .text');
+  const last = texts[texts.length - 1];
+  if (first && last && first.classList.contains('text') && first.dataset.source !== undefined) {
+    renderMarkdown(last, last.dataset.source + first.dataset.source);
+    first.remove();
+  }
+}
+
+// The text of a whole reply: a continuation's together with the stopped replies it carries on.
+function replyText(node) {
+  const nodes = committedNodes();
+  const parts = [node.dataset.reply || ''];
+  for (let i = nodes.indexOf(node) - 1; i >= 0 && nodes[i].dataset.stopped === '1'
+    && nodes[i + 1].classList.contains('continuation'); i--) {
+    parts.unshift(nodes[i].dataset.reply || '');
+  }
+  return parts.join('');
 }
 
 // Continue or Retry: the chat runs again without a new message.

@@ -441,7 +441,17 @@ impl Store for SqlStore {
     }
 
     async fn renew_lease(&self, lease: &Lease) -> Result<Lease> {
-        in_tx!(self, |cx| t::renew_lease(&mut cx, lease).await)
+        let mut outcomes = self.renew_leases(std::slice::from_ref(lease)).await?;
+        outcomes
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::not_found("chat")))
+    }
+
+    async fn renew_leases(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        in_tx!(self, |cx| t::renew_leases(&mut cx, leases).await)
     }
 
     async fn append_live_parts(

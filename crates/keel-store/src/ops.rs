@@ -114,6 +114,8 @@ pub(crate) trait TxOps: Send {
     async fn lock_chats(&mut self, ids: &[String]) -> Result<Vec<ChatCols>>;
     /// Advances the event counters of several chats in one statement.
     async fn set_event_seqs(&mut self, seqs: &[(String, i64)]) -> Result<()>;
+    /// Sets the lease expiry (ms since the epoch) of several chats in one statement.
+    async fn set_lease_expiries(&mut self, expiries: &[(String, i64)]) -> Result<()>;
     async fn clear_live(&mut self, chat: &str) -> Result<()>;
     /// Batches holding entries after `after`, as `(first_seq, payloads JSON array)`.
     async fn live_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;

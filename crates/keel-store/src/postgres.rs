@@ -123,6 +123,13 @@ async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<Remot
             Err(error) => {
                 tracing::warn!(%error, "listening for other replicas' changes failed; retrying");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                // Notices may have been lost whatever failed (a reconnect that failed is
+                // retried inside the next receive, which would then say nothing): listen
+                // again first, then have subscribers read again, so that nothing sent after
+                // their read is lost. A failed attempt is retried on the next turn.
+                if listener.listen(NOTICE_CHANNEL).await.is_ok() {
+                    let _ = sender.send(RemoteNotice::Missed);
+                }
             }
         }
     }

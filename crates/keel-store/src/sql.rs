@@ -641,6 +641,32 @@ macro_rules! tx_ops {
                 Ok(())
             }
 
+            async fn set_lease_expiries(
+                &mut self,
+                expiries: &[(String, i64)],
+            ) -> $crate::error::Result<()> {
+                for chunk in expiries.chunks(2000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "UPDATE chats SET lease_expires_at = CASE id",
+                    );
+                    for (id, expires_at) in chunk {
+                        query
+                            .push(" WHEN ")
+                            .push_bind(id.as_str())
+                            .push(" THEN ")
+                            .push_bind(*expires_at);
+                    }
+                    query.push(" ELSE lease_expires_at END WHERE id IN (");
+                    let mut list = query.separated(", ");
+                    for (id, _) in chunk {
+                        list.push_bind(id.as_str());
+                    }
+                    query.push(")");
+                    query.build().execute(self.conn().await?).await?;
+                }
+                Ok(())
+            }
+
             async fn clear_live(&mut self, chat: &str) -> $crate::error::Result<()> {
                 sqlx::query("DELETE FROM live_parts WHERE chat_id = $1")
                     .bind(chat)

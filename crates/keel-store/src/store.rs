@@ -125,7 +125,13 @@ pub trait Store: Send + Sync {
     /// Claims up to `limit` runnable chats (running or interrupting, and unowned or with
     /// an expired lease).
     async fn acquire(&self, worker_id: &str, limit: usize) -> Result<Vec<Lease>>;
+    /// Extends a lease (and returns the chat's status with it, so the run sees an
+    /// interrupt even when its notice was lost). Changes nothing a client sees: no new
+    /// snapshot version, no change notice.
     async fn renew_lease(&self, lease: &Lease) -> Result<Lease>;
+    /// Extends the leases of several runs in one transaction, each fenced on its own: one
+    /// outcome per lease, in order.
+    async fn renew_leases(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>>;
     /// Appends live parts; returns the event sequence numbers they got.
     async fn append_live_parts(
         &self,

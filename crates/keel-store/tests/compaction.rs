@@ -15,6 +15,7 @@ both_backends!(
     unanswered_user_messages_survive_a_summary,
     requested_compaction_runs_only_on_idle_chats,
     a_summary_needs_the_lease,
+    an_edit_supersedes_a_requested_compaction,
 );
 
 fn summary(text: &str) -> NewSummary {
@@ -192,4 +193,23 @@ async fn a_summary_needs_the_lease(db: TestDb) {
             .iter()
             .all(|m| m.kind == MessageKind::Normal)
     );
+}
+
+async fn an_edit_supersedes_a_requested_compaction(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hello").await;
+    let lease = claim(s, "w0", chat.id).await;
+    s.commit_step(&lease, vec![assistant("hi")]).await.unwrap();
+    s.finish_run(&lease).await.unwrap();
+    s.request_compaction(chat.id).await.unwrap();
+    claim(s, "w0", chat.id).await;
+    // The user edits their message while the summary streams: the run that claims the chat
+    // next must answer the edited message, not only summarise.
+    let edited = s
+        .edit_message(chat.id, 1, text("hello, edited"))
+        .await
+        .unwrap();
+    assert_eq!(edited.status, ChatStatus::Running);
+    assert!(!edited.compact_requested);
+    assert!(!s.get_chat(chat.id).await.unwrap().compact_requested);
 }

@@ -373,6 +373,16 @@ async fn last_step_start(state: &AppState, chat: &Chat) -> Result<i64, keel_stor
     Ok(start.map_or(chat.event_seq, |m| m.event_seq - 1))
 }
 
+/// The next frame of the run streaming into the chat; never, while none does.
+async fn next_frame(
+    live: &mut Option<broadcast::Receiver<Arc<Frame>>>,
+) -> Result<Arc<Frame>, broadcast::error::RecvError> {
+    match live {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
 async fn follow(state: AppState, chat: Chat, position: Requested, tx: mpsc::Sender<LiveItem>) {
     let chat_key = chat.id.to_string();
@@ -385,9 +395,11 @@ async fn follow(state: AppState, chat: Chat, position: Requested, tx: mpsc::Send
 async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sender<LiveItem>) {
     let chat_key = chat.id.to_string();
     let subscription = state.hub.subscribe(&chat_key);
+    // Runs started before the subscription are the receiver it already holds.
+    let mut runs = subscription.live.runs;
     let (mut live, backlog, mut changes) = (
-        subscription.live,
-        subscription.backlog,
+        subscription.live.frames,
+        subscription.live.backlog,
         subscription.changes,
     );
     let (position, reset) = match requested {
@@ -439,8 +451,11 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
             tokio::select! {
                 _ = follower.tx.closed() => return,
                 _ = state.shutdown.cancelled() => return,
-                frame = live.recv() => {
-                    if !follower.forward(frame, &state).await {
+                frame = next_frame(&mut live) => {
+                    if matches!(frame, Err(broadcast::error::RecvError::Closed)) {
+                        // The run ended and its frames were all sent: wait for the next.
+                        live = None;
+                    } else if !follower.forward(frame, &state).await {
                         return;
                     }
                     continue;
@@ -453,8 +468,8 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         recheck = false;
         // Frames published before the notice was sent are already queued: send them
         // first, so a catch-up never jumps past parts (to the message that commits them).
-        loop {
-            match live.try_recv() {
+        while let Some(receiver) = live.as_mut() {
+            match receiver.try_recv() {
                 Ok(frame) => {
                     if !follower.forward(Ok(frame), &state).await {
                         return;
@@ -467,18 +482,31 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
                         .await;
                     return;
                 }
-                Err(broadcast::error::TryRecvError::Closed) => return,
+                Err(broadcast::error::TryRecvError::Closed) => live = None,
             }
         }
         let news = *changes.borrow_and_update();
         if news.deleted {
             return;
         }
-        if !news.news_for(follower.position, follower.version, follower.resyncs) {
+        // A run started: take its channel, and the frames it published before, which the
+        // catch-up below merges with the store's messages in sequence order.
+        let backlog = if news.runs == runs {
+            Vec::new()
+        } else {
+            let current = state.hub.live(&chat_key);
+            runs = current.runs;
+            live = current.frames;
+            current.backlog
+        };
+        if backlog.is_empty()
+            && !news.news_for(follower.position, follower.version, follower.resyncs)
+        {
             continue;
         }
         follower.resyncs = news.resyncs;
-        match follower.catch_up(&[]).await {
+        state.metrics.sse_catch_ups.inc();
+        match follower.catch_up(&backlog).await {
             Ok(Some(current)) => {
                 follower.version = follower.version.max(current.version);
                 if !follower.announce(&current).await {

@@ -1,19 +1,32 @@
-//! Panics on request, in debug builds only, so that tests of the running daemon can prove
-//! that a panic inside a run ends it cleanly (the loop runs in a task of its own, see
-//! `run_guarded`). Release builds have none of this.
+//! Panics and crashes on request, in debug builds only, so that tests of the running daemon
+//! can prove that a panic inside a run ends it cleanly (the loop runs in a task of its own,
+//! see `run_guarded`) and that a crash at a precise point of a run is recovered from without
+//! anything lost or duplicated. Release builds have none of this.
 //!
 //! With `KEEL_DEBUG_PANIC` set in the daemon's environment every model is wrapped: a call
 //! whose last user message contains [`PANIC_NOW`] panics as it starts; one whose last user
 //! message contains [`PANIC_ON_INTERRUPT`] streams nothing and panics once the run is
 //! cancelled, as an adapter with a bug in its cancellation path would.
+//!
+//! With `KEEL_DEBUG_ABORT` naming an [`AbortPoint`], the process aborts (no destructor, no
+//! flush, no release: to the database the same as `kill -9`) the first time a run reaches
+//! that point, so a test need not race a kill against the run.
+//!
+//! With `KEEL_DEBUG_DROP_NOTICES` set, the workers never hear another replica's change
+//! notices (as when every `NOTIFY` is lost), only that notices were missed: what reaches a
+//! run then comes through its lease renewals and the resynchronisation after a lost
+//! `LISTEN` connection.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use keel_core::{
     CallOptions, Cancel, EventStream, LanguageModel, Message, ModelCall, ProviderError, Role,
     StreamEvent,
 };
+use keel_store::RemoteNotice;
 
 /// The environment variable that switches the wrapper on.
 pub(crate) const SWITCH: &str = "KEEL_DEBUG_PANIC";
@@ -21,6 +34,50 @@ pub(crate) const SWITCH: &str = "KEEL_DEBUG_PANIC";
 pub(crate) const PANIC_NOW: &str = "#panic-now";
 /// Panics when the run is interrupted.
 pub(crate) const PANIC_ON_INTERRUPT: &str = "#panic-on-interrupt";
+
+/// The environment variable naming the point at which the process aborts.
+pub(crate) const ABORT_SWITCH: &str = "KEEL_DEBUG_ABORT";
+
+/// Where a run may be made to crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AbortPoint {
+    /// A step was committed and the run not yet ended (`finish_run` and its kin not called).
+    StepCommitted,
+    /// A compaction summary streamed completely into the live-part log and was not committed.
+    SummaryLogged,
+}
+
+impl AbortPoint {
+    fn name(self) -> &'static str {
+        match self {
+            Self::StepCommitted => "step_committed",
+            Self::SummaryLogged => "summary_logged",
+        }
+    }
+}
+
+/// Aborts the process when `KEEL_DEBUG_ABORT` names `point`.
+pub(crate) fn abort_at(point: AbortPoint) {
+    if std::env::var(ABORT_SWITCH).is_ok_and(|named| named == point.name()) {
+        tracing::warn!(point = point.name(), "aborting on request");
+        std::process::abort();
+    }
+}
+
+/// The environment variable that drops other replicas' notices.
+pub(crate) const DROP_NOTICES_SWITCH: &str = "KEEL_DEBUG_DROP_NOTICES";
+
+/// `notices` without its changes when `KEEL_DEBUG_DROP_NOTICES` is set.
+pub(crate) fn drop_remote_changes(
+    notices: BoxStream<'static, RemoteNotice>,
+) -> BoxStream<'static, RemoteNotice> {
+    if std::env::var_os(DROP_NOTICES_SWITCH).is_none() {
+        return notices;
+    }
+    notices
+        .filter(|notice| std::future::ready(matches!(notice, RemoteNotice::Missed)))
+        .boxed()
+}
 
 /// `model`, wrapped when the switch is set.
 pub(crate) fn wrap(model: Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {

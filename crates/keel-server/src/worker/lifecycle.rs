@@ -1,17 +1,17 @@
-//! The run lifecycle in one place: claiming runnable chats, keeping their leases alive
-//! (and hearing interrupts through renewals), and the transition that ends each run —
-//! finish, finish an interruption, hand client-side calls over, release, or fail.
+//! The run lifecycle in one place: claiming runnable chats and the transition that ends
+//! each run — finish, finish an interruption, hand client-side calls over, release, or
+//! fail. Their leases are kept alive (and interrupts heard through renewals) by
+//! [`super::leases`], for all runs of the process together.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use keel_agent::{PersistError, RunError, RunOutcome};
 use keel_core::ErrorKind;
-use keel_store::{Chat, ChatStatus, LastError, Lease, Next, StoreError};
+use keel_store::{Chat, LastError, Lease, Next, StoreError};
 
 use crate::metrics::StepLabels;
 use crate::worker::run;
-use crate::worker::sink::{SharedLease, current};
 use crate::worker::{Shared, StopReason};
 
 /// Claims as many runnable chats as there are free workers and starts them.
@@ -44,37 +44,6 @@ pub(super) async fn claim(shared: &Arc<Shared>) {
             finished,
             previous,
         ));
-    }
-}
-
-/// Keeps the lease alive for as long as the chat runs here; a lost lease stops the run.
-pub(super) async fn renew_lease(shared: Arc<Shared>, lease: SharedLease) {
-    let period = shared.config.runs.lease() / 3;
-    loop {
-        tokio::time::sleep(period).await;
-        let held = current(&lease);
-        match shared.store.renew_lease(&held).await {
-            Ok(renewed) => {
-                shared.metrics.lease_renewals.inc();
-                let interrupting = renewed.status == ChatStatus::Interrupting;
-                *lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
-                if interrupting {
-                    // Seen here even when every change notice of the interrupt was lost
-                    // (another replica's NOTIFY during a reconnect, a lagging subscriber).
-                    shared.interrupt_run(held.chat_id);
-                }
-            }
-            Err(error) if error.is_transient() => {
-                // The lease may well still be ours; try again at the next period.
-                tracing::warn!(chat = %held.chat_id, %error, "renewing the lease failed; retrying");
-            }
-            Err(error) => {
-                tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
-                shared.metrics.lost_leases.inc();
-                shared.stop_run(held.chat_id, StopReason::LostLease);
-                return;
-            }
-        }
     }
 }
 

@@ -12,19 +12,20 @@ mod compaction;
 mod fault;
 mod group_log;
 mod identity;
+mod leases;
 mod lifecycle;
 mod persist;
 mod run;
+mod runs;
 mod sink;
 mod titles;
 mod tools;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use keel_core::{Cancel, CancelCause};
+use keel_core::Cancel;
 use keel_store::{ChangeNotice, ChatId, ChatStatus, RemoteNotice, Store};
 use tokio::sync::Notify;
 
@@ -35,6 +36,7 @@ use crate::models::ModelRegistry;
 use crate::tools::ToolSet;
 use crate::worker::group_log::GroupLog;
 use crate::worker::identity::Identity;
+use crate::worker::runs::{ActiveRuns, Finished, RunSlot, Task};
 
 /// Why a run was stopped from outside the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,34 +50,14 @@ pub(crate) enum StopReason {
     LostLease,
 }
 
-/// A run in progress on this process.
-struct ActiveRun {
-    /// Tells this run apart from a later run of the same chat.
-    id: u64,
-    cancel: Cancel,
-    stop: Arc<Mutex<StopReason>>,
-    history_version: i64,
-    /// Closed when the task running the chat ends (see [`Finished`]).
-    finished: tokio::sync::watch::Receiver<()>,
-}
-
-/// Held by the task running a chat for as long as it runs; a later run of the same chat
-/// (after an edit superseded this one) waits for it to close before it starts.
-pub(crate) type Finished = tokio::sync::watch::Sender<()>;
-
-/// A registered run's identity and controls.
-pub(crate) struct RunSlot {
-    pub id: u64,
-    pub cancel: Cancel,
-    pub stop: Arc<Mutex<StopReason>>,
-}
-
 /// What every run of this process shares.
 pub(crate) struct Shared {
     pub store: Arc<dyn Store>,
     pub hub: Arc<Hub>,
     /// The process's writer of the live-part log.
     pub log: GroupLog,
+    /// The leases of this process's runs, renewed together.
+    pub leases: leases::Leases,
     pub metrics: Arc<Metrics>,
     pub models: ModelRegistry,
     pub tools: Arc<ToolSet>,
@@ -85,105 +67,32 @@ pub(crate) struct Shared {
     pub identity: Identity,
     /// Cancelled (with the shutdown cause) when the process stops.
     pub shutdown: Cancel,
-    active: Mutex<HashMap<ChatId, ActiveRun>>,
-    next_run: std::sync::atomic::AtomicU64,
+    runs: ActiveRuns,
     wake: Notify,
 }
 
 impl Shared {
-    fn active(&self) -> MutexGuard<'_, HashMap<ChatId, ActiveRun>> {
-        // Each critical section is one map operation; a poisoned map is still whole.
-        self.active.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Registers a run of the chat by the task holding `finished`. Returns its slot and,
-    /// when another task still runs the chat (superseded, unwinding), what closes when that
-    /// task ends.
+    /// Registers a run of the chat by the task holding `finished` (see
+    /// [`ActiveRuns::register`]).
     fn register(
         &self,
         chat: ChatId,
         history_version: i64,
         finished: &Finished,
-    ) -> (RunSlot, Option<tokio::sync::watch::Receiver<()>>) {
-        let id = self
-            .next_run
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cancel = self.shutdown.child();
-        let stop = Arc::new(Mutex::new(StopReason::None));
-        let previous = self.active().insert(
-            chat,
-            ActiveRun {
-                id,
-                cancel: cancel.clone(),
-                stop: stop.clone(),
-                history_version,
-                finished: finished.subscribe(),
-            },
-        );
-        let previous = previous.filter(|run| !run.finished.same_channel(&finished.subscribe()));
-        if let Some(run) = &previous {
-            // A new claim means the old run lost the chat (an edit released it); stop it
-            // even if the notice that says so has not been routed yet.
-            let mut reason = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
-            if *reason == StopReason::None {
-                *reason = StopReason::Superseded;
-            }
-            drop(reason);
-            run.cancel.cancel(CancelCause::Shutdown);
-        }
-        (
-            RunSlot { id, cancel, stop },
-            previous.map(|run| run.finished),
-        )
-    }
-
-    /// Cancels the chat's current run with the interrupt cause.
-    fn interrupt_run(&self, chat: ChatId) {
-        if let Some(run) = self.active().get(&chat) {
-            run.cancel.cancel(CancelCause::Interrupted);
-        }
+    ) -> (RunSlot, Option<Task>) {
+        self.runs
+            .register(chat, history_version, finished, &self.shutdown)
     }
 
     /// Forgets a finished run, unless a later run of the chat already took its place.
     fn forget(&self, chat: ChatId, run: u64) {
-        let mut active = self.active();
-        if active.get(&chat).is_some_and(|r| r.id == run) {
-            active.remove(&chat);
-        }
-        drop(active);
+        self.runs.forget(chat, run);
         self.wake.notify_one();
-    }
-
-    /// Stops the chat's current run from outside the loop.
-    fn stop_run(&self, chat: ChatId, reason: StopReason) {
-        if let Some(run) = self.active().get(&chat) {
-            let mut stop = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
-            if *stop == StopReason::None {
-                *stop = reason;
-            }
-            drop(stop);
-            run.cancel.cancel(CancelCause::Shutdown);
-        }
     }
 
     /// Runs of this process right now.
     pub(crate) fn active_count(&self) -> usize {
-        self.active().len()
-    }
-
-    /// Applies a change notice to a run of this process.
-    fn route(&self, notice: &ChangeNotice) {
-        let active = self.active();
-        let Some(run) = active.get(&notice.chat_id) else {
-            return;
-        };
-        let superseded = notice.deleted || notice.history_version != run.history_version;
-        if superseded {
-            drop(active);
-            self.stop_run(notice.chat_id, StopReason::Superseded);
-        } else if notice.status == ChatStatus::Interrupting {
-            run.cancel.cancel(CancelCause::Interrupted);
-        }
+        self.runs.count()
     }
 }
 
@@ -208,6 +117,7 @@ impl WorkerPool {
         Self {
             shared: Arc::new(Shared {
                 log: GroupLog::start(store.clone()),
+                leases: leases::Leases::default(),
                 store,
                 hub,
                 metrics,
@@ -217,8 +127,7 @@ impl WorkerPool {
                 worker_id,
                 identity,
                 shutdown,
-                active: Mutex::new(HashMap::new()),
-                next_run: std::sync::atomic::AtomicU64::new(0),
+                runs: ActiveRuns::default(),
                 wake: Notify::new(),
             }),
         }
@@ -229,6 +138,7 @@ impl WorkerPool {
         let shared = self.shared.clone();
         let router = tokio::spawn(route_notices(shared.clone()));
         let sweeper = tokio::spawn(sweep(shared.clone()));
+        let renewer = tokio::spawn(leases::renew_all(shared.clone()));
         let mut poll = tokio::time::interval(Duration::from_secs(1));
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -239,12 +149,7 @@ impl WorkerPool {
             }
             lifecycle::claim(&shared).await;
         }
-        for run in shared.active().values() {
-            let mut stop = run.stop.lock().unwrap_or_else(PoisonError::into_inner);
-            if *stop == StopReason::None {
-                *stop = StopReason::Shutdown;
-            }
-        }
+        shared.runs.shut_down();
         let deadline = tokio::time::Instant::now() + grace;
         while shared.active_count() > 0 && tokio::time::Instant::now() < deadline {
             tokio::select! {
@@ -254,6 +159,7 @@ impl WorkerPool {
         }
         router.abort();
         sweeper.abort();
+        renewer.abort();
     }
 }
 
@@ -261,6 +167,9 @@ impl WorkerPool {
 async fn route_notices(shared: Arc<Shared>) {
     let mut local = shared.store.subscribe();
     let mut remote = match shared.store.subscribe_remote().await {
+        #[cfg(debug_assertions)]
+        Ok(stream) => Some(fault::drop_remote_changes(stream)),
+        #[cfg(not(debug_assertions))]
         Ok(stream) => Some(stream),
         Err(error) => {
             tracing::warn!(%error, "listening for other replicas' changes failed");
@@ -290,7 +199,7 @@ async fn route_notices(shared: Arc<Shared>) {
                 }
             },
         };
-        shared.route(&notice);
+        shared.runs.route(&notice);
         if notice.status.is_runnable() {
             shared.wake.notify_one();
         }
@@ -302,8 +211,7 @@ async fn route_notices(shared: Arc<Shared>) {
 /// runnable chats. An interrupt posted meanwhile reaches its run now, not at the next
 /// lease renewal.
 async fn resync(shared: &Shared) {
-    let chats: Vec<ChatId> = shared.active().keys().copied().collect();
-    for chat_id in chats {
+    for chat_id in shared.runs.chats() {
         let notice = match shared.store.get_chat(chat_id).await {
             Ok(chat) => ChangeNotice {
                 chat_id,
@@ -330,7 +238,7 @@ async fn resync(shared: &Shared) {
                 continue;
             }
         };
-        shared.route(&notice);
+        shared.runs.route(&notice);
     }
     shared.wake.notify_one();
 }

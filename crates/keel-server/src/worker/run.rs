@@ -13,13 +13,14 @@ use keel_store::{Chat, ChatStatus, Lease, NewMessage};
 
 use crate::api::dto::ClientTool;
 use crate::metrics::RetryLabels;
-use crate::resume::{Committed, LastStep, is_summary_log, last_step, snapshot_from_log};
+use crate::resume::{Committed, LastStep, LogHolds, last_step};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::persist::StorePersister;
+use crate::worker::runs::{Finished, RunSlot};
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
-use crate::worker::{Finished, RunSlot, Shared, StopReason, lifecycle};
+use crate::worker::{Shared, StopReason, lifecycle};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.
@@ -37,7 +38,7 @@ pub(super) async fn run_chat(
     } = slot;
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
-    let renewer = tokio::spawn(lifecycle::renew_lease(shared.clone(), lease.clone()));
+    let renewing = shared.leases.hold(lease.clone(), finished.subscribe());
     if let Some(mut previous) = previous {
         // Superseded and unwinding: it writes nothing more (its lease is fenced) but still
         // holds the chat's live channel until it ends.
@@ -55,7 +56,7 @@ pub(super) async fn run_chat(
         let (slot, _) = shared.register(chat_id, next_lease.history_version, &finished);
         (id, cancel, stop) = (slot.id, slot.cancel, slot.stop);
     }
-    renewer.abort();
+    drop(renewing);
     shared.hub.end_run(&chat_id.to_string());
     shared.metrics.active_runs.dec();
     shared.forget(chat_id, id);
@@ -83,11 +84,15 @@ async fn run_once(
             Vec::new()
         }
     };
-    // A log a compaction summary streamed into is not a reply to resume: the step runs
-    // afresh (after a reset that voids those parts for clients) and compacts again if due.
-    let summary_log = is_summary_log(recovered_log.iter().map(|e| &e.payload));
-    let from_log = (!recovered_log.is_empty() && !summary_log)
-        .then(|| snapshot_from_log(recovered_log.iter().map(|e| &e.payload)));
+    // A log a compaction summary streamed into is not a reply to resume: it is voided for
+    // clients, and the committed history says where the run stands.
+    let payloads: Vec<&serde_json::Value> = recovered_log.iter().map(|e| &e.payload).collect();
+    let holds = LogHolds::of(&payloads);
+    let summary_log = matches!(holds, LogHolds::Summary);
+    let from_log = match holds {
+        LogHolds::Step(snapshot) => Some(snapshot),
+        LogHolds::Nothing | LogHolds::Summary => None,
+    };
     if let Some(snapshot) = &from_log {
         shared.metrics.recovered_runs.inc();
         tracing::info!(
@@ -120,11 +125,12 @@ async fn run_once(
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
-    // A stopped reply to carry on is not a final one: the model is called.
+    // A stopped reply to carry on is not a final one: the model is called. After a summary
+    // of the final reply, calling the model would answer that reply again.
     let stopped = stopped_reply_at_end(shared, &chat).await;
     let last = if stopped.is_some() {
         LastStep::Continue
-    } else if recovered_log.is_empty() && !chat.compact_requested {
+    } else if from_log.is_none() && !chat.compact_requested {
         last_committed_step(shared, &chat).await
     } else {
         LastStep::Continue

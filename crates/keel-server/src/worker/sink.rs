@@ -92,9 +92,13 @@ impl LiveSink {
     ) -> Result<Vec<MessageId>, StoreError> {
         let _one_at_a_time = self.committing.lock().await;
         self.log.flush(self.run).await?;
-        self.store
+        let ids = self
+            .store
             .commit_step(&current(&self.lease), messages)
-            .await
+            .await?;
+        #[cfg(debug_assertions)]
+        super::fault::abort_at(super::fault::AbortPoint::StepCommitted);
+        Ok(ids)
     }
 
     /// Commits a compaction summary like a step.
@@ -104,6 +108,8 @@ impl LiveSink {
     ) -> Result<Vec<MessageId>, StoreError> {
         let _one_at_a_time = self.committing.lock().await;
         self.log.flush(self.run).await?;
+        #[cfg(debug_assertions)]
+        super::fault::abort_at(super::fault::AbortPoint::SummaryLogged);
         self.store
             .commit_summary(&current(&self.lease), summary)
             .await

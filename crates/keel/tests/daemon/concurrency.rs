@@ -249,41 +249,103 @@ async fn an_edit_mid_reply_answers_the_edited_message_at_once() {
     assert_eq!(heard.assistant_texts(), vec!["edited reply".to_owned()]);
 }
 
-#[tokio::test]
-async fn a_kill_9_during_a_compaction_summary_never_resumes_it_as_the_reply() {
-    let dir = tempfile::tempdir().unwrap();
-    let database = sqlite(dir.path());
-    let mut daemon = Daemon::start(dir.path(), &database, "");
-    let client = Client::new();
-    // 120000 of the demo model's 128000 tokens: the final step is compacted (the safety net).
-    let script = json!({"text": "first answer", "rate": 0.0, "usage": {"input_tokens": 120000}});
-    let id = client
-        .create_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
-        .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut answered = false;
-    // The summary streams after the committed answer: kill the daemon in the middle of it.
-    while let Some(event) = events.next().await {
-        if event.event == "message" && event.data["role"] == "assistant" {
-            answered = true;
-        } else if answered && event.event == "part" {
-            break;
-        }
-    }
-    daemon.kill();
-    drop(events);
+/// A daemon that aborts (as `kill -9` would stop it) the first time a run reaches `point`.
+fn crashing_at(dir: &std::path::Path, database: &str, point: &str) -> Daemon {
+    Daemon::start_with_env(dir, database, "", &[("KEEL_DEBUG_ABORT", point)])
+}
 
-    let daemon = Daemon::start(dir.path(), &database, "");
-    client.wait_status(&daemon, &id, "waiting").await;
-    let messages = client.messages(&daemon, &id).await;
+#[tokio::test]
+async fn a_crash_during_a_compaction_summary_never_resumes_it_as_the_reply() {
+    // The daemon dies once the summary has streamed whole into the live-part log, right
+    // before it would commit it: a complete text in the log, which is not a reply.
+    let mut fixture = crate::providers::Fixture::start_with_env(
+        "",
+        "context_limit = 128000",
+        &[("KEEL_DEBUG_ABORT", "summary_logged")],
+    )
+    .await;
+    // 120000 of 128000 tokens: the final step is compacted (the safety net).
+    let script = json!({"text": "first answer", "usage": {"input_tokens": 120000}});
+    let id = fixture.chat("chat", "go", &script).await;
+    fixture.daemon.wait_exit().await;
+    let before = fixture.mock.recent_requests().len();
+
+    fixture.kill_and_restart();
+    let messages = fixture.settle(&id).await;
     let replies: Vec<String> = messages
         .iter()
         .filter(|m| m["role"] == "assistant")
         .map(text_of)
         .collect();
     assert_eq!(replies[0], "first answer", "{messages:?}");
-    assert!(
-        replies.iter().all(|r| !r.contains("context window")),
-        "the summary became a reply: {messages:?}"
-    );
+    // The answered message is never asked about again, and the summary's text is never
+    // continued as a reply: every later request summarises or starts from a summary.
+    let summary_instruction = "The conversation is about to exceed the context window";
+    for (_, request) in &fixture.mock.recent_requests()[before..] {
+        let body = request.to_string();
+        assert!(
+            body.contains(summary_instruction) || body.contains(keel_core::SUMMARY_PREFIX),
+            "the restarted daemon asked the model to answer again: {request}"
+        );
+    }
+    for reply in &replies[1..] {
+        assert!(
+            reply.starts_with(keel_core::SUMMARY_PREFIX),
+            "the summary became a reply: {messages:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_committing_the_reply_and_ending_the_run_only_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let mut daemon = crashing_at(dir.path(), &database, "step_committed");
+    let client = Client::new();
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted("the only answer", 0.0)}))
+        .await;
+    daemon.wait_exit().await;
+
+    // The next owner finds the final reply committed and the run not ended: it finishes
+    // the run without asking the model again (a second call would answer past the script).
+    let daemon = Daemon::start(dir.path(), &database, "");
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_until(&mut events, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(text_of(&messages[1]), "the only answer");
+    assert_eq!(transcript.assistant_texts(), ["the only answer"]);
+}
+
+#[tokio::test]
+async fn an_edit_during_a_requested_compaction_is_answered() {
+    let (_dir, daemon) = demo_daemon();
+    let client = Client::new();
+    let id = client.replied_chat(&daemon, "first answer").await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let (status, body) = client
+        .post(&daemon.api(&format!("/chats/{id}/compact")), json!({}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    // The summary streams (at the demo model's pace): edit the first message under it.
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut events, 1).await;
+    let user_id = transcript.messages[0]["id"].as_i64().unwrap();
+    let (status, body) = client
+        .send(
+            reqwest::Method::PUT,
+            &daemon.api(&format!("/chats/{id}/messages/{user_id}")),
+            Some(json!({"text": scripted("edited reply", 0.0)})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+
+    // The edit supersedes the compaction: the edited message is answered, not only
+    // summarised.
+    let messages = wait_for_replies(&client, &daemon, &id, 1).await;
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "assistant", "{messages:?}");
+    assert_eq!(text_of(last), "edited reply", "{messages:?}");
 }

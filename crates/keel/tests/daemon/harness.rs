@@ -171,6 +171,19 @@ impl Daemon {
         }
     }
 
+    /// Waits for the daemon to exit by itself (a debug build's `KEEL_DEBUG_ABORT` point).
+    pub async fn wait_exit(&mut self) {
+        let mut child = self.child.take().unwrap();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "keel serve did not exit"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGTERM, then waits for the exit; returns how long it took.
     pub fn terminate(&mut self) -> Duration {
         let mut child = self.child.take().unwrap();

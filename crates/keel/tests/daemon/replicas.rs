@@ -83,3 +83,96 @@ async fn a_client_on_the_non_owner_sees_everything_and_can_interrupt() {
     let partial = text_of(last);
     assert!(!partial.is_empty() && long.starts_with(&partial) && partial.len() < long.len());
 }
+
+/// A chat streaming a long reply on `owner`, a daemon that hears no other replica's
+/// notices (`KEEL_DEBUG_DROP_NOTICES`, debug builds), interrupted through `other`, which
+/// starts after the chat was claimed so that `owner` runs it. Returns the chat and the
+/// reply it would have streamed whole.
+async fn interrupted_behind_the_owners_back(
+    client: &Client,
+    owner: &Daemon,
+    other: impl FnOnce() -> Daemon,
+) -> (String, String, Daemon) {
+    let long = words(400);
+    let id = client
+        .create_chat(owner, json!({"text": scripted(&long, 20.0)}))
+        .await;
+    let mut events = client.events(owner, &id, None).await;
+    Transcript::default().follow_parts(&mut events, 3).await;
+    let other = other();
+    let (status, body) = client
+        .post(&other.api(&format!("/chats/{id}/interrupt")), json!({}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    (id, long, other)
+}
+
+/// The chat's last message is the partial reply the interrupt cut.
+async fn assert_cut(client: &Client, daemon: &Daemon, id: &str, long: &str) {
+    let messages = client.messages(daemon, id).await;
+    let last = messages.last().unwrap();
+    assert_eq!(last["interrupted"], true, "{messages:?}");
+    let partial = text_of(last);
+    assert!(long.starts_with(&partial) && partial.len() < long.len());
+}
+
+#[tokio::test]
+async fn an_interrupt_reaches_the_owner_through_its_lease_renewal_when_every_notice_is_lost() {
+    let Some(database) = fresh_database() else {
+        return;
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let owner = Daemon::start_with_env(
+        dir_a.path(),
+        &database,
+        "lease_ms = 3000\n",
+        &[("KEEL_DEBUG_DROP_NOTICES", "1")],
+    );
+    let client = Client::new();
+    let (id, long, other) = interrupted_behind_the_owners_back(&client, &owner, || {
+        Daemon::start(dir_b.path(), &database, "lease_ms = 3000\n")
+    })
+    .await;
+    // Renewals every second read the chat's status: the run stops long before its reply
+    // (20 s of streaming) would end.
+    client.wait_status(&other, &id, "waiting").await;
+    assert_cut(&client, &owner, &id, &long).await;
+}
+
+#[tokio::test]
+async fn a_lost_listen_connection_resynchronises_the_owner() {
+    let Some(database) = fresh_database() else {
+        return;
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A ten-minute lease: no renewal reads the chat within the test.
+    let runs = "lease_ms = 600000\n";
+    let owner = Daemon::start_with_env(
+        dir_a.path(),
+        &database,
+        runs,
+        &[("KEEL_DEBUG_DROP_NOTICES", "1")],
+    );
+    let client = Client::new();
+    let (id, long, other) = interrupted_behind_the_owners_back(&client, &owner, || {
+        Daemon::start(dir_b.path(), &database, runs)
+    })
+    .await;
+    assert_eq!(client.chat(&owner, &id).await["status"], "interrupting");
+
+    // The database drops every LISTEN connection: each replica listens again and reads
+    // the chats it runs, which tells the owner of the interrupt it never heard.
+    let status = Command::new("psql")
+        .args([
+            database.as_str(),
+            "-q",
+            "-c",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+        ])
+        .status()
+        .expect("psql runs");
+    assert!(status.success());
+    client.wait_status(&other, &id, "waiting").await;
+    assert_cut(&client, &owner, &id, &long).await;
+}

@@ -629,8 +629,10 @@ impl User<'_> {
             );
         }
         // The stream delivers the last messages shortly after the status; wait for them.
-        let patience = Instant::now() + Duration::from_secs(15);
-        while !self.reader.with(|r| r.view.matches(&messages)) && Instant::now() < patience {
+        let since = Instant::now();
+        while !self.reader.with(|r| r.view.matches(&messages))
+            && self.target.patient(since, Duration::from_secs(15))
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let read = self

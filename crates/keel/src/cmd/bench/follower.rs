@@ -196,15 +196,15 @@ async fn catch_up(
     while !committed
         .iter()
         .all(|id| seen.view.messages.contains_key(id))
-        && last_progress.elapsed() < patience
-        && Instant::now() < shared.deadline
+        && shared.patient(last_progress, patience)
     {
         let api = shared.any().api.clone();
         let Ok(mut live) = Live::open(&api, chat, position).await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        while let Ok(event) = live.next(patience).await {
+        // A silent second reconnects: every connection must deliver what was committed.
+        while let Ok(event) = live.next(Duration::from_secs(1)).await {
             position = live.last_id;
             if matches!(event.kind.as_str(), "message" | "branch") {
                 last_progress = Instant::now();

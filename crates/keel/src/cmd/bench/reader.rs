@@ -145,16 +145,14 @@ pub async fn resumed(
 ) -> anyhow::Result<EventView> {
     let mut view = read.view.clone();
     let mut position = read.position;
-    let deadline = Instant::now() + patience;
-    while !view.matches(committed) && Instant::now() < deadline {
+    let since = Instant::now();
+    while !view.matches(committed) && target.patient(since, patience) {
         let Ok(mut live) = Live::open(&target.any().api, chat, position).await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        while let Ok(event) = live
-            .next(deadline.saturating_duration_since(Instant::now()))
-            .await
-        {
+        // A silent second reconnects: every connection must deliver what was committed.
+        while let Ok(event) = live.next(Duration::from_secs(1)).await {
             position = live.last_id;
             if matches!(event.kind.as_str(), "message" | "branch") {
                 view.apply_event(&event.kind, &event.data)?;

@@ -20,7 +20,7 @@ use super::follower::{self, Behaviour};
 use super::processes::{DaemonSetup, Process, start_mock};
 use super::scenario;
 use super::stats::mib;
-use super::target::{Replica, Target};
+use super::target::{Replica, Restarts, Target};
 use crate::client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -150,6 +150,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         compacting: AtomicUsize::new(0),
         stalls: AtomicUsize::new(0),
         deadline: Instant::now() + Duration::from_secs(args.timeout_secs),
+        restarts: Restarts::default(),
     });
     let mut rng = StdRng::seed_from_u64(seed);
     // Keys unique to this soak, so a reused database never answers with an earlier soak's
@@ -292,8 +293,11 @@ async fn kill_repeatedly(
         let replica = &shared.replicas[which];
         let address = replica.url.trim_start_matches("http://").to_owned();
         let compacting = shared.compacting.load(Ordering::Relaxed);
+        shared.restarts.begin();
         Target::lock(replica).kill();
-        let (restarted, ready) = setup.start(config, &address).await?;
+        let started = setup.start(config, &address).await;
+        shared.restarts.end();
+        let (restarted, ready) = started?;
         println!(
             "kill {kill}: replica {which} restarted, ready in {:.0} ms; {compacting} chats were compacting on request",
             ready.as_secs_f64() * 1e3

@@ -33,6 +33,41 @@ pub struct Target {
     /// which a reconnect then delivered: a stall, not a loss.
     pub stalls: AtomicUsize,
     pub deadline: Instant,
+    /// Restarts under way and when the last one ended: a check's patience counts only
+    /// time in which every replica served (see [`Target::patient`]).
+    pub restarts: Restarts,
+}
+
+/// Restarts of the soak's daemons, as the checks' patience needs to know them.
+#[derive(Debug)]
+pub struct Restarts {
+    under_way: AtomicUsize,
+    last_ready: Mutex<Instant>,
+}
+
+impl Default for Restarts {
+    fn default() -> Self {
+        Self {
+            under_way: AtomicUsize::new(0),
+            last_ready: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl Restarts {
+    /// A replica was killed; it restarts.
+    pub fn begin(&self) {
+        self.under_way.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The restarted replica is ready.
+    pub fn end(&self) {
+        *self
+            .last_ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        self.under_way.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A request's answer.
@@ -60,6 +95,26 @@ impl Target {
             .daemon
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a check that started waiting at `since` may wait on: `patience` counts
+    /// from the later of `since` and the end of the latest restart, and not while one is
+    /// under way, so a stream that is silent because its daemon was down (a restart takes
+    /// seconds under load) is told apart from one that misses what was committed. The
+    /// soak's deadline bounds it all.
+    pub fn patient(&self, since: Instant, patience: Duration) -> bool {
+        if Instant::now() >= self.deadline {
+            return false;
+        }
+        if self.restarts.under_way.load(Ordering::Relaxed) > 0 {
+            return true;
+        }
+        let ready = *self
+            .restarts
+            .last_ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        since.max(ready).elapsed() < patience
     }
 
     /// One API call to a random replica, retried across connection failures; a 5xx is
