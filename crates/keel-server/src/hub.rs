@@ -36,6 +36,10 @@ pub struct Frame {
     /// Durable events (committed messages, live parts) advance a client's position;
     /// ephemeral ones (status, retry, queue) repeat the current position.
     pub durable: bool,
+    /// The chat's history version the publishing run works at. A follower that knows an
+    /// older one reads the store before forwarding the frame: the current branch changed,
+    /// and the `branch` event and the new branch come first.
+    pub history_version: i64,
 }
 
 /// The latest change notices of a chat, merged: a follower compares them with what it has
@@ -308,6 +312,7 @@ mod tests {
             event: "part",
             data: "{}".into(),
             durable: true,
+            history_version: 1,
         }
     }
 

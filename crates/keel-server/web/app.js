@@ -1,8 +1,9 @@
 // Keel's web client: the chat list (titles, rename, archive, delete, search, kept current by
 // the list feed), a conversation with live streaming rendered as Markdown, interrupt, edit,
 // queue, client-side tool results, a per-chat model picker, reconnection, Continue on a
-// stopped reply and Retry on a failed one, with errors shown where they happened. It uses only
-// the public API under /api/v1; live events are read with fetch (not EventSource) so the
+// stopped reply and Retry on a failed one, with errors shown where they happened, and
+// versions of a message (branches: edits and regenerated replies) switched with arrows. It
+// uses only the public API under /api/v1; live events are read with fetch (not EventSource) so the
 // bearer token can be sent. Markdown goes through marked, then DOMPurify, then highlight.js
 // (vendored, loaded before this file); without them text is shown as it is.
 'use strict';
@@ -10,7 +11,7 @@
 const API = '/api/v1';
 const TOKEN_KEY = 'keel-token';
 // Events that take a place in the chat's order and are never to be applied twice.
-const DURABLE = new Set(['part', 'message', 'stream_reset', 'tool_call_cancel']);
+const DURABLE = new Set(['part', 'message', 'stream_reset', 'tool_call_cancel', 'branch']);
 const IDLE = new Set(['waiting', 'error', 'requires_action']);
 // What each status is called on the page.
 const STATUS_WORDS = {
@@ -431,6 +432,7 @@ function userMessage(message) {
   const node = el('div', { class: 'msg user', 'data-id': message.id },
     el('div', { class: 'text' }, text));
   node.append(el('a', { href: '#', class: 'edit-link', onclick: (e) => { e.preventDefault(); editMessage(node, message.id, text); } }, 'edit'));
+  addBranchControls(node, message);
   return node;
 }
 
@@ -447,6 +449,7 @@ function committedMessage(message) {
     button.addEventListener('click', () => copyText(replyText(node), button));
     node.append(el('div', { class: 'msg-actions' }, button));
   }
+  addBranchControls(node, message);
   return node;
 }
 
@@ -593,6 +596,7 @@ function applyEvent(name, id, data) {
     case 'status': applyStatus(data); break;
     case 'retry': showRetry(data); break;
     case 'queue': applyQueue(data); break;
+    case 'branch': applyBranch(); break;
     default: break;
   }
 }
@@ -716,10 +720,62 @@ function editMessage(node, messageId, text) {
           showErrorAt(node, error);
         }
       },
-    }, 'Save and resend'),
-    el('button', { type: 'button', onclick: restore }, 'Cancel'));
+    }, 'Save as a new version'),
+    el('button', { type: 'button', onclick: restore }, 'Cancel'),
+    el('div', { class: 'notice' }, 'The current version is kept: the arrows switch back to it.'));
   original.replaceWith(form);
   box.focus();
+}
+
+// ---------------------------------------------------------------- branches
+
+// A message with other versions (an edit, a regenerated reply) gets "‹ 2/3 ›": the arrows
+// make the branch through the previous or next version current, for every client of the
+// chat; the daemon then sends a `branch` event and the branch's messages. An assistant
+// reply gets a regenerate button.
+function addBranchControls(node, message) {
+  const siblings = message.siblings || [message.id];
+  const index = siblings.indexOf(message.id);
+  const bar = el('div', { class: 'branch-bar' });
+  if (siblings.length > 1 && index >= 0) {
+    const go = (to) => () => switchBranch(to);
+    bar.append(el('span', { class: 'branch-nav', 'aria-label': 'Versions of this message' },
+      el('button', { type: 'button', class: 'branch-prev', 'aria-label': 'Previous version', disabled: index === 0 ? '' : null, onclick: go(siblings[index - 1]) }, '‹'),
+      el('span', { class: 'branch-count' }, (index + 1) + '/' + siblings.length),
+      el('button', { type: 'button', class: 'branch-next', 'aria-label': 'Next version', disabled: index === siblings.length - 1 ? '' : null, onclick: go(siblings[index + 1]) }, '›')));
+  }
+  if (message.role === 'assistant') {
+    bar.append(el('button', { type: 'button', class: 'regenerate', title: 'Write a new version of this reply; this one is kept', onclick: () => regenerate(message.id) }, 'Regenerate'));
+  }
+  if (!bar.childElementCount) return;
+  // Beside the message's own actions (Copy) when it has them.
+  const actions = node.querySelector(':scope > .msg-actions');
+  (actions || node).append(bar);
+}
+
+async function switchBranch(messageId) {
+  try {
+    await api('POST', '/chats/' + view.chatId + '/branch', { message_id: messageId });
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function regenerate(messageId) {
+  try {
+    await api('POST', '/chats/' + view.chatId + '/messages/' + messageId + '/regenerate');
+  } catch (error) {
+    showError(error);
+  }
+}
+
+// The current branch changed: what is shown goes; the branch's messages follow as events.
+function applyBranch() {
+  for (const node of [...$('messages').children]) {
+    if (node.id !== 'live' && node.id !== 'run-error') node.remove();
+  }
+  view.live = [];
+  renderLiveSoon();
 }
 
 async function loadPendingTools() {

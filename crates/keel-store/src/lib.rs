@@ -9,6 +9,7 @@
 //! * [`status`]: statuses, transitions and the state machine (source and target statuses);
 //! * [`transitions`]: what each transition checks and writes, by trigger (API, worker, sweep);
 //! * [`stopped`]: which stopped reply may be continued;
+//! * [`tree`]: the shape of a chat's message tree (branches, siblings), as pure functions;
 //! * [`orphans`]: repair of unpaired tool calls and results before prompts;
 //! * [`redact`]: database URLs with their passwords masked, for messages and logs;
 //! * [`store`]: the [`Store`] trait; `engine`: its implementation over a backend;
@@ -57,6 +58,7 @@ pub mod status;
 pub mod stopped;
 pub mod store;
 pub mod transitions;
+pub mod tree;
 pub mod types;
 
 mod engine;

@@ -107,10 +107,12 @@ pub enum Transition {
     NameChat,
     ContinueReply,
     RetryRun,
+    SwitchBranch,
+    Regenerate,
 }
 
 impl Transition {
-    pub const ALL: [Transition; 30] = [
+    pub const ALL: [Transition; 32] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -141,6 +143,8 @@ impl Transition {
         Transition::NameChat,
         Transition::ContinueReply,
         Transition::RetryRun,
+        Transition::SwitchBranch,
+        Transition::Regenerate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -175,6 +179,8 @@ impl Transition {
             Transition::NameChat => "name chat",
             Transition::ContinueReply => "continue reply",
             Transition::RetryRun => "retry run",
+            Transition::SwitchBranch => "switch branch",
+            Transition::Regenerate => "regenerate",
         }
     }
 }
@@ -286,6 +292,12 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
         // The failed turn runs again, with nothing added to the history.
         (RetryRun, Error) => Some(RUNNING),
         (RetryRun, Waiting | Running | Interrupting | RequiresAction) => None,
+        // Only while nothing is in progress: a run (or calls waiting for their results)
+        // belongs to the branch it started on.
+        (SwitchBranch, Waiting | Error) => Some(Target::Stays),
+        (SwitchBranch, Running | Interrupting | RequiresAction) => None,
+        (Regenerate, Waiting | Error) => Some(RUNNING),
+        (Regenerate, Running | Interrupting | RequiresAction) => None,
     }
 }
 
@@ -324,7 +336,7 @@ impl Transition {
         match self {
             CreateChat | SendMessage | EditMessage | Interrupt | SubmitToolResults
             | DeleteQueued | PromoteQueued | Archive | Unarchive | Delete | RequestCompaction
-            | UpdateChat | ContinueReply | RetryRun => Trigger::Api,
+            | UpdateChat | ContinueReply | RetryRun | SwitchBranch | Regenerate => Trigger::Api,
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
             | CommitStep | CommitSummary | FinishInterruption | FinishRun | FailRun
             | EnterRequiresAction | ReleaseOnShutdown | NameChat => Trigger::Worker,

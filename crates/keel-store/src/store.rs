@@ -42,12 +42,20 @@ pub trait Store: Send + Sync {
         busy: Busy,
         idempotency_key: Option<&str>,
     ) -> Result<SendOutcome>;
+    /// Edits a user message: the new content becomes a sibling of it on a new current
+    /// branch, and a run starts on it; the old branch stays stored (`edit message`).
     async fn edit_message(
         &self,
         chat: ChatId,
         message: MessageId,
         parts: Vec<Part>,
     ) -> Result<Chat>;
+    /// Starts a run that writes a new reply beside a reply (given as the reply or as the
+    /// user message before it), on an idle chat (`regenerate`).
+    async fn regenerate(&self, chat: ChatId, message: MessageId) -> Result<Chat>;
+    /// Makes the branch through a message, to its newest leaf, the current one, on an idle
+    /// chat (`switch branch`).
+    async fn switch_branch(&self, chat: ChatId, message: MessageId) -> Result<Chat>;
     async fn interrupt(&self, chat: ChatId) -> Result<Chat>;
     async fn submit_tool_results(
         &self,
@@ -72,13 +80,15 @@ pub trait Store: Send + Sync {
     /// Runs the failed turn of a chat in `error` again (`retry run`).
     async fn retry_run(&self, chat: ChatId) -> Result<Chat>;
 
-    /// Live messages with an id above `after`, in order; summaries are not among them.
+    /// The messages of the current branch with an id above `after`, in order, with their
+    /// siblings; summaries are not among them.
     async fn list_messages(
         &self,
         chat: ChatId,
         after: Option<MessageId>,
     ) -> Result<Vec<StoredMessage>>;
-    /// Live messages committed at an event sequence above `after_seq`, in order.
+    /// The messages of the current branch numbered above `after_seq`, in order, with their
+    /// siblings.
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>>;
     /// One page of what [`Self::list_messages`] (`by_seq` false: after a message id) or
     /// [`Self::messages_after_seq`] (`by_seq` true: after an event sequence) returns: at most
@@ -91,6 +101,17 @@ pub trait Store: Send + Sync {
         by_seq: bool,
         limit: usize,
     ) -> Result<Vec<StoredMessage>>;
+    /// What [`Self::list_messages`] lists, of the branch through `through` (to its newest
+    /// leaf) instead of the current one: at most `limit` messages.
+    async fn branch_messages(
+        &self,
+        chat: ChatId,
+        through: MessageId,
+        after: Option<MessageId>,
+        limit: Option<usize>,
+    ) -> Result<Vec<StoredMessage>>;
+    /// The last `limit` messages [`Self::list_messages`] lists, in order.
+    async fn recent_messages(&self, chat: ChatId, limit: usize) -> Result<Vec<StoredMessage>>;
     /// The live parts of the step in progress after `after_seq`.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
     /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired

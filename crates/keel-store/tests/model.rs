@@ -189,8 +189,12 @@ impl Model {
                 }
                 let target = users[pick % users.len()].id;
                 let t = self.text();
-                if ok_or_expected(s.edit_message(id, target, text(&t)).await).is_some() {
-                    self.acked.entry(id).or_default().retain(|m| *m <= target);
+                if let Some(edited) = ok_or_expected(s.edit_message(id, target, text(&t)).await) {
+                    // The edited message and what followed it move to a branch of their
+                    // own; the new version is the current branch's last message.
+                    let acked = self.acked.entry(id).or_default();
+                    acked.retain(|m| *m < target);
+                    acked.insert(edited.leaf_id);
                 }
             }
             Op::Interrupt { chat } => {

@@ -6,6 +6,10 @@
 //! already sent is skipped); ephemeral ones (`status`, `queue`, `retry`) repeat the current
 //! position. A client that falls too far behind is disconnected and resumes with its last id.
 //!
+//! A change of the chat's current branch (an edit, a regenerate, a switch) is the durable
+//! `branch` event at the chat's `branch_seq`; the new branch's messages are numbered above
+//! it, so a client behind it gets the event, then the whole branch.
+//!
 //! Each open stream holds a slot of [`crate::net::sse_slots`]; a connection beyond the
 //! user's or the daemon's cap is answered `429` before anything is read from the store.
 
@@ -162,6 +166,9 @@ struct Follower {
     queue: Option<String>,
     /// The chat's snapshot version when it was last read.
     version: i64,
+    /// The chat's history version when it was last read: a run's frame of a newer one
+    /// means the current branch changed, and the store is read first.
+    history_version: i64,
     /// Resynchronisations already answered with a read.
     resyncs: u64,
 }
@@ -194,6 +201,18 @@ impl Follower {
     ) -> bool {
         match frame {
             Ok(frame) if frame.durable => {
+                if frame.history_version > self.history_version {
+                    // A run on a branch this client has not been told of yet: the `branch`
+                    // event and the branch's messages go first.
+                    match self.catch_up(&[]).await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => return false,
+                        Err(error) => {
+                            tracing::warn!(chat = %self.chat_id, %error, "catching up events failed");
+                            return false;
+                        }
+                    }
+                }
                 let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
                 self.durable(seq, frame.event, frame.data.clone()).await
             }
@@ -215,27 +234,52 @@ impl Follower {
         .await
     }
 
-    /// Sends committed messages and logged live parts after the position.
-    async fn catch_up(&mut self, backlog: &[Arc<Frame>]) -> Result<bool, keel_store::StoreError> {
+    /// Sends the `branch` event of the chat's last change of its current branch, unless
+    /// the client is past it; false when the client is gone.
+    async fn branch(&mut self, chat: &Chat) -> bool {
+        if self.position >= chat.branch_seq {
+            return true;
+        }
+        let data = json!({ "leaf_id": chat.leaf_id }).to_string();
+        self.durable(chat.branch_seq, "branch", data).await
+    }
+
+    /// Sends committed messages and logged live parts after the position, with the
+    /// `branch` event before the messages of a branch made current after it. Returns the
+    /// chat as read after the messages, or `None` when the client is gone.
+    async fn catch_up(
+        &mut self,
+        backlog: &[Arc<Frame>],
+    ) -> Result<Option<Chat>, keel_store::StoreError> {
         let mut replayed = 0u64;
         // Page by page: a long history is never held in memory at once.
-        loop {
+        let chat = loop {
             let page = self
                 .state
                 .store
                 .messages_page(self.chat_id, self.position, true, CATCH_UP_PAGE)
                 .await?;
+            // Read after the page, so a branch change the page shows is known: the messages
+            // of a new branch are numbered above its `branch_seq`.
+            let chat = self.state.store.get_chat(self.chat_id).await?;
+            self.history_version = self.history_version.max(chat.history_version);
             for message in &page {
+                if message.event_seq > chat.branch_seq && !self.branch(&chat).await {
+                    return Ok(None);
+                }
                 let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
                 if !self.durable(message.event_seq, "message", data).await {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 replayed += 1;
             }
-            if page.len() < CATCH_UP_PAGE {
-                break;
+            if !self.branch(&chat).await {
+                return Ok(None);
             }
-        }
+            if page.len() < CATCH_UP_PAGE {
+                break chat;
+            }
+        };
         let logged = self
             .state
             .store
@@ -261,11 +305,11 @@ impl Follower {
                 replayed += 1;
             }
             if !self.durable(seq, event, data).await {
-                return Ok(false);
+                return Ok(None);
             }
         }
         self.state.metrics.replayed_events.inc_by(replayed);
-        Ok(true)
+        Ok(Some(chat))
     }
 
     /// Sends `status` and `queue` events when they changed.
@@ -320,10 +364,7 @@ async fn where_the_step_starts(
 /// With nothing in progress, the current step is the last committed one: its assistant
 /// message (and the tool results that follow it), or else the last message.
 async fn last_step_start(state: &AppState, chat: &Chat) -> Result<i64, keel_store::StoreError> {
-    let recent = state
-        .store
-        .list_messages(chat.id, Some(chat.last_message_id.saturating_sub(2)))
-        .await?;
+    let recent = state.store.recent_messages(chat.id, 2).await?;
     let start = recent
         .iter()
         .rev()
@@ -389,17 +430,18 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         status: None,
         queue: None,
         version: chat.version,
+        history_version: chat.history_version,
         resyncs: changes.borrow_and_update().resyncs,
     };
-    match follower.catch_up(&backlog).await {
-        Ok(true) => {}
-        Ok(false) => return,
+    let current = match follower.catch_up(&backlog).await {
+        Ok(Some(current)) => current,
+        Ok(None) => return,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "replaying events failed");
             return;
         }
-    }
-    if !follower.announce(&chat).await {
+    };
+    if !follower.announce(&current).await {
         return;
     }
     // Notices that arrived while the connection was being set up are looked at first.
@@ -465,22 +507,17 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         follower.resyncs = news.resyncs;
         state.metrics.sse_catch_ups.inc();
         match follower.catch_up(&backlog).await {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(error) => {
-                tracing::warn!(chat = %chat.id, %error, "catching up events failed");
-                return;
-            }
-        }
-        match state.store.get_chat(chat.id).await {
-            Ok(current) => {
+            Ok(Some(current)) => {
                 follower.version = follower.version.max(current.version);
                 if !follower.announce(&current).await {
                     return;
                 }
             }
-            Err(keel_store::StoreError::NotFound { .. }) => return,
-            Err(error) => tracing::warn!(chat = %chat.id, %error, "reading chat status failed"),
+            Ok(None) | Err(keel_store::StoreError::NotFound { .. }) => return,
+            Err(error) => {
+                tracing::warn!(chat = %chat.id, %error, "catching up events failed");
+                return;
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! and error mapping. `chats` holds the API's transitions of a chat and its messages,
 //! `rerun` continuing a stopped reply and retrying a failed run.
 
+mod branches;
 mod chats;
 mod compat;
 mod doc;
@@ -49,6 +50,8 @@ pub(crate) fn routes_with(
         .routes(routes!(chats::unarchive))
         .routes(routes!(chats::list_messages, chats::send_message))
         .routes(routes!(chats::edit_message))
+        .routes(routes!(branches::regenerate))
+        .routes(routes!(branches::switch_branch))
         .routes(routes!(chats::interrupt))
         .routes(routes!(chats::compact))
         .routes(routes!(rerun::continue_reply))

@@ -194,8 +194,7 @@ async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
     let client_tools: Vec<ClientTool> =
         serde_json::from_value(chat.tools.clone()).unwrap_or_default();
     let names: Vec<String> = client_tools.into_iter().map(|t| t.name).collect();
-    let after = chat.last_message_id.saturating_sub(2);
-    let messages = match shared.store.list_messages(chat.id, Some(after)).await {
+    let messages = match shared.store.recent_messages(chat.id, 2).await {
         Ok(messages) => messages,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "reading history failed");
@@ -218,8 +217,7 @@ async fn stopped_reply_at_end(shared: &Arc<Shared>, chat: &Chat) -> Option<Strin
     if chat.compact_requested || chat.status != ChatStatus::Running {
         return None;
     }
-    let after = chat.last_message_id.saturating_sub(1);
-    match shared.store.list_messages(chat.id, Some(after)).await {
+    match shared.store.recent_messages(chat.id, 1).await {
         Ok(messages) => messages
             .last()
             .and_then(|m| keel_store::stopped_reply(m.role, m.interrupted, &m.parts)),

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod branches;
 mod chain;
 mod chat_list;
 mod compaction;
@@ -289,7 +290,7 @@ async fn promoting_a_queued_message_interrupts_the_run_and_runs_it_next() {
 }
 
 #[tokio::test]
-async fn editing_a_user_message_replaces_later_history() {
+async fn editing_a_user_message_replaces_the_current_branch() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client
