@@ -62,7 +62,10 @@ impl Restarts {
 
     /// The restarted replica is ready.
     pub fn end(&self) {
-        *self.last_ready.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        *self
+            .last_ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
         self.under_way.fetch_sub(1, Ordering::Relaxed);
     }
 }
