@@ -7,8 +7,9 @@
 # (streaming, stop, client-side tools), tests/browser/product.test.mjs (Markdown, copy, the
 # chat list and its feed, titles, the model picker, provider errors, the phone drawer,
 # tokens and log-out) and tests/browser/origin.test.mjs (pages of other sites and rebound
-# names must not reach the API). Screenshots land in target/browser/. Exits non-zero on any
-# failure.
+# names must not reach the API) and tests/browser/branches.test.mjs (an edit's branch and
+# the arrows across a reload and a kill -9; it starts and restarts a daemon of its own from
+# KEEL_BIN). Screenshots land in target/browser/. Exits non-zero on any failure.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -115,6 +116,6 @@ echo "keel serve (users) at $users_url" >&2
 
 mkdir -p "$root/target/browser"
 KEEL_URL="$url" KEEL_USERS_URL="$users_url" KEEL_TOKEN="$token" CHROMIUM="$chromium" \
-  SCREENSHOT_DIR="$root/target/browser" \
+  KEEL_BIN="$keel" SCREENSHOT_DIR="$root/target/browser" \
   node --test --test-concurrency=1 tests/browser/chat.test.mjs tests/browser/product.test.mjs \
-  tests/browser/origin.test.mjs
+  tests/browser/origin.test.mjs tests/browser/branches.test.mjs

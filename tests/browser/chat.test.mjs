@@ -119,3 +119,89 @@ test('a refusal is shown apart from the reply, live and after a reload', async (
     await browser.close();
   }
 });
+
+test('a stopped reply is continued from the page, nothing said twice', async () => {
+  const browser = await launch();
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
+    page.setDefaultTimeout(TIMEOUT);
+    const errors = [];
+    page.on('pageerror', (error) => errors.push(String(error)));
+    await page.goto(base);
+    await page.fill('#input', `#mock {"text": "${words}", "rate": 10}`);
+    await page.click('#send');
+    await page.waitForFunction(() => {
+      const live = document.querySelector('#live .text');
+      return live && live.textContent.includes('word1 word2 word3');
+    });
+    await page.keyboard.press('Escape');
+    await page.waitForSelector('.msg.assistant[data-stopped="1"] .continue-reply');
+    await page.screenshot({ path: `${screenshots}/stopped.png`, fullPage: true });
+    await page.click('.continue-reply');
+    await page.waitForFunction(() => document.querySelectorAll('.msg.assistant[data-id]').length === 2
+      && document.querySelector('#chat-status').dataset.status === 'waiting');
+    // One reply on screen: the continuation joins the stopped text, and Copy takes both.
+    const texts = await page.$$eval('.msg.assistant[data-id] > .text', (nodes) => nodes.map((n) => n.textContent));
+    assert.deepEqual(texts, [words], 'stopped + continued read as one text');
+    assert.equal(await page.evaluate(() => replyText(document.querySelector('.msg.continuation'))), words);
+    await page.reload();
+    await page.waitForSelector('.msg.continuation');
+    assert.deepEqual(await page.$$eval('.msg.assistant[data-id] > .text', (nodes) => nodes.map((n) => n.textContent)),
+      [words], 'the same after a reload');
+    assert.equal(await page.$$eval('.continue-reply', (nodes) => nodes.length), 0, 'nothing left to continue');
+    assert.ok(await page.isHidden('.badge.interrupted'), 'a continued reply reads as one');
+    await page.screenshot({ path: `${screenshots}/continued.png`, fullPage: true });
+    assert.deepEqual(errors, [], 'the page raised errors');
+  } finally {
+    await browser.close();
+  }
+});
+
+test('a failed reply is retried from the page without retyping it', async () => {
+  const browser = await launch();
+  try {
+    const page = await browser.newPage({ viewport: { width: 390, height: 844 } });
+    page.setDefaultTimeout(TIMEOUT);
+    const script = JSON.stringify({
+      id: `page-retry-${Date.now()}`, text: 'Second time lucky.',
+      error: { status: 400, message: 'not this time', times: 1 },
+    });
+    await page.goto(base);
+    await page.fill('#input', `#mock ${script}`);
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#run-error .retry-run');
+    assert.match(await page.textContent('#run-error'), /not this time/);
+    const before = await page.evaluate(() => document.querySelector('#run-error').previousElementSibling.className);
+    assert.match(before, /user/, 'the failure sits right after the message it answers');
+    assert.ok(await page.isHidden('#banner'), 'not a banner at the top');
+    await page.screenshot({ path: `${screenshots}/failed-phone.png`, fullPage: true });
+    await page.click('#run-error .retry-run');
+    await page.waitForFunction(() => [...document.querySelectorAll('.msg.assistant .text')]
+      .some((node) => node.textContent === 'Second time lucky.'));
+    await page.waitForFunction(() => !document.querySelector('#run-error'));
+    assert.equal(await page.$$eval('.msg.user', (nodes) => nodes.length), 1, 'nothing was sent again');
+  } finally {
+    await browser.close();
+  }
+});
+
+test('a daemon that does not answer is said in a plain sentence, and the message is kept', async () => {
+  const browser = await launch();
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
+    page.setDefaultTimeout(TIMEOUT);
+    await page.goto(base);
+    // The network drops every request to the API, as when the daemon is down.
+    await page.route('**/api/v1/chats', (route) => route.abort('connectionrefused'));
+    await page.fill('#input', 'are you there?');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#composer-error:not([hidden])');
+    const said = await page.textContent('#composer-error');
+    assert.match(said, /^Cannot reach Keel at /);
+    assert.doesNotMatch(said, /Failed to fetch/);
+    assert.equal(await page.inputValue('#input'), 'are you there?');
+    await page.screenshot({ path: `${screenshots}/unreachable.png` });
+  } finally {
+    await browser.close();
+  }
+});

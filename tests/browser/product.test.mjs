@@ -215,6 +215,9 @@ test('a rejected token is said so, the model picker changes the next reply\'s mo
     const error = await page.textContent('#run-error');
     assert.match(error, /unreachable/);
     assert.match(error, /offline/);
+    // The address the request went to, so a wrong base URL or a dead host is plain to see.
+    assert.match(await page.textContent('#run-error .error-url'), /http:\/\/127\.0\.0\.1:9\/v1\/chat\/completions/);
+    assert.ok(await page.isVisible('#run-error .retry-run'));
     // It sits right after the message it belongs to.
     const before = await page.evaluate(() => document.querySelector('#run-error').previousElementSibling.textContent);
     assert.match(before, /and again/);

@@ -274,6 +274,13 @@ impl StepAccumulator {
         };
     }
 
+    /// Makes this (empty) step the continuation of a reply stored before it, `prefix`: its
+    /// text is stitched on where the prefix ends ([`crate::seam::stitch`]).
+    pub fn follow(&mut self, prefix: &str) {
+        self.continuation_target = None;
+        self.seam_whitespace = prefix[prefix.trim_end().len()..].to_owned();
+    }
+
     /// Tells clients that the step now holds exactly this content: a `stream_reset`, then
     /// the text and complete tool calls. A resumed step starts with it, because what clients
     /// saw of the step before (from a process that died, or a snapshot that lags or leads

@@ -40,6 +40,12 @@ impl Runner {
     ) -> StepEnd {
         let mut continuation: Option<String> = None;
         let mut resumed = false;
+        // A reply the user stopped ends the history: this step carries it on.
+        let stopped = if step_index == 0 {
+            self.stopped.clone()
+        } else {
+            None
+        };
         if step_index == 0
             && let Some(checkpoint) = self.load_checkpoint().await
         {
@@ -70,14 +76,18 @@ impl Runner {
         let mut recoveries = 0u32;
         loop {
             attempts += 1;
-            let call = self.model_call(history, continuation.as_deref());
+            if let Some(prefix) = &stopped
+                && acc.is_empty()
+            {
+                acc.follow(prefix);
+            }
+            let call = self.model_call(history, continuation.as_deref(), stopped.is_some());
             // Continued by instruction, a model may start over; with prefill it cannot.
-            let seam = continuation
-                .as_deref()
+            let seam = continued_prefix(stopped.as_deref(), continuation.as_deref())
                 .filter(|_| !self.options.model.supports_prefill());
-            let error = match self.attempt(call, acc, seam).await {
+            let error = match self.attempt(call, acc, seam.as_deref()).await {
                 AttemptEnd::Finished => {
-                    if !finished_in_one_attempt(attempts, resumed) {
+                    if !finished_in_one_attempt(attempts, resumed || stopped.is_some()) {
                         // The provider stored only the last attempt's part of this step (or
                         // a response whose content differs from what was kept): chaining
                         // onto it would lose or repeat content.
@@ -86,6 +96,18 @@ impl Runner {
                     return StepEnd::Finished;
                 }
                 AttemptEnd::Cancelled => return StepEnd::Cancelled,
+                AttemptEnd::Restarted if stopped.is_some() => {
+                    // The stopped reply is stored already: a restart appended to it would
+                    // say it twice, and starting over would drop it. The run fails instead.
+                    self.options.sink.publish(LiveEvent::StreamReset);
+                    return StepEnd::Failed(Box::new(RunError::Provider(
+                        ProviderError::new(
+                            ErrorKind::InvalidRequest,
+                            "asked to continue the stopped reply, the model started it over",
+                        )
+                        .with_source(self.options.model.provider(), self.options.model.model()),
+                    )));
+                }
                 AttemptEnd::Restarted => {
                     // Never stitch a restart onto the prefix: R4, the step from scratch.
                     tracing::warn!("the continuation restarted the reply; restarting the step");
@@ -459,6 +481,15 @@ impl Runner {
     }
 }
 
+/// The text the model is asked to continue: the stopped reply the step carries on, then
+/// what a recovery continues of this step.
+fn continued_prefix(stopped: Option<&str>, continuation: Option<&str>) -> Option<String> {
+    match (stopped, continuation) {
+        (Some(stopped), more) => Some(format!("{stopped}{}", more.unwrap_or_default())),
+        (None, more) => more.map(str::to_owned),
+    }
+}
+
 /// Whether a checkpoint is due: `every` content events since the last one (0: never by
 /// count), or new reasoning metadata, which a resumed step needs and live events lack.
 fn checkpoint_due(every: u64, (content, metadata): (u64, u64), acc: &StepAccumulator) -> bool {
@@ -492,6 +523,24 @@ mod tests {
         assert!(!super::checkpoint_due(0, (100_000, 1), &acc));
     }
     use super::*;
+
+    #[test]
+    fn a_continued_stopped_reply_is_the_prefix_of_every_attempt() {
+        assert_eq!(continued_prefix(None, None), None);
+        assert_eq!(
+            continued_prefix(None, Some("Once")).as_deref(),
+            Some("Once")
+        );
+        assert_eq!(
+            continued_prefix(Some("Once upon "), None).as_deref(),
+            Some("Once upon ")
+        );
+        assert_eq!(
+            continued_prefix(Some("Once upon "), Some("a time")).as_deref(),
+            Some("Once upon a time"),
+            "a recovery within the continuation continues both"
+        );
+    }
 
     #[test]
     fn only_a_single_fresh_attempt_may_be_chained_onto() {

@@ -120,6 +120,11 @@ pub struct RunOptions {
     /// between that step and the next): the first call carries it on, as the loop's own
     /// next step would have.
     pub paused_turn: bool,
+    /// The history ends in a reply the user stopped, whose text this is
+    /// (`POST /chats/{id}/continue`): the first step carries it on through the provider's
+    /// continuation (native prefill or an instruction) and holds only the new text, so the
+    /// stored reply and its continuation read as one, with nothing repeated.
+    pub continue_reply: Option<String>,
 }
 
 impl RunOptions {
@@ -152,6 +157,7 @@ impl RunOptions {
             compaction: None,
             compact_only: false,
             paused_turn: false,
+            continue_reply: None,
         }
     }
 }
@@ -222,6 +228,9 @@ pub(crate) struct Runner {
     /// The last persisted step was a turn the provider paused: the next call sends it back
     /// as it is, to be carried on.
     paused_turn: bool,
+    /// The stopped reply the first step carries on ([`RunOptions::continue_reply`]); gone
+    /// once a compaction replaced the history it ended.
+    pub(crate) stopped: Option<String>,
 }
 
 impl Runner {
@@ -259,6 +268,7 @@ impl Runner {
             None => rand::make_rng(),
         };
         let paused_turn = options.paused_turn;
+        let stopped = options.continue_reply.clone();
         Self {
             options,
             cancel,
@@ -267,6 +277,7 @@ impl Runner {
             offered,
             rng,
             paused_turn,
+            stopped,
         }
     }
 
@@ -357,6 +368,7 @@ impl Runner {
                             return Ok(PassEnd::Outcome(RunOutcome::Interrupted));
                         }
                         state.just_compacted = true;
+                        self.stopped = None;
                         acc = StepAccumulator::new();
                     }
                 }
@@ -495,10 +507,23 @@ impl Runner {
     /// The request for one attempt, built on a copy of the history. With a continuation
     /// prefix the prompt ends in that partial assistant reply; each adapter continues it its
     /// own way (native prefill, or an instruction to continue).
-    pub(crate) fn model_call(&self, history: &[Message], continuation: Option<&str>) -> ModelCall {
+    /// The call of one attempt: the history, then the text being continued. When the step
+    /// carries on a stopped reply (`stopped`), that reply is already the history's last
+    /// message and a continuation extends it, so the provider sees one assistant turn.
+    pub(crate) fn model_call(
+        &self,
+        history: &[Message],
+        continuation: Option<&str>,
+        stopped: bool,
+    ) -> ModelCall {
         let mut prompt = history.to_vec();
         if let Some(prefix) = continuation {
-            prompt.push(Message::assistant(prefix));
+            match prompt.last_mut() {
+                Some(last) if stopped && last.role == keel_core::Role::Assistant => {
+                    extend_text(last, prefix);
+                }
+                _ => prompt.push(Message::assistant(prefix)),
+            }
         }
         if let Some(prepare) = &self.options.prepare_messages {
             prepare(&mut prompt);
@@ -670,6 +695,22 @@ fn request_of(call: &crate::accumulate::StreamedCall) -> ToolCallRequest {
 /// Whether a call's argument text is a JSON object (or empty, which adapters send as `{}`).
 pub(crate) fn arguments_are_an_object(args: &str) -> bool {
     args.trim().is_empty() || matches!(serde_json::from_str(args), Ok(serde_json::Value::Object(_)))
+}
+
+/// Appends `more` to the last text of `message` (a new text part when it has none).
+fn extend_text(message: &mut Message, more: &str) {
+    let last_text = message
+        .parts
+        .iter_mut()
+        .rev()
+        .find_map(|p| match &mut p.kind {
+            keel_core::PartKind::Text { text } => Some(text),
+            _ => None,
+        });
+    match last_text {
+        Some(text) => text.push_str(more),
+        None => message.parts.push(keel_core::Part::text(more)),
+    }
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ pub fn classify(failure: &Failure<'_>, now: SystemTime) -> ProviderError {
         retry_after: retry_after(failure, now),
         provider: failure.provider.to_owned(),
         model: failure.model.to_owned(),
+        url: None,
     }
 }
 

@@ -86,6 +86,9 @@ pub struct ProviderError {
     pub retry_after: Option<Duration>,
     pub provider: String,
     pub model: String,
+    /// The address the failed request went to, without its query, fragment or
+    /// credentials ([`public_url`]); `None` when the failure did not come from a request.
+    pub url: Option<String>,
 }
 
 impl ProviderError {
@@ -100,6 +103,7 @@ impl ProviderError {
             retry_after: None,
             provider: String::new(),
             model: String::new(),
+            url: None,
         }
     }
 
@@ -111,5 +115,54 @@ impl ProviderError {
         self.provider = provider.into();
         self.model = model.into();
         self
+    }
+
+    /// The error of a request to `url`, which is kept only as [`public_url`] shows it.
+    pub fn at(mut self, url: &str) -> Self {
+        self.url = Some(public_url(url));
+        self
+    }
+}
+
+/// An address as it may be shown to users and stored: scheme, host, port and path, with
+/// the user name, password, query (API keys ride there: `?key=`) and fragment dropped.
+/// Something that is not an absolute URL is shown up to its first `?` or `#`.
+pub fn public_url(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority.rsplit('@').next().unwrap_or(authority);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_public_url_keeps_no_credentials_query_or_fragment() {
+        for (url, shown) in [
+            (
+                "https://api.openai.com/v1/chat/completions",
+                "https://api.openai.com/v1/chat/completions",
+            ),
+            (
+                "https://gen.example.com/v1beta/models?key=SECRET",
+                "https://gen.example.com/v1beta/models",
+            ),
+            (
+                "https://user:pass@proxy.example:8443/v1/messages#x",
+                "https://proxy.example:8443/v1/messages",
+            ),
+            ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+            ("http://a@b@host/p?q=@", "http://host/p"),
+            ("not a url?token=1", "not a url"),
+        ] {
+            assert_eq!(public_url(url), shown, "{url}");
+        }
     }
 }

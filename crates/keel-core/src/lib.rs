@@ -28,7 +28,7 @@ pub mod usage;
 
 pub use cancel::{Cancel, CancelCause};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{ErrorKind, ProviderError};
+pub use error::{ErrorKind, ProviderError, public_url};
 pub use message::{
     INTERRUPTED_RESULT, Message, Part, PartKind, PendingToolCall, Role, SUMMARY_PREFIX,
 };

@@ -169,7 +169,10 @@ impl Endpoint {
         let response = tokio::select! {
             biased;
             () = cancel.cancelled() => return Err(self.ctx.cancelled()),
-            sent = request.send() => sent.map_err(|e| self.ctx.transport(&e))?,
+            // The client's own message names the URL, query included; the error keeps the
+            // address without it.
+            sent = request.send() => sent
+                .map_err(|e| self.ctx.transport(&e.without_url()).at(&self.url(path)))?,
         };
         let status = response.status();
         // A JSON body where an event stream was asked for is an error report, e.g. from a
@@ -189,13 +192,12 @@ impl Endpoint {
             body = response.text() => body.ok(),
         };
         let body = body.as_deref().map(clip).filter(|b| !b.is_empty());
-        let mut error = self.ctx.http(status.as_u16(), &headers, body);
         // A bare status, or a 404 (a wrong base URL or model path, usually), says little
-        // without the address that answered it.
-        if body.is_none() || status == reqwest::StatusCode::NOT_FOUND {
-            error.message = format!("{} (POST {})", error.message, self.url(path));
-        }
-        Err(error)
+        // without the address that answered it: every such error carries it.
+        Err(self
+            .ctx
+            .http(status.as_u16(), &headers, body)
+            .at(&self.url(path)))
     }
 }
 

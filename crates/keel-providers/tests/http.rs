@@ -254,13 +254,33 @@ async fn a_404_names_the_address_that_answered_it() {
     let server = TestServer::start(Reply::error(404, "Not Found")).await;
     let error = start_error(model(&server, ProviderKind::OpenAiChat).as_ref()).await;
     assert_eq!(error.status, Some(404));
+    assert_eq!(error.message, "Not Found", "the provider's own words");
+    let url = error.url.as_deref().unwrap_or_default();
     assert!(
-        error.message.starts_with("Not Found (POST http://")
-            && error.message.ends_with("/chat/completions)"),
-        "{}",
-        error.message
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/chat/completions"),
+        "{url}"
     );
     assert_eq!(error.provider, "test-provider");
+}
+
+#[tokio::test]
+async fn a_refused_connection_names_the_address_without_its_query() {
+    // A port that was just free: nothing listens there.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let mut settings = ProviderSettings::new("down", ProviderKind::OpenAiChat);
+    settings.base_url = Some(format!("http://127.0.0.1:{port}/v1?key=SECRET"));
+    let model = build_model(&settings, "m", client()).unwrap();
+    let error = start_error(model.as_ref()).await;
+    assert_eq!(error.kind, ErrorKind::Connection, "{}", error.message);
+    assert_eq!(error.provider, "down");
+    assert_eq!(
+        error.url.as_deref(),
+        Some(format!("http://127.0.0.1:{port}/v1").as_str()),
+        "no query: keys ride there"
+    );
+    assert!(!error.message.contains("SECRET"), "{}", error.message);
 }
 
 #[tokio::test]

@@ -36,10 +36,10 @@ async fn fan_out(hub: &Arc<Hub>, subscribers: usize) -> Duration {
     for _ in 0..subscribers {
         let subscription = hub.subscribe(CHAT);
         assert!(
-            subscription.backlog.is_empty(),
+            subscription.live.backlog.is_empty(),
             "a fresh run has no backlog"
         );
-        let mut rx = subscription.live;
+        let mut rx = subscription.live.frames.expect("a run streams");
         let drained = drained.clone();
         tasks.push(tokio::spawn(async move {
             for seq in 0..PARTS {

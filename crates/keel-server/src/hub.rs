@@ -1,6 +1,10 @@
-//! Live event fan-out: one broadcast channel per chat with subscribers.
+//! Live event fan-out: one entry per chat with subscribers, and a broadcast channel while a
+//! run of this process streams into it.
 //!
-//! Each event is serialised once and shared by every subscriber. A subscriber that falls
+//! Each event is serialised once and shared by every subscriber. The channel's buffer
+//! ([`SUBSCRIBER_BUFFER`] slots, allocated whole) exists only while a run streams: an idle
+//! chat's subscribers hold only their change notices, and every run's start
+//! ([`Changes::runs`]) tells them to take a receiver of the new channel. A subscriber that falls
 //! more than the channel's capacity behind is not waited for: it sees `Lagged`, and the SSE
 //! layer disconnects it so it can resume from its last event id. The run and the other
 //! subscribers never slow down for it.
@@ -32,6 +36,10 @@ pub struct Frame {
     /// Durable events (committed messages, live parts) advance a client's position;
     /// ephemeral ones (status, retry, queue) repeat the current position.
     pub durable: bool,
+    /// The chat's history version the publishing run works at. A follower that knows an
+    /// older one reads the store before forwarding the frame: the current branch changed,
+    /// and the `branch` event and the new branch come first.
+    pub history_version: i64,
 }
 
 /// The latest change notices of a chat, merged: a follower compares them with what it has
@@ -45,6 +53,9 @@ pub struct Changes {
     pub deleted: bool,
     /// Counts the times notices may have been lost: every follower must read again.
     pub resyncs: u64,
+    /// Counts the channels opened for runs: a follower whose count differs takes a receiver
+    /// of the current channel ([`Hub::live`]).
+    pub runs: u64,
 }
 
 impl Changes {
@@ -65,19 +76,31 @@ impl Changes {
     }
 }
 
-/// What a subscriber gets: the chat's live frames, the durable frames of the step in
-/// progress published so far, and the chat's change notices.
+/// What a subscriber gets: the chat's live frames (while a run streams), the durable frames
+/// of the step in progress published so far, and the chat's change notices.
 #[derive(Debug)]
 pub struct Subscription {
-    pub live: broadcast::Receiver<Arc<Frame>>,
-    pub backlog: Vec<Arc<Frame>>,
+    pub live: Live,
     pub changes: watch::Receiver<Changes>,
 }
 
-/// One chat's channel, and the durable frames of its step in progress.
+/// The live frames of a chat's run from the moment of subscribing: a receiver of the run's
+/// channel (none while nothing streams) and the durable frames of the step in progress that
+/// were published before it.
+#[derive(Debug)]
+pub struct Live {
+    pub frames: Option<broadcast::Receiver<Arc<Frame>>>,
+    pub backlog: Vec<Arc<Frame>>,
+    /// [`Changes::runs`] when the receiver was taken.
+    pub runs: u64,
+}
+
+/// One chat's entry: its change notices, and while a run streams, its channel and the
+/// durable frames of its step in progress.
 #[derive(Debug)]
 struct Channel {
-    sender: broadcast::Sender<Arc<Frame>>,
+    /// Present while a run of this process streams into the chat.
+    sender: Option<broadcast::Sender<Arc<Frame>>>,
     changes: watch::Sender<Changes>,
     /// Durable frames since the last commit. A subscriber takes them together with its
     /// receiver, so frames not yet flushed to the live-part log are never missed.
@@ -90,11 +113,24 @@ struct Channel {
 impl Channel {
     fn new() -> Self {
         Self {
-            sender: broadcast::channel(SUBSCRIBER_BUFFER).0,
+            sender: None,
             changes: watch::channel(Changes::default()).0,
             backlog: Vec::new(),
             running: 0,
         }
+    }
+
+    fn live(&self) -> Live {
+        Live {
+            frames: self.sender.as_ref().map(broadcast::Sender::subscribe),
+            backlog: self.backlog.clone(),
+            runs: self.changes.borrow().runs,
+        }
+    }
+
+    /// Nobody follows the chat here.
+    fn unwatched(&self) -> bool {
+        self.changes.receiver_count() == 0
     }
 }
 
@@ -122,10 +158,22 @@ impl Hub {
             .entry(chat_id.to_owned())
             .or_insert_with(Channel::new);
         Subscription {
-            live: channel.sender.subscribe(),
-            backlog: channel.backlog.clone(),
+            live: channel.live(),
             changes: channel.changes.subscribe(),
         }
+    }
+
+    /// A receiver of the chat's current run channel with the step's backlog, for a
+    /// subscriber told that a run started ([`Changes::runs`]).
+    pub fn live(&self, chat_id: &str) -> Live {
+        self.lock().get(chat_id).map_or(
+            Live {
+                frames: None,
+                backlog: Vec::new(),
+                runs: 0,
+            },
+            Channel::live,
+        )
     }
 
     /// A chat changed: wakes its subscribers (a chat nobody follows here costs a lookup).
@@ -153,6 +201,12 @@ impl Hub {
             .or_insert_with(Channel::new);
         channel.running += 1;
         channel.backlog.clear();
+        if channel.sender.is_none() {
+            channel.sender = Some(broadcast::channel(SUBSCRIBER_BUFFER).0);
+            channel
+                .changes
+                .send_modify(|changes| changes.runs = changes.runs.wrapping_add(1));
+        }
     }
 
     /// The run ended: its backlog is no longer needed.
@@ -162,7 +216,9 @@ impl Hub {
             channel.running = channel.running.saturating_sub(1);
             if channel.running == 0 {
                 channel.backlog.clear();
-                if channel.sender.receiver_count() == 0 {
+                // Receivers get what is still queued for them, then `Closed`.
+                channel.sender = None;
+                if channel.unwatched() {
                     channels.remove(chat_id);
                 }
             }
@@ -182,14 +238,19 @@ impl Hub {
         let Some(channel) = channels.get_mut(chat_id) else {
             return;
         };
+        let Some(sender) = &channel.sender else {
+            // Nothing of this process streams into the chat; an entry nobody follows goes.
+            if channel.unwatched() {
+                channels.remove(chat_id);
+            }
+            return;
+        };
         let frame = Arc::new(frame);
-        if channel.running > 0 && frame.durable && frame.event != "message" {
+        if frame.durable && frame.event != "message" {
             channel.backlog.push(frame.clone());
         }
-        if channel.sender.send(frame).is_err() && channel.running == 0 {
-            // Nobody listens and nothing streams: drop the channel so idle chats cost nothing.
-            channels.remove(chat_id);
-        }
+        // No receiver is no error: a late subscriber takes the backlog.
+        let _ = sender.send(frame);
     }
 
     /// A subscriber left: drops the chat's channel when nothing streams into it and nobody
@@ -198,7 +259,7 @@ impl Hub {
         let mut channels = self.lock();
         let idle = channels
             .get(chat_id)
-            .is_some_and(|c| c.running == 0 && c.sender.receiver_count() == 0);
+            .is_some_and(|c| c.running == 0 && c.unwatched());
         if idle {
             channels.remove(chat_id);
         }
@@ -251,14 +312,20 @@ mod tests {
             event: "part",
             data: "{}".into(),
             durable: true,
+            history_version: 1,
         }
+    }
+
+    fn receiver(hub: &Hub, chat: &str) -> broadcast::Receiver<Arc<Frame>> {
+        hub.subscribe(chat).live.frames.expect("a run streams")
     }
 
     #[tokio::test]
     async fn subscribers_receive_in_order() {
         let hub = Hub::new();
-        let mut a = hub.subscribe("c").live;
-        let mut b = hub.subscribe("c").live;
+        hub.begin_run("c");
+        let mut a = receiver(&hub, "c");
+        let mut b = receiver(&hub, "c");
         hub.publish("c", frame(1));
         hub.publish("c", frame(2));
         assert_eq!(a.recv().await.unwrap().seq, 1);
@@ -269,7 +336,8 @@ mod tests {
     #[tokio::test]
     async fn a_slow_subscriber_lags_without_blocking_the_publisher() {
         let hub = Hub::new();
-        let mut slow = hub.subscribe("c").live;
+        hub.begin_run("c");
+        let mut slow = receiver(&hub, "c");
         for seq in 0..(SUBSCRIBER_BUFFER as u64 + 10) {
             hub.publish("c", frame(seq));
         }
@@ -294,13 +362,13 @@ mod tests {
         hub.begin_run("c");
         hub.publish("c", frame(1));
         hub.publish("c", frame(2));
-        let backlog = hub.subscribe("c").backlog;
+        let backlog = hub.subscribe("c").live.backlog;
         assert_eq!(
             backlog.iter().map(|f| f.seq).collect::<Vec<_>>(),
             vec![1, 2]
         );
         hub.commit("c");
-        assert!(hub.subscribe("c").backlog.is_empty());
+        assert!(hub.subscribe("c").live.backlog.is_empty());
         hub.end_run("c");
     }
 
@@ -364,8 +432,7 @@ mod tests {
         let changes = Changes {
             version: 5,
             event_seq: 40,
-            deleted: false,
-            resyncs: 0,
+            ..Changes::default()
         };
         // Parts it already sent from the hub (the log writer's notices) and a version it
         // already read: no query.
@@ -378,5 +445,36 @@ mod tests {
             ..changes
         };
         assert!(deleted.news_for(40, 5, 0));
+    }
+
+    #[tokio::test]
+    async fn an_idle_chat_holds_no_frame_buffer_and_a_run_start_calls_its_followers() {
+        let hub = Hub::new();
+        let mut idle = hub.subscribe("c");
+        assert!(idle.live.frames.is_none(), "nothing streams: no channel");
+        hub.publish("c", frame(1));
+        hub.begin_run("c");
+        assert!(idle.changes.has_changed().unwrap());
+        assert_eq!(idle.changes.borrow_and_update().runs, 1);
+        hub.publish("c", frame(2));
+        // The follower takes the run's channel late: the frame it missed is the backlog.
+        let mut live = hub.live("c");
+        assert_eq!(live.runs, 1);
+        assert_eq!(
+            live.backlog.iter().map(|f| f.seq).collect::<Vec<_>>(),
+            vec![2]
+        );
+        let mut frames = live.frames.take().unwrap();
+        hub.publish("c", frame(3));
+        hub.end_run("c");
+        assert_eq!(frames.recv().await.unwrap().seq, 3);
+        assert!(matches!(
+            frames.recv().await,
+            Err(broadcast::error::RecvError::Closed)
+        ));
+        assert_eq!(hub.channel_count(), 1, "the follower still follows");
+        drop(idle);
+        hub.prune("c");
+        assert_eq!(hub.channel_count(), 0);
     }
 }

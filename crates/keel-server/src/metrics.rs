@@ -57,6 +57,7 @@ pub struct Metrics {
     pub sse_reconnects: Counter,
     pub replayed_events: Counter,
     pub sse_lagged_disconnects: Counter,
+    pub sse_catch_ups: Counter,
     /// Live event streams open now.
     pub sse_open: Gauge,
     /// Requests refused before a handler ran, by reason.
@@ -142,6 +143,12 @@ impl Metrics {
             "Events replayed to connecting clients",
             replayed_events.clone(),
         );
+        let sse_catch_ups = Counter::default();
+        registry.register(
+            "keel_sse_catch_ups",
+            "Store reads of live event followers woken by a change notice",
+            sse_catch_ups.clone(),
+        );
         let sse_lagged_disconnects = Counter::default();
         registry.register(
             "keel_sse_lagged_disconnects",
@@ -181,6 +188,7 @@ impl Metrics {
             sse_reconnects,
             replayed_events,
             sse_lagged_disconnects,
+            sse_catch_ups,
             sse_open,
             http_refused,
             mcp_server_failures,

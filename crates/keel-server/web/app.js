@@ -1,7 +1,9 @@
 // Keel's web client: the chat list (titles, rename, archive, delete, search, kept current by
 // the list feed), a conversation with live streaming rendered as Markdown, interrupt, edit,
-// queue, client-side tool results, a per-chat model picker and reconnection. It uses only
-// the public API under /api/v1; live events are read with fetch (not EventSource) so the
+// queue, client-side tool results, a per-chat model picker, reconnection, Continue on a
+// stopped reply and Retry on a failed one, with errors shown where they happened, and
+// versions of a message (branches: edits and regenerated replies) switched with arrows. It
+// uses only the public API under /api/v1; live events are read with fetch (not EventSource) so the
 // bearer token can be sent. Markdown goes through marked, then DOMPurify, then highlight.js
 // (vendored, loaded before this file); without them text is shown as it is.
 'use strict';
@@ -9,7 +11,7 @@
 const API = '/api/v1';
 const TOKEN_KEY = 'keel-token';
 // Events that take a place in the chat's order and are never to be applied twice.
-const DURABLE = new Set(['part', 'message', 'stream_reset', 'tool_call_cancel']);
+const DURABLE = new Set(['part', 'message', 'stream_reset', 'tool_call_cancel', 'branch']);
 const IDLE = new Set(['waiting', 'error', 'requires_action']);
 // What each status is called on the page.
 const STATUS_WORDS = {
@@ -85,7 +87,7 @@ async function api(method, path, body) {
     try {
       response = await fetch(API + path, init);
     } catch (_) {
-      throw new Error('Cannot reach the Keel daemon. Is it running?');
+      throw new Error(unreachableSentence());
     }
     if (response.status === 401) {
       await askToken(init.headers.Authorization);
@@ -115,6 +117,7 @@ const view = {
   live: [], // parts of the step in progress
   stream: null, // AbortController of the event stream
   renderQueued: false,
+  retry: null, // what the step in progress says of a failed attempt being retried
 };
 
 function isBusy() {
@@ -429,6 +432,7 @@ function userMessage(message) {
   const node = el('div', { class: 'msg user', 'data-id': message.id },
     el('div', { class: 'text' }, text));
   node.append(el('a', { href: '#', class: 'edit-link', onclick: (e) => { e.preventDefault(); editMessage(node, message.id, text); } }, 'edit'));
+  addBranchControls(node, message);
   return node;
 }
 
@@ -437,12 +441,15 @@ function committedMessage(message) {
   const node = el('div', { class: 'msg ' + message.role, 'data-id': message.id });
   for (const part of message.parts) renderPart(part, node);
   if (message.interrupted) node.append(el('span', { class: 'badge interrupted' }, 'stopped'));
+  if (isStoppedReply(message)) node.dataset.stopped = '1';
   const text = message.parts.filter((p) => p.type === 'text').map(partText).join('\n\n');
   if (message.role === 'assistant' && text) {
+    node.dataset.reply = text;
     const button = el('button', { type: 'button', class: 'copy-message' }, 'Copy');
-    button.addEventListener('click', () => copyText(text, button));
+    button.addEventListener('click', () => copyText(replyText(node), button));
     node.append(el('div', { class: 'msg-actions' }, button));
   }
+  addBranchControls(node, message);
   return node;
 }
 
@@ -460,7 +467,8 @@ function renderLive() {
   const parts = view.live.filter((p) => p.type !== 'tool_result')
     .concat(view.live.filter((p) => p.type === 'tool_result'));
   const waiting = isBusy() && parts.length === 0;
-  const shape = parts.map((p) => (p.type === 'text' ? 'text' : JSON.stringify(p))).join('|') + (waiting ? '|waiting' : '');
+  const shape = parts.map((p) => (p.type === 'text' ? 'text' : JSON.stringify(p))).join('|')
+    + (waiting ? '|waiting' : '') + (view.retry ? '|' + view.retry : '');
   if (live.dataset.shape === shape) {
     const texts = live.querySelectorAll(':scope > .text');
     parts.filter((p) => p.type === 'text').forEach((part, i) => {
@@ -470,7 +478,8 @@ function renderLive() {
     live.dataset.shape = shape;
     live.replaceChildren();
     for (const part of parts) renderPart(part, live);
-    if (waiting) live.append(el('div', { class: 'notice' }, 'Waiting for the model…'));
+    if (waiting && !view.retry) live.append(el('div', { class: 'notice' }, 'Waiting for the model…'));
+    if (view.retry) live.append(el('div', { class: 'notice retry-notice', role: 'status' }, view.retry));
   }
   scrollToEnd();
 }
@@ -489,6 +498,7 @@ function applyPart(data) {
   const role = data.role || 'assistant';
   const last = view.live[view.live.length - 1];
   showBanner('');
+  view.retry = null;
   if (part.type === 'text' || part.type === 'reasoning' || part.type === 'refusal') {
     if (last && last.type === part.type && last.role === role) last.text += partText(part);
     else view.live.push({ role, type: part.type, text: partText(part) });
@@ -527,9 +537,12 @@ function applyMessage(message) {
       else renderPart(part, messages.appendChild(el('div', { class: 'msg tool', 'data-id': message.id })));
     }
   } else {
-    messages.append(committedMessage(message));
+    const node = committedMessage(message);
+    messages.append(node);
+    joinContinuation(node);
   }
   renderLive();
+  renderContinue();
 }
 
 function applyStatus(data) {
@@ -543,25 +556,9 @@ function applyStatus(data) {
   if (IDLE.has(data.status)) showBanner('');
   if (data.status === 'requires_action') loadPendingTools();
   else $('tool-prompt').hidden = true;
+  if (IDLE.has(data.status)) view.retry = null;
+  renderContinue();
   renderLiveSoon();
-}
-
-// A failed run is shown where it failed: after the last message, naming the model and its
-// provider (the message carries the provider's own words and address).
-function showRunError(error) {
-  const old = $('run-error');
-  if (old) old.remove();
-  if (!error) return;
-  const model = view.models.find((m) => m.id === view.chatModel);
-  const who = model ? 'model ' + model.id + ' (provider ' + model.provider + ')' : 'the model';
-  const node = el('div', { id: 'run-error', class: 'msg run-error', role: 'alert' },
-    el('strong', {}, 'The reply failed'), ' — ' + who + ', ' + error.kind.replace(/_/g, ' ') + ': ',
-    el('span', { class: 'error-message' }, error.message),
-    el('div', { class: 'notice' }, 'Send a message to try again.'));
-  const live = $('live');
-  if (live) live.before(node);
-  else $('messages').append(node);
-  scrollToEnd();
 }
 
 function applyQueue(data) {
@@ -597,11 +594,9 @@ function applyEvent(name, id, data) {
       break;
     }
     case 'status': applyStatus(data); break;
-    case 'retry':
-      showBanner('Retrying (attempt ' + data.attempt + ', ' + data.kind + '), waiting '
-        + (data.delay_ms / 1000).toFixed(1) + ' s' + (data.message ? ': ' + data.message : ''));
-      break;
+    case 'retry': showRetry(data); break;
     case 'queue': applyQueue(data); break;
+    case 'branch': applyBranch(); break;
     default: break;
   }
 }
@@ -670,7 +665,8 @@ async function follow(chatId, controller) {
 
 function openChat(chatId) {
   if (view.stream) view.stream.abort();
-  Object.assign(view, { chatId, status: null, lastEventId: null, position: 0, live: [], stream: new AbortController() });
+  Object.assign(view, { chatId, status: null, lastEventId: null, position: 0, live: [], retry: null, stream: new AbortController() });
+  showComposerError(null);
   $('messages').replaceChildren();
   $('tool-prompt').hidden = true;
   $('queue').hidden = true;
@@ -720,14 +716,66 @@ function editMessage(node, messageId, text) {
         try {
           await api('PUT', '/chats/' + view.chatId + '/messages/' + messageId, { text: box.value });
         } catch (error) {
-          showError(error);
           restore();
+          showErrorAt(node, error);
         }
       },
-    }, 'Save and resend'),
-    el('button', { type: 'button', onclick: restore }, 'Cancel'));
+    }, 'Save as a new version'),
+    el('button', { type: 'button', onclick: restore }, 'Cancel'),
+    el('div', { class: 'notice' }, 'The current version is kept: the arrows switch back to it.'));
   original.replaceWith(form);
   box.focus();
+}
+
+// ---------------------------------------------------------------- branches
+
+// A message with other versions (an edit, a regenerated reply) gets "‹ 2/3 ›": the arrows
+// make the branch through the previous or next version current, for every client of the
+// chat; the daemon then sends a `branch` event and the branch's messages. An assistant
+// reply gets a regenerate button.
+function addBranchControls(node, message) {
+  const siblings = message.siblings || [message.id];
+  const index = siblings.indexOf(message.id);
+  const bar = el('div', { class: 'branch-bar' });
+  if (siblings.length > 1 && index >= 0) {
+    const go = (to) => () => switchBranch(to);
+    bar.append(el('span', { class: 'branch-nav', 'aria-label': 'Versions of this message' },
+      el('button', { type: 'button', class: 'branch-prev', 'aria-label': 'Previous version', disabled: index === 0 ? '' : null, onclick: go(siblings[index - 1]) }, '‹'),
+      el('span', { class: 'branch-count' }, (index + 1) + '/' + siblings.length),
+      el('button', { type: 'button', class: 'branch-next', 'aria-label': 'Next version', disabled: index === siblings.length - 1 ? '' : null, onclick: go(siblings[index + 1]) }, '›')));
+  }
+  if (message.role === 'assistant') {
+    bar.append(el('button', { type: 'button', class: 'regenerate', title: 'Write a new version of this reply; this one is kept', onclick: () => regenerate(message.id) }, 'Regenerate'));
+  }
+  if (!bar.childElementCount) return;
+  // Beside the message's own actions (Copy) when it has them.
+  const actions = node.querySelector(':scope > .msg-actions');
+  (actions || node).append(bar);
+}
+
+async function switchBranch(messageId) {
+  try {
+    await api('POST', '/chats/' + view.chatId + '/branch', { message_id: messageId });
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function regenerate(messageId) {
+  try {
+    await api('POST', '/chats/' + view.chatId + '/messages/' + messageId + '/regenerate');
+  } catch (error) {
+    showError(error);
+  }
+}
+
+// The current branch changed: what is shown goes; the branch's messages follow as events.
+function applyBranch() {
+  for (const node of [...$('messages').children]) {
+    if (node.id !== 'live' && node.id !== 'run-error') node.remove();
+  }
+  view.live = [];
+  renderLiveSoon();
 }
 
 async function loadPendingTools() {
@@ -758,7 +806,7 @@ async function loadPendingTools() {
             await api('POST', '/chats/' + view.chatId + '/tool-results', { results });
             panel.hidden = true;
           } catch (error) {
-            showError(error);
+            showErrorAt(panel, error);
           }
         },
       }, 'Send results'));
@@ -768,6 +816,137 @@ async function loadPendingTools() {
   }
 }
 
+// ---------------------------------------------------------------- continue, retry, errors
+
+// The sentence shown when the daemon does not answer at all (the browser only says
+// "Failed to fetch").
+function unreachableSentence() {
+  return 'Cannot reach Keel at ' + location.host + '. Is keel serve still running? '
+    + 'The page reconnects by itself once it is back.';
+}
+
+function errorText(error) {
+  return String(error && error.message ? error.message : error);
+}
+
+// A reply the user stopped that the model can carry on: interrupted, with text, and no
+// tool call or refusal (the daemon decides the same way).
+function isStoppedReply(message) {
+  if (message.role !== 'assistant' || !message.interrupted) return false;
+  if (message.parts.some((p) => p.type === 'tool_call' || p.type === 'tool_result' || p.type === 'refusal')) return false;
+  return message.parts.some((p) => p.type === 'text' && partText(p).trim());
+}
+
+function committedNodes() {
+  return [...$('messages').querySelectorAll(':scope > .msg[data-id]')];
+}
+
+// The Continue button sits on the last message when it is a reply the user stopped and the
+// chat is idle; it asks the daemon to carry the reply on (POST /continue).
+function renderContinue() {
+  for (const old of document.querySelectorAll('.continue-reply')) old.remove();
+  const nodes = committedNodes();
+  const last = nodes[nodes.length - 1];
+  if (!last || last.dataset.stopped !== '1' || !(view.status === 'waiting' || view.status === 'error')) return;
+  let actions = last.querySelector(':scope > .msg-actions');
+  if (!actions) {
+    actions = el('div', { class: 'msg-actions' });
+    last.append(actions);
+  }
+  const button = el('button', { type: 'button', class: 'continue-reply' }, 'Continue');
+  button.addEventListener('click', () => rerun('continue', button, last));
+  actions.prepend(button);
+}
+
+// A continuation of a stopped reply joins it: the stopped text and the new text become one
+// Markdown block again (a code block cut in two is whole), and Copy copies the whole reply.
+function joinContinuation(node) {
+  const nodes = committedNodes();
+  const stopped = nodes[nodes.indexOf(node) - 1];
+  if (!stopped || stopped.dataset.stopped !== '1' || !node.classList.contains('assistant')) return;
+  stopped.classList.add('continued');
+  node.classList.add('continuation');
+  const first = node.firstElementChild;
+  // A reply stopped and continued more than once: its text lives where the first part was.
+  let holder = stopped;
+  for (let i = nodes.indexOf(stopped); i > 0 && !holder.querySelector(':scope > .text')
+    && holder.classList.contains('continuation'); i--) holder = nodes[i - 1];
+  const texts = holder.querySelectorAll(':scope > .text');
+  const last = texts[texts.length - 1];
+  if (first && last && first.classList.contains('text') && first.dataset.source !== undefined) {
+    renderMarkdown(last, last.dataset.source + first.dataset.source);
+    first.remove();
+  }
+}
+
+// The text of a whole reply: a continuation's together with the stopped replies it carries on.
+function replyText(node) {
+  const nodes = committedNodes();
+  const parts = [node.dataset.reply || ''];
+  for (let i = nodes.indexOf(node) - 1; i >= 0 && nodes[i].dataset.stopped === '1'
+    && nodes[i + 1].classList.contains('continuation'); i--) {
+    parts.unshift(nodes[i].dataset.reply || '');
+  }
+  return parts.join('');
+}
+
+// Continue or Retry: the chat runs again without a new message.
+async function rerun(action, button, at) {
+  button.disabled = true;
+  try {
+    await api('POST', '/chats/' + view.chatId + '/' + action);
+  } catch (error) {
+    button.disabled = false;
+    showErrorAt(at, error);
+  }
+}
+
+// A failed run is shown where it failed, after the last message: the model, the provider and
+// the address the request went to, the provider's own words, and a Retry button.
+function showRunError(error) {
+  const old = $('run-error');
+  if (old) old.remove();
+  if (!error) return;
+  const model = view.models.find((m) => m.id === view.chatModel);
+  const provider = error.provider || (model && model.provider);
+  const who = (view.chatModel ? 'model ' + view.chatModel : 'the model')
+    + (provider ? ' (provider ' + provider + ')' : '');
+  const retry = el('button', { type: 'button', class: 'retry-run' }, 'Retry');
+  const node = el('div', { id: 'run-error', class: 'msg run-error', role: 'alert' },
+    el('strong', {}, 'The reply failed'), ' — ' + who + ', ' + error.kind.replace(/_/g, ' ') + ': ',
+    el('span', { class: 'error-message' }, error.message),
+    error.url ? el('div', { class: 'error-url' }, 'Address: ', el('code', {}, error.url)) : null,
+    el('div', { class: 'run-error-actions' }, retry, ' or send a new message.'));
+  retry.addEventListener('click', () => rerun('retry', retry, node));
+  const live = $('live');
+  if (live) live.before(node);
+  else $('messages').append(node);
+  scrollToEnd();
+}
+
+// A failed attempt that will be retried is said in the reply it belongs to.
+function showRetry(data) {
+  view.retry = 'The provider failed (' + String(data.kind).replace(/_/g, ' ')
+    + (data.message ? ': ' + data.message : '') + '); trying again in '
+    + (data.delay_ms / 1000).toFixed(1) + ' s (attempt ' + data.attempt + ').';
+  renderLiveSoon();
+}
+
+// An action on one message (edit, Continue, Retry, tool results) that failed: said there.
+function showErrorAt(node, error) {
+  if (!node || !node.isConnected) { showError(error); return; }
+  const old = node.querySelector(':scope > .action-error');
+  if (old) old.remove();
+  node.append(el('div', { class: 'action-error form-error', role: 'alert' }, errorText(error)));
+}
+
+// A message that could not be sent: said under the message box, which keeps the text.
+function showComposerError(error) {
+  const node = $('composer-error');
+  node.textContent = error ? errorText(error) : '';
+  node.hidden = !error;
+}
+
 function start() {
   $('composer').addEventListener('submit', async (event) => {
     event.preventDefault();
@@ -775,11 +954,12 @@ function start() {
     const text = input.value;
     if (!text.trim()) return;
     input.value = '';
+    showComposerError(null);
     try {
       await send(text);
     } catch (error) {
       input.value = text;
-      showError(error);
+      showComposerError(error);
     }
   });
   $('input').addEventListener('keydown', (event) => {

@@ -65,6 +65,8 @@ mod tests {
             created_at: Utc::now(),
             kind,
             finish_reason: None,
+            parent_id: None,
+            siblings: Vec::new(),
         }
     }
 

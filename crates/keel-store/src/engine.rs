@@ -3,11 +3,12 @@
 
 use std::ops::RangeInclusive;
 
+use crate::types::LastError;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part, PendingToolCall};
+use keel_core::{Message, Part, PendingToolCall};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
@@ -17,9 +18,10 @@ use crate::compaction::prompt_messages;
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps};
 use crate::orphans::repair_orphans;
-use crate::rows::{MessageCols, ToolRecordCols, from_json, from_ms};
+use crate::rows::{MessageCols, ToolRecordCols, from_json, from_ms, tree_node};
 use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
+use crate::tree::{Tree, siblings_by_parent};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, MessageKind,
     NewChat, NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage, RemoteNotice,
@@ -153,6 +155,30 @@ impl SqlStore {
     }
 }
 
+/// Fills in each message's siblings (the listed messages with the same parent).
+async fn with_siblings(
+    ops: &mut dyn TxOps,
+    chat: &str,
+    mut messages: Vec<StoredMessage>,
+) -> Result<Vec<StoredMessage>> {
+    if messages.is_empty() {
+        return Ok(messages);
+    }
+    let mut parents: Vec<MessageId> = messages.iter().filter_map(|m| m.parent_id).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    let roots = messages.iter().any(|m| m.parent_id.is_none());
+    let links = ops.children_of(chat, &parents, roots).await?;
+    let groups = siblings_by_parent(&links);
+    for message in &mut messages {
+        message.siblings = groups
+            .get(&message.parent_id)
+            .cloned()
+            .unwrap_or_else(|| vec![message.id]);
+    }
+    Ok(messages)
+}
+
 fn token_hash(token: &str) -> String {
     let digest = Sha256::digest(token.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
@@ -231,6 +257,14 @@ impl Store for SqlStore {
             .await)
     }
 
+    async fn regenerate(&self, chat: ChatId, message: MessageId) -> Result<Chat> {
+        in_tx!(self, |cx| t::regenerate(&mut cx, chat, message).await)
+    }
+
+    async fn switch_branch(&self, chat: ChatId, message: MessageId) -> Result<Chat> {
+        in_tx!(self, |cx| t::switch_branch(&mut cx, chat, message).await)
+    }
+
     async fn interrupt(&self, chat: ChatId) -> Result<Chat> {
         in_tx!(self, |cx| t::interrupt(&mut cx, chat).await)
     }
@@ -273,6 +307,14 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::request_compaction(&mut cx, chat).await)
     }
 
+    async fn continue_reply(&self, chat: ChatId) -> Result<Chat> {
+        in_tx!(self, |cx| t::continue_reply(&mut cx, chat).await)
+    }
+
+    async fn retry_run(&self, chat: ChatId) -> Result<Chat> {
+        in_tx!(self, |cx| t::retry_run(&mut cx, chat).await)
+    }
+
     async fn list_messages(
         &self,
         chat: ChatId,
@@ -280,14 +322,18 @@ impl Store for SqlStore {
     ) -> Result<Vec<StoredMessage>> {
         in_read!(self, |ops| {
             Self::require_chat(ops, chat).await?;
-            Self::messages(ops.messages(&chat.to_string(), after.unwrap_or(0)).await?)
+            let id = chat.to_string();
+            let messages = Self::messages(ops.messages(&id, after.unwrap_or(0)).await?)?;
+            with_siblings(ops, &id, messages).await
         })
     }
 
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>> {
         in_read!(self, |ops| {
             Self::require_chat(ops, chat).await?;
-            Self::messages(ops.messages_after_seq(&chat.to_string(), after_seq).await?)
+            let id = chat.to_string();
+            let messages = Self::messages(ops.messages_after_seq(&id, after_seq).await?)?;
+            with_siblings(ops, &id, messages).await
         })
     }
 
@@ -301,10 +347,55 @@ impl Store for SqlStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         in_read!(self, |ops| {
             Self::require_chat(ops, chat).await?;
-            Self::all_messages(
-                ops.visible_page(&chat.to_string(), after, by_seq, limit)
-                    .await?,
-            )
+            let id = chat.to_string();
+            let messages = Self::all_messages(ops.visible_page(&id, after, by_seq, limit).await?)?;
+            with_siblings(ops, &id, messages).await
+        })
+    }
+
+    async fn branch_messages(
+        &self,
+        chat: ChatId,
+        through: MessageId,
+        after: Option<MessageId>,
+        limit: Option<usize>,
+    ) -> Result<Vec<StoredMessage>> {
+        in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            let id = chat.to_string();
+            let tree = Tree::new(
+                ops.tree(&id)
+                    .await?
+                    .into_iter()
+                    .map(tree_node)
+                    .collect::<Result<Vec<_>>>()?,
+            );
+            if tree
+                .get(through)
+                .is_none_or(|node| node.kind == MessageKind::Summary)
+            {
+                return Err(StoreError::not_found("message"));
+            }
+            let after = after.unwrap_or(0);
+            let ids: Vec<MessageId> = tree
+                .branch_through(through)
+                .into_iter()
+                .filter(|m| *m > after)
+                .filter(|m| tree.get(*m).is_some_and(|n| n.kind != MessageKind::Summary))
+                .take(limit.unwrap_or(usize::MAX))
+                .collect();
+            let messages = Self::all_messages(ops.messages_by_ids(&id, &ids).await?)?;
+            with_siblings(ops, &id, messages).await
+        })
+    }
+
+    async fn recent_messages(&self, chat: ChatId, limit: usize) -> Result<Vec<StoredMessage>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        in_read!(self, |ops| {
+            Self::require_chat(ops, chat).await?;
+            let id = chat.to_string();
+            let messages = Self::all_messages(ops.recent_messages(&id, limit).await?)?;
+            with_siblings(ops, &id, messages).await
         })
     }
 
@@ -350,7 +441,17 @@ impl Store for SqlStore {
     }
 
     async fn renew_lease(&self, lease: &Lease) -> Result<Lease> {
-        in_tx!(self, |cx| t::renew_lease(&mut cx, lease).await)
+        let mut outcomes = self.renew_leases(std::slice::from_ref(lease)).await?;
+        outcomes
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::not_found("chat")))
+    }
+
+    async fn renew_leases(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        in_tx!(self, |cx| t::renew_leases(&mut cx, leases).await)
     }
 
     async fn append_live_parts(
@@ -431,8 +532,8 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::finish_run(&mut cx, lease).await)
     }
 
-    async fn fail_run(&self, lease: &Lease, kind: ErrorKind, message: String) -> Result<()> {
-        in_tx!(self, |cx| t::fail_run(&mut cx, lease, kind, message).await)
+    async fn fail_run(&self, lease: &Lease, error: LastError) -> Result<()> {
+        in_tx!(self, |cx| t::fail_run(&mut cx, lease, error.clone()).await)
     }
 
     async fn enter_requires_action(

@@ -26,6 +26,10 @@ pub enum StoreError {
         from: ChatStatus,
         to: ChatStatus,
     },
+    /// Continuing was asked of a chat whose last message is not a reply the user stopped
+    /// ([`crate::stopped_reply`]).
+    #[error("the chat's last message is not a stopped reply that can be continued")]
+    NothingToContinue,
     /// The request is malformed: wrong tool call ids, oversize or empty content, editing a
     /// non-user message, an unusable URL.
     #[error("invalid input: {0}")]

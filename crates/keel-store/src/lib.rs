@@ -8,6 +8,8 @@
 //! Modules:
 //! * [`status`]: statuses, transitions and the state machine (source and target statuses);
 //! * [`transitions`]: what each transition checks and writes, by trigger (API, worker, sweep);
+//! * [`stopped`]: which stopped reply may be continued;
+//! * [`tree`]: the shape of a chat's message tree (branches, siblings), as pure functions;
 //! * [`orphans`]: repair of unpaired tool calls and results before prompts;
 //! * [`redact`]: database URLs with their passwords masked, for messages and logs;
 //! * [`store`]: the [`Store`] trait; `engine`: its implementation over a backend;
@@ -53,8 +55,10 @@ pub mod error;
 pub mod orphans;
 pub mod redact;
 pub mod status;
+pub mod stopped;
 pub mod store;
 pub mod transitions;
+pub mod tree;
 pub mod types;
 
 mod engine;
@@ -72,6 +76,7 @@ pub use orphans::repair_orphans;
 pub use postgres::NOTICE_CHANNEL;
 pub use redact::redact_url;
 pub use status::{ChatStatus, Transition, allowed};
+pub use stopped::stopped_reply;
 pub use store::Store;
 pub use transitions::RECOVERY_SEQ_GAP;
 pub use types::*;

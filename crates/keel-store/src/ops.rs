@@ -16,6 +16,9 @@ use crate::types::{ChangeNotice, RemoteNotice};
 /// and the payloads as a JSON array.
 pub(crate) type LiveRow = (String, i64, i64, String);
 
+/// One message of a chat's tree as stored: id, parent id, role and kind.
+pub(crate) type TreeRow = (i64, Option<i64>, String, String);
+
 #[async_trait]
 pub(crate) trait TxOps: Send {
     /// Reads a chat row, locking it until the transaction ends.
@@ -50,9 +53,6 @@ pub(crate) trait TxOps: Send {
     async fn expired_actions(&mut self, now: i64, limit: i64) -> Result<Vec<String>>;
 
     async fn insert_messages(&mut self, messages: &[MessageCols]) -> Result<()>;
-    /// A message that is not soft-deleted.
-    async fn get_message(&mut self, chat: &str, id: i64) -> Result<Option<MessageCols>>;
-    async fn replace_message(&mut self, message: &MessageCols) -> Result<()>;
     /// Writes a committed step: its messages, the emptied live-part log, the dropped
     /// checkpoint (superseded by what is committed) and the chat row. A backend may send
     /// these as one round trip.
@@ -62,13 +62,12 @@ pub(crate) trait TxOps: Send {
         self.delete_checkpoint(&chat.id).await?;
         self.update_chat(chat).await
     }
-    async fn soft_delete_after(&mut self, chat: &str, id: i64) -> Result<u64>;
-    /// Live (not soft-deleted) messages with an id above `after`, in id order.
+    /// Messages of the current branch with an id above `after`, in id order.
     async fn messages(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
-    /// Live messages committed at an event sequence above `after`, in sequence order.
+    /// Messages of the current branch numbered above `after`, in sequence order.
     async fn messages_after_seq(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
-    /// At most `limit` messages clients see (live, no summaries) after `after`: by id, or by
-    /// event sequence when `by_seq`.
+    /// At most `limit` messages clients see (on the current branch, no summaries) after
+    /// `after`: by id, or by event sequence when `by_seq`.
     async fn visible_page(
         &mut self,
         chat: &str,
@@ -76,6 +75,24 @@ pub(crate) trait TxOps: Send {
         by_seq: bool,
         limit: i64,
     ) -> Result<Vec<MessageCols>>;
+    /// Every message of the chat's tree, in id order (rows an edit soft-deleted before
+    /// branches existed are not part of it).
+    async fn tree(&mut self, chat: &str) -> Result<Vec<TreeRow>>;
+    /// `(id, parent)` of the listed messages (no summaries) whose parent is one of
+    /// `parents`, or that have none when `roots`, in id order.
+    async fn children_of(
+        &mut self,
+        chat: &str,
+        parents: &[i64],
+        roots: bool,
+    ) -> Result<Vec<(i64, Option<i64>)>>;
+    /// Makes `path` (`(id, event sequence)`, from the first message on) the current
+    /// branch, numbering its messages anew.
+    async fn set_branch(&mut self, chat: &str, path: &[(i64, i64)]) -> Result<()>;
+    /// The messages with these ids, in id order.
+    async fn messages_by_ids(&mut self, chat: &str, ids: &[i64]) -> Result<Vec<MessageCols>>;
+    /// The last `limit` messages clients see of the current branch, in id order.
+    async fn recent_messages(&mut self, chat: &str, limit: i64) -> Result<Vec<MessageCols>>;
 
     async fn queue(&mut self, chat: &str) -> Result<Vec<QueuedCols>>;
     async fn insert_queued(&mut self, q: &QueuedCols) -> Result<()>;
@@ -97,6 +114,8 @@ pub(crate) trait TxOps: Send {
     async fn lock_chats(&mut self, ids: &[String]) -> Result<Vec<ChatCols>>;
     /// Advances the event counters of several chats in one statement.
     async fn set_event_seqs(&mut self, seqs: &[(String, i64)]) -> Result<()>;
+    /// Sets the lease expiry (ms since the epoch) of several chats in one statement.
+    async fn set_lease_expiries(&mut self, expiries: &[(String, i64)]) -> Result<()>;
     async fn clear_live(&mut self, chat: &str) -> Result<()>;
     /// Batches holding entries after `after`, as `(first_seq, payloads JSON array)`.
     async fn live_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;

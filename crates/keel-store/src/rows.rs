@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::error::{Result, StoreError};
 use crate::status::ChatStatus;
+use crate::tree::Node;
 use crate::types::{
     Chat, LastError, MessageKind, QueuedMessage, StoredMessage, ToolRecord, ToolState,
 };
@@ -74,6 +75,10 @@ pub(crate) struct ChatCols {
     pub created_at: i64,
     pub updated_at: i64,
     pub compact_requested: bool,
+    pub last_error_provider: Option<String>,
+    pub last_error_url: Option<String>,
+    pub leaf_id: i64,
+    pub branch_seq: i64,
 }
 
 impl ChatCols {
@@ -106,6 +111,10 @@ impl ChatCols {
             created_at: ms(c.created_at),
             updated_at: ms(c.updated_at),
             compact_requested: c.compact_requested,
+            last_error_provider: c.last_error.as_ref().and_then(|e| e.provider.clone()),
+            last_error_url: c.last_error.as_ref().and_then(|e| e.url.clone()),
+            leaf_id: c.leaf_id,
+            branch_seq: c.branch_seq,
         })
     }
 
@@ -119,6 +128,8 @@ impl ChatCols {
                     },
                 )?,
                 message: message.unwrap_or_default(),
+                provider: self.last_error_provider,
+                url: self.last_error_url,
             }),
             (None, _) => None,
         };
@@ -149,6 +160,8 @@ impl ChatCols {
             created_at: from_ms(self.created_at),
             updated_at: from_ms(self.updated_at),
             compact_requested: self.compact_requested,
+            leaf_id: self.leaf_id,
+            branch_seq: self.branch_seq,
             queued: Vec::new(),
         })
     }
@@ -170,6 +183,7 @@ pub(crate) struct MessageCols {
     pub created_at: i64,
     pub kind: String,
     pub finish_reason: Option<String>,
+    pub parent_id: Option<i64>,
 }
 
 /// A finish reason as its bare snake_case name (`pause_turn`), as the API spells it.
@@ -215,6 +229,7 @@ impl MessageCols {
             created_at: ms(m.created_at),
             kind: m.kind.as_str().to_owned(),
             finish_reason: m.finish_reason.map(finish_name).transpose()?,
+            parent_id: m.parent_id,
         })
     }
 
@@ -246,8 +261,28 @@ impl MessageCols {
                 source: serde::de::Error::custom(format!("unknown kind {:?}", self.kind)),
             })?,
             finish_reason: self.finish_reason.map(parse_finish).transpose()?,
+            parent_id: self.parent_id,
+            siblings: Vec::new(),
         })
     }
+}
+
+/// One row of a chat's tree as [`crate::tree`] takes it.
+pub(crate) fn tree_node((id, parent, role, kind): crate::ops::TreeRow) -> Result<Node> {
+    Ok(Node {
+        id,
+        parent,
+        role: serde_json::from_value(serde_json::Value::String(role)).map_err(|source| {
+            StoreError::Corrupt {
+                what: "messages.role",
+                source,
+            }
+        })?,
+        kind: MessageKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
+            what: "messages.kind",
+            source: serde::de::Error::custom(format!("unknown kind {kind:?}")),
+        })?,
+    })
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]

@@ -12,14 +12,16 @@ macro_rules! chat_columns {
         "id, owner, title, model, status, archived, max_steps, system_prompt, tools, \
          worker_id, lease_expires_at, version, history_version, event_seq, last_message_id, \
          last_error_kind, last_error_message, retry_state, pending_tool_calls, \
-         pending_deadline, created_at, updated_at, compact_requested"
+         pending_deadline, created_at, updated_at, compact_requested, last_error_provider, \
+         last_error_url, leaf_id, branch_seq"
     };
 }
 
 macro_rules! message_columns {
     () => {
         "chat_id, id, role, parts, content_version, usage, context_limit, runtime_ms, \
-         interrupted, provider_response_id, event_seq, created_at, kind, finish_reason"
+         interrupted, provider_response_id, event_seq, created_at, kind, finish_reason, \
+         parent_id"
     };
 }
 
@@ -84,7 +86,7 @@ macro_rules! tx_ops {
                     "INSERT INTO chats (",
                     chat_columns!(),
                     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-                     $15, $16, $17, $18, $19, $20, $21, $22, $23)"
+                     $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)"
                 );
                 sqlx::query(SQL)
                     .bind(&c.id)
@@ -110,6 +112,10 @@ macro_rules! tx_ops {
                     .bind(c.created_at)
                     .bind(c.updated_at)
                     .bind(c.compact_requested)
+                    .bind(&c.last_error_provider)
+                    .bind(&c.last_error_url)
+                    .bind(c.leaf_id)
+                    .bind(c.branch_seq)
                     .execute(self.conn().await?)
                     .await?;
                 Ok(())
@@ -125,7 +131,8 @@ macro_rules! tx_ops {
                     history_version = $12, event_seq = $13, last_message_id = $14, \
                     last_error_kind = $15, last_error_message = $16, retry_state = $17, \
                     pending_tool_calls = $18, pending_deadline = $19, updated_at = $20, \
-                    compact_requested = $21 WHERE id = $1";
+                    compact_requested = $21, last_error_provider = $22, \
+                    last_error_url = $23, leaf_id = $24, branch_seq = $25 WHERE id = $1";
                 sqlx::query(SQL)
                     .bind(&c.id)
                     .bind(&c.title)
@@ -148,6 +155,10 @@ macro_rules! tx_ops {
                     .bind(c.pending_deadline)
                     .bind(c.updated_at)
                     .bind(c.compact_requested)
+                    .bind(&c.last_error_provider)
+                    .bind(&c.last_error_url)
+                    .bind(c.leaf_id)
+                    .bind(c.branch_seq)
                     .execute(self.conn().await?)
                     .await?;
                 Ok(())
@@ -267,7 +278,8 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!(
                     "INSERT INTO messages (",
                     message_columns!(),
-                    ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, FALSE)"
+                    ", deleted, on_branch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+                     $12, $13, $14, $15, FALSE, TRUE)"
                 );
                 for m in messages {
                     sqlx::query(SQL)
@@ -285,61 +297,11 @@ macro_rules! tx_ops {
                         .bind(m.created_at)
                         .bind(&m.kind)
                         .bind(&m.finish_reason)
+                        .bind(m.parent_id)
                         .execute(self.conn().await?)
                         .await?;
                 }
                 Ok(())
-            }
-
-            async fn get_message(
-                &mut self,
-                chat: &str,
-                id: i64,
-            ) -> $crate::error::Result<Option<$crate::rows::MessageCols>> {
-                const SQL: &str = concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    " FROM messages WHERE chat_id = $1 AND id = $2 AND NOT deleted"
-                );
-                Ok(sqlx::query_as(SQL)
-                    .bind(chat)
-                    .bind(id)
-                    .fetch_optional(self.conn().await?)
-                    .await?)
-            }
-
-            async fn replace_message(
-                &mut self,
-                m: &$crate::rows::MessageCols,
-            ) -> $crate::error::Result<()> {
-                sqlx::query(
-                    "UPDATE messages SET parts = $3, content_version = $4, event_seq = $5 \
-                     WHERE chat_id = $1 AND id = $2",
-                )
-                .bind(&m.chat_id)
-                .bind(m.id)
-                .bind(&m.parts)
-                .bind(m.content_version)
-                .bind(m.event_seq)
-                .execute(self.conn().await?)
-                .await?;
-                Ok(())
-            }
-
-            async fn soft_delete_after(
-                &mut self,
-                chat: &str,
-                id: i64,
-            ) -> $crate::error::Result<u64> {
-                Ok(sqlx::query(
-                    "UPDATE messages SET deleted = TRUE \
-                     WHERE chat_id = $1 AND id > $2 AND NOT deleted",
-                )
-                .bind(chat)
-                .bind(id)
-                .execute(self.conn().await?)
-                .await?
-                .rows_affected())
             }
 
             async fn messages(
@@ -350,7 +312,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!(
                     "SELECT ",
                     message_columns!(),
-                    " FROM messages WHERE chat_id = $1 AND id > $2 AND NOT deleted ORDER BY id"
+                    " FROM messages WHERE chat_id = $1 AND id > $2 AND on_branch ORDER BY id"
                 );
                 Ok(sqlx::query_as(SQL)
                     .bind(chat)
@@ -367,7 +329,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!(
                     "SELECT ",
                     message_columns!(),
-                    " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND NOT deleted \
+                    " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND on_branch \
                      ORDER BY event_seq"
                 );
                 Ok(sqlx::query_as(SQL)
@@ -387,13 +349,13 @@ macro_rules! tx_ops {
                 const BY_ID: &str = concat!(
                     "SELECT ",
                     message_columns!(),
-                    " FROM messages WHERE chat_id = $1 AND id > $2 AND NOT deleted \
+                    " FROM messages WHERE chat_id = $1 AND id > $2 AND on_branch \
                      AND COALESCE(kind, '') <> 'summary' ORDER BY id LIMIT $3"
                 );
                 const BY_SEQ: &str = concat!(
                     "SELECT ",
                     message_columns!(),
-                    " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND NOT deleted \
+                    " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND on_branch \
                      AND COALESCE(kind, '') <> 'summary' ORDER BY event_seq LIMIT $3"
                 );
                 Ok(sqlx::query_as(if by_seq { BY_SEQ } else { BY_ID })
@@ -402,6 +364,129 @@ macro_rules! tx_ops {
                     .bind(limit)
                     .fetch_all(self.conn().await?)
                     .await?)
+            }
+
+            async fn tree(
+                &mut self,
+                chat: &str,
+            ) -> $crate::error::Result<Vec<$crate::ops::TreeRow>> {
+                Ok(sqlx::query_as(
+                    "SELECT id, parent_id, role, kind FROM messages \
+                     WHERE chat_id = $1 AND NOT deleted ORDER BY id",
+                )
+                .bind(chat)
+                .fetch_all(self.conn().await?)
+                .await?)
+            }
+
+            async fn children_of(
+                &mut self,
+                chat: &str,
+                parents: &[i64],
+                roots: bool,
+            ) -> $crate::error::Result<Vec<(i64, Option<i64>)>> {
+                let mut query = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT id, parent_id FROM messages WHERE chat_id = ",
+                );
+                query.push_bind(chat).push(
+                    " AND NOT deleted AND COALESCE(kind, '') <> 'summary' AND (",
+                );
+                query.push(if roots { "parent_id IS NULL" } else { "FALSE" });
+                // Bound well below SQLite's limit of bound parameters per statement; a
+                // page of messages has far fewer parents.
+                for chunk in parents.chunks(2000) {
+                    query.push(" OR parent_id IN (");
+                    let mut list = query.separated(", ");
+                    for parent in chunk {
+                        list.push_bind(*parent);
+                    }
+                    query.push(")");
+                }
+                query.push(") ORDER BY id");
+                Ok(query
+                    .build_query_as::<(i64, Option<i64>)>()
+                    .fetch_all(self.conn().await?)
+                    .await?)
+            }
+
+            async fn set_branch(
+                &mut self,
+                chat: &str,
+                path: &[(i64, i64)],
+            ) -> $crate::error::Result<()> {
+                sqlx::query("UPDATE messages SET on_branch = FALSE WHERE chat_id = $1 AND on_branch")
+                    .bind(chat)
+                    .execute(self.conn().await?)
+                    .await?;
+                for chunk in path.chunks(1000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "UPDATE messages SET on_branch = TRUE, event_seq = CASE id",
+                    );
+                    for (id, seq) in chunk {
+                        query
+                            .push(" WHEN ")
+                            .push_bind(*id)
+                            .push(" THEN ")
+                            .push_bind(*seq);
+                    }
+                    query.push(" ELSE event_seq END WHERE chat_id = ");
+                    query.push_bind(chat).push(" AND id IN (");
+                    let mut list = query.separated(", ");
+                    for (id, _) in chunk {
+                        list.push_bind(*id);
+                    }
+                    query.push(")");
+                    query.build().execute(self.conn().await?).await?;
+                }
+                Ok(())
+            }
+
+            async fn messages_by_ids(
+                &mut self,
+                chat: &str,
+                ids: &[i64],
+            ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
+                let mut found = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(2000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
+                        "SELECT ",
+                        message_columns!(),
+                        " FROM messages WHERE chat_id = "
+                    ));
+                    query.push_bind(chat).push(" AND id IN (");
+                    let mut list = query.separated(", ");
+                    for id in chunk {
+                        list.push_bind(*id);
+                    }
+                    query.push(") ORDER BY id");
+                    found.extend(
+                        query
+                            .build_query_as::<$crate::rows::MessageCols>()
+                            .fetch_all(self.conn().await?)
+                            .await?,
+                    );
+                }
+                Ok(found)
+            }
+
+            async fn recent_messages(
+                &mut self,
+                chat: &str,
+                limit: i64,
+            ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
+                const SQL: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND on_branch \
+                     AND COALESCE(kind, '') <> 'summary' ORDER BY id DESC LIMIT $2"
+                );
+                let mut rows: Vec<$crate::rows::MessageCols> = sqlx::query_as(SQL)
+                    .bind(chat)
+                    .bind(limit)
+                    .fetch_all(self.conn().await?)
+                    .await?;
+                rows.reverse();
+                Ok(rows)
             }
 
             async fn queue(
@@ -546,6 +631,32 @@ macro_rules! tx_ops {
                             .push_bind(*seq);
                     }
                     query.push(" ELSE event_seq END WHERE id IN (");
+                    let mut list = query.separated(", ");
+                    for (id, _) in chunk {
+                        list.push_bind(id.as_str());
+                    }
+                    query.push(")");
+                    query.build().execute(self.conn().await?).await?;
+                }
+                Ok(())
+            }
+
+            async fn set_lease_expiries(
+                &mut self,
+                expiries: &[(String, i64)],
+            ) -> $crate::error::Result<()> {
+                for chunk in expiries.chunks(2000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "UPDATE chats SET lease_expires_at = CASE id",
+                    );
+                    for (id, expires_at) in chunk {
+                        query
+                            .push(" WHEN ")
+                            .push_bind(id.as_str())
+                            .push(" THEN ")
+                            .push_bind(*expires_at);
+                    }
+                    query.push(" ELSE lease_expires_at END WHERE id IN (");
                     let mut list = query.separated(", ");
                     for (id, _) in chunk {
                         list.push_bind(id.as_str());

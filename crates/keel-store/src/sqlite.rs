@@ -113,7 +113,8 @@ tx_ops!(
             const SQL: &str = concat!(
                 "INSERT INTO messages (",
                 message_columns!(),
-                ", deleted) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $32, $34, FALSE); \
+                ", deleted, on_branch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+                 $32, $34, $37, FALSE, TRUE); \
                  DELETE FROM live_parts WHERE chat_id = $1; \
                  DELETE FROM checkpoints WHERE chat_id = $1; \
                  UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
@@ -121,7 +122,9 @@ tx_ops!(
                  lease_expires_at = $21, version = $22, history_version = $23, \
                  event_seq = $24, last_message_id = $25, last_error_kind = $26, \
                  last_error_message = $27, retry_state = $28, pending_tool_calls = $29, \
-                 pending_deadline = $30, updated_at = $31, compact_requested = $33 WHERE id = $1"
+                 pending_deadline = $30, updated_at = $31, compact_requested = $33, \
+                 last_error_provider = $35, last_error_url = $36, leaf_id = $38, \
+                 branch_seq = $39 WHERE id = $1"
             );
             if m.chat_id != c.id {
                 return Err(StoreError::invalid(
@@ -163,6 +166,11 @@ tx_ops!(
                 .bind(&m.kind)
                 .bind(c.compact_requested)
                 .bind(&m.finish_reason)
+                .bind(&c.last_error_provider)
+                .bind(&c.last_error_url)
+                .bind(m.parent_id)
+                .bind(c.leaf_id)
+                .bind(c.branch_seq)
                 .execute(self.conn().await?)
                 .await?;
             Ok(())

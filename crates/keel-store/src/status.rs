@@ -105,10 +105,14 @@ pub enum Transition {
     CommitSummary,
     UpdateChat,
     NameChat,
+    ContinueReply,
+    RetryRun,
+    SwitchBranch,
+    Regenerate,
 }
 
 impl Transition {
-    pub const ALL: [Transition; 28] = [
+    pub const ALL: [Transition; 32] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -137,6 +141,10 @@ impl Transition {
         Transition::CommitSummary,
         Transition::UpdateChat,
         Transition::NameChat,
+        Transition::ContinueReply,
+        Transition::RetryRun,
+        Transition::SwitchBranch,
+        Transition::Regenerate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -169,6 +177,10 @@ impl Transition {
             Transition::CommitSummary => "commit summary",
             Transition::UpdateChat => "update chat",
             Transition::NameChat => "name chat",
+            Transition::ContinueReply => "continue reply",
+            Transition::RetryRun => "retry run",
+            Transition::SwitchBranch => "switch branch",
+            Transition::Regenerate => "regenerate",
         }
     }
 }
@@ -273,6 +285,19 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
 
         (RequestCompaction, Waiting | Error) => Some(RUNNING),
         (RequestCompaction, Running | Interrupting | RequiresAction) => None,
+
+        // An idle chat whose last message is a reply the user stopped: the model carries on.
+        (ContinueReply, Waiting | Error) => Some(RUNNING),
+        (ContinueReply, Running | Interrupting | RequiresAction) => None,
+        // The failed turn runs again, with nothing added to the history.
+        (RetryRun, Error) => Some(RUNNING),
+        (RetryRun, Waiting | Running | Interrupting | RequiresAction) => None,
+        // Only while nothing is in progress: a run (or calls waiting for their results)
+        // belongs to the branch it started on.
+        (SwitchBranch, Waiting | Error) => Some(Target::Stays),
+        (SwitchBranch, Running | Interrupting | RequiresAction) => None,
+        (Regenerate, Waiting | Error) => Some(RUNNING),
+        (Regenerate, Running | Interrupting | RequiresAction) => None,
     }
 }
 
@@ -311,7 +336,7 @@ impl Transition {
         match self {
             CreateChat | SendMessage | EditMessage | Interrupt | SubmitToolResults
             | DeleteQueued | PromoteQueued | Archive | Unarchive | Delete | RequestCompaction
-            | UpdateChat => Trigger::Api,
+            | UpdateChat | ContinueReply | RetryRun | SwitchBranch | Regenerate => Trigger::Api,
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
             | CommitStep | CommitSummary | FinishInterruption | FinishRun | FailRun
             | EnterRequiresAction | ReleaseOnShutdown | NameChat => Trigger::Worker,
@@ -458,6 +483,8 @@ mod tests {
         only(Transition::PutCheckpoint, &[Running, Interrupting]);
         only(Transition::RequestCompaction, &[Waiting, Error]);
         only(Transition::CommitSummary, &[Running]);
+        only(Transition::ContinueReply, &[Waiting, Error]);
+        only(Transition::RetryRun, &[Error]);
         only(Transition::SendMessage, &ChatStatus::ALL);
         only(Transition::EditMessage, &ChatStatus::ALL);
         only(Transition::Interrupt, &ChatStatus::ALL);

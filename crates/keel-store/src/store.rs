@@ -2,10 +2,11 @@
 
 use std::ops::RangeInclusive;
 
+use crate::types::LastError;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
-use keel_core::{ErrorKind, Message, Part, PendingToolCall};
+use keel_core::{Message, Part, PendingToolCall};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -41,12 +42,20 @@ pub trait Store: Send + Sync {
         busy: Busy,
         idempotency_key: Option<&str>,
     ) -> Result<SendOutcome>;
+    /// Edits a user message: the new content becomes a sibling of it on a new current
+    /// branch, and a run starts on it; the old branch stays stored (`edit message`).
     async fn edit_message(
         &self,
         chat: ChatId,
         message: MessageId,
         parts: Vec<Part>,
     ) -> Result<Chat>;
+    /// Starts a run that writes a new reply beside a reply (given as the reply or as the
+    /// user message before it), on an idle chat (`regenerate`).
+    async fn regenerate(&self, chat: ChatId, message: MessageId) -> Result<Chat>;
+    /// Makes the branch through a message, to its newest leaf, the current one, on an idle
+    /// chat (`switch branch`).
+    async fn switch_branch(&self, chat: ChatId, message: MessageId) -> Result<Chat>;
     async fn interrupt(&self, chat: ChatId) -> Result<Chat>;
     async fn submit_tool_results(
         &self,
@@ -64,14 +73,22 @@ pub trait Store: Send + Sync {
     async fn name_chat(&self, chat: ChatId, title: &str) -> Result<bool>;
     /// Asks for a compaction of an idle (`waiting` or `error`) chat; a conflict otherwise.
     async fn request_compaction(&self, chat: ChatId) -> Result<Chat>;
+    /// Has the model carry on the reply the user stopped (`continue reply`): the chat must
+    /// be idle and its last message such a reply ([`crate::stopped_reply`]), else
+    /// [`crate::StoreError::NothingToContinue`].
+    async fn continue_reply(&self, chat: ChatId) -> Result<Chat>;
+    /// Runs the failed turn of a chat in `error` again (`retry run`).
+    async fn retry_run(&self, chat: ChatId) -> Result<Chat>;
 
-    /// Live messages with an id above `after`, in order; summaries are not among them.
+    /// The messages of the current branch with an id above `after`, in order, with their
+    /// siblings; summaries are not among them.
     async fn list_messages(
         &self,
         chat: ChatId,
         after: Option<MessageId>,
     ) -> Result<Vec<StoredMessage>>;
-    /// Live messages committed at an event sequence above `after_seq`, in order.
+    /// The messages of the current branch numbered above `after_seq`, in order, with their
+    /// siblings.
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>>;
     /// One page of what [`Self::list_messages`] (`by_seq` false: after a message id) or
     /// [`Self::messages_after_seq`] (`by_seq` true: after an event sequence) returns: at most
@@ -84,6 +101,17 @@ pub trait Store: Send + Sync {
         by_seq: bool,
         limit: usize,
     ) -> Result<Vec<StoredMessage>>;
+    /// What [`Self::list_messages`] lists, of the branch through `through` (to its newest
+    /// leaf) instead of the current one: at most `limit` messages.
+    async fn branch_messages(
+        &self,
+        chat: ChatId,
+        through: MessageId,
+        after: Option<MessageId>,
+        limit: Option<usize>,
+    ) -> Result<Vec<StoredMessage>>;
+    /// The last `limit` messages [`Self::list_messages`] lists, in order.
+    async fn recent_messages(&self, chat: ChatId, limit: usize) -> Result<Vec<StoredMessage>>;
     /// The live parts of the step in progress after `after_seq`.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
     /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired
@@ -97,7 +125,13 @@ pub trait Store: Send + Sync {
     /// Claims up to `limit` runnable chats (running or interrupting, and unowned or with
     /// an expired lease).
     async fn acquire(&self, worker_id: &str, limit: usize) -> Result<Vec<Lease>>;
+    /// Extends a lease (and returns the chat's status with it, so the run sees an
+    /// interrupt even when its notice was lost). Changes nothing a client sees: no new
+    /// snapshot version, no change notice.
     async fn renew_lease(&self, lease: &Lease) -> Result<Lease>;
+    /// Extends the leases of several runs in one transaction, each fenced on its own: one
+    /// outcome per lease, in order.
+    async fn renew_leases(&self, leases: &[Lease]) -> Result<Vec<Result<Lease>>>;
     /// Appends live parts; returns the event sequence numbers they got.
     async fn append_live_parts(
         &self,
@@ -127,7 +161,7 @@ pub trait Store: Send + Sync {
     async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()>;
     async fn finish_interruption(&self, lease: &Lease) -> Result<Next>;
     async fn finish_run(&self, lease: &Lease) -> Result<Next>;
-    async fn fail_run(&self, lease: &Lease, kind: ErrorKind, message: String) -> Result<()>;
+    async fn fail_run(&self, lease: &Lease, error: LastError) -> Result<()>;
     async fn enter_requires_action(
         &self,
         lease: &Lease,

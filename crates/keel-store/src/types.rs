@@ -21,6 +21,24 @@ pub type MessageId = i64;
 pub struct LastError {
     pub kind: ErrorKind,
     pub message: String,
+    /// The configured name of the provider whose request failed, when one did.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// The address that request went to, without its query or credentials.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+impl LastError {
+    /// An error with no provider request behind it.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            provider: None,
+            url: None,
+        }
+    }
 }
 
 /// One chat row plus its queue.
@@ -40,12 +58,19 @@ pub struct Chat {
     pub lease_expires_at: Option<DateTime<Utc>>,
     /// Grows with every transition.
     pub version: i64,
-    /// Grows when history is rewritten (an edit); worker writes are fenced on it.
+    /// Grows when the current branch changes (an edit, a regenerate, a switch); worker
+    /// writes are fenced on it.
     pub history_version: i64,
     /// The last event sequence number used; every chat event gets the next one.
     pub event_seq: i64,
     /// The last message id handed out.
     pub last_message_id: MessageId,
+    /// The newest message of the current branch (0 before the first): the next message
+    /// is its child.
+    pub leaf_id: MessageId,
+    /// The event sequence number of the last change of the current branch (0: never
+    /// changed); every message of the current branch is numbered above it.
+    pub branch_seq: i64,
     pub last_error: Option<LastError>,
     /// The worker's retry bookkeeping, opaque to the store.
     pub retry_state: Option<Value>,
@@ -74,14 +99,16 @@ pub struct StoredMessage {
     pub chat_id: ChatId,
     pub role: Role,
     pub parts: Vec<Part>,
-    /// Starts at 1 and grows each time the message's content is replaced by an edit.
+    /// Always 1: an edit adds a sibling instead of replacing the content (kept for the
+    /// rows written before branches).
     pub content_version: i64,
     pub usage: Option<Usage>,
     pub context_limit: Option<i64>,
     pub runtime_ms: Option<i64>,
     pub interrupted: bool,
     pub provider_response_id: Option<String>,
-    /// The event sequence number the message was (last) committed at.
+    /// The event sequence number the message was last numbered at: when it was committed,
+    /// or when a change of the current branch brought it back (see `Chat::branch_seq`).
     pub event_seq: i64,
     pub created_at: DateTime<Utc>,
     pub kind: MessageKind,
@@ -89,6 +116,13 @@ pub struct StoredMessage {
     /// messages and on those stored before it was recorded.
     #[serde(default)]
     pub finish_reason: Option<FinishReason>,
+    /// The message before this one on its branch; `None` for a chat's first message.
+    #[serde(default)]
+    pub parent_id: Option<MessageId>,
+    /// The listed messages with the same parent (this one included), in creation order.
+    /// Filled by the reads that list messages for clients; empty elsewhere.
+    #[serde(default)]
+    pub siblings: Vec<MessageId>,
 }
 
 /// What a stored message is to the conversation.

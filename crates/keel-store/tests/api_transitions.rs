@@ -15,7 +15,7 @@ both_backends!(
     create_then_read,
     send_to_idle_chat_starts_a_run,
     busy_queue_and_interrupt,
-    edit_truncates_and_fences,
+    edit_branches_and_fences,
     edit_rejects_bad_targets,
     interrupt_moves,
     tool_results_round_trip,
@@ -138,7 +138,7 @@ async fn queue_limit_is_enforced() {
     }
 }
 
-async fn edit_truncates_and_fences(db: TestDb) {
+async fn edit_branches_and_fences(db: TestDb) {
     let s = &db.store;
     let chat = create(s, "first").await;
     let lease = claim(s, "w1", chat.id).await;
@@ -157,10 +157,16 @@ async fn edit_truncates_and_fences(db: TestDb) {
     assert_eq!(edited.history_version, chat.history_version + 1);
     assert_eq!(edited.worker_id, None);
     assert!(edited.queued.is_empty());
+    // The edit is a new first message beside the old one, which keeps its reply.
     let msgs = s.list_messages(chat.id, None).await.unwrap();
     assert_eq!(msgs.len(), 1);
+    assert_eq!((msgs[0].id, msgs[0].parent_id), (3, None));
     assert_eq!(msgs[0].parts, text("first, edited"));
-    assert_eq!(msgs[0].content_version, 2);
+    assert_eq!(msgs[0].siblings, vec![1, 3]);
+    let old = s.branch_messages(chat.id, 1, None, None).await.unwrap();
+    assert_eq!(old.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(old[0].parts, text("first"));
+    assert_eq!(old[1].parent_id, Some(1));
     assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
     // The worker that generated from the old history is fenced out.
     let err = s
@@ -194,7 +200,10 @@ async fn edit_truncates_and_fences(db: TestDb) {
         .commit_step(&lease2, vec![assistant("new")])
         .await
         .unwrap();
-    assert_eq!(ids, vec![3]);
+    assert_eq!(ids, vec![4]);
+    let msgs = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(msgs[1].parent_id, Some(3));
+    assert_eq!(s.get_chat(chat.id).await.unwrap().leaf_id, 4);
 }
 
 async fn edit_rejects_bad_targets(db: TestDb) {
@@ -332,9 +341,12 @@ async fn queued_messages_delete_and_promote(db: TestDb) {
     let Next::Continue { lease, .. } = s.finish_run(&lease).await.unwrap() else {
         panic!()
     };
-    s.fail_run(&lease, ErrorKind::Server, "boom".into())
-        .await
-        .unwrap();
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(ErrorKind::Server, "boom"),
+    )
+    .await
+    .unwrap();
     let q = match send(s, chat.id, "x", Busy::Queue).await {
         SendOutcome::Started { .. } => None,
         SendOutcome::Queued { queue_id } => Some(queue_id),

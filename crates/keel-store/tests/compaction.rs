@@ -92,9 +92,12 @@ async fn unanswered_user_messages_survive_a_summary(db: TestDb) {
     let s = &db.store;
     let chat = create(s, "first task").await;
     let lease = claim(s, "w0", chat.id).await;
-    s.fail_run(&lease, ErrorKind::Server, "boom".into())
-        .await
-        .unwrap();
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(ErrorKind::Server, "boom"),
+    )
+    .await
+    .unwrap();
     // The first task was never answered; the user then asks for a compaction.
     s.request_compaction(chat.id).await.unwrap();
     let lease = claim(s, "w1", chat.id).await;
@@ -150,9 +153,12 @@ async fn requested_compaction_runs_only_on_idle_chats(db: TestDb) {
     // A failed compaction leaves no request behind either.
     s.request_compaction(chat.id).await.unwrap();
     let lease = claim(s, "w0", chat.id).await;
-    s.fail_run(&lease, ErrorKind::Server, "boom".into())
-        .await
-        .unwrap();
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(ErrorKind::Server, "boom"),
+    )
+    .await
+    .unwrap();
     let failed = s.get_chat(chat.id).await.unwrap();
     assert_eq!(failed.status, ChatStatus::Error);
     assert!(!failed.compact_requested);

@@ -124,10 +124,30 @@ fn a_chat_of_the_first_release(id: &str) -> String {
     )
 }
 
+/// A chat whose question was edited before branches existed: the first reply was
+/// soft-deleted, the second answers the edited question.
+fn an_edited_chat_of_the_first_release(id: &str) -> String {
+    let user = serde_json::to_string(&vec![Part::text("question, edited")]).unwrap();
+    let reply = serde_json::to_string(&vec![Part::text("answer")]).unwrap();
+    format!(
+        "INSERT INTO chats (id, owner, model, status, archived, version, history_version, \
+         event_seq, last_message_id, created_at, updated_at) \
+         VALUES ('{id}', 'alice', 'm', 'waiting', FALSE, 6, 2, 4, 3, 1000, 1000); \
+         INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
+         event_seq, created_at, deleted) VALUES \
+         ('{id}', 1, 'user', '{user}', 2, FALSE, 3, 1000, FALSE), \
+         ('{id}', 2, 'assistant', '{reply}', 1, FALSE, 2, 1000, TRUE), \
+         ('{id}', 3, 'assistant', '{reply}', 1, FALSE, 4, 1000, FALSE);"
+    )
+}
+
 async fn upgrade_and_continue(url: &str, migrator: &Migrator) {
     let mut conn = Conn::first_release(url, migrator).await;
     let id = uuid::Uuid::new_v4();
     conn.execute(&a_chat_of_the_first_release(&id.to_string()))
+        .await;
+    let edited = uuid::Uuid::new_v4();
+    conn.execute(&an_edited_chat_of_the_first_release(&edited.to_string()))
         .await;
     drop(conn);
 
@@ -144,6 +164,23 @@ async fn upgrade_and_continue(url: &str, migrator: &Migrator) {
         .await
         .unwrap();
     assert!(matches!(outcome, SendOutcome::Started { message_id: 3 }));
+    // Existing chats became a single chain ending at their last message.
+    let messages = store.list_messages(id, None).await.unwrap();
+    let links: Vec<_> = messages.iter().map(|m| (m.id, m.parent_id)).collect();
+    assert_eq!(links, vec![(1, None), (2, Some(1)), (3, Some(2))]);
+    // Rows an edit deleted stay out of the tree: no branch, no sibling.
+    let chat = store.get_chat(edited).await.unwrap();
+    assert_eq!(chat.leaf_id, 3);
+    let messages = store.list_messages(edited, None).await.unwrap();
+    let links: Vec<_> = messages
+        .iter()
+        .map(|m| (m.id, m.parent_id, m.siblings.clone()))
+        .collect();
+    assert_eq!(links, vec![(1, None, vec![1]), (3, Some(1), vec![3])]);
+    assert!(matches!(
+        store.switch_branch(edited, 2).await.unwrap_err(),
+        keel_store::StoreError::NotFound { .. }
+    ));
 }
 
 #[tokio::test]

@@ -189,8 +189,12 @@ impl Model {
                 }
                 let target = users[pick % users.len()].id;
                 let t = self.text();
-                if ok_or_expected(s.edit_message(id, target, text(&t)).await).is_some() {
-                    self.acked.entry(id).or_default().retain(|m| *m <= target);
+                if let Some(edited) = ok_or_expected(s.edit_message(id, target, text(&t)).await) {
+                    // The edited message and what followed it move to a branch of their
+                    // own; the new version is the current branch's last message.
+                    let acked = self.acked.entry(id).or_default();
+                    acked.retain(|m| *m < target);
+                    acked.insert(edited.leaf_id);
                 }
             }
             Op::Interrupt { chat } => {
@@ -314,7 +318,13 @@ impl Model {
                 let Some(lease) = self.lease(worker, chat) else {
                     return;
                 };
-                ok_or_expected(s.fail_run(&lease, ErrorKind::Server, "boom".into()).await);
+                ok_or_expected(
+                    s.fail_run(
+                        &lease,
+                        keel_store::LastError::new(ErrorKind::Server, "boom"),
+                    )
+                    .await,
+                );
             }
             Op::EnterRequiresAction { worker, chat } => {
                 let Some(lease) = self.lease(worker, chat) else {
@@ -595,7 +605,10 @@ async fn concurrent_workers_and_clients(db: TestDb) {
                             store.finish_interruption(&lease).await.unwrap()
                         } else if rng.next(5) == 0 {
                             store
-                                .fail_run(&lease, ErrorKind::Server, "x".into())
+                                .fail_run(
+                                    &lease,
+                                    keel_store::LastError::new(ErrorKind::Server, "x"),
+                                )
                                 .await
                                 .unwrap();
                             Next::Idle

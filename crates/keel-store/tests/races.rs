@@ -106,9 +106,12 @@ async fn a_send_behind_a_stranded_queue_runs_after_it(db: TestDb) {
     let chat = create(s, "hi").await;
     let lease = claim(s, "w", chat.id).await;
     send(s, chat.id, "queued", Busy::Queue).await;
-    s.fail_run(&lease, ErrorKind::InvalidRequest, "bad".into())
-        .await
-        .unwrap();
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(ErrorKind::InvalidRequest, "bad"),
+    )
+    .await
+    .unwrap();
     let c = s.get_chat(chat.id).await.unwrap();
     assert_eq!((c.status, c.queued.len()), (ChatStatus::Error, 1));
 
@@ -242,9 +245,12 @@ async fn old_idempotency_keys_and_finished_tool_records_are_purged(db: TestDb) {
     assert_eq!(s.purge_tool_records().await.unwrap(), 0);
     // A committed step clears its records at once; a run that failed before committing
     // leaves them behind for the purge.
-    s.fail_run(&lease, keel_core::ErrorKind::Server, "boom".into())
-        .await
-        .unwrap();
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(keel_core::ErrorKind::Server, "boom"),
+    )
+    .await
+    .unwrap();
     assert_eq!(s.purge_tool_records().await.unwrap(), 1);
     assert!(s.tool_records(first.id).await.unwrap().is_empty());
     assert_eq!(s.purge_idempotency_keys().await.unwrap(), 1);

@@ -11,6 +11,8 @@ use serde_json::json;
 both_backends!(
     acquire_is_exclusive_until_the_lease_expires,
     renew_and_release,
+    a_renewal_is_no_change_a_client_sees,
+    leases_renew_together_and_a_fenced_one_is_refused,
     a_lease_is_one_acquisition,
     client_tool_calls_made_while_interrupting_are_answered_at_once,
     fail_run_then_recover,
@@ -152,6 +154,70 @@ async fn renew_and_release(db: TestDb) {
     claim(s, "b", chat.id).await;
 }
 
+async fn a_renewal_is_no_change_a_client_sees(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    let before = s.get_chat(chat.id).await.unwrap();
+    let mut notices = s.subscribe();
+    db.clock.advance(chrono::Duration::seconds(20));
+    let renewed = s.renew_lease(&lease).await.unwrap();
+    assert!(renewed.expires_at > lease.expires_at);
+    let after = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(after.version, before.version, "no new snapshot version");
+    assert_eq!(after.event_seq, before.event_seq);
+    assert_eq!(after.lease_expires_at, Some(renewed.expires_at));
+    assert!(
+        notices.try_recv().is_err(),
+        "a renewal wakes no follower of the chat"
+    );
+}
+
+async fn leases_renew_together_and_a_fenced_one_is_refused(db: TestDb) {
+    let s = &db.store;
+    let (a, b, c) = (
+        create(s, "a").await,
+        create(s, "b").await,
+        create(s, "c").await,
+    );
+    let leases = s.acquire("w", 10).await.unwrap();
+    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
+    let (la, lb, lc) = (lease(a.id), lease(b.id), lease(c.id));
+    let first = s.list_messages(b.id, None).await.unwrap()[0].id;
+    s.edit_message(b.id, first, text("b again")).await.unwrap();
+    s.interrupt(c.id).await.unwrap();
+    db.clock.advance(chrono::Duration::seconds(20));
+    let outcomes = s
+        .renew_leases(&[la.clone(), lb.clone(), lc.clone()])
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), 3);
+    let renewed_a = outcomes[0].as_ref().unwrap();
+    assert!(renewed_a.expires_at > la.expires_at);
+    assert!(
+        matches!(outcomes[1], Err(StoreError::Fenced { .. })),
+        "{outcomes:?}"
+    );
+    // The renewal tells a run its chat is being interrupted.
+    assert_eq!(
+        outcomes[2].as_ref().unwrap().status,
+        ChatStatus::Interrupting
+    );
+    db.clock.advance(chrono::Duration::seconds(20));
+    let claimed: Vec<_> = s
+        .acquire("other", 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.chat_id)
+        .collect();
+    assert!(
+        !claimed.contains(&a.id) && !claimed.contains(&c.id),
+        "renewed leases hold"
+    );
+    assert!(s.renew_leases(&[]).await.unwrap().is_empty());
+}
+
 async fn a_lease_is_one_acquisition(db: TestDb) {
     let s = &db.store;
     let chat = create(s, "hi").await;
@@ -195,9 +261,12 @@ async fn fail_run_then_recover(db: TestDb) {
     let chat = create(s, "hi").await;
     let lease = claim(s, "a", chat.id).await;
     s.append_live_parts(&lease, &[json!("x")]).await.unwrap();
-    s.fail_run(&lease, ErrorKind::RateLimit, "slow down".into())
-        .await
-        .unwrap();
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(ErrorKind::RateLimit, "slow down"),
+    )
+    .await
+    .unwrap();
     let c = s.get_chat(chat.id).await.unwrap();
     assert_eq!(c.status, ChatStatus::Error);
     let e = c.last_error.unwrap();
@@ -248,7 +317,7 @@ async fn disallowed_worker_moves(db: TestDb) {
             .await
             .unwrap_err(),
         s.finish_run(&lease).await.map(|_| ()).unwrap_err(),
-        s.fail_run(&lease, ErrorKind::Server, "x".into())
+        s.fail_run(&lease, keel_store::LastError::new(ErrorKind::Server, "x"))
             .await
             .unwrap_err(),
         s.release_on_shutdown(&lease).await.unwrap_err(),

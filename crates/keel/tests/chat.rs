@@ -112,10 +112,14 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
-/// `keel chat ARGS` in a pseudo-terminal, with no token from the environment.
+/// `keel chat ARGS` in a pseudo-terminal, with no token from the environment and its input
+/// history under the test's own scratch directory unless `env` names one.
 fn spawn_chat(args: &[&str], env: &[(&str, &str)]) -> Session {
     let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
-    command.args(args).env_remove("KEEL_TOKEN");
+    command
+        .args(args)
+        .env_remove("KEEL_TOKEN")
+        .env("XDG_STATE_HOME", env!("CARGO_TARGET_TMPDIR"));
     for (name, value) in env {
         command.env(name, value);
     }
@@ -352,4 +356,78 @@ fn the_prompt_says_clearly_when_the_daemon_is_down() {
         "{shown}"
     );
     assert!(!shown.contains("builder error"), "{shown}");
+}
+
+#[test]
+fn the_input_history_is_kept_across_runs() {
+    let daemon = Daemon::start();
+    let state = tempfile::tempdir().unwrap();
+    let env = [("XDG_STATE_HOME", state.path().to_str().unwrap())];
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &env);
+    chat.expect("> ").unwrap();
+    chat.send_line("remember this line").unwrap();
+    chat.expect("remember this line").unwrap();
+    chat.expect("> ").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+    let file = state.path().join("keel/history");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "remember this line\n"
+    );
+
+    // A new run: Up brings the line back, Enter sends it.
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &env);
+    chat.expect("> ").unwrap();
+    chat.send("\x1b[A").unwrap();
+    chat.send("\r").unwrap();
+    chat.expect("remember this line").unwrap();
+    chat.expect("> ").unwrap();
+    assert_eq!(
+        user_texts(&daemon),
+        ["remember this line"],
+        "the newest chat"
+    );
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}
+
+#[test]
+fn slash_continue_carries_on_a_stopped_reply() {
+    let daemon = Daemon::start();
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[]);
+    chat.expect("> ").unwrap();
+    let reply = words(40);
+    chat.send_line(format!(r##"#mock {{"text": "{reply}", "rate": 10}}"##))
+        .unwrap();
+    chat.expect(r#""rate": 10}"#).unwrap();
+    chat.expect("word1 word2 word3").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect("[interrupted]").unwrap();
+    chat.expect("> ").unwrap();
+    chat.send_line("/continue").unwrap();
+    chat.expect("word40").unwrap();
+    chat.expect("> ").unwrap();
+
+    let chats = daemon.get("/chats");
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    let messages = daemon.get(&format!("/chats/{id}/messages"));
+    let texts: Vec<String> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["parts"][0]["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(texts.concat(), reply, "nothing said twice");
+
+    // Nothing is stopped now: /continue says so, and so does /retry of a chat that did
+    // not fail.
+    chat.send_line("/continue").unwrap();
+    chat.expect("not a stopped reply").unwrap();
+    chat.send_line("/retry").unwrap();
+    chat.expect("cannot retry run").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
 }

@@ -1,8 +1,9 @@
 //! The short soaks: `keel bench soak` as a process, every chat checked at the end. The fault
 //! soak runs 100 chats with random faults, interrupts, reconnects and two kill -9 restarts;
 //! the user-action soak runs chats whose users also queue, promote, delete queued messages,
-//! edit mid-reply and mid-tool, compact, answer client-side tools late, never or after an
-//! interrupt, and delete running chats — on SQLite, and on two PostgreSQL replicas when
+//! edit mid-reply and mid-tool, compact, regenerate replies, switch back to the branches
+//! they left, answer client-side tools late, never or after an interrupt, and delete
+//! running chats — on SQLite, and on two PostgreSQL replicas when
 //! `KEEL_TEST_DATABASE_URL` names a database and `KEEL_SOAK_REPLICAS` is set. The long soak (`scripts/soak`) runs the same
 //! code with 2,000 chats and more kills.
 
@@ -61,6 +62,8 @@ fn assert_every_action_ran(stdout: &str) {
         "\"EditMidTool\"",
         "\"Interrupt\"",
         "\"Compact\"",
+        "\"Regenerate\"",
+        "\"SwitchBranch\"",
         "\"DeleteChat\"",
         "\"tools ",
     ] {

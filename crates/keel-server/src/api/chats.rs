@@ -223,7 +223,7 @@ pub(super) async fn unarchive(
     set_archived(state, caller, id, false).await
 }
 
-#[utoipa::path(get, path = "/chats/{id}/messages", tag = "chats", summary = "Committed messages in order", params(("id" = String, Path, description = "The chat's id"), ListMessagesQuery), responses((status = 200, description = "Messages", body = MessageList)))]
+#[utoipa::path(get, path = "/chats/{id}/messages", tag = "chats", summary = "Committed messages of the current branch (or of `branch`) in order", params(("id" = String, Path, description = "The chat's id"), ListMessagesQuery), responses((status = 200, description = "Messages", body = MessageList)))]
 pub(super) async fn list_messages(
     State(state): State<AppState>,
     caller: Caller,
@@ -244,15 +244,21 @@ pub(super) async fn list_messages(
         }
     };
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let messages = match limit {
-        Some(limit) => {
+    let messages = match (query.branch, limit) {
+        (Some(through), limit) => {
+            state
+                .store
+                .branch_messages(chat.id, through, query.after, limit)
+                .await?
+        }
+        (None, Some(limit)) => {
             let after = query.after.unwrap_or(0);
             state
                 .store
                 .messages_page(chat.id, after, false, limit)
                 .await?
         }
-        None => state.store.list_messages(chat.id, query.after).await?,
+        (None, None) => state.store.list_messages(chat.id, query.after).await?,
     };
     let messages = messages.iter().map(MessageView::from).collect();
     Ok(Json(MessageList { messages }))
@@ -286,7 +292,7 @@ pub(super) async fn send_message(
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
-#[utoipa::path(put, path = "/chats/{id}/messages/{message_id}", tag = "chats", summary = "Edit a user message; later history is deleted and a run starts", params(("id" = String, Path, description = "The chat's id"), ("message_id" = i64, Path, description = "The message's id")), request_body = ContentInput, responses((status = 202, description = "Chat", body = ChatView)))]
+#[utoipa::path(put, path = "/chats/{id}/messages/{message_id}", tag = "chats", summary = "Edit a user message: the new version is a branch beside the old one, and a run starts on it", params(("id" = String, Path, description = "The chat's id"), ("message_id" = i64, Path, description = "The message's id")), request_body = ContentInput, responses((status = 202, description = "Chat", body = ChatView)))]
 pub(super) async fn edit_message(
     State(state): State<AppState>,
     caller: Caller,

@@ -34,6 +34,21 @@ pub(crate) struct ChatView {
 pub(crate) struct LastErrorView {
     pub kind: String,
     pub message: String,
+    /// The configured name of the provider whose request failed, when one did.
+    pub provider: Option<String>,
+    /// The address that request went to, without its query or credentials.
+    pub url: Option<String>,
+}
+
+impl From<&keel_store::LastError> for LastErrorView {
+    fn from(error: &keel_store::LastError) -> Self {
+        Self {
+            kind: error.kind.as_str().to_owned(),
+            message: error.message.clone(),
+            provider: error.provider.clone(),
+            url: error.url.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -63,10 +78,7 @@ impl From<&Chat> for ChatView {
             archived: chat.archived,
             created_at: timestamp(&chat.created_at),
             updated_at: timestamp(&chat.updated_at),
-            last_error: chat.last_error.as_ref().map(|e| LastErrorView {
-                kind: e.kind.as_str().to_owned(),
-                message: e.message.clone(),
-            }),
+            last_error: chat.last_error.as_ref().map(LastErrorView::from),
             queued: chat.queued.iter().map(QueuedView::from).collect(),
             pending_tool_calls: chat
                 .pending_tool_calls
@@ -103,6 +115,11 @@ pub(crate) struct MessageView {
     pub created_at: String,
     pub usage: Option<Usage>,
     pub interrupted: bool,
+    /// The message before this one on its branch; `null` for a first message.
+    pub parent_id: Option<i64>,
+    /// The ids of the messages with the same parent, this one included, in creation
+    /// order: the versions a client may switch between (`[id]` when there is one).
+    pub siblings: Vec<i64>,
 }
 
 impl From<&StoredMessage> for MessageView {
@@ -114,8 +131,24 @@ impl From<&StoredMessage> for MessageView {
             created_at: timestamp(&m.created_at),
             usage: m.usage,
             interrupted: m.interrupted,
+            parent_id: m.parent_id,
+            siblings: if m.siblings.is_empty() {
+                vec![m.id]
+            } else {
+                m.siblings.clone()
+            },
         }
     }
+}
+
+/// `POST /api/v1/chats/{id}/branch`: the message whose branch becomes current.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = SwitchBranch, example = json!({"message_id": 3}))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SwitchBranchRequest {
+    /// Any message of the chat; the branch through it, to its newest message, becomes
+    /// current.
+    pub message_id: i64,
 }
 
 /// A new message's content: `text` or `parts`, exactly one.
@@ -264,6 +297,10 @@ pub(crate) struct ListMessagesQuery {
     /// At most this many messages (1 to 1000); absent: all after `after`.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
+    /// List the branch through this message (to its newest message) instead of the
+    /// current one.
+    #[param(minimum = 1)]
+    pub branch: Option<i64>,
 }
 
 /// The largest page of messages one request may ask for.

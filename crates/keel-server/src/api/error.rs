@@ -184,9 +184,10 @@ impl From<keel_store::StoreError> for ApiError {
         use keel_store::StoreError as E;
         match &error {
             E::NotFound { .. } => ApiError::not_found(error.to_string()),
-            E::Conflict { .. } | E::QueueFull { .. } | E::IdempotencyInProgress => {
-                ApiError::conflict(error.to_string())
-            }
+            E::Conflict { .. }
+            | E::QueueFull { .. }
+            | E::IdempotencyInProgress
+            | E::NothingToContinue => ApiError::conflict(error.to_string()),
             E::InvalidInput(_) => ApiError::invalid(error.to_string()),
             E::LostOwnership { .. } | E::Fenced { .. } => ApiError::conflict(error.to_string()),
             E::IllegalMove { .. } | E::Corrupt { .. } | E::Database(_) | E::Migrate(_) => {

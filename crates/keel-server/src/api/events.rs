@@ -6,6 +6,10 @@
 //! already sent is skipped); ephemeral ones (`status`, `queue`, `retry`) repeat the current
 //! position. A client that falls too far behind is disconnected and resumes with its last id.
 //!
+//! A change of the chat's current branch (an edit, a regenerate, a switch) is the durable
+//! `branch` event at the chat's `branch_seq`; the new branch's messages are numbered above
+//! it, so a client behind it gets the event, then the whole branch.
+//!
 //! Each open stream holds a slot of [`crate::net::sse_slots`]; a connection beyond the
 //! user's or the daemon's cap is answered `429` before anything is read from the store.
 
@@ -162,6 +166,9 @@ struct Follower {
     queue: Option<String>,
     /// The chat's snapshot version when it was last read.
     version: i64,
+    /// The chat's history version when it was last read: a run's frame of a newer one
+    /// means the current branch changed, and the store is read first.
+    history_version: i64,
     /// Resynchronisations already answered with a read.
     resyncs: u64,
 }
@@ -194,6 +201,18 @@ impl Follower {
     ) -> bool {
         match frame {
             Ok(frame) if frame.durable => {
+                if frame.history_version > self.history_version {
+                    // A run on a branch this client has not been told of yet: the `branch`
+                    // event and the branch's messages go first.
+                    match self.catch_up(&[]).await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => return false,
+                        Err(error) => {
+                            tracing::warn!(chat = %self.chat_id, %error, "catching up events failed");
+                            return false;
+                        }
+                    }
+                }
                 let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
                 self.durable(seq, frame.event, frame.data.clone()).await
             }
@@ -215,7 +234,19 @@ impl Follower {
         .await
     }
 
-    /// Sends committed messages and logged live parts after the position.
+    /// Sends the `branch` event of the chat's last change of its current branch, unless
+    /// the client is past it; false when the client is gone.
+    async fn branch(&mut self, chat: &Chat) -> bool {
+        if self.position >= chat.branch_seq {
+            return true;
+        }
+        let data = json!({ "leaf_id": chat.leaf_id }).to_string();
+        self.durable(chat.branch_seq, "branch", data).await
+    }
+
+    /// Sends committed messages and logged live parts after the position, with the
+    /// `branch` event before the messages of a branch made current after it. Returns the
+    /// chat as read after the messages, or `None` when the client is gone.
     ///
     /// The log is read before the messages: between two reads a step may be committed (its
     /// parts leave the log) and the next step's parts logged. Read the other way round,
@@ -223,7 +254,10 @@ impl Follower {
     /// the position would pass that message for good. Read this way, the parts read are
     /// those of the step in progress at the first read, which the messages read later
     /// either leave in progress or commit (then they are skipped as below the position).
-    async fn catch_up(&mut self, backlog: &[Arc<Frame>]) -> Result<bool, keel_store::StoreError> {
+    async fn catch_up(
+        &mut self,
+        backlog: &[Arc<Frame>],
+    ) -> Result<Option<Chat>, keel_store::StoreError> {
         let logged = self
             .state
             .store
@@ -233,23 +267,33 @@ impl Follower {
         debug_pause().await;
         let mut replayed = 0u64;
         // Page by page: a long history is never held in memory at once.
-        loop {
+        let chat = loop {
             let page = self
                 .state
                 .store
                 .messages_page(self.chat_id, self.position, true, CATCH_UP_PAGE)
                 .await?;
+            // Read after the page, so a branch change the page shows is known: the messages
+            // of a new branch are numbered above its `branch_seq`.
+            let chat = self.state.store.get_chat(self.chat_id).await?;
+            self.history_version = self.history_version.max(chat.history_version);
             for message in &page {
+                if message.event_seq > chat.branch_seq && !self.branch(&chat).await {
+                    return Ok(None);
+                }
                 let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
                 if !self.durable(message.event_seq, "message", data).await {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 replayed += 1;
             }
-            if page.len() < CATCH_UP_PAGE {
-                break;
+            if !self.branch(&chat).await {
+                return Ok(None);
             }
-        }
+            if page.len() < CATCH_UP_PAGE {
+                break chat;
+            }
+        };
         let mut parts: Vec<(i64, &'static str, String)> = logged
             .iter()
             .filter_map(|entry| {
@@ -270,11 +314,11 @@ impl Follower {
                 replayed += 1;
             }
             if !self.durable(seq, event, data).await {
-                return Ok(false);
+                return Ok(None);
             }
         }
         self.state.metrics.replayed_events.inc_by(replayed);
-        Ok(true)
+        Ok(Some(chat))
     }
 
     /// Sends `status` and `queue` events when they changed.
@@ -283,10 +327,7 @@ impl Follower {
         let status = (chat.status, error);
         if self.status.as_ref() != Some(&status) {
             self.status = Some(status);
-            let last_error = chat.last_error.as_ref().map(|e| LastErrorView {
-                kind: e.kind.as_str().to_owned(),
-                message: e.message.clone(),
-            });
+            let last_error = chat.last_error.as_ref().map(LastErrorView::from);
             let data =
                 json!({"status": chat.status.as_str(), "last_error": last_error}).to_string();
             if !self.ephemeral("status", data).await {
@@ -345,16 +386,23 @@ async fn where_the_step_starts(
 /// With nothing in progress, the current step is the last committed one: its assistant
 /// message (and the tool results that follow it), or else the last message.
 async fn last_step_start(state: &AppState, chat: &Chat) -> Result<i64, keel_store::StoreError> {
-    let recent = state
-        .store
-        .list_messages(chat.id, Some(chat.last_message_id.saturating_sub(2)))
-        .await?;
+    let recent = state.store.recent_messages(chat.id, 2).await?;
     let start = recent
         .iter()
         .rev()
         .find(|m| m.role == keel_core::Role::Assistant)
         .or(recent.last());
     Ok(start.map_or(chat.event_seq, |m| m.event_seq - 1))
+}
+
+/// The next frame of the run streaming into the chat; never, while none does.
+async fn next_frame(
+    live: &mut Option<broadcast::Receiver<Arc<Frame>>>,
+) -> Result<Arc<Frame>, broadcast::error::RecvError> {
+    match live {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
@@ -369,9 +417,11 @@ async fn follow(state: AppState, chat: Chat, position: Requested, tx: mpsc::Send
 async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sender<LiveItem>) {
     let chat_key = chat.id.to_string();
     let subscription = state.hub.subscribe(&chat_key);
+    // Runs started before the subscription are the receiver it already holds.
+    let mut runs = subscription.live.runs;
     let (mut live, backlog, mut changes) = (
-        subscription.live,
-        subscription.backlog,
+        subscription.live.frames,
+        subscription.live.backlog,
         subscription.changes,
     );
     let (position, reset) = match requested {
@@ -402,17 +452,18 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         status: None,
         queue: None,
         version: chat.version,
+        history_version: chat.history_version,
         resyncs: changes.borrow_and_update().resyncs,
     };
-    match follower.catch_up(&backlog).await {
-        Ok(true) => {}
-        Ok(false) => return,
+    let current = match follower.catch_up(&backlog).await {
+        Ok(Some(current)) => current,
+        Ok(None) => return,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "replaying events failed");
             return;
         }
-    }
-    if !follower.announce(&chat).await {
+    };
+    if !follower.announce(&current).await {
         return;
     }
     // Notices that arrived while the connection was being set up are looked at first.
@@ -422,8 +473,11 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
             tokio::select! {
                 _ = follower.tx.closed() => return,
                 _ = state.shutdown.cancelled() => return,
-                frame = live.recv() => {
-                    if !follower.forward(frame, &state).await {
+                frame = next_frame(&mut live) => {
+                    if matches!(frame, Err(broadcast::error::RecvError::Closed)) {
+                        // The run ended and its frames were all sent: wait for the next.
+                        live = None;
+                    } else if !follower.forward(frame, &state).await {
                         return;
                     }
                     continue;
@@ -436,8 +490,8 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         recheck = false;
         // Frames published before the notice was sent are already queued: send them
         // first, so a catch-up never jumps past parts (to the message that commits them).
-        loop {
-            match live.try_recv() {
+        while let Some(receiver) = live.as_mut() {
+            match receiver.try_recv() {
                 Ok(frame) => {
                     if !follower.forward(Ok(frame), &state).await {
                         return;
@@ -450,34 +504,42 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
                         .await;
                     return;
                 }
-                Err(broadcast::error::TryRecvError::Closed) => return,
+                Err(broadcast::error::TryRecvError::Closed) => live = None,
             }
         }
         let news = *changes.borrow_and_update();
         if news.deleted {
             return;
         }
-        if !news.news_for(follower.position, follower.version, follower.resyncs) {
+        // A run started: take its channel, and the frames it published before, which the
+        // catch-up below merges with the store's messages in sequence order.
+        let backlog = if news.runs == runs {
+            Vec::new()
+        } else {
+            let current = state.hub.live(&chat_key);
+            runs = current.runs;
+            live = current.frames;
+            current.backlog
+        };
+        if backlog.is_empty()
+            && !news.news_for(follower.position, follower.version, follower.resyncs)
+        {
             continue;
         }
         follower.resyncs = news.resyncs;
-        match follower.catch_up(&[]).await {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(error) => {
-                tracing::warn!(chat = %chat.id, %error, "catching up events failed");
-                return;
-            }
-        }
-        match state.store.get_chat(chat.id).await {
-            Ok(current) => {
+        state.metrics.sse_catch_ups.inc();
+        match follower.catch_up(&backlog).await {
+            Ok(Some(current)) => {
                 follower.version = follower.version.max(current.version);
                 if !follower.announce(&current).await {
                     return;
                 }
             }
-            Err(keel_store::StoreError::NotFound { .. }) => return,
-            Err(error) => tracing::warn!(chat = %chat.id, %error, "reading chat status failed"),
+            Ok(None) | Err(keel_store::StoreError::NotFound { .. }) => return,
+            Err(error) => {
+                tracing::warn!(chat = %chat.id, %error, "catching up events failed");
+                return;
+            }
         }
     }
 }

@@ -1,6 +1,8 @@
 //! HTTP API v1 (described for users in `docs/api.md`): routes, authentication, body limits
-//! and error mapping.
+//! and error mapping. `chats` holds the API's transitions of a chat and its messages,
+//! `rerun` continuing a stopped reply and retrying a failed run.
 
+mod branches;
 mod chats;
 mod compat;
 mod doc;
@@ -10,6 +12,7 @@ mod events;
 mod extract;
 mod feed;
 mod ops;
+mod rerun;
 pub mod state;
 
 use axum::Router;
@@ -47,8 +50,12 @@ pub(crate) fn routes_with(
         .routes(routes!(chats::unarchive))
         .routes(routes!(chats::list_messages, chats::send_message))
         .routes(routes!(chats::edit_message))
+        .routes(routes!(branches::regenerate))
+        .routes(routes!(branches::switch_branch))
         .routes(routes!(chats::interrupt))
         .routes(routes!(chats::compact))
+        .routes(routes!(rerun::continue_reply))
+        .routes(routes!(rerun::retry))
         .routes(routes!(chats::tool_results))
         .routes(routes!(chats::delete_queued))
         .routes(routes!(chats::promote_queued))

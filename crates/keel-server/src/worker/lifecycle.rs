@@ -1,18 +1,17 @@
-//! The run lifecycle in one place: claiming runnable chats, keeping their leases alive
-//! (and hearing interrupts through renewals), and the transition that ends each run —
-//! finish, finish an interruption, hand client-side calls over, release, or fail.
+//! The run lifecycle in one place: claiming runnable chats and the transition that ends
+//! each run — finish, finish an interruption, hand client-side calls over, release, or
+//! fail. Their leases are kept alive (and interrupts heard through renewals) by
+//! [`super::leases`], for all runs of the process together.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use keel_agent::{PersistError, RunError, RunOutcome};
 use keel_core::ErrorKind;
-use keel_store::{Chat, ChatStatus, Lease, Next, StoreError};
+use keel_store::{Chat, LastError, Lease, Next, StoreError};
 
 use crate::metrics::StepLabels;
 use crate::worker::run;
-use crate::worker::runs::Task;
-use crate::worker::sink::{SharedLease, current};
 use crate::worker::{Shared, StopReason};
 
 /// Claims as many runnable chats as there are free workers and starts them.
@@ -45,41 +44,6 @@ pub(super) async fn claim(shared: &Arc<Shared>) {
             finished,
             previous,
         ));
-    }
-}
-
-/// Keeps the lease alive for as long as the chat runs here; a lost lease stops the run.
-/// What a renewal learns reaches only the runs of `task`, never a run of the chat that
-/// took this one's place.
-pub(super) async fn renew_lease(shared: Arc<Shared>, lease: SharedLease, task: Task) {
-    let period = shared.config.runs.lease() / 3;
-    loop {
-        tokio::time::sleep(period).await;
-        let held = current(&lease);
-        match shared.store.renew_lease(&held).await {
-            Ok(renewed) => {
-                shared.metrics.lease_renewals.inc();
-                let interrupting = renewed.status == ChatStatus::Interrupting;
-                *lease.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
-                if interrupting {
-                    // Seen here even when every change notice of the interrupt was lost
-                    // (another replica's NOTIFY during a reconnect, a lagging subscriber).
-                    shared.runs.interrupt_of(held.chat_id, &task);
-                }
-            }
-            Err(error) if error.is_transient() => {
-                // The lease may well still be ours; try again at the next period.
-                tracing::warn!(chat = %held.chat_id, %error, "renewing the lease failed; retrying");
-            }
-            Err(error) => {
-                tracing::warn!(chat = %held.chat_id, %error, "lease lost; stopping the run");
-                shared.metrics.lost_leases.inc();
-                shared
-                    .runs
-                    .stop_of(held.chat_id, &task, StopReason::LostLease);
-                return;
-            }
-        }
     }
 }
 
@@ -172,11 +136,12 @@ pub(super) async fn end(
         }
         Err(error) => {
             count("error");
-            let (kind, message) = failure_of(&error);
-            tracing::warn!(chat = %chat_id, %kind, %message, "run failed");
+            let failure = failure_of(&error);
+            tracing::warn!(chat = %chat_id, kind = %failure.kind, message = %failure.message,
+                provider = ?failure.provider, url = ?failure.url, "run failed");
             shared
                 .store
-                .fail_run(held, kind, message)
+                .fail_run(held, failure)
                 .await
                 .map(|()| Next::Idle)
         }
@@ -225,25 +190,32 @@ fn is_ownership_loss(error: &PersistError) -> bool {
     }
 }
 
-fn failure_of(error: &RunError) -> (ErrorKind, String) {
+/// What a failed run stores as the chat's `last_error`: the kind, the message, and for a
+/// provider's failure the provider's name and the address of the request.
+fn failure_of(error: &RunError) -> LastError {
+    let from_provider = |e: &keel_core::ProviderError, message: String| LastError {
+        provider: Some(e.provider.clone()).filter(|p| !p.is_empty()),
+        url: e.url.clone(),
+        ..LastError::new(e.kind, message)
+    };
     match error {
-        RunError::Provider(e) => (e.kind, e.message.clone()),
+        RunError::Provider(e) => from_provider(e, e.message.clone()),
         RunError::StreamInterrupted {
             cause, attempts, ..
-        } => (
-            cause.kind,
+        } => from_provider(
+            cause,
             format!(
                 "stream_interrupted after {attempts} attempts: {}",
                 cause.message
             ),
         ),
-        RunError::Persist(e) => (
+        RunError::Persist(e) => LastError::new(
             ErrorKind::Unknown,
             format!("persisting the step failed: {e}"),
         ),
-        RunError::Cancelled => (ErrorKind::Cancelled, "cancelled".into()),
+        RunError::Cancelled => LastError::new(ErrorKind::Cancelled, "cancelled"),
         RunError::ContextStillTooLong { .. } | RunError::Compaction(_) => {
-            (ErrorKind::ContextOverflow, error.to_string())
+            LastError::new(ErrorKind::ContextOverflow, error.to_string())
         }
     }
 }

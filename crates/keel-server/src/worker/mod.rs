@@ -12,6 +12,7 @@ mod compaction;
 mod fault;
 mod group_log;
 mod identity;
+mod leases;
 mod lifecycle;
 mod persist;
 mod run;
@@ -55,6 +56,8 @@ pub(crate) struct Shared {
     pub hub: Arc<Hub>,
     /// The process's writer of the live-part log.
     pub log: GroupLog,
+    /// The leases of this process's runs, renewed together.
+    pub leases: leases::Leases,
     pub metrics: Arc<Metrics>,
     pub models: ModelRegistry,
     pub tools: Arc<ToolSet>,
@@ -114,6 +117,7 @@ impl WorkerPool {
         Self {
             shared: Arc::new(Shared {
                 log: GroupLog::start(store.clone()),
+                leases: leases::Leases::default(),
                 store,
                 hub,
                 metrics,
@@ -134,6 +138,7 @@ impl WorkerPool {
         let shared = self.shared.clone();
         let router = tokio::spawn(route_notices(shared.clone()));
         let sweeper = tokio::spawn(sweep(shared.clone()));
+        let renewer = tokio::spawn(leases::renew_all(shared.clone()));
         let mut poll = tokio::time::interval(Duration::from_secs(1));
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -154,6 +159,7 @@ impl WorkerPool {
         }
         router.abort();
         sweeper.abort();
+        renewer.abort();
     }
 }
 

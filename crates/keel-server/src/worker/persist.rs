@@ -79,6 +79,7 @@ pub(super) async fn publish_committed(
                         event: "message",
                         data,
                         durable: true,
+                        history_version: sink.history_version(),
                     },
                 );
             }

@@ -38,11 +38,7 @@ pub(super) async fn run_chat(
     } = slot;
     let chat_id = lease.chat_id;
     let lease: SharedLease = Arc::new(Mutex::new(lease));
-    let renewer = tokio::spawn(lifecycle::renew_lease(
-        shared.clone(),
-        lease.clone(),
-        finished.subscribe(),
-    ));
+    let renewing = shared.leases.hold(lease.clone(), finished.subscribe());
     if let Some(mut previous) = previous {
         // Superseded and unwinding: it writes nothing more (its lease is fenced) but still
         // holds the chat's live channel until it ends.
@@ -60,7 +56,7 @@ pub(super) async fn run_chat(
         let (slot, _) = shared.register(chat_id, next_lease.history_version, &finished);
         (id, cancel, stop) = (slot.id, slot.cancel, slot.stop);
     }
-    renewer.abort();
+    drop(renewing);
     shared.hub.end_run(&chat_id.to_string());
     shared.metrics.active_runs.dec();
     shared.forget(chat_id, id);
@@ -129,8 +125,12 @@ async fn run_once(
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
-    // After a summary of the final reply, calling the model would answer that reply again.
-    let last = if from_log.is_none() && !chat.compact_requested {
+    // A stopped reply to carry on is not a final one: the model is called. After a summary
+    // of the final reply, calling the model would answer that reply again.
+    let stopped = stopped_reply_at_end(shared, &chat).await;
+    let last = if stopped.is_some() {
+        LastStep::Continue
+    } else if from_log.is_none() && !chat.compact_requested {
         last_committed_step(shared, &chat).await
     } else {
         LastStep::Continue
@@ -151,6 +151,7 @@ async fn run_once(
         match prepare(shared, &chat, lease, &sink, from_log).await {
             Ok(mut options) => {
                 options.paused_turn = last == LastStep::Paused;
+                options.continue_reply = stopped;
                 run_guarded(options, cancel.clone()).await
             }
             Err(failure) => Err(failure),
@@ -193,8 +194,7 @@ async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
     let client_tools: Vec<ClientTool> =
         serde_json::from_value(chat.tools.clone()).unwrap_or_default();
     let names: Vec<String> = client_tools.into_iter().map(|t| t.name).collect();
-    let after = chat.last_message_id.saturating_sub(2);
-    let messages = match shared.store.list_messages(chat.id, Some(after)).await {
+    let messages = match shared.store.recent_messages(chat.id, 2).await {
         Ok(messages) => messages,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "reading history failed");
@@ -206,6 +206,26 @@ async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
         .map(|m| (m.role, m.parts.as_slice(), m.finish_reason))
         .collect();
     last_step(&recent, &names)
+}
+
+/// The text of the reply the user stopped when it ends the history of a chat that runs
+/// again: a continue request (`continue reply`), or a retry of a failed continuation.
+/// Every other move that starts a run adds a message after it, and a run that is
+/// interrupted ends `waiting`, so a runnable chat ending in a stopped reply was asked to
+/// continue it.
+async fn stopped_reply_at_end(shared: &Arc<Shared>, chat: &Chat) -> Option<String> {
+    if chat.compact_requested || chat.status != ChatStatus::Running {
+        return None;
+    }
+    match shared.store.recent_messages(chat.id, 1).await {
+        Ok(messages) => messages
+            .last()
+            .and_then(|m| keel_store::stopped_reply(m.role, m.interrupted, &m.parts)),
+        Err(error) => {
+            tracing::warn!(chat = %chat.id, %error, "reading history failed");
+            None
+        }
+    }
 }
 
 /// Builds the loop's options for a chat.

@@ -39,6 +39,8 @@ pub(super) struct LiveSink {
     /// This run's place in the log writer.
     run: RunKey,
     lease: SharedLease,
+    /// The history version the run claimed the chat at (renewals keep it).
+    history_version: i64,
     store: Arc<dyn Store>,
     /// Commits of the run, one at a time.
     committing: tokio::sync::Mutex<()>,
@@ -61,6 +63,7 @@ impl LiveSink {
         stop: Arc<Mutex<StopReason>>,
         log: GroupLog,
     ) -> Arc<Self> {
+        let history_version = current(&lease).history_version;
         Arc::new(Self {
             chat_id,
             hub,
@@ -69,11 +72,17 @@ impl LiveSink {
             log,
             run: next_run_key(),
             lease,
+            history_version,
             store,
             committing: tokio::sync::Mutex::new(()),
             step_started: Mutex::new(Some(Instant::now())),
             stop,
         })
+    }
+
+    /// The history version the run works at.
+    pub(super) fn history_version(&self) -> i64 {
+        self.history_version
     }
 
     /// Commits a step once the log holds every part published before it.
@@ -162,6 +171,7 @@ impl LiveSink {
                     event: payload.event,
                     data: payload.data.to_string(),
                     durable: false,
+                    history_version: self.history_version,
                 },
             );
             return;
@@ -177,6 +187,7 @@ impl LiveSink {
                 event: payload.event,
                 data: payload.data.to_string(),
                 durable: true,
+                history_version: self.history_version,
             },
         );
         self.log.append(

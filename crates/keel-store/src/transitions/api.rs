@@ -33,6 +33,8 @@ pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> 
         created_at: cx.now,
         updated_at: cx.now,
         compact_requested: false,
+        leaf_id: 0,
+        branch_seq: 0,
         queued: Vec::new(),
     };
     cx.ops.insert_chat(&ChatCols::from_chat(&chat)?).await?;
@@ -112,60 +114,6 @@ pub(crate) async fn send_message(
             .await?;
     }
     Ok(outcome)
-}
-
-pub(crate) async fn edit_message(
-    cx: &mut Ctx<'_>,
-    chat_id: ChatId,
-    message_id: MessageId,
-    parts: Vec<Part>,
-) -> Result<Chat> {
-    check_content(cx.opts, &parts)?;
-    let mut chat = cx.load(chat_id).await?;
-    let mv = check(&chat, Transition::EditMessage)?;
-    let id = chat.id.to_string();
-    let mut message = cx
-        .ops
-        .get_message(&id, message_id)
-        .await?
-        .ok_or(StoreError::not_found("message"))?
-        .into_message()?;
-    if message.role != Role::User {
-        return Err(StoreError::invalid("only user messages can be edited"));
-    }
-    cx.ops.soft_delete_after(&id, message_id).await?;
-    cx.ops.clear_queue(&id).await?;
-    cx.ops.clear_live(&id).await?;
-    cx.ops.delete_checkpoint(&id).await?;
-    cx.ops.clear_tool_records(&id).await?;
-    if chat.worker_id.is_some() {
-        // The superseded owner may have sent clients numbered parts its log never got:
-        // the edited message and the new reply are numbered above all of them.
-        skip_unflushed_numbers(&mut chat);
-    }
-    chat.event_seq += 1;
-    message.parts = parts;
-    message.content_version += 1;
-    message.event_seq = chat.event_seq;
-    cx.ops
-        .replace_message(&MessageCols::from_message(&message)?)
-        .await?;
-    // A new history version fences the worker that generated from the old history; the
-    // chat is released so that any worker claims it afresh.
-    chat.history_version += 1;
-    chat.status = ChatStatus::Running;
-    chat.worker_id = None;
-    chat.lease_expires_at = None;
-    chat.pending_tool_calls.clear();
-    chat.pending_deadline = None;
-    chat.last_error = None;
-    chat.retry_state = None;
-    chat.queued.clear();
-    // A compaction requested of the old history is superseded too: the run that claims the
-    // chat next answers the edited message (it compacts on its own if the context is due).
-    chat.compact_requested = false;
-    cx.save(&mut chat, mv, true).await?;
-    Ok(chat)
 }
 
 pub(crate) async fn interrupt(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
@@ -371,4 +319,45 @@ pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Res
     cx.save(&mut chat, mv, false).await?;
     cx.load_queue(&mut chat).await?;
     Ok(chat)
+}
+
+/// Continues the reply the user stopped: an idle chat whose last message is such a reply
+/// ([`crate::stopped_reply`]) becomes runnable with nothing added, and the worker that claims
+/// it finds the stopped reply at the end of the history and has the model carry it on.
+pub(crate) async fn continue_reply(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::ContinueReply)?;
+    let mut last = None;
+    for row in cx.ops.messages(&chat.id.to_string(), 0).await? {
+        let message = row.into_message()?;
+        if message.kind != MessageKind::Summary {
+            last = Some(message);
+        }
+    }
+    let continuable =
+        last.is_some_and(|m| crate::stopped_reply(m.role, m.interrupted, &m.parts).is_some());
+    if !continuable {
+        return Err(StoreError::NothingToContinue);
+    }
+    start_again(cx, &mut chat, mv).await?;
+    Ok(chat)
+}
+
+/// Runs the failed turn of a chat in `error` again, with nothing added to the history.
+pub(crate) async fn retry_run(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
+    let mut chat = cx.load(chat_id).await?;
+    let mv = check(&chat, Transition::RetryRun)?;
+    start_again(cx, &mut chat, mv).await?;
+    Ok(chat)
+}
+
+/// Makes an idle chat runnable as it stands (unowned, the last error cleared).
+async fn start_again(cx: &mut Ctx<'_>, chat: &mut Chat, mv: Move) -> Result<()> {
+    chat.status = ChatStatus::Running;
+    chat.last_error = None;
+    chat.retry_state = None;
+    chat.worker_id = None;
+    chat.lease_expires_at = None;
+    cx.save(chat, mv, false).await?;
+    cx.load_queue(chat).await
 }

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::ops::RangeInclusive;
 
 use chrono::{DateTime, Utc};
-use keel_core::{ErrorKind, Part, PendingToolCall, Role};
+use keel_core::{Part, PendingToolCall, Role};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -90,6 +90,7 @@ impl<'a> Ctx<'a> {
                     | Transition::Unarchive
                     | Transition::UpdateChat
                     | Transition::NameChat
+                    | Transition::SwitchBranch
             );
         self.notice_with(chat, false, listing);
         Ok(())
@@ -140,7 +141,6 @@ impl<'a> Ctx<'a> {
         Ok(stored)
     }
 
-    /// Numbers a new message (next message id, next event sequence) without writing it.
     /// Numbers `messages` in order as the chat's next ones: their ids and the rows to write.
     fn number_messages(
         &self,
@@ -163,6 +163,9 @@ impl<'a> Ctx<'a> {
             .ok_or_else(|| StoreError::invalid("a committed message needs a role"))?;
         chat.last_message_id += 1;
         chat.event_seq += 1;
+        // Every new message continues the current branch.
+        let parent_id = (chat.leaf_id > 0).then_some(chat.leaf_id);
+        chat.leaf_id = chat.last_message_id;
         let stored = StoredMessage {
             id: chat.last_message_id,
             chat_id: chat.id,
@@ -178,6 +181,8 @@ impl<'a> Ctx<'a> {
             created_at: self.now,
             kind: msg.kind,
             finish_reason: msg.finish_reason,
+            parent_id,
+            siblings: Vec::new(),
         };
         Ok(stored)
     }
@@ -452,9 +457,11 @@ pub(crate) async fn claim_alias(
 }
 
 mod api;
+mod branch;
 mod sweep;
 mod worker;
 
 pub(crate) use api::*;
+pub(crate) use branch::*;
 pub(crate) use sweep::*;
 pub(crate) use worker::*;

@@ -34,13 +34,40 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
     Ok(leases)
 }
 
-pub(crate) async fn renew_lease(cx: &mut Ctx<'_>, lease: &Lease) -> Result<Lease> {
-    let mut chat = cx.load(lease.chat_id).await?;
-    fence(&chat, lease, false)?;
-    let mv = check(&chat, Transition::RenewLease)?;
-    let renewed = cx.renewed_lease(&mut chat, &lease.worker_id);
-    cx.save(&mut chat, mv, false).await?;
-    Ok(renewed)
+/// Renews the leases of several runs in one transaction, each fenced on its own (a
+/// refused one gets its error, the others are renewed). A renewal changes nothing a client
+/// sees: only the expiry is written, the chat keeps its snapshot version and no notice is
+/// sent, so no follower of the chat wakes up for it.
+pub(crate) async fn renew_leases(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
+    let mut ids: Vec<String> = leases.iter().map(|l| l.chat_id.to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut chats: HashMap<ChatId, Chat> = HashMap::with_capacity(ids.len());
+    for cols in cx.ops.lock_chats(&ids).await? {
+        let chat = cols.into_chat()?;
+        chats.insert(chat.id, chat);
+    }
+    let mut outcomes = Vec::with_capacity(leases.len());
+    let mut expiries = Vec::with_capacity(leases.len());
+    for lease in leases {
+        let Some(chat) = chats.get_mut(&lease.chat_id) else {
+            outcomes.push(Err(StoreError::not_found("chat")));
+            continue;
+        };
+        if let Err(refused) =
+            fence(chat, lease, false).and_then(|()| check(chat, Transition::RenewLease).map(drop))
+        {
+            outcomes.push(Err(refused));
+            continue;
+        }
+        let renewed = cx.renewed_lease(chat, &lease.worker_id);
+        expiries.push((chat.id.to_string(), ms(renewed.expires_at)));
+        outcomes.push(Ok(renewed));
+    }
+    if !expiries.is_empty() {
+        cx.ops.set_lease_expiries(&expiries).await?;
+    }
+    Ok(outcomes)
 }
 
 /// Appends to the live-part log. Not a snapshot change: the version stays, only the
@@ -284,19 +311,14 @@ pub(crate) async fn finish_run(cx: &mut Ctx<'_>, lease: &Lease) -> Result<Next> 
     end_run(cx, lease, Transition::FinishRun).await
 }
 
-pub(crate) async fn fail_run(
-    cx: &mut Ctx<'_>,
-    lease: &Lease,
-    kind: ErrorKind,
-    message: String,
-) -> Result<()> {
+pub(crate) async fn fail_run(cx: &mut Ctx<'_>, lease: &Lease, error: LastError) -> Result<()> {
     let mut chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
     let mv = check(&chat, Transition::FailRun)?;
     cx.ops.clear_live(&chat.id.to_string()).await?;
     chat.status = ChatStatus::Error;
     chat.compact_requested = false;
-    chat.last_error = Some(LastError { kind, message });
+    chat.last_error = Some(error);
     chat.worker_id = None;
     chat.lease_expires_at = None;
     chat.retry_state = None;

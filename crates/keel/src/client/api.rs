@@ -178,6 +178,21 @@ impl Api {
         Ok(())
     }
 
+    /// Has the model carry on the reply the user stopped (`409` unless the chat is idle and
+    /// ends in one).
+    pub async fn continue_reply(&self, chat: &str) -> anyhow::Result<()> {
+        self.send(self.request(Method::POST, &format!("/chats/{chat}/continue")))
+            .await?;
+        Ok(())
+    }
+
+    /// Runs a failed turn again (`409` unless the chat is in `error`).
+    pub async fn retry(&self, chat: &str) -> anyhow::Result<()> {
+        self.send(self.request(Method::POST, &format!("/chats/{chat}/retry")))
+            .await?;
+        Ok(())
+    }
+
     /// Opens the chat's live events after `last_event_id`.
     pub async fn events(&self, chat: &str, last_event_id: Option<i64>) -> anyhow::Result<Response> {
         let mut request = self

@@ -248,3 +248,39 @@ async fn a_responses_stream_resumes_after_kill_9_with_nothing_missing_or_twice()
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["type"], "invalid_request_error");
 }
+
+#[tokio::test]
+async fn an_ai_sdk_regenerate_streams_a_new_reply_beside_the_old_one() {
+    let (_dir, daemon) = demo_daemon();
+    let http = http_client();
+    let response = http
+        .post(daemon.api("/ai-sdk/chat"))
+        .json(&ui_body("client-chat-r", &scripted("say it twice", 0.0)))
+        .send()
+        .await
+        .unwrap();
+    let first = sse_data(response, |_| false).await;
+    assert_eq!(ui_text(&first), "say it twice");
+    let client = Client::new();
+    let chats = client.get(&daemon.api("/chats")).await.1;
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    client.wait_status(&daemon, &id, "waiting").await;
+
+    let body = json!({"id": "client-chat-r", "trigger": "regenerate-message", "messageId": null,
+                      "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "x"}]}]});
+    let response = http
+        .post(daemon.api("/ai-sdk/chat"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let again = sse_data(response, |_| false).await;
+    assert_eq!(ui_text(&again), "say it twice", "{again:?}");
+    assert_eq!(again[0]["messageId"], first[0]["messageId"]);
+    client.wait_status(&daemon, &id, "waiting").await;
+    // The first reply is kept, as a sibling of the new one.
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[1]["siblings"], json!([2, 3]));
+}

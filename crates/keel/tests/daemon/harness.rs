@@ -402,6 +402,8 @@ pub struct Transcript {
     pub status: Option<String>,
     pub retries: usize,
     pub resets: usize,
+    /// `branch` events: the current branch changed and the messages shown were dropped.
+    pub branches: usize,
 }
 
 impl Transcript {
@@ -425,6 +427,11 @@ impl Transcript {
             }
             "stream_reset" => {
                 self.resets += 1;
+                self.clear_live();
+            }
+            "branch" => {
+                self.branches += 1;
+                self.messages.clear();
                 self.clear_live();
             }
             "retry" => self.retries += 1,

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod branches;
 mod chain;
 mod chat_list;
 mod compaction;
@@ -9,11 +10,13 @@ mod compat;
 mod concurrency;
 mod confinement;
 mod continuation;
+mod failures;
 mod fidelity;
 mod harness;
 mod panics;
 mod providers;
 mod replicas;
+mod rerun;
 mod security;
 mod thinking;
 mod tools;
@@ -287,7 +290,7 @@ async fn promoting_a_queued_message_interrupts_the_run_and_runs_it_next() {
 }
 
 #[tokio::test]
-async fn editing_a_user_message_replaces_later_history() {
+async fn editing_a_user_message_replaces_the_current_branch() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client
@@ -626,4 +629,76 @@ async fn operations_endpoints_answer() {
         .await
         .unwrap();
     assert_eq!(openapi["openapi"], "3.1.0");
+}
+
+/// A counter of `/metrics` (0 while it has not been counted yet).
+async fn counter(daemon: &Daemon, name: &str) -> u64 {
+    let metrics = daemon.metrics().await;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .map_or(0, |value| value as u64)
+}
+
+#[tokio::test]
+async fn lease_renewals_wake_no_follower() {
+    let dir = tempfile::tempdir().unwrap();
+    // Renewed every 200 ms while the reply streams for about 8 s.
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "lease_ms = 600\n");
+    let client = Client::new();
+    let reply = words(80);
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&reply, 10.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut events, 3).await;
+    let catch_ups = counter(&daemon, "keel_sse_catch_ups_total").await;
+    let renewals = counter(&daemon, "keel_lease_renewals_total").await;
+    while counter(&daemon, "keel_lease_renewals_total").await < renewals + 3 {
+        transcript.follow_parts(&mut events, 1).await;
+        assert!(
+            transcript.messages.len() < 2,
+            "the reply ended before the lease was renewed three times"
+        );
+    }
+    assert_eq!(
+        counter(&daemon, "keel_sse_catch_ups_total").await,
+        catch_ups,
+        "a renewal is nothing the follower has to read"
+    );
+    transcript.follow_until(&mut events, "waiting").await;
+    assert_eq!(transcript.assistant_texts(), vec![reply]);
+}
+
+#[tokio::test]
+async fn a_stream_opened_on_an_idle_chat_follows_every_later_run_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let client = Client::new();
+    let id = client.replied_chat(&daemon, "first").await;
+    // Opened while nothing streams: the daemon holds no run channel for it yet.
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_until(&mut events, "waiting").await;
+    for round in ["second", "third"] {
+        let reply = format!("{round} {}", words(30));
+        client
+            .post(
+                &daemon.api(&format!("/chats/{id}/messages")),
+                json!({"text": scripted(&reply, 100.0)}),
+            )
+            .await;
+        // Every run's parts arrive live, before the message that commits them.
+        transcript.follow_parts(&mut events, 5).await;
+        assert!(
+            reply.starts_with(&transcript.live_text),
+            "{}",
+            transcript.live_text
+        );
+        transcript.follow_until(&mut events, "waiting").await;
+        assert_eq!(transcript.assistant_texts().last(), Some(&reply));
+    }
+    assert_eq!(transcript.assistant_texts().len(), 3);
 }

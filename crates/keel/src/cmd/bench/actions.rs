@@ -1,5 +1,5 @@
 //! The soak's menu of user actions beyond reading: what a simulated user does to a chat
-//! while it runs, and when. Choosing a program is a pure function of a random number
+//! while it runs (branching it too: edits, regenerates, switches back), and when. Choosing a program is a pure function of a random number
 //! generator, so a seed reproduces the choices (their timing against the daemon varies).
 
 use rand::{Rng, RngExt};
@@ -20,6 +20,10 @@ pub enum Action {
     Interrupt,
     /// `POST .../compact` once the chat is idle.
     Compact,
+    /// Regenerates the last reply once the chat is idle: a sibling branch.
+    Regenerate,
+    /// Switches back to a branch an edit or a regenerate left, once the chat is idle.
+    SwitchBranch,
     /// Deletes the chat while it runs; ends the program.
     DeleteChat,
 }
@@ -59,7 +63,7 @@ pub struct Program {
 }
 
 #[cfg(test)]
-const ACTIONS: [Action; 8] = [
+const ACTIONS: [Action; 10] = [
     Action::Send,
     Action::Promote,
     Action::DeleteQueued,
@@ -67,23 +71,30 @@ const ACTIONS: [Action; 8] = [
     Action::EditMidTool,
     Action::Interrupt,
     Action::Compact,
+    Action::Regenerate,
+    Action::SwitchBranch,
     Action::DeleteChat,
 ];
 
 /// A random program of one to four actions. Promotions and deletes of queued messages
-/// come after a send (they need something queued); a chat delete only ever comes last.
+/// come after a send (they need something queued); a switch of branch after an edit or a
+/// regenerate (it needs a branch to go back to), usually followed by a send, so that the
+/// actions after it (and the kills) meet a chat on a branch other than its first; a chat
+/// delete only ever comes last.
 pub fn choose(rng: &mut impl Rng) -> Program {
     let count = rng.random_range(1..=4);
     let mut steps = Vec::with_capacity(count + 1);
     for _ in 0..count {
         let action = match rng.random_range(0..100) {
-            0..30 => Action::Send,
-            30..40 => Action::Promote,
-            40..50 => Action::DeleteQueued,
-            50..62 => Action::EditMidReply,
-            62..70 => Action::EditMidTool,
-            70..82 => Action::Interrupt,
-            82..96 => Action::Compact,
+            0..26 => Action::Send,
+            26..34 => Action::Promote,
+            34..42 => Action::DeleteQueued,
+            42..52 => Action::EditMidReply,
+            52..59 => Action::EditMidTool,
+            59..69 => Action::Interrupt,
+            69..80 => Action::Compact,
+            80..88 => Action::Regenerate,
+            88..97 => Action::SwitchBranch,
             _ => Action::DeleteChat,
         };
         if matches!(action, Action::Promote | Action::DeleteQueued) {
@@ -91,6 +102,15 @@ pub fn choose(rng: &mut impl Rng) -> Program {
             for _ in 0..3 {
                 steps.push((Trigger::Delay(0), Action::Send));
             }
+        }
+        let branched = steps.iter().any(|(_, a)| {
+            matches!(
+                a,
+                Action::EditMidReply | Action::EditMidTool | Action::Regenerate
+            )
+        });
+        if action == Action::SwitchBranch && !branched {
+            steps.push((Trigger::Idle, Action::Regenerate));
         }
         let trigger = match action {
             Action::Send => match rng.random_bool(0.7) {
@@ -101,10 +121,13 @@ pub fn choose(rng: &mut impl Rng) -> Program {
             Action::EditMidReply => Trigger::Parts(rng.random_range(1..6)),
             Action::EditMidTool => Trigger::ToolCall,
             Action::Interrupt => Trigger::Parts(rng.random_range(1..8)),
-            Action::Compact => Trigger::Idle,
+            Action::Compact | Action::Regenerate | Action::SwitchBranch => Trigger::Idle,
             Action::DeleteChat => Trigger::Parts(rng.random_range(1..4)),
         };
         steps.push((trigger, action));
+        if action == Action::SwitchBranch && rng.random_bool(0.7) {
+            steps.push((Trigger::Delay(0), Action::Send));
+        }
         if action == Action::DeleteChat {
             break;
         }
@@ -168,6 +191,12 @@ mod tests {
             for (at, (_, action)) in program.steps.iter().enumerate() {
                 if matches!(action, Action::Promote | Action::DeleteQueued) {
                     assert!(program.steps[..at].iter().any(|(_, a)| *a == Action::Send));
+                }
+                if *action == Action::SwitchBranch {
+                    assert!(program.steps[..at].iter().any(|(_, a)| matches!(
+                        a,
+                        Action::EditMidReply | Action::EditMidTool | Action::Regenerate
+                    )));
                 }
                 if *action == Action::DeleteChat {
                     assert_eq!(at, program.steps.len() - 1);

@@ -1,6 +1,7 @@
 //! A soak user who does more than read: carries out a [`Program`] of actions (sends with
-//! `busy: "queue"`, promotions, queue deletes, edits, interrupts, compactions, chat
-//! deletes) against a chat while its reply streams, answers client-side tool calls as the
+//! `busy: "queue"`, promotions, queue deletes, edits, interrupts, compactions, regenerates,
+//! switches back to a branch the chat left, chat deletes) against a chat while its reply
+//! streams, answers client-side tool calls as the
 //! program says, keeps a [`UserModel`] of what it did, and at the end checks the chat
 //! against that model and against what its event stream delivered.
 
@@ -48,6 +49,9 @@ struct User<'a> {
     compacting: bool,
     /// Names of the client-side tools offered.
     client_tools: Vec<String>,
+    /// Branches the chat left (by an edit, a regenerate or a switch), as listed then: each
+    /// must stay intact, and a switch may bring one back.
+    left: Vec<Vec<Value>>,
 }
 
 /// Creates the chat, runs `program` against it and checks the outcome.
@@ -93,6 +97,7 @@ pub async fn drive(
             .iter()
             .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
             .collect(),
+        left: Vec::new(),
     };
     let outcome = user.run(program, tools).await;
     if user.compacting {
@@ -246,6 +251,8 @@ impl User<'_> {
                 }
             }
             Action::EditMidReply | Action::EditMidTool => self.edit().await,
+            Action::Regenerate => self.regenerate().await,
+            Action::SwitchBranch => self.switch_branch().await,
             Action::Interrupt => {
                 let state = target
                     .call(Method::POST, &self.path("/interrupt"), None, None)
@@ -322,10 +329,122 @@ impl User<'_> {
                     "edited {old:?}, which the user never sent"
                 );
                 self.reconcile(&answer.body)?;
+                let old_branch = self.branch_through(id).await?;
+                self.remember(old_branch);
                 Ok(true)
             }
             StatusCode::CONFLICT => Ok(false),
             other => bail!("edit answered {other}: {}", answer.body),
+        }
+    }
+
+    /// The messages of the current branch.
+    async fn current(&self) -> anyhow::Result<Vec<Value>> {
+        let listed = self
+            .target
+            .call(Method::GET, &self.path("/messages"), None, None)
+            .await?;
+        Ok(listed["messages"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The messages of the branch through `message`, to its newest message.
+    async fn branch_through(&self, message: i64) -> anyhow::Result<Vec<Value>> {
+        let listed = self
+            .target
+            .call(
+                Method::GET,
+                &self.path(&format!("/messages?branch={message}")),
+                None,
+                None,
+            )
+            .await?;
+        Ok(listed["messages"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Remembers a branch the chat left. One remembered before that it continues (its
+    /// last message is on it) is the same branch, grown: it goes.
+    fn remember(&mut self, branch: Vec<Value>) {
+        let on_it: HashSet<i64> = branch.iter().filter_map(|m| m["id"].as_i64()).collect();
+        self.left.retain(|old| {
+            old.last()
+                .and_then(|m| m["id"].as_i64())
+                .is_some_and(|id| !on_it.contains(&id))
+        });
+        if !branch.is_empty() {
+            self.left.push(branch);
+        }
+    }
+
+    /// Regenerates the last reply of an idle chat (one whose last turn was answered); the
+    /// user's turns stay what they were.
+    async fn regenerate(&mut self) -> anyhow::Result<bool> {
+        let current = self.current().await?;
+        let last_user = current.iter().rposition(|m| m["role"] == "user");
+        let Some(reply) = current
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(at, m)| m["role"] == "assistant" && last_user.is_some_and(|u| u < *at))
+            .and_then(|(_, m)| m["id"].as_i64())
+        else {
+            return Ok(false);
+        };
+        let path = self.path(&format!("/messages/{reply}/regenerate"));
+        let answer = self.target.request(Method::POST, &path, None, None).await?;
+        match answer.status {
+            StatusCode::ACCEPTED => {
+                self.reconcile(&answer.body)?;
+                let old_branch = self.branch_through(reply).await?;
+                self.remember(old_branch);
+                Ok(true)
+            }
+            // Not idle any more, or a retry after the first attempt started the run.
+            StatusCode::CONFLICT => Ok(false),
+            other => bail!("regenerate answered {other}: {}", answer.body),
+        }
+    }
+
+    /// Switches an idle chat back to a branch it left; the branch must come back as it
+    /// was left, and the user's turns become its turns.
+    async fn switch_branch(&mut self) -> anyhow::Result<bool> {
+        let current = self.current().await?;
+        let on_current: HashSet<i64> = current.iter().filter_map(|m| m["id"].as_i64()).collect();
+        let others: Vec<&Vec<Value>> = self
+            .left
+            .iter()
+            .filter(|branch| {
+                branch
+                    .last()
+                    .and_then(|m| m["id"].as_i64())
+                    .is_some_and(|id| !on_current.contains(&id))
+            })
+            .collect();
+        if others.is_empty() {
+            return Ok(false);
+        }
+        let back = others[self.rng.random_range(0..others.len())].clone();
+        let to = back.last().and_then(|m| m["id"].as_i64()).unwrap_or(0);
+        let body = json!({ "message_id": to });
+        let answer = self
+            .target
+            .request(Method::POST, &self.path("/branch"), Some(&body), None)
+            .await?;
+        match answer.status {
+            StatusCode::OK => {
+                self.reconcile(&answer.body)?;
+                self.remember(current);
+                let now = self.current().await?;
+                ensure!(
+                    continues(&now, &back),
+                    "switched to the branch {back:?}, the chat lists {now:?}"
+                );
+                let texts: Vec<String> = turns(&now).iter().map(|t| t.text.clone()).collect();
+                self.model.switched(&texts).map_err(anyhow::Error::msg)?;
+                Ok(true)
+            }
+            // Not idle any more (a queued message started).
+            StatusCode::CONFLICT => Ok(false),
+            other => bail!("switching branch answered {other}: {}", answer.body),
         }
     }
 
@@ -501,6 +620,14 @@ impl User<'_> {
             }
         }
         tool_calls_pair_up(&messages)?;
+        for branch in &self.left {
+            let through = branch.last().and_then(|m| m["id"].as_i64()).unwrap_or(0);
+            let now = self.branch_through(through).await?;
+            ensure!(
+                continues(&now, branch),
+                "a branch the chat left changed: it was {branch:?}, it is {now:?}"
+            );
+        }
         // The stream delivers the last messages shortly after the status; wait for them.
         let since = Instant::now();
         while !self.reader.with(|r| r.view.matches(&messages))
@@ -548,6 +675,17 @@ impl User<'_> {
         );
         Ok(())
     }
+}
+
+/// Whether `listed` begins with the messages of `branch`, each as it was (the branch may
+/// have grown since; its messages' sibling lists may have too).
+fn continues(listed: &[Value], branch: &[Value]) -> bool {
+    let same = |a: &Value, b: &Value| {
+        ["id", "role", "parts", "interrupted", "parent_id"]
+            .iter()
+            .all(|key| a[key] == b[key])
+    };
+    listed.len() >= branch.len() && listed.iter().zip(branch).all(|(a, b)| same(a, b))
 }
 
 /// The queue ids of a `Chat` answer, in queue order.

@@ -21,8 +21,21 @@ pub struct EventView {
 }
 
 impl EventView {
-    /// A `message` event. A known id with new content is an edit: the message is replaced
-    /// and everything after it is gone (the API's edit deletes all later history).
+    /// One durable event: a `message`, or a `branch` (the current branch changed; the
+    /// messages shown go, and the branch's messages follow). Others change no message.
+    pub fn apply_event(&mut self, kind: &str, data: &Value) -> anyhow::Result<()> {
+        match kind {
+            "message" => self.apply(data),
+            "branch" => {
+                self.messages.clear();
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A `message` event. A known id with new content replaces the message and drops
+    /// everything after it, as a client that knows no branches does.
     pub fn apply(&mut self, data: &Value) -> anyhow::Result<()> {
         let Some(id) = data["id"].as_i64() else {
             bail!("a message event without an id: {data}");
@@ -273,6 +286,27 @@ mod tests {
         }
         assert!(view.duplicates.is_empty());
         view.check(&[message(1, "user", "ho"), message(3, "assistant", "ho")])
+            .unwrap();
+    }
+
+    #[test]
+    fn a_branch_event_drops_the_messages_shown_and_the_branch_follows() {
+        let mut view = EventView::default();
+        for m in [message(1, "user", "hi"), message(2, "assistant", "hi")] {
+            view.apply_event("message", &m).unwrap();
+        }
+        view.apply_event("branch", &json!({"leaf_id": 4})).unwrap();
+        for m in [message(3, "user", "ho"), message(4, "assistant", "ho")] {
+            view.apply_event("message", &m).unwrap();
+        }
+        view.check(&[message(3, "user", "ho"), message(4, "assistant", "ho")])
+            .unwrap();
+        // Brought back after a switch, a message is no duplicate.
+        view.apply_event("branch", &json!({"leaf_id": 2})).unwrap();
+        for m in [message(1, "user", "hi"), message(2, "assistant", "hi")] {
+            view.apply_event("message", &m).unwrap();
+        }
+        view.check(&[message(1, "user", "hi"), message(2, "assistant", "hi")])
             .unwrap();
     }
 

@@ -97,7 +97,7 @@ pub async fn drive(
         last_id = connection.last_id;
         events_on_connection += 1;
         match event.kind.as_str() {
-            "message" => seen.view.apply(&event.data)?,
+            "message" | "branch" => seen.view.apply_event(&event.kind, &event.data)?,
             "part" => {
                 deltas += 1;
                 if behaviour.interrupt_after == Some(deltas) && !seen.interrupted {
@@ -205,9 +205,9 @@ async fn catch_up(
         };
         while let Ok(event) = live.next(patience).await {
             position = live.last_id;
-            if event.kind == "message" {
+            if matches!(event.kind.as_str(), "message" | "branch") {
                 last_progress = Instant::now();
-                seen.view.apply(&event.data)?;
+                seen.view.apply_event(&event.kind, &event.data)?;
             }
             if committed
                 .iter()

@@ -40,8 +40,13 @@ pub struct Args {
     pub verbose: bool,
 }
 
-/// Timeouts for a benchmark: generous, since nothing here stalls on purpose.
-const RUNS: &str = "startup_timeout_ms = 10000\nidle_timeout_ms = 10000\nlease_ms = 3000";
+/// Timeouts for a benchmark: generous, since nothing here stalls on purpose. No titles:
+/// naming each chat would add a model call per chat that is not the load being measured.
+pub(super) const RUNS: &str =
+    "startup_timeout_ms = 10000\nidle_timeout_ms = 10000\nlease_ms = 3000\ntitles = false";
+
+/// Times one chat's stream may be resumed during the measured phase.
+const MAX_RESUMES: usize = 100;
 
 /// How long a chat may stay silent before the benchmark gives up on it.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -149,6 +154,8 @@ struct Throughput {
     daemon_cpu: Duration,
     mock_cpu: Duration,
     peak_rss: u64,
+    /// Streams that fell too far behind and resumed from their last id.
+    resumes: usize,
 }
 
 impl Throughput {
@@ -164,6 +171,12 @@ impl Throughput {
             "added latency per part  {} (p50 / p99 / max)",
             self.latency.millis()
         );
+        if self.resumes > 0 {
+            println!(
+                "streams resumed         {} (fell behind and reconnected with their last id)",
+                self.resumes
+            );
+        }
         println!(
             "daemon CPU per 1k parts {:.3} s (mock provider: {:.3} s)",
             per_thousand(self.daemon_cpu),
@@ -201,13 +214,26 @@ async fn measure_throughput(
             start.wait().await;
             api.send_message(&chat, &text, "queue").await?;
             let mut latencies = Vec::new();
+            let mut resumes = 0;
             loop {
-                let event = live.next(PATIENCE).await?;
+                let event = match live.next(PATIENCE).await {
+                    Ok(event) => event,
+                    // A client that falls too far behind (`--rate 0`) is disconnected and
+                    // resumes from its last id, as the contract asks of every client.
+                    Err(error) if resumes < MAX_RESUMES => {
+                        resumes += 1;
+                        live = Live::open(&api, &chat, live.last_id)
+                            .await
+                            .with_context(|| format!("resuming after: {error:#}"))?;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                };
                 if let Some(delta) = event.text_delta() {
                     let now = unix_micros();
                     latencies.extend(stamps(delta).map(|sent| now.saturating_sub(sent)));
                 } else if event.is_assistant_message() {
-                    return anyhow::Ok(latencies);
+                    return anyhow::Ok((latencies, resumes));
                 }
             }
         });
@@ -217,11 +243,16 @@ async fn measure_throughput(
     let (cpu_before, mock_before) = (daemon.cpu()?, mock.cpu()?);
     let mut peak_rss = daemon.rss()?;
     let mut latencies = Vec::new();
+    let mut resumes = 0;
     let mut sampler = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
             joined = tasks.join_next() => match joined {
-                Some(result) => latencies.extend(result??),
+                Some(result) => {
+                    let (received, resumed) = result??;
+                    latencies.extend(received);
+                    resumes += resumed;
+                }
                 None => break,
             },
             _ = sampler.tick() => peak_rss = peak_rss.max(daemon.rss()?),
@@ -241,6 +272,7 @@ async fn measure_throughput(
         daemon_cpu: daemon.cpu()?.saturating_sub(cpu_before),
         mock_cpu: mock.cpu()?.saturating_sub(mock_before),
         peak_rss: peak_rss.max(daemon.rss()?),
+        resumes,
     })
 }
 

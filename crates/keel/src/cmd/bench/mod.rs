@@ -1,12 +1,13 @@
 //! `keel bench`: measurements of a real daemon, started from this executable together with
-//! a mock provider: `load` (throughput, latency, CPU, memory, interrupt and kill -9 recovery)
-//! and `soak` (random faults, interrupts, reconnects and kills, with every chat's outcome
-//! checked).
+//! a mock provider: `load` (throughput, latency, CPU, memory, interrupt and kill -9 recovery),
+//! `soak` (random faults, interrupts, reconnects and kills, with every chat's outcome
+//! checked) and `idle` (memory and CPU of idle live event streams).
 
 mod actions;
 mod actor;
 mod check;
 mod follower;
+mod idle;
 mod live;
 mod load;
 mod model;
@@ -31,11 +32,15 @@ pub enum Command {
     /// Chats with random faults, interrupts, reconnects and kill -9s; checks every chat's
     /// end state and exits non-zero (printing the seed) on any violation.
     Soak(soak::Args),
+    /// N idle chats with one open live event stream each: RSS per subscriber, CPU while
+    /// idle, and the followers one message wakes.
+    Idle(idle::Args),
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         Command::Load(args) => load::run(args).await,
         Command::Soak(args) => soak::run(args).await,
+        Command::Idle(args) => idle::run(args).await,
     }
 }

@@ -4,6 +4,8 @@
 //! carries one) tell which queued messages have started meanwhile, and must agree with the
 //! model's order. Pure: no I/O, no clock.
 
+use std::collections::BTreeMap;
+
 use super::scenario::Expect;
 
 /// One user message the user wants answered.
@@ -29,21 +31,43 @@ impl Turn {
     }
 }
 
-/// A user's chat as the user's own actions shaped it.
+/// A user's chat as the user's own actions shaped it: the turns of the current branch.
 #[derive(Debug, Clone)]
 pub struct UserModel {
-    /// Turns that have started, in history order.
+    /// Turns that have started on the current branch, in history order.
     history: Vec<Turn>,
     /// Queued turns by queue id, in queue order.
     queue: Vec<(String, Turn)>,
+    /// Every turn the user sent, by text: what a switch to another branch brings back.
+    sent: BTreeMap<String, Turn>,
 }
 
 impl UserModel {
     pub fn new(first: Turn) -> Self {
         Self {
+            sent: BTreeMap::from([(first.text.clone(), first.clone())]),
             history: vec![first],
             queue: Vec::new(),
         }
+    }
+
+    /// The user switched the chat to a branch whose user messages are `listed` (texts, in
+    /// order): they are its history now, each as the user sent it. Every one may have had
+    /// its reply cut short when the chat left that branch (an edit mid-reply). Err when a
+    /// listed message is none the user sent.
+    pub fn switched(&mut self, listed: &[String]) -> Result<(), String> {
+        let history = listed
+            .iter()
+            .map(|text| {
+                self.sent.get(text).cloned().map(|turn| Turn {
+                    exposed: true,
+                    ..turn
+                })
+            })
+            .collect::<Option<Vec<Turn>>>()
+            .ok_or_else(|| format!("the branch switched to lists {listed:?}, not all sent"))?;
+        self.history = history;
+        Ok(())
     }
 
     #[cfg(test)]
@@ -57,11 +81,13 @@ impl UserModel {
 
     /// A message that started at once: nothing was queued ahead of it any more.
     pub fn started(&mut self, turn: Turn) {
+        self.sent.insert(turn.text.clone(), turn.clone());
         self.history.extend(self.queue.drain(..).map(|(_, t)| t));
         self.history.push(turn);
     }
 
     pub fn queued(&mut self, queue_id: String, turn: Turn) {
+        self.sent.insert(turn.text.clone(), turn.clone());
         self.queue.push((queue_id, turn));
     }
 
@@ -137,9 +163,11 @@ impl UserModel {
         Ok(())
     }
 
-    /// The user edited the message with text `old`: later history and the queue are gone,
-    /// and `new` replaces it. False when `old` names no turn of the model.
+    /// The user edited the message with text `old`: the current branch ends before it and
+    /// continues with `new` (the old version and what followed it stay on their own
+    /// branch); the queue is gone. False when `old` names no turn of the model.
     pub fn edited(&mut self, old: &str, new: Turn) -> bool {
+        self.sent.insert(new.text.clone(), new.clone());
         if let Some(at) = self.queue.iter().position(|(_, t)| t.text == old) {
             self.history
                 .extend(self.queue.drain(..=at).map(|(_, turn)| turn));
@@ -309,6 +337,26 @@ mod tests {
         let mut model = with_queue(&["a", "b"]);
         assert!(model.edited("mb", turn("nb")));
         assert!(model.settle(&ids(&["first", "ma", "nb"]), &[]).is_ok());
+    }
+
+    #[test]
+    fn a_switch_brings_back_the_turns_of_the_branch_the_user_left() {
+        let mut model = with_queue(&[]);
+        model.started(turn("second"));
+        assert!(model.edited("second", turn("second, edited")));
+        model
+            .switched(&ids(&["first", "second"]))
+            .expect("both were sent");
+        assert_eq!(texts(model.history()), ["first", "second"]);
+        assert!(model.history().iter().all(|t| t.exposed));
+        model.started(turn("third"));
+        assert!(
+            model
+                .clone()
+                .settle(&ids(&["first", "second", "third"]), &[])
+                .is_ok()
+        );
+        assert!(model.switched(&ids(&["first", "never sent"])).is_err());
     }
 
     #[test]

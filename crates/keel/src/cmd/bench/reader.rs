@@ -92,8 +92,8 @@ async fn follow(
             read.recent.push_back((event.kind.clone(), live.last_id));
             read.last_event = Some((Instant::now(), replica));
             match event.kind.as_str() {
-                "message" => {
-                    if let Err(error) = read.view.apply(&event.data) {
+                "message" | "branch" => {
+                    if let Err(error) = read.view.apply_event(&event.kind, &event.data) {
                         read.error.get_or_insert(format!("{error:#}"));
                     }
                 }
@@ -153,8 +153,8 @@ pub async fn resumed(
         };
         while let Ok(event) = live.next(patience).await {
             position = live.last_id;
-            if event.kind == "message" {
-                view.apply(&event.data)?;
+            if matches!(event.kind.as_str(), "message" | "branch") {
+                view.apply_event(&event.kind, &event.data)?;
                 if view.matches(committed) {
                     break;
                 }

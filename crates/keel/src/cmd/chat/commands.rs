@@ -19,13 +19,17 @@ pub enum Input {
     Edit(String),
     /// Send while a run is active, to be answered after it.
     Queue(String),
+    /// Carry on the reply the user stopped.
+    Continue,
+    /// Run a failed turn again.
+    Retry,
     Help,
     Quit,
     /// A slash command that is not known or lacks its argument.
     Invalid(String),
 }
 
-pub const HELP: &str = "commands: /new  /chats  /switch ID  /edit TEXT  /queue TEXT  /help  /quit  \
+pub const HELP: &str = "commands: /new  /chats  /switch ID  /edit TEXT  /queue TEXT  /continue  /retry  /help  /quit  \
 (any other /WORD … is sent to the model; Ctrl-C interrupts a reply; twice, or at the prompt, exits)";
 
 /// Parses one line typed at the prompt.
@@ -58,6 +62,8 @@ pub fn parse(line: &str) -> Input {
         "switch" => needs(Input::Switch, "a chat id"),
         "edit" => needs(Input::Edit, "the new text"),
         "queue" => needs(Input::Queue, "the text to queue"),
+        "continue" => Input::Continue,
+        "retry" => Input::Retry,
         "help" | "?" => Input::Help,
         "quit" | "exit" => Input::Quit,
         // Not ours: `/list_dir {"path":"."}` is how the demo model is asked for a tool, and
@@ -117,6 +123,8 @@ mod tests {
         assert!(matches!(parse("/"), Input::Invalid(_)));
         assert!(matches!(parse("/a.b"), Input::Invalid(_)));
         assert_eq!(parse("/quit"), Input::Quit);
+        assert_eq!(parse("/continue"), Input::Continue);
+        assert_eq!(parse("/retry"), Input::Retry);
     }
 
     #[test]

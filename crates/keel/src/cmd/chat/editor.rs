@@ -8,6 +8,9 @@
 //! completed. Both run on one thread of their own: the editor blocks, and the runtime must
 //! not.
 //!
+//! The editor's history is kept across runs ([`super::history`]): loaded when the editor
+//! starts, each line appended as it is entered.
+//!
 //! When standard input is not a terminal, lines are read one by one with no editing.
 
 use std::io::BufRead as _;
@@ -17,6 +20,8 @@ use std::time::Duration;
 
 use rustyline::error::ReadlineError;
 use tokio::sync::mpsc;
+
+use super::history::History;
 
 /// What came from the keyboard.
 #[derive(Debug)]
@@ -42,8 +47,9 @@ pub struct Keyboard {
 }
 
 impl Keyboard {
-    /// Reads from standard input; with `interactive` through the line editor.
-    pub fn start(interactive: bool) -> Self {
+    /// Reads from standard input; with `interactive` through the line editor, whose history
+    /// is kept in the file `history` (none: this run's only).
+    pub fn start(interactive: bool, history: Option<std::path::PathBuf>) -> Self {
         let (tx, typed) = mpsc::unbounded_channel();
         if !interactive {
             std::thread::spawn(move || plain_lines(&tx));
@@ -54,7 +60,8 @@ impl Keyboard {
             };
         }
         let (requests, rx) = std_mpsc::channel();
-        std::thread::spawn(move || edit_loop(&rx, &tx));
+        let history = history.map(History::at);
+        std::thread::spawn(move || edit_loop(&rx, &tx, history.as_ref()));
         Self {
             requests: Some(requests),
             prompting: false,
@@ -106,15 +113,26 @@ fn plain_lines(tx: &mpsc::UnboundedSender<Typed>) {
 
 /// The editor thread: lines typed during a reply until a prompt is asked for, then one
 /// edited line, and again.
-fn edit_loop(requests: &std_mpsc::Receiver<String>, tx: &mpsc::UnboundedSender<Typed>) {
+fn edit_loop(
+    requests: &std_mpsc::Receiver<String>,
+    tx: &mpsc::UnboundedSender<Typed>,
+    history: Option<&History>,
+) {
     let config = rustyline::Config::builder()
         .auto_add_history(true)
         .bracketed_paste(true)
-        .build();
+        .max_history_size(super::history::MAX_ENTRIES)
+        .map(rustyline::config::Builder::build);
+    let Ok(config) = config else {
+        return plain_lines(tx);
+    };
     let mut editor = match rustyline::DefaultEditor::with_config(config) {
         Ok(editor) => editor,
         Err(_) => return plain_lines(tx),
     };
+    for entry in history.map(History::load).unwrap_or_default() {
+        let _ = editor.add_history_entry(entry);
+    }
     loop {
         let prompt = match requests.recv_timeout(POLL) {
             Ok(prompt) => prompt,
@@ -136,7 +154,14 @@ fn edit_loop(requests: &std_mpsc::Receiver<String>, tx: &mpsc::UnboundedSender<T
             Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
         };
         let typed = match editor.readline(&prompt) {
-            Ok(line) => Typed::Line(line),
+            Ok(line) => {
+                if let Some(history) = history
+                    && let Err(error) = history.append(&line)
+                {
+                    tracing::debug!(%error, "the input history could not be saved");
+                }
+                Typed::Line(line)
+            }
             Err(ReadlineError::Interrupted) => Typed::Interrupted,
             Err(_) => Typed::Eof,
         };

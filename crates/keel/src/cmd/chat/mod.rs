@@ -7,6 +7,7 @@
 
 mod commands;
 mod editor;
+mod history;
 mod markdown;
 mod render;
 mod transcript;
@@ -179,7 +180,7 @@ impl Prompt {
                 std::env::var_os("NO_COLOR").as_deref(),
             )),
             tty,
-            keyboard: Keyboard::start(std::io::stdin().is_terminal()),
+            keyboard: Keyboard::start(std::io::stdin().is_terminal(), history::default_path()),
             spinner: None,
             last_ctrl_c: None,
             was_busy: false,
@@ -381,6 +382,8 @@ impl Prompt {
             Input::Message(text) => self.send(&text).await,
             Input::Queue(text) => self.queue(&text).await,
             Input::Edit(text) => self.edit(&text).await,
+            Input::Continue => self.rerun(Rerun::Continue).await,
+            Input::Retry => self.rerun(Rerun::Retry).await,
         };
         if let Err(error) = result {
             self.error(&format!("{error:#}"));
@@ -461,4 +464,27 @@ impl Prompt {
         self.was_busy = true;
         Ok(())
     }
+
+    /// `/continue` and `/retry`: the chat runs again with no new message.
+    async fn rerun(&mut self, what: Rerun) -> anyhow::Result<()> {
+        let Some(chat) = self.chat.clone() else {
+            bail!("no chat yet: send a message first");
+        };
+        match what {
+            Rerun::Continue => self.api.continue_reply(&chat).await?,
+            Rerun::Retry => self.api.retry(&chat).await?,
+        }
+        self.transcript.started_run();
+        self.was_busy = true;
+        Ok(())
+    }
+}
+
+/// What `/continue` and `/retry` ask for.
+#[derive(Debug, Clone, Copy)]
+enum Rerun {
+    /// Carry on the reply the user stopped.
+    Continue,
+    /// Run the failed turn again.
+    Retry,
 }

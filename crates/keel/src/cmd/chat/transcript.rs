@@ -154,7 +154,7 @@ fn overlap(screen: &[Block], live: &[Block]) -> Overlap {
 fn is_durable(event: &str) -> bool {
     matches!(
         event,
-        "part" | "message" | "stream_reset" | "tool_call_cancel"
+        "part" | "message" | "stream_reset" | "tool_call_cancel" | "branch"
     )
 }
 
@@ -297,6 +297,16 @@ impl Transcript {
                     self.echo = Some(shown);
                 }
                 Vec::new()
+            }
+            // Another version of the conversation became current (an edit, a regenerate, a
+            // switch from another client): what follows prints it from the start.
+            "branch" => {
+                self.live.clear();
+                self.echo = None;
+                vec![Piece::Line(
+                    LineKind::Notice,
+                    "another version of the conversation is current now:".to_owned(),
+                )]
             }
             "tool_call_cancel" => self.tool_call_cancel(&data),
             "status" => self.status_event(&data),
@@ -933,6 +943,29 @@ mod tests {
         );
         assert!(!t.is_busy());
         assert_eq!(t.last_error(), Some("auth: bad key"));
+    }
+
+    #[test]
+    fn a_branch_change_is_announced_once_and_the_branch_follows() {
+        let mut t = Transcript::new();
+        let user = |id: i64, seq: i64, text: &str| {
+            message(
+                id,
+                seq,
+                "user",
+                json!([{"type": "text", "text": text}]),
+                false,
+            )
+        };
+        let branch = event(5, "branch", json!({"leaf_id": 1}));
+        let out = feed(
+            &mut t,
+            &[user(1, 1, "hi"), branch.clone(), branch, user(1, 6, "hi")],
+        );
+        assert_eq!(
+            out,
+            "[you: hi][another version of the conversation is current now:][you: hi]"
+        );
     }
 
     #[test]

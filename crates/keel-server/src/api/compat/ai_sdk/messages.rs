@@ -209,6 +209,8 @@ mod tests {
             created_at: Utc::now(),
             kind: Default::default(),
             finish_reason: None,
+            parent_id: None,
+            siblings: Vec::new(),
         }
     }
 

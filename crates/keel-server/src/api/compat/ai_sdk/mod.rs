@@ -213,8 +213,10 @@ pub(crate) async fn chat(
                 .rev()
                 .find(|m| m.role == keel_core::Role::User)
                 .ok_or_else(|| ApiError::invalid("there is no user message to answer again"))?;
-            let (user_id, parts) = (user.id, user.parts.clone());
-            let chat = state.store.edit_message(chat.id, user_id, parts).await?;
+            let user_id = user.id;
+            // A new reply beside the old one, to the same user message: the reply keeps
+            // the id the front end knows it by.
+            let chat = state.store.regenerate(chat.id, user_id).await?;
             let position = position_of(&state, chat.id, user_id).await?;
             Ok(ui_stream(
                 state,

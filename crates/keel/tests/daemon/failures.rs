@@ -1,0 +1,44 @@
+//! A failed run's error says where it came from: the provider's name and the address of
+//! the request (never its query), in the chat and in its live `status` event.
+
+use serde_json::json;
+
+use crate::harness::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_404_names_the_provider_and_the_address() {
+    let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A base URL with a wrong path: the server answers 404 with no body.
+    let config = format!(
+        "[[providers]]\nname = \"misrouted\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/nope/v1\"\n\
+         [[models]]\nid = \"m\"\nprovider = \"misrouted\"\nmodel = \"mock\"\ndefault = true\n",
+        mock.addr()
+    );
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), &config);
+    let client = Client::new();
+    let id = client.create_chat(&daemon, json!({"text": "hi"})).await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    let mut status_error = serde_json::Value::Null;
+    while let Some(event) = events.next().await {
+        transcript.apply(&event);
+        if event.event == "status" && event.data["status"] == "error" {
+            status_error = event.data["last_error"].clone();
+            break;
+        }
+    }
+    let expected_url = format!("http://{}/nope/v1/chat/completions", mock.addr());
+    let chat = client.chat(&daemon, &id).await;
+    let error = &chat["last_error"];
+    assert_eq!(error["kind"], "invalid_request", "{error}");
+    assert_eq!(error["provider"], "misrouted", "{error}");
+    assert_eq!(error["url"], expected_url.as_str(), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("404"),
+        "{error}"
+    );
+    assert_eq!(&status_error, error, "the live event says the same");
+}
