@@ -4,12 +4,13 @@
 # `keel serve` with the demo model (KEEL_URL), and a second `keel serve` with a user and two
 # models, one served by `keel mock-provider` and one whose provider is down (KEEL_USERS_URL,
 # its token in KEEL_TOKEN). Then it runs in headless Chromium tests/browser/chat.test.mjs
-# (streaming, stop, client-side tools), tests/browser/product.test.mjs (Markdown, copy, the
-# chat list and its feed, titles, the model picker, provider errors, the phone drawer,
-# tokens and log-out) and tests/browser/origin.test.mjs (pages of other sites and rebound
-# names must not reach the API) and tests/browser/branches.test.mjs (an edit's branch and
-# the arrows across a reload and a kill -9; it starts and restarts a daemon of its own from
-# KEEL_BIN). Screenshots land in target/browser/. Exits non-zero on any failure.
+# (streaming, stop, Continue, Retry, an unreachable daemon, client-side tools),
+# tests/browser/product.test.mjs (Markdown, copy, the chat list and its feed, titles, archive,
+# the model picker, provider errors, the phone drawer, tokens and log-out),
+# tests/browser/origin.test.mjs (pages of other sites and rebound names must not reach the
+# API) and tests/browser/branches.test.mjs (an edit's branch and the arrows across a reload
+# and a kill -9; it starts and restarts a daemon of its own from KEEL_BIN). Screenshots land
+# in target/browser/. Exits non-zero on any failure.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -1,5 +1,7 @@
 // Drives the web page in headless Chromium against a running `keel serve` with the demo
-// model: streams a slow reply, stops it mid-stream, reloads and finds it marked interrupted.
+// model: streams a slow reply, stops it mid-stream, reloads and finds it marked interrupted;
+// continues a stopped reply; retries a failed one; says so when the API cannot be reached;
+// answers a client-side tool call.
 // KEEL_URL names the daemon; CHROMIUM and SCREENSHOT_DIR may override the defaults.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -84,6 +86,8 @@ test('a client-side tool call is answered from the page', async () => {
     await page.goto(`${base}/#chat=${chat.id}`);
     await page.waitForSelector('#tool-prompt:not([hidden]) textarea');
     assert.match(await page.textContent('#tool-prompt'), /pick_colour/);
+    await page.waitForFunction(() => document.querySelector('#chat-status').textContent === 'Waiting for tool results');
+    await page.screenshot({ path: `${screenshots}/tool-results.png`, fullPage: true });
     await page.fill('#tool-prompt textarea', '"blue"');
     await page.click('#tool-prompt button');
     await page.waitForFunction(() => [...document.querySelectorAll('.msg.assistant .text')]
@@ -171,6 +175,7 @@ test('a failed reply is retried from the page without retyping it', async () => 
     await page.keyboard.press('Enter');
     await page.waitForSelector('#run-error .retry-run');
     assert.match(await page.textContent('#run-error'), /not this time/);
+    assert.equal(await page.textContent('#chat-status'), 'Failed');
     const before = await page.evaluate(() => document.querySelector('#run-error').previousElementSibling.className);
     assert.match(before, /user/, 'the failure sits right after the message it answers');
     assert.ok(await page.isHidden('#banner'), 'not a banner at the top');

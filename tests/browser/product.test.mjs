@@ -229,3 +229,58 @@ test('a rejected token is said so, the model picker changes the next reply\'s mo
     assert.equal(await page.evaluate(() => localStorage.getItem('keel-token')), null);
   });
 });
+
+test('on the page: Shift+Enter, a title within seconds, states in words, archive, unarchive and delete', async () => {
+  await withPage({ origin: base }, async (page) => {
+    await page.goto(base);
+    assert.equal(await page.evaluate(() => document.activeElement.id), 'input');
+    // Shift+Enter starts a new line; Enter sends the two lines as one message.
+    await page.keyboard.type('Packing list for Lisbon');
+    await page.keyboard.press('Shift+Enter');
+    await page.keyboard.type('two days');
+    assert.equal(await page.inputValue('#input'), 'Packing list for Lisbon\ntwo days');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.querySelector('.msg.user .text')?.textContent
+      === 'Packing list for Lisbon\ntwo days');
+    const id = await page.waitForFunction(() => /chat=/.test(location.hash) && location.hash.split('=')[1])
+      .then((handle) => handle.jsonValue());
+    const item = `#chat-list li[data-id="${id}"]`;
+    // The title comes within seconds of the first reply, in the header and the list alike.
+    await page.waitForFunction((selector) => {
+      const title = document.querySelector('#chat-title').textContent;
+      return title !== 'New chat' && document.querySelector(`${selector} .chat-name`)?.textContent === title;
+    }, item);
+    assert.equal(await page.textContent('#chat-status'), 'Ready');
+
+    // A reply in progress says so in words.
+    const words = Array.from({ length: 60 }, (_, i) => `word${i + 1}`).join(' ');
+    await page.fill('#input', '#mock ' + JSON.stringify({ text: words, rate: 8 }));
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.querySelector('#chat-status').textContent === 'Replying…');
+    assert.equal(await page.textContent('#send'), 'Queue', 'while a reply runs, Send queues');
+    await page.screenshot({ path: `${screenshots}/replying.png` });
+    await page.click('#stop');
+    await page.waitForFunction(() => document.querySelector('#chat-status').textContent === 'Ready');
+
+    // Archive hides the chat from the list; Show archived brings it back, marked.
+    await page.hover(item);
+    await page.click(`${item} [data-action="archive"]`);
+    await page.waitForSelector(item, { state: 'detached' });
+    await page.check('#show-archived');
+    await page.waitForSelector(`${item}.archived`);
+    assert.match(await page.textContent(`${item} .meta`), /archived/);
+    await page.screenshot({ path: `${screenshots}/archived.png` });
+    await page.hover(item);
+    await page.click(`${item} [data-action="unarchive"]`);
+    await page.waitForSelector(`${item}:not(.archived)`);
+    await page.uncheck('#show-archived');
+    await page.waitForSelector(item);
+
+    // Delete asks first, then the chat is gone from the page and the daemon.
+    page.once('dialog', (dialog) => dialog.accept());
+    await page.hover(item);
+    await page.click(`${item} [data-action="delete"]`);
+    await page.waitForSelector(item, { state: 'detached' });
+    assert.equal((await fetch(`${base}/api/v1/chats/${id}`)).status, 404);
+  });
+});

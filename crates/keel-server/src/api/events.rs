@@ -247,10 +247,24 @@ impl Follower {
     /// Sends committed messages and logged live parts after the position, with the
     /// `branch` event before the messages of a branch made current after it. Returns the
     /// chat as read after the messages, or `None` when the client is gone.
+    ///
+    /// The log is read before the messages: between two reads a step may be committed (its
+    /// parts leave the log) and the next step's parts logged. Read the other way round,
+    /// that next step's parts would be sent without the message committed before them, and
+    /// the position would pass that message for good. Read this way, the parts read are
+    /// those of the step in progress at the first read, which the messages read later
+    /// either leave in progress or commit (then they are skipped as below the position).
     async fn catch_up(
         &mut self,
         backlog: &[Arc<Frame>],
     ) -> Result<Option<Chat>, keel_store::StoreError> {
+        let logged = self
+            .state
+            .store
+            .live_parts_after(self.chat_id, self.position)
+            .await?;
+        #[cfg(debug_assertions)]
+        debug_pause().await;
         let mut replayed = 0u64;
         // Page by page: a long history is never held in memory at once.
         let chat = loop {
@@ -280,11 +294,6 @@ impl Follower {
                 break chat;
             }
         };
-        let logged = self
-            .state
-            .store
-            .live_parts_after(self.chat_id, self.position)
-            .await?;
         let mut parts: Vec<(i64, &'static str, String)> = logged
             .iter()
             .filter_map(|entry| {
@@ -336,6 +345,19 @@ impl Follower {
             }
         }
         true
+    }
+}
+
+/// Debug builds only: with `KEEL_DEBUG_CATCH_UP_PAUSE_MS` set, a catch-up waits that long
+/// between reading the live-part log and reading the messages, so that a test of the
+/// running daemon can land a commit (and the next step's parts) in between.
+#[cfg(debug_assertions)]
+async fn debug_pause() {
+    let pause = std::env::var("KEEL_DEBUG_CATCH_UP_PAUSE_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok());
+    if let Some(ms) = pause {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 

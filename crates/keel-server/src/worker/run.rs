@@ -9,7 +9,7 @@ use keel_agent::{
     RunOptions, RunOutcome, StreamTimeouts, Tool,
 };
 use keel_core::{Cancel, CancelCause, ErrorKind, Part, Role, ToolDefinition};
-use keel_store::{Chat, ChatStatus, Lease, NewMessage};
+use keel_store::{Chat, ChatStatus, Lease, NewMessage, StoredMessage};
 
 use crate::api::dto::ClientTool;
 use crate::metrics::RetryLabels;
@@ -125,13 +125,23 @@ async fn run_once(
     if chat.status == ChatStatus::Interrupting {
         cancel.cancel(CancelCause::Interrupted);
     }
+    // The end of the committed history decides what a run with nothing to resume from its
+    // log does, and whether a running chat carries on a stopped reply (log or not: a
+    // continuation may have been cut by a crash). One read serves both.
+    let needs_recent =
+        !chat.compact_requested && (from_log.is_none() || chat.status == ChatStatus::Running);
+    let recent = if needs_recent {
+        recent_messages(shared, &chat).await
+    } else {
+        Vec::new()
+    };
+    let stopped = stopped_reply_at_end(&chat, &recent);
     // A stopped reply to carry on is not a final one: the model is called. After a summary
     // of the final reply, calling the model would answer that reply again.
-    let stopped = stopped_reply_at_end(shared, &chat).await;
     let last = if stopped.is_some() {
         LastStep::Continue
     } else if from_log.is_none() && !chat.compact_requested {
-        last_committed_step(shared, &chat).await
+        last_committed_step(&chat, &recent)
     } else {
         LastStep::Continue
     };
@@ -189,43 +199,42 @@ async fn run_guarded(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, 
     }
 }
 
-/// What the end of the committed history says the run should do (see [`last_step`]).
-async fn last_committed_step(shared: &Arc<Shared>, chat: &Chat) -> LastStep {
-    let client_tools: Vec<ClientTool> =
-        serde_json::from_value(chat.tools.clone()).unwrap_or_default();
-    let names: Vec<String> = client_tools.into_iter().map(|t| t.name).collect();
-    let messages = match shared.store.recent_messages(chat.id, 2).await {
+/// The last two committed messages (of the branch in view); none when reading fails, which
+/// the callers take as "nothing special at the end".
+async fn recent_messages(shared: &Arc<Shared>, chat: &Chat) -> Vec<StoredMessage> {
+    match shared.store.recent_messages(chat.id, 2).await {
         Ok(messages) => messages,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "reading history failed");
-            return LastStep::Continue;
+            Vec::new()
         }
-    };
-    let recent: Vec<Committed<'_>> = messages
+    }
+}
+
+/// What the end of the committed history says the run should do (see [`last_step`]).
+fn last_committed_step(chat: &Chat, recent: &[StoredMessage]) -> LastStep {
+    let client_tools: Vec<ClientTool> =
+        serde_json::from_value(chat.tools.clone()).unwrap_or_default();
+    let names: Vec<String> = client_tools.into_iter().map(|t| t.name).collect();
+    let committed: Vec<Committed<'_>> = recent
         .iter()
         .map(|m| (m.role, m.parts.as_slice(), m.finish_reason))
         .collect();
-    last_step(&recent, &names)
+    last_step(&committed, &names)
 }
 
 /// The text of the reply the user stopped when it ends the history of a chat that runs
 /// again: a continue request (`continue reply`), or a retry of a failed continuation.
 /// Every other move that starts a run adds a message after it, and a run that is
-/// interrupted ends `waiting`, so a runnable chat ending in a stopped reply was asked to
+/// interrupted ends `waiting`, so a running chat ending in a stopped reply was asked to
 /// continue it.
-async fn stopped_reply_at_end(shared: &Arc<Shared>, chat: &Chat) -> Option<String> {
+fn stopped_reply_at_end(chat: &Chat, recent: &[StoredMessage]) -> Option<String> {
     if chat.compact_requested || chat.status != ChatStatus::Running {
         return None;
     }
-    match shared.store.recent_messages(chat.id, 1).await {
-        Ok(messages) => messages
-            .last()
-            .and_then(|m| keel_store::stopped_reply(m.role, m.interrupted, &m.parts)),
-        Err(error) => {
-            tracing::warn!(chat = %chat.id, %error, "reading history failed");
-            None
-        }
-    }
+    recent
+        .last()
+        .and_then(|m| keel_store::stopped_reply(m.role, m.interrupted, &m.parts))
 }
 
 /// Builds the loop's options for a chat.

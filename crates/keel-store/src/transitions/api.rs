@@ -327,13 +327,13 @@ pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Res
 pub(crate) async fn continue_reply(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
     let mut chat = cx.load(chat_id).await?;
     let mv = check(&chat, Transition::ContinueReply)?;
-    let mut last = None;
-    for row in cx.ops.messages(&chat.id.to_string(), 0).await? {
-        let message = row.into_message()?;
-        if message.kind != MessageKind::Summary {
-            last = Some(message);
-        }
-    }
+    let last = cx
+        .ops
+        .recent_messages(&chat.id.to_string(), 1)
+        .await?
+        .pop()
+        .map(MessageCols::into_message)
+        .transpose()?;
     let continuable =
         last.is_some_and(|m| crate::stopped_reply(m.role, m.interrupted, &m.parts).is_some());
     if !continuable {

@@ -349,3 +349,29 @@ async fn an_edit_during_a_requested_compaction_is_answered() {
     assert_eq!(last["role"], "assistant", "{messages:?}");
     assert_eq!(text_of(last), "edited reply", "{messages:?}");
 }
+
+#[tokio::test]
+async fn a_step_committed_during_a_catch_up_is_never_skipped() {
+    // Every catch-up waits 1.5 s between its reads (debug builds), so that the first step
+    // commits and the second step's parts reach the log in between.
+    let fixture = crate::providers::Fixture::start_with_env(
+        "",
+        "",
+        &[("KEEL_DEBUG_CATCH_UP_PAUSE_MS", "1500")],
+    )
+    .await;
+    let script = json!({"steps": [
+        {"text": words(10), "rate": 20, "tool_calls": [{"name": "read_file", "args": {"path": "a.txt"}}]},
+        {"text": words(60), "rate": 20}
+    ]});
+    let id = fixture.chat("chat", "go", &script).await;
+    // Connected while the first step streams: its catch-up spans that step's commit.
+    let mut events = fixture.client.events(&fixture.daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_until(&mut events, "waiting").await;
+
+    let messages = fixture.settle(&id).await;
+    let ids = |messages: &[Value]| messages.iter().map(|m| m["id"].clone()).collect::<Vec<_>>();
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    assert_eq!(ids(&transcript.messages), ids(&messages), "{messages:?}");
+}

@@ -161,3 +161,44 @@ async fn a_model_that_starts_the_stopped_reply_over_fails_and_adds_nothing() {
     assert_eq!(status, 202);
     f.failure(&id).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuation_cut_by_kill_9_resumes_as_one_continuation() {
+    let mut f = Fixture::start("", "").await;
+    for protocol in ["chat", "anthropic"] {
+        let (id, reply) = stopped_chat(&f, protocol).await;
+        let mut events = f.client.events(&f.daemon, &id, None).await;
+        let mut transcript = Transcript::default();
+        // Past the stopped reply already committed: wait for the continuation's first words.
+        transcript.follow_until(&mut events, "waiting").await;
+        let (status, _) = post(&f, &id, "continue").await;
+        assert_eq!(status, 202);
+        transcript.follow_parts(&mut events, 3).await;
+        drop(events);
+        f.kill_and_restart();
+        let messages = f.settle(&id).await;
+        assert_eq!(messages.len(), 3, "{protocol}: {messages:?}");
+        assert_eq!(
+            format!("{}{}", text_of(&messages[1]), text_of(&messages[2])),
+            reply,
+            "{protocol}: the resumed continuation neither repeats nor loses a word"
+        );
+        if protocol == "chat" {
+            // The resumed call continues one assistant turn: the stopped reply, with what
+            // the cut continuation had logged before the kill (if anything).
+            let request = f.last_request("chat");
+            let sent = request["messages"].as_array().unwrap();
+            let [.., assistant, _instruction] = sent.as_slice() else {
+                panic!("{request}")
+            };
+            let stopped = text_of(&messages[1]);
+            let prefix = assistant["content"].as_str().unwrap();
+            assert!(prefix.starts_with(&stopped), "{prefix:?}");
+            assert_ne!(
+                sent[sent.len() - 3]["role"],
+                "assistant",
+                "one assistant turn"
+            );
+        }
+    }
+}

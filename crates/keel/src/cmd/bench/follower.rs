@@ -203,8 +203,7 @@ async fn catch_up(
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        // A silent second reconnects: every connection must deliver what was committed.
-        while let Ok(event) = live.next(Duration::from_secs(1)).await {
+        while let Ok(event) = live.next(patience).await {
             position = live.last_id;
             if matches!(event.kind.as_str(), "message" | "branch") {
                 last_progress = Instant::now();

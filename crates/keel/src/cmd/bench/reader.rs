@@ -151,8 +151,7 @@ pub async fn resumed(
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        // A silent second reconnects: every connection must deliver what was committed.
-        while let Ok(event) = live.next(Duration::from_secs(1)).await {
+        while let Ok(event) = live.next(patience).await {
             position = live.last_id;
             if matches!(event.kind.as_str(), "message" | "branch") {
                 view.apply_event(&event.kind, &event.data)?;

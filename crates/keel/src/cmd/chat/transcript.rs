@@ -478,17 +478,15 @@ impl Transcript {
         }
         match status {
             "error" => {
-                let error = &data["last_error"];
-                let message = format!(
-                    "{}: {}",
-                    error["kind"].as_str().unwrap_or("error"),
-                    error["message"].as_str().unwrap_or("the run failed")
-                );
+                let message = failure_text(&data["last_error"]);
                 self.last_error = Some(message.clone());
-                vec![Piece::Line(
-                    LineKind::Error,
-                    format!("the run failed: {message}"),
-                )]
+                vec![
+                    Piece::Line(LineKind::Error, format!("the run failed: {message}")),
+                    Piece::Line(
+                        LineKind::Notice,
+                        "/retry runs it again; a new message is answered as usual".to_owned(),
+                    ),
+                ]
             }
             "requires_action" => vec![Piece::Line(
                 LineKind::Notice,
@@ -582,6 +580,27 @@ impl Transcript {
         }
         pieces
     }
+}
+
+/// A failed run's `last_error` as one line: the kind and message, then where it came from
+/// (the provider's name and the address of the request) when a provider request failed.
+fn failure_text(error: &Value) -> String {
+    let mut text = format!(
+        "{}: {}",
+        error["kind"].as_str().unwrap_or("error"),
+        error["message"].as_str().unwrap_or("the run failed")
+    );
+    let source: Vec<String> = [
+        error["provider"].as_str().map(|p| format!("provider {p}")),
+        error["url"].as_str().map(str::to_owned),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !source.is_empty() {
+        text.push_str(&format!(" ({})", source.join(", ")));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -922,6 +941,24 @@ mod tests {
     }
 
     #[test]
+    fn a_provider_failure_names_the_provider_and_the_address() {
+        let error = json!({
+            "kind": "invalid_request", "message": "HTTP status 404",
+            "provider": "local", "url": "http://127.0.0.1:8080/v1/chat/completions"
+        });
+        assert_eq!(
+            failure_text(&error),
+            "invalid_request: HTTP status 404 (provider local, http://127.0.0.1:8080/v1/chat/completions)"
+        );
+        assert_eq!(
+            failure_text(
+                &json!({"kind": "auth", "message": "bad key", "provider": "openai", "url": null})
+            ),
+            "auth: bad key (provider openai)"
+        );
+    }
+
+    #[test]
     fn status_tracks_busy_and_reports_errors_once() {
         let mut t = Transcript::new();
         t.started_run();
@@ -939,7 +976,7 @@ mod tests {
         );
         assert_eq!(
             feed(&mut t, &[failed.clone(), failed]),
-            "[the run failed: auth: bad key]"
+            "[the run failed: auth: bad key][/retry runs it again; a new message is answered as usual]"
         );
         assert!(!t.is_busy());
         assert_eq!(t.last_error(), Some("auth: bad key"));
