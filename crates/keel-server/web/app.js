@@ -926,9 +926,13 @@ function showRunError(error) {
 
 // A failed attempt that will be retried is said in the reply it belongs to.
 function showRetry(data) {
+  // The provider's name and the request's address, as a failed reply shows them: a wrong
+  // base URL is plain from the first retry.
+  const source = [data.provider ? 'provider ' + data.provider : null, data.url || null]
+    .filter(Boolean).join(', ');
   view.retry = 'The provider failed (' + String(data.kind).replace(/_/g, ' ')
-    + (data.message ? ': ' + data.message : '') + '); trying again in '
-    + (data.delay_ms / 1000).toFixed(1) + ' s (attempt ' + data.attempt + ').';
+    + (data.message ? ': ' + data.message : '') + ')' + (source ? ' — ' + source : '')
+    + '; trying again in ' + (data.delay_ms / 1000).toFixed(1) + ' s (attempt ' + data.attempt + ').';
   renderLiveSoon();
 }
 
