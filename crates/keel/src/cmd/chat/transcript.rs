@@ -494,7 +494,10 @@ impl Transcript {
                     self.expected_user.pop_front();
                     return Vec::new();
                 }
-                vec![Piece::Line(LineKind::User, format!("you: {text}"))]
+                let marker = super::branches::marker(&message)
+                    .map(|m| format!("  {m}"))
+                    .unwrap_or_default();
+                vec![Piece::Line(LineKind::User, format!("you: {text}{marker}"))]
             }
             "assistant" | "tool" => {
                 self.awaiting_reply = false;
@@ -510,6 +513,11 @@ impl Transcript {
                         LineKind::Interrupted,
                         "[interrupted]".to_owned(),
                     ));
+                }
+                // A reply with other versions says which one this is, as the web page's
+                // "< 2/3 >" does; `/branches` lists them.
+                if let Some(marker) = super::branches::marker(&message) {
+                    pieces.push(Piece::Line(LineKind::Notice, marker));
                 }
                 if message.role == "assistant" {
                     self.last_assistant = Some(message);
@@ -1040,6 +1048,29 @@ mod tests {
             out,
             "[you: hi][another version of the conversation is current now:][you: hi]"
         );
+    }
+
+    #[test]
+    fn messages_with_other_versions_are_marked() {
+        let mut t = Transcript::new();
+        let with_versions = |id: i64, seq: i64, role: &str, text: &str, siblings: Value| {
+            event(
+                seq,
+                "message",
+                json!({"id": id, "role": role, "parts": [{"type": "text", "text": text}],
+                       "interrupted": false, "siblings": siblings}),
+            )
+        };
+        let out = feed(
+            &mut t,
+            &[
+                with_versions(3, 1, "user", "hi", json!([1, 3])),
+                with_versions(4, 2, "assistant", "hello", json!([4])),
+                with_versions(5, 3, "user", "more", json!([5])),
+                with_versions(8, 4, "assistant", "again", json!([6, 8, 9])),
+            ],
+        );
+        assert_eq!(out, "[you: hi  < 2/2 >]hello[you: more]again[< 2/3 >]");
     }
 
     #[test]
