@@ -44,19 +44,17 @@ async fn follow_to_idle(events: &mut Events, transcript: &mut Transcript) {
 async fn an_edit_keeps_the_old_version_and_a_switch_brings_it_back() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted("first reply", 0.0)}))
-        .await;
-    client.wait_status(&daemon, &id, "waiting").await;
+    let id = client.replied_chat(&daemon, "first reply").await;
     let mut events = client.events(&daemon, &id, None).await;
     let mut watched = Transcript::default();
     follow_to_idle(&mut events, &mut watched).await;
 
     let (status, body) = client
-        .send(
-            reqwest::Method::PUT,
-            &daemon.api(&format!("/chats/{id}/messages/1")),
-            Some(json!({"text": scripted("edited reply", 0.0)})),
+        .edit(
+            &daemon,
+            &id,
+            1,
+            json!({"text": scripted("edited reply", 0.0)}),
         )
         .await;
     assert_eq!(status, 202, "{body}");
@@ -106,10 +104,7 @@ async fn an_edit_keeps_the_old_version_and_a_switch_brings_it_back() {
 
     // A message sent now continues the branch that is current.
     client
-        .post(
-            &daemon.api(&format!("/chats/{id}/messages")),
-            json!({"text": scripted("third reply", 0.0)}),
-        )
+        .send_message(&daemon, &id, json!({"text": scripted("third reply", 0.0)}))
         .await;
     client.wait_status(&daemon, &id, "waiting").await;
     let messages = client.messages(&daemon, &id).await;
@@ -165,26 +160,20 @@ async fn branch_moves_refuse_a_busy_chat_and_unknown_messages() {
 
     // A reply in progress belongs to its branch: no switch, no regenerate until it ends.
     client
-        .post(
-            &daemon.api(&format!("/chats/{id}/messages")),
-            json!({"text": scripted(&words(400), 50.0)}),
-        )
+        .send_message(&daemon, &id, json!({"text": scripted(&words(400), 50.0)}))
         .await;
     let (status, body) = switch(&client, &daemon, &id, 1).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "conflict");
     assert_eq!(client.post(&regenerate(2), json!(null)).await.0, 409);
-    client
-        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!(null))
-        .await;
+    client.interrupt(&daemon, &id).await;
     client.wait_status(&daemon, &id, "waiting").await;
     assert_eq!(switch(&client, &daemon, &id, 2).await.0, 200);
 }
 
 #[tokio::test]
 async fn a_regenerated_reply_resumes_after_kill_9_on_its_branch() {
-    let dir = tempfile::tempdir().unwrap();
-    let database = sqlite(dir.path());
+    let (dir, database) = scratch();
     let mut daemon = Daemon::start(dir.path(), &database, "");
     let client = Client::new();
     let reply = words(200);
