@@ -267,6 +267,11 @@ pub struct Lease {
     /// The chat's status when the lease was taken or last renewed: a renewal tells the run
     /// of an interrupt even when every change notice was lost.
     pub status: ChatStatus,
+    /// The chat's snapshot version written by the transaction that granted the lease (a
+    /// claim, or the queue head handed over as the previous run ended). A change notice of
+    /// an older version speaks of an earlier run: an interrupt it carries is not this
+    /// run's. Renewals keep it.
+    pub granted_version: i64,
 }
 
 /// What a worker does after a run ends.

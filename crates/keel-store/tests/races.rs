@@ -21,6 +21,7 @@ both_backends!(
     a_run_that_lost_its_lease_cannot_checkpoint_or_start_tools,
     an_edit_of_an_owned_chat_numbers_above_its_unflushed_parts,
     old_idempotency_keys_and_finished_tool_records_are_purged,
+    the_queue_heads_lease_is_granted_after_the_interrupt_of_the_run_before,
 );
 
 /// Claims `chat` and leaves it `requires_action` with one pending call `c1`.
@@ -319,4 +320,36 @@ async fn a_lost_listen_connection_tells_subscribers_to_resync() {
     let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
         .execute(&mut admin)
         .await;
+}
+
+/// A run's lease names the version its grant wrote. The queue head handed over when an
+/// interrupted run ends runs on the same history version as that run, so only this tells
+/// the interrupt (notified to other replicas, and read by renewals, possibly late) apart
+/// from one of the queue head's run.
+async fn the_queue_heads_lease_is_granted_after_the_interrupt_of_the_run_before(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "first").await;
+    let lease = claim(s, "w", chat.id).await;
+    assert_eq!(
+        lease.granted_version,
+        s.get_chat(chat.id).await.unwrap().version
+    );
+    send(s, chat.id, "queued", Busy::Queue).await;
+    let interrupted = s.interrupt(chat.id).await.unwrap();
+    assert_eq!(interrupted.status, ChatStatus::Interrupting);
+    let renewed = s.renew_lease(&lease).await.unwrap();
+    assert_eq!(renewed.status, ChatStatus::Interrupting);
+    assert_eq!(
+        renewed.granted_version, lease.granted_version,
+        "renewals keep it"
+    );
+    let keel_store::Next::Continue { lease: head, .. } =
+        s.finish_interruption(&lease).await.unwrap()
+    else {
+        panic!("the queued message runs next");
+    };
+    let now = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(head.history_version, lease.history_version);
+    assert_eq!(head.granted_version, now.version);
+    assert!(head.granted_version > interrupted.version);
 }

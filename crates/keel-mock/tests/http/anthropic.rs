@@ -159,3 +159,22 @@ async fn continues_a_prefilled_reply() {
         .collect();
     assert_eq!(text, " three four");
 }
+
+/// Keel's Anthropic adapter sends consecutive user messages as one turn of text blocks:
+/// the echo holds every block, one per line.
+#[tokio::test]
+async fn echoes_every_text_block_of_the_user_turn() {
+    let server = server().await;
+    let mut body = messages("second");
+    body["stream"] = json!(false);
+    body["messages"] = json!([{"role": "user", "content": [
+        {"type": "text", "text": "first"},
+        {"type": "text", "text": "second"},
+    ]}]);
+    let message: Value = post(&server, "/messages", &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(message["content"][0]["text"], "first\nsecond");
+}

@@ -207,3 +207,17 @@ async fn continues_a_partial_reply_after_an_instruction() {
     let events = read_events(post(&server, "/chat/completions", &body).await).await;
     assert_eq!(chat_text(&events), " three four");
 }
+
+/// Two user messages in a row (the first never answered) are two messages here, unlike in
+/// Anthropic Messages, whose single user turn holds both: the echo is the last one alone.
+#[tokio::test]
+async fn echoes_only_the_last_of_consecutive_user_messages() {
+    let server = server().await;
+    let mut body = chat("second");
+    body["messages"] = json!([
+        {"role": "user", "content": "first"},
+        {"role": "user", "content": "second"},
+    ]);
+    let events = read_events(post(&server, "/chat/completions", &body).await).await;
+    assert_eq!(chat_text(&events), "second");
+}

@@ -47,6 +47,15 @@ pub(super) fn after_renewal(outcome: Result<Lease, StoreError>) -> Renewal {
     }
 }
 
+/// What reaches the run holding a lease when its renewal comes back: nothing when the run
+/// ended or moved on to a fresh lease (the queue head starting) while the transaction ran.
+/// It gave its chat back itself, so a refused renewal says nothing about it, and a renewal
+/// that read `interrupting` read the interrupt of the run that ended, not of the run that
+/// took the fresh lease.
+pub(super) fn for_run(moved_on: bool, outcome: Result<Lease, StoreError>) -> Option<Renewal> {
+    (!moved_on).then(|| after_renewal(outcome))
+}
+
 /// The leases of this process's runs, each held while its run is under way.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
@@ -106,16 +115,13 @@ impl Leases {
         };
         let mut decisions = Vec::with_capacity(held.len());
         for ((key, shared, task, sent), outcome) in held.into_iter().zip(outcomes) {
-            // A run that ended (or moved on to a fresh lease) while the transaction ran gave
-            // its chat back itself: its refused renewal says nothing about it.
             let moved_on = !self.lock().contains_key(&key) || current(&shared) != sent;
-            if moved_on && outcome.is_err() {
-                continue;
-            }
-            if let Err(error) = &outcome {
+            if let (false, Err(error)) = (moved_on, &outcome) {
                 tracing::warn!(chat = %sent.chat_id, %error, "renewing the lease failed");
             }
-            let decision = after_renewal(outcome);
+            let Some(decision) = for_run(moved_on, outcome) else {
+                continue;
+            };
             match &decision {
                 Renewal::Renewed { lease, .. } => {
                     let mut slot = shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -174,6 +180,7 @@ mod tests {
             worker_id: "w.1".into(),
             history_version: 0,
             expires_at: chrono::Utc::now(),
+            granted_version: 1,
         }
     }
 
@@ -210,6 +217,24 @@ mod tests {
         assert_eq!(
             after_renewal(Err(StoreError::NotFound { what: "chat" })),
             Renewal::Lost
+        );
+    }
+
+    #[test]
+    fn a_renewal_that_returns_after_the_run_moved_on_reaches_nothing() {
+        let interrupting = lease(ChatStatus::Interrupting);
+        assert!(matches!(
+            for_run(false, Ok(interrupting.clone())),
+            Some(Renewal::Renewed {
+                interrupt: true,
+                ..
+            })
+        ));
+        // The interrupt it read stopped the run before; the queue head runs on a fresh lease.
+        assert_eq!(for_run(true, Ok(interrupting)), None);
+        assert_eq!(
+            for_run(true, Err(StoreError::NotFound { what: "chat" })),
+            None
         );
     }
 

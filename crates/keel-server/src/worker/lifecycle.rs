@@ -36,7 +36,7 @@ pub(super) async fn claim(shared: &Arc<Shared>) {
         // run takes the chat's place at once (notices reach it, its lease is renewed) and
         // starts streaming once the old one is gone.
         let (finished, _) = tokio::sync::watch::channel(());
-        let (slot, previous) = shared.register(lease.chat_id, lease.history_version, &finished);
+        let (slot, previous) = shared.register(&lease, &finished);
         tokio::spawn(run::run_chat(
             shared.clone(),
             lease,

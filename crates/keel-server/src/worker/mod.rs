@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use keel_core::Cancel;
-use keel_store::{ChangeNotice, ChatId, ChatStatus, RemoteNotice, Store};
+use keel_store::{ChangeNotice, ChatId, ChatStatus, Lease, RemoteNotice, Store};
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -74,14 +74,8 @@ pub(crate) struct Shared {
 impl Shared {
     /// Registers a run of the chat by the task holding `finished` (see
     /// [`ActiveRuns::register`]).
-    fn register(
-        &self,
-        chat: ChatId,
-        history_version: i64,
-        finished: &Finished,
-    ) -> (RunSlot, Option<Task>) {
-        self.runs
-            .register(chat, history_version, finished, &self.shutdown)
+    fn register(&self, lease: &Lease, finished: &Finished) -> (RunSlot, Option<Task>) {
+        self.runs.register(lease, finished, &self.shutdown)
     }
 
     /// Forgets a finished run, unless a later run of the chat already took its place.

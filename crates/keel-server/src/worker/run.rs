@@ -53,7 +53,7 @@ pub(super) async fn run_chat(
         let Some(next_lease) = next else { break };
         *lease.lock().unwrap_or_else(PoisonError::into_inner) = next_lease.clone();
         // A fresh token for the next run: the previous one may carry an interrupt.
-        let (slot, _) = shared.register(chat_id, next_lease.history_version, &finished);
+        let (slot, _) = shared.register(&next_lease, &finished);
         (id, cancel, stop) = (slot.id, slot.cancel, slot.stop);
     }
     drop(renewing);

@@ -10,15 +10,16 @@
 //! | --- | --- |
 //! | a notice of a newer history version (an edit) or of a deletion | the chat's run: it is superseded |
 //! | a notice of an older history version | nothing: it was sent before the run's claim (the superseded run's last parts, routed late) |
-//! | a notice of the run's history version saying `interrupting` | the chat's run: interrupted |
-//! | a lease renewal that saw `interrupting`, or that lost the lease | the run of the task renewing, if it is still the chat's run |
+//! | a notice of the run's history version saying `interrupting`, as new as the run's lease | the chat's run: interrupted |
+//! | a notice of the run's history version saying `interrupting`, older than the run's lease | nothing: the interrupt was the previous run's (the queue head started after it) |
+//! | a lease renewal that saw `interrupting`, or that lost the lease | the run of the task renewing, if it is still the chat's run and still holds the lease renewed |
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use keel_core::{Cancel, CancelCause};
-use keel_store::{ChangeNotice, ChatId, ChatStatus};
+use keel_store::{ChangeNotice, ChatId, ChatStatus, Lease};
 use tokio::sync::watch;
 
 use crate::worker::StopReason;
@@ -37,6 +38,8 @@ struct ActiveRun {
     cancel: Cancel,
     stop: Arc<Mutex<StopReason>>,
     history_version: i64,
+    /// The chat's version when the run's lease was granted (see [`Lease::granted_version`]).
+    granted_version: i64,
     /// Closed when the task running the chat ends (see [`Finished`]).
     finished: Task,
 }
@@ -56,11 +59,17 @@ pub(crate) enum Routed {
     Nothing,
 }
 
-/// The decision of the module's table for a notice and a run at `history_version`.
-pub(crate) fn route(notice: &ChangeNotice, history_version: i64) -> Routed {
+/// The decision of the module's table for a notice and a run at `history_version` whose
+/// lease was granted at `granted_version`. A run that ends hands the queue head to the next
+/// run on the same history version; an interrupt of the run before it may reach this process
+/// only afterwards (another replica's notice comes through `LISTEN`, later than the renewal
+/// that already stopped that run), and must not stop the queue head's run.
+pub(crate) fn route(notice: &ChangeNotice, history_version: i64, granted_version: i64) -> Routed {
     if notice.deleted || notice.history_version > history_version {
         Routed::Supersede
-    } else if notice.history_version == history_version && notice.status == ChatStatus::Interrupting
+    } else if notice.history_version == history_version
+        && notice.status == ChatStatus::Interrupting
+        && notice.version >= granted_version
     {
         Routed::Interrupt
     } else {
@@ -86,11 +95,11 @@ impl ActiveRuns {
     /// (superseded, unwinding), what closes when that task ends.
     pub(crate) fn register(
         &self,
-        chat: ChatId,
-        history_version: i64,
+        lease: &Lease,
         finished: &Finished,
         parent: &Cancel,
     ) -> (RunSlot, Option<Task>) {
+        let chat = lease.chat_id;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let cancel = parent.child();
         let stop = Arc::new(Mutex::new(StopReason::None));
@@ -100,7 +109,8 @@ impl ActiveRuns {
                 id,
                 cancel: cancel.clone(),
                 stop: stop.clone(),
-                history_version,
+                history_version: lease.history_version,
+                granted_version: lease.granted_version,
                 finished: finished.subscribe(),
             },
         );
@@ -138,7 +148,7 @@ impl ActiveRuns {
     /// Applies a change notice to the chat's run, if any.
     pub(crate) fn route(&self, notice: &ChangeNotice) {
         if let Some(run) = self.lock().get(&notice.chat_id) {
-            match route(notice, run.history_version) {
+            match route(notice, run.history_version, run.granted_version) {
                 Routed::Supersede => stop_with(run, StopReason::Superseded),
                 Routed::Interrupt => run.cancel.cancel(CancelCause::Interrupted),
                 Routed::Nothing => {}
@@ -200,6 +210,17 @@ mod tests {
         }
     }
 
+    fn lease(chat: ChatId, history_version: i64, granted_version: i64) -> Lease {
+        Lease {
+            chat_id: chat,
+            worker_id: "w.1".into(),
+            history_version,
+            expires_at: chrono::Utc::now(),
+            status: ChatStatus::Running,
+            granted_version,
+        }
+    }
+
     fn reason(slot: &RunSlot) -> StopReason {
         *slot.stop.lock().unwrap()
     }
@@ -207,7 +228,7 @@ mod tests {
     #[test]
     fn notices_follow_the_table() {
         let chat = uuid::Uuid::new_v4();
-        let at = |hv, status| route(&notice(chat, hv, status), 2);
+        let at = |hv, status| route(&notice(chat, hv, status), 2, 1);
         assert_eq!(at(3, ChatStatus::Running), Routed::Supersede);
         assert_eq!(at(2, ChatStatus::Interrupting), Routed::Interrupt);
         assert_eq!(at(2, ChatStatus::Running), Routed::Nothing);
@@ -218,7 +239,36 @@ mod tests {
             deleted: true,
             ..notice(chat, 0, ChatStatus::Waiting)
         };
-        assert_eq!(route(&deleted, 2), Routed::Supersede);
+        assert_eq!(route(&deleted, 2, 1), Routed::Supersede);
+    }
+
+    #[test]
+    fn an_interrupt_older_than_the_runs_lease_was_the_previous_runs() {
+        let chat = uuid::Uuid::new_v4();
+        let interrupt = ChangeNotice {
+            version: 6,
+            ..notice(chat, 2, ChatStatus::Interrupting)
+        };
+        // The run the interrupt stopped ended, and the queue head started at version 7 on
+        // the same history version: the interrupt's notice, routed late, is not for it.
+        assert_eq!(route(&interrupt, 2, 7), Routed::Nothing);
+        assert_eq!(route(&interrupt, 2, 6), Routed::Interrupt);
+        assert_eq!(route(&interrupt, 2, 5), Routed::Interrupt);
+
+        let runs = ActiveRuns::default();
+        let root = Cancel::new();
+        let (task, _) = watch::channel(());
+        let (first, _) = runs.register(&lease(chat, 2, 5), &task, &root);
+        runs.route(&interrupt);
+        assert_eq!(first.cancel.cause(), Some(CancelCause::Interrupted));
+        let (head, _) = runs.register(&lease(chat, 2, 7), &task, &root);
+        runs.route(&interrupt);
+        assert!(!head.cancel.is_cancelled(), "the queue head's run goes on");
+        runs.route(&ChangeNotice {
+            version: 8,
+            ..interrupt
+        });
+        assert_eq!(head.cancel.cause(), Some(CancelCause::Interrupted));
     }
 
     #[test]
@@ -227,10 +277,10 @@ mod tests {
         let root = Cancel::new();
         let chat = uuid::Uuid::new_v4();
         let (old_task, _) = watch::channel(());
-        let (old, _) = runs.register(chat, 1, &old_task, &root);
+        let (old, _) = runs.register(&lease(chat, 1, 5), &old_task, &root);
         // An edit released the chat and this process claimed it again.
         let (new_task, _) = watch::channel(());
-        let (new, previous) = runs.register(chat, 2, &new_task, &root);
+        let (new, previous) = runs.register(&lease(chat, 2, 7), &new_task, &root);
         assert!(previous.is_some());
         assert_eq!(reason(&old), StopReason::Superseded);
         assert!(old.cancel.is_cancelled());
@@ -257,9 +307,9 @@ mod tests {
         let root = Cancel::new();
         let chat = uuid::Uuid::new_v4();
         let (task, _) = watch::channel(());
-        let (first, _) = runs.register(chat, 1, &task, &root);
+        let (first, _) = runs.register(&lease(chat, 1, 5), &task, &root);
         // The queue head runs next in the same task: no previous run to wait for.
-        let (second, previous) = runs.register(chat, 1, &task, &root);
+        let (second, previous) = runs.register(&lease(chat, 1, 7), &task, &root);
         assert!(previous.is_none());
         assert!(!first.cancel.is_cancelled());
         runs.forget(chat, first.id);

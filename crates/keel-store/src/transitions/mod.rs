@@ -294,6 +294,8 @@ impl<'a> Ctx<'a> {
             worker_id: worker_id.to_owned(),
             history_version: chat.history_version,
             expires_at,
+            // Set by the granting transition once its write has taken the new version.
+            granted_version: chat.version,
         }
     }
 

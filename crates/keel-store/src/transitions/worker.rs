@@ -27,8 +27,9 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
             skip_unflushed_numbers(&mut chat);
         }
         let owner = format!("{worker_id}.{}", Uuid::new_v4().simple());
-        let lease = cx.renewed_lease(&mut chat, &owner);
+        let mut lease = cx.renewed_lease(&mut chat, &owner);
         cx.save(&mut chat, mv, false).await?;
+        lease.granted_version = chat.version;
         leases.push(lease);
     }
     Ok(leases)
@@ -60,7 +61,10 @@ pub(crate) async fn renew_leases(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<V
             outcomes.push(Err(refused));
             continue;
         }
-        let renewed = cx.renewed_lease(chat, &lease.worker_id);
+        let renewed = Lease {
+            granted_version: lease.granted_version,
+            ..cx.renewed_lease(chat, &lease.worker_id)
+        };
         expiries.push((chat.id.to_string(), ms(renewed.expires_at)));
         outcomes.push(Ok(renewed));
     }
@@ -283,7 +287,7 @@ async fn end_loaded_run(cx: &mut Ctx<'_>, mut chat: Chat, mv: Move, lease: &Leas
     cx.ops.delete_checkpoint(&id).await?;
     chat.retry_state = None;
     chat.compact_requested = false;
-    let next = match cx.start_queue_head(&mut chat).await? {
+    let mut next = match cx.start_queue_head(&mut chat).await? {
         Some(message_id) => {
             chat.status = ChatStatus::Running;
             Next::Continue {
@@ -300,6 +304,9 @@ async fn end_loaded_run(cx: &mut Ctx<'_>, mut chat: Chat, mv: Move, lease: &Leas
     };
     let queue_changed = matches!(next, Next::Continue { .. });
     cx.save(&mut chat, mv, queue_changed).await?;
+    if let Next::Continue { lease, .. } = &mut next {
+        lease.granted_version = chat.version;
+    }
     Ok(next)
 }
 

@@ -52,6 +52,9 @@ struct User<'a> {
     /// Branches the chat left (by an edit, a regenerate or a switch), as listed then: each
     /// must stay intact, and a switch may bring one back.
     left: Vec<Vec<Value>>,
+    /// Whether the chat's provider gets consecutive user messages as one turn (see
+    /// [`super::scenario::Model::merges_user_turns`]).
+    merges_user_turns: bool,
 }
 
 /// Creates the chat, runs `program` against it and checks the outcome.
@@ -98,6 +101,7 @@ pub async fn drive(
             .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
             .collect(),
         left: Vec::new(),
+        merges_user_turns: scenario.model.merges_user_turns(),
     };
     let outcome = user.run(program, tools).await;
     if user.compacting {
@@ -216,6 +220,19 @@ impl User<'_> {
                             .promoted(&queue_id, &snapshot)
                             .map_err(anyhow::Error::msg)?;
                         Ok(true)
+                    }
+                    // The lost attempt may have promoted it: then it started first, and
+                    // those queued ahead of it did not.
+                    StatusCode::NOT_FOUND if answer.retried => {
+                        let state = target.call(Method::GET, &self.path(""), None, None).await?;
+                        let listed: Vec<String> = turns(&self.current().await?)
+                            .iter()
+                            .map(|turn| turn.text.clone())
+                            .collect();
+                        self.model
+                            .promotion_lost(&queue_id, &queue_of(&state), &listed)
+                            .map_err(anyhow::Error::msg)?;
+                        Ok(false)
                     }
                     StatusCode::NOT_FOUND => {
                         self.model.left_queue(&queue_id);
@@ -592,7 +609,10 @@ impl User<'_> {
         // A scripted failure never answered stays in the prompt of the turns after it, so
         // the mock fails those too.
         let mut unanswered_failure = false;
-        // Unanswered user messages reach the model together with the next one.
+        // Unanswered user messages reach the model together with the next one. The mock
+        // echoes its request's last user turn: all of them where the provider's format
+        // makes consecutive user messages one turn, else the last message alone (the
+        // daemon still sent the others, as separate messages).
         let mut lead: Vec<String> = Vec::new();
         for (at, (turn, view)) in expected.iter().zip(&turns).enumerate() {
             let last = at + 1 == turns.len() && queue.is_empty();
@@ -601,13 +621,14 @@ impl User<'_> {
             turn.exposed |= answered_by_daemon(&view.answers, &client_tools);
             // Behind an unanswered script the mock follows the script: no echo to expect.
             turn.exposed |= lead.iter().any(|text| text.contains("#mock"));
-            let verdict = check_turn(&turn, view, &lead, last, status, tools && at == 0);
+            let echoed: &[String] = if self.merges_user_turns { &lead } else { &[] };
+            let verdict = check_turn(&turn, view, echoed, last, status, tools && at == 0);
             let failed = Turn {
                 expect: Expect::Failure,
                 ..turn.clone()
             };
             if !(unanswered_failure
-                && check_turn(&failed, view, &lead, last, status, false).is_ok())
+                && check_turn(&failed, view, echoed, last, status, false).is_ok())
             {
                 verdict.with_context(|| format!("turn {at} ({:?})", turn.text))?;
             }

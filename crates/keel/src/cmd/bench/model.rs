@@ -163,6 +163,40 @@ impl UserModel {
         Ok(())
     }
 
+    /// A promotion whose answer was lost (a daemon died) and whose retry found the message
+    /// no longer queued. Either the lost attempt promoted it, and it started ahead of those
+    /// queued before it (which may still wait), or it never reached the daemon and the
+    /// queue ran up to it. A 404 alone cannot tell which, so the daemon's queue
+    /// (`snapshot`, read first) and then its listed user messages (`listed`, in order) do:
+    /// whatever left the queue is listed, in the order it started.
+    pub fn promotion_lost(
+        &mut self,
+        queue_id: &str,
+        snapshot: &[String],
+        listed: &[String],
+    ) -> Result<(), String> {
+        let Some(at) = self.queue.iter().position(|(id, _)| id == queue_id) else {
+            return Ok(());
+        };
+        let mut started: Vec<(usize, Turn)> = Vec::new();
+        let mut waiting = Vec::new();
+        for (index, (id, turn)) in self.queue.drain(..).enumerate() {
+            let place = listed.iter().position(|text| *text == turn.text);
+            match place {
+                Some(place) if index <= at && !snapshot.contains(&id) => {
+                    started.push((place, turn));
+                }
+                _ => waiting.push((id, turn)),
+            }
+        }
+        started.sort_by_key(|(place, _)| *place);
+        self.history
+            .extend(started.into_iter().map(|(_, turn)| turn));
+        self.queue = waiting;
+        self.expose();
+        self.reconcile(snapshot)
+    }
+
     /// The user edited the message with text `old`: the current branch ends before it and
     /// continues with `new` (the old version and what followed it stay on their own
     /// branch); the queue is gone. False when `old` names no turn of the model.
@@ -285,6 +319,41 @@ mod tests {
         assert_eq!(model.queued_ids(), ["b"]);
         model.promoted("b", &[]).unwrap();
         assert_eq!(texts(model.history()), ["first", "ma", "mb"]);
+    }
+
+    #[test]
+    fn a_lost_promotion_is_told_apart_by_the_queue_and_the_listed_messages() {
+        // The lost attempt promoted `c`: it started, `a` and `b` still wait behind it.
+        let mut model = with_queue(&["a", "b", "c"]);
+        model
+            .promotion_lost("c", &ids(&["a", "b"]), &ids(&["first", "mc"]))
+            .unwrap();
+        assert_eq!(texts(model.history()), ["first", "mc"]);
+        assert_eq!(model.queued_ids(), ["a", "b"]);
+        assert!(
+            model
+                .settle(&ids(&["first", "mc", "ma", "mb"]), &[])
+                .unwrap()
+                .iter()
+                .all(|t| t.exposed)
+        );
+        // It promoted `b`, which ran, and `a` ran after it.
+        let mut model = with_queue(&["a", "b", "c"]);
+        model
+            .promotion_lost("b", &ids(&["c"]), &ids(&["first", "mb", "ma"]))
+            .unwrap();
+        assert_eq!(texts(model.history()), ["first", "mb", "ma"]);
+        assert_eq!(model.queued_ids(), ["c"]);
+        // It never arrived: the queue ran up to `b` in order.
+        let mut model = with_queue(&["a", "b", "c"]);
+        model
+            .promotion_lost("b", &ids(&["c"]), &ids(&["first", "ma", "mb"]))
+            .unwrap();
+        assert_eq!(texts(model.history()), ["first", "ma", "mb"]);
+        // Read as a plain 404 (the queue ran up to `b`), the first case breaks the model.
+        let mut model = with_queue(&["a", "b", "c"]);
+        model.left_queue("c");
+        assert!(model.reconcile(&ids(&["a", "b"])).is_err());
     }
 
     #[test]

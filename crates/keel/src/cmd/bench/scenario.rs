@@ -27,6 +27,14 @@ impl Model {
             Model::Anthropic => "mock-anthropic",
         }
     }
+
+    /// Whether consecutive user messages reach the model as one user turn. Anthropic
+    /// Messages needs alternating roles, so its adapter joins them, and the mock echoes
+    /// them all, one per line; the OpenAI formats send each message on its own, and the
+    /// mock echoes the last.
+    pub fn merges_user_turns(self) -> bool {
+        self == Model::Anthropic
+    }
 }
 
 /// How a chat must end.
