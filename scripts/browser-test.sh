@@ -119,4 +119,4 @@ mkdir -p "$root/target/browser"
 KEEL_URL="$url" KEEL_USERS_URL="$users_url" KEEL_TOKEN="$token" CHROMIUM="$chromium" \
   KEEL_BIN="$keel" SCREENSHOT_DIR="$root/target/browser" \
   node --test --test-concurrency=1 tests/browser/chat.test.mjs tests/browser/product.test.mjs \
-  tests/browser/origin.test.mjs tests/browser/branches.test.mjs
+  tests/browser/origin.test.mjs tests/browser/branches.test.mjs tests/browser/list.test.mjs

@@ -375,6 +375,8 @@ impl Runner {
             delay,
             kind: error.kind,
             message: error.message.clone(),
+            provider: Some(error.provider.clone()).filter(|p| !p.is_empty()),
+            url: error.url.clone(),
         });
         tokio::select! {
             biased;

@@ -47,6 +47,10 @@ pub enum LiveEvent {
         delay: Duration,
         kind: ErrorKind,
         message: String,
+        /// The configured name of the provider whose attempt failed, when known.
+        provider: Option<String>,
+        /// The address the failed request went to, as [`keel_core::public_url`] shows it.
+        url: Option<String>,
     },
     /// Every live part since the last committed step is void: the step restarts from scratch.
     StreamReset,

@@ -83,9 +83,12 @@ pub(crate) fn payload(event: &LiveEvent) -> LivePayload {
             delay,
             kind,
             message,
+            provider,
+            url,
         } => (
             "retry",
-            json!({"attempt": attempt, "delay_ms": delay.as_millis() as u64, "kind": kind.as_str(), "message": message}),
+            json!({"attempt": attempt, "delay_ms": delay.as_millis() as u64, "kind": kind.as_str(),
+                   "message": message, "provider": provider, "url": url}),
             false,
         ),
         LiveEvent::StreamReset => ("stream_reset", json!({}), true),
@@ -161,12 +164,15 @@ mod tests {
             delay: Duration::from_millis(1500),
             kind: keel_core::ErrorKind::RateLimit,
             message: "slow down".into(),
+            provider: Some("openai".into()),
+            url: Some("https://api.openai.com/v1/chat/completions".into()),
         });
         assert_eq!(p.event, "retry");
         assert!(!p.durable);
         assert_eq!(
             p.data,
-            json!({"attempt":2,"delay_ms":1500,"kind":"rate_limit","message":"slow down"})
+            json!({"attempt":2,"delay_ms":1500,"kind":"rate_limit","message":"slow down",
+                   "provider":"openai","url":"https://api.openai.com/v1/chat/completions"})
         );
     }
 

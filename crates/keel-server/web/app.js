@@ -118,6 +118,8 @@ const view = {
   stream: null, // AbortController of the event stream
   renderQueued: false,
   retry: null, // what the step in progress says of a failed attempt being retried
+  listErrors: new Map(), // chat id -> what a Rename, Archive or Delete of it ran into
+  listError: null, // what loading the chat list ran into
 };
 
 function isBusy() {
@@ -154,20 +156,32 @@ function relativeTime(iso) {
   return new Date(iso).toLocaleDateString();
 }
 
+// The chat list's own failures are said in the list, never in the banner above the open
+// chat: that banner belongs to the chat, and a failed Rename of another chat is not its news.
 async function loadChats() {
   try {
     const { chats } = await api('GET', '/chats?limit=200');
     view.chats = new Map(chats.map((chat) => [chat.id, chat]));
-    renderChatList();
+    view.listError = null;
   } catch (error) {
-    showError(error);
+    view.listError = 'The chat list could not be loaded: ' + errorText(error);
   }
+  renderChatList();
 }
 
+// A Rename, Archive or Delete that failed is said at its chat's entry, and stays there
+// (through the list redrawing) until the next action on that chat.
 function chatActions(chat) {
   const action = (label, handler) => el('button', {
     type: 'button', class: 'chat-action', 'data-action': label.toLowerCase(),
-    onclick: (event) => { event.stopPropagation(); handler().catch(showError); },
+    onclick: (event) => {
+      event.stopPropagation();
+      view.listErrors.delete(chat.id);
+      handler().catch((error) => {
+        view.listErrors.set(chat.id, label + ' failed: ' + errorText(error));
+        renderChatList();
+      }).then(() => renderChatList());
+    },
   }, label);
   return el('span', { class: 'chat-actions' },
     action('Rename', async () => {
@@ -202,10 +216,16 @@ function renderChatList() {
   el('span', { class: 'meta' }, relativeTime(chat.updated_at)
     + (chat.status === 'waiting' ? '' : ' · ' + (STATUS_WORDS[chat.status] || chat.status))
     + (chat.archived ? ' · archived' : '')),
-  chatActions(chat))));
+  chatActions(chat),
+  view.listErrors.has(chat.id)
+    ? el('div', { class: 'list-error form-error', role: 'alert' }, view.listErrors.get(chat.id))
+    : null)));
   if (!shown.length) {
     list.append(el('li', { class: 'empty' }, query ? 'No chat matches.' : 'No chats yet.'));
   }
+  const listError = $('list-error');
+  listError.textContent = view.listError || '';
+  listError.hidden = !view.listError;
 }
 
 function upsertChat(chat) {
@@ -216,6 +236,7 @@ function upsertChat(chat) {
 
 function removeChat(id) {
   view.chats.delete(id);
+  view.listErrors.delete(id);
   if (id === view.chatId) {
     openChat(null);
     showBanner('That chat was deleted.');
@@ -926,9 +947,13 @@ function showRunError(error) {
 
 // A failed attempt that will be retried is said in the reply it belongs to.
 function showRetry(data) {
+  // The provider's name and the request's address, as a failed reply shows them: a wrong
+  // base URL is plain from the first retry.
+  const source = [data.provider ? 'provider ' + data.provider : null, data.url || null]
+    .filter(Boolean).join(', ');
   view.retry = 'The provider failed (' + String(data.kind).replace(/_/g, ' ')
-    + (data.message ? ': ' + data.message : '') + '); trying again in '
-    + (data.delay_ms / 1000).toFixed(1) + ' s (attempt ' + data.attempt + ').';
+    + (data.message ? ': ' + data.message : '') + ')' + (source ? ' — ' + source : '')
+    + '; trying again in ' + (data.delay_ms / 1000).toFixed(1) + ' s (attempt ' + data.attempt + ').';
   renderLiveSoon();
 }
 

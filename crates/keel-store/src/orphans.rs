@@ -88,6 +88,40 @@ pub fn repair_orphans(messages: Vec<Message>) -> Vec<Message> {
     out
 }
 
+/// The calls `(id, name)` left without a result where a branch ends, given its last
+/// messages (oldest first): those of a final assistant message, or of one followed only by
+/// its step's tool message, that no result answers. A call the provider ran itself is left
+/// out: only the provider can answer it. A branch ending anywhere else (a user message, a
+/// reply without calls) leaves nothing open.
+pub fn open_calls_at_end(recent: &[(Role, &[Part])]) -> Vec<(String, String)> {
+    let (calls, results): (&[Part], &[Part]) = match recent {
+        [.., (Role::Assistant, calls), (Role::Tool, results)] => (calls, results),
+        [.., (Role::Assistant, calls)] => (calls, &[]),
+        _ => return Vec::new(),
+    };
+    let answered: HashSet<&str> = results
+        .iter()
+        .filter_map(|part| match &part.kind {
+            PartKind::ToolResult { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    calls
+        .iter()
+        .filter_map(|part| match &part.kind {
+            PartKind::ToolCall {
+                tool_call_id,
+                tool_name,
+                provider_executed: false,
+                ..
+            } if !answered.contains(tool_call_id.as_str()) => {
+                Some((tool_call_id.clone(), tool_name.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 fn synthetic(id: &str, name: &str, provider_executed: bool) -> Part {
     Part::tool_result(
         id,
@@ -96,6 +130,65 @@ fn synthetic(id: &str, name: &str, provider_executed: bool) -> Part {
         true,
         provider_executed,
     )
+}
+
+#[cfg(test)]
+mod open_calls {
+    use super::*;
+    use serde_json::json;
+
+    fn ids(open: Vec<(String, String)>) -> Vec<String> {
+        open.into_iter().map(|(id, _)| id).collect()
+    }
+
+    #[test]
+    fn calls_of_the_last_step_without_results_are_open() {
+        let calls = [
+            Part::tool_call("local", "read_file", "{}", false),
+            Part::tool_call("client", "get_weather", "{}", false),
+            Part::tool_call("server", "web_search", "{}", true),
+        ];
+        let results = [Part::tool_result(
+            "local",
+            "read_file",
+            json!("ok"),
+            false,
+            false,
+        )];
+        // A step that ran a local tool and waits for a client-side one.
+        let step = [(Role::Assistant, &calls[..]), (Role::Tool, &results[..])];
+        assert_eq!(ids(open_calls_at_end(&step)), ["client"]);
+        // A step of client-side calls only.
+        assert_eq!(
+            ids(open_calls_at_end(&[(Role::Assistant, &calls[1..2])])),
+            ["client"]
+        );
+    }
+
+    #[test]
+    fn a_branch_ending_in_a_reply_or_a_user_message_leaves_nothing_open() {
+        let text = [Part::text("hi")];
+        let call = [Part::tool_call("c", "get_weather", "{}", false)];
+        let result = [Part::tool_result(
+            "c",
+            "get_weather",
+            json!(1),
+            false,
+            false,
+        )];
+        assert!(open_calls_at_end(&[(Role::User, &text[..])]).is_empty());
+        assert!(
+            open_calls_at_end(&[(Role::User, &text[..]), (Role::Assistant, &text[..])]).is_empty()
+        );
+        assert!(
+            open_calls_at_end(&[(Role::Assistant, &call[..]), (Role::Tool, &result[..])])
+                .is_empty()
+        );
+        assert!(
+            open_calls_at_end(&[(Role::Assistant, &call[..]), (Role::User, &text[..])]).is_empty()
+        );
+        assert!(open_calls_at_end(&[]).is_empty());
+    }
 }
 
 #[cfg(test)]

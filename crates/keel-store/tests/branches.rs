@@ -16,6 +16,8 @@ both_backends!(
     foreign_and_unlisted_ids_are_not_found,
     a_summary_serves_only_the_branches_that_contain_it,
     branch_listing_pages_like_the_current_one,
+    an_edit_answers_the_calls_left_waiting_on_the_branch_it_leaves,
+    an_edit_answers_calls_a_superseded_run_committed_but_never_handed_over,
 );
 
 fn ids(messages: &[keel_store::StoredMessage]) -> Vec<i64> {
@@ -253,4 +255,125 @@ async fn branch_listing_pages_like_the_current_one(db: TestDb) {
     // Through the first message: the newest branch below it, the current one here.
     let newest = s.branch_messages(chat.id, 1, None, None).await.unwrap();
     assert_eq!(ids(&newest), vec![1, 5]);
+}
+
+/// Every tool call of `messages` has exactly one result.
+fn calls_pair_up(messages: &[keel_store::StoredMessage]) -> bool {
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    for part in messages.iter().flat_map(|m| m.parts.iter()) {
+        match &part.kind {
+            PartKind::ToolCall { tool_call_id, .. } => calls.push(tool_call_id.clone()),
+            PartKind::ToolResult { tool_call_id, .. } => results.push(tool_call_id.clone()),
+            _ => {}
+        }
+    }
+    calls.sort();
+    results.sort();
+    calls == results
+}
+
+/// The ids and error flags of the results of the last message.
+fn closed(messages: &[keel_store::StoredMessage]) -> Vec<(String, bool)> {
+    let last = messages.last().unwrap();
+    assert_eq!(last.role, Role::Tool, "{last:?}");
+    last.parts
+        .iter()
+        .filter_map(|p| match &p.kind {
+            PartKind::ToolResult {
+                tool_call_id,
+                is_error,
+                result,
+                ..
+            } => {
+                assert_eq!(
+                    result,
+                    &serde_json::json!(keel_store::transitions::INTERRUPTED_BY_USER)
+                );
+                Some((tool_call_id.clone(), *is_error))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+async fn an_edit_answers_the_calls_left_waiting_on_the_branch_it_leaves(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "pick two").await;
+    let lease = claim(s, "w", chat.id).await;
+    // 1 "pick two" ─ 2 calls c1, c2 (requires_action)
+    enter_ra(s, &lease).await;
+    assert_eq!(
+        s.get_chat(chat.id).await.unwrap().status,
+        ChatStatus::RequiresAction
+    );
+    let edited = s.edit_message(chat.id, 1, text("pick one")).await.unwrap();
+    assert!(edited.pending_tool_calls.is_empty());
+    // The branch left ends with the calls answered as interrupted by the user.
+    let left = s.branch_messages(chat.id, 2, None, None).await.unwrap();
+    assert_eq!(ids(&left), vec![1, 2, 3]);
+    assert_eq!(
+        closed(&left),
+        vec![("c1".to_owned(), true), ("c2".to_owned(), true)]
+    );
+    reply(s, chat.id, "one").await;
+    // Brought back, it pairs every call with one result.
+    s.switch_branch(chat.id, 2).await.unwrap();
+    let back = s.list_messages(chat.id, None).await.unwrap();
+    assert_eq!(ids(&back), vec![1, 2, 3]);
+    assert!(calls_pair_up(&back), "{back:?}");
+    let prompt = s.load_prompt_history(chat.id).await.unwrap();
+    assert_eq!(prompt.len(), 3, "{prompt:?}");
+}
+
+async fn an_edit_answers_calls_a_superseded_run_committed_but_never_handed_over(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "pick").await;
+    let lease = claim(s, "w", chat.id).await;
+    // The run committed a step with a client-side call beside a local one, and the edit
+    // lands before it enters requires_action.
+    s.commit_step(
+        &lease,
+        vec![
+            keel_store::NewMessage::new(
+                Role::Assistant,
+                vec![
+                    keel_core::Part::tool_call("local", "read", "{}", false),
+                    keel_core::Part::tool_call("client", "pick", "{}", false),
+                ],
+            ),
+            keel_store::NewMessage::new(
+                Role::Tool,
+                vec![keel_core::Part::tool_result(
+                    "local",
+                    "read",
+                    serde_json::json!("ok"),
+                    false,
+                    false,
+                )],
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    s.edit_message(chat.id, 1, text("pick again"))
+        .await
+        .unwrap();
+    let left = s.branch_messages(chat.id, 2, None, None).await.unwrap();
+    assert_eq!(ids(&left), vec![1, 2, 3, 4]);
+    assert_eq!(closed(&left), vec![("client".to_owned(), true)]);
+    assert!(calls_pair_up(&left), "{left:?}");
+    // The superseded run's hand-over is fenced.
+    let late = s
+        .enter_requires_action(
+            &lease,
+            vec![keel_core::PendingToolCall {
+                tool_call_id: "client".into(),
+                tool_name: "pick".into(),
+                args: "{}".into(),
+            }],
+            None,
+        )
+        .await;
+    assert!(late.is_err(), "{late:?}");
 }

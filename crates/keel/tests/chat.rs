@@ -431,3 +431,72 @@ fn slash_continue_carries_on_a_stopped_reply() {
     chat.send(ControlCode::EndOfText).unwrap();
     chat.expect(Eof).unwrap();
 }
+
+/// The current branch's messages through the API.
+fn branch(daemon: &Daemon) -> Vec<Value> {
+    let chats = daemon.get("/chats");
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    daemon.get(&format!("/chats/{id}/messages"))["messages"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn branches_are_listed_switched_and_regenerated_from_the_prompt() {
+    let daemon = Daemon::start();
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[("NO_COLOR", "1")]);
+    chat.expect("> ").unwrap();
+    chat.send_line(r#"#mock {"text": "alpha reply"}"#).unwrap();
+    chat.expect(r#""alpha reply"}"#).unwrap();
+    chat.expect("alpha reply").unwrap();
+    chat.expect("> ").unwrap();
+
+    // An edit makes a second version of the user message, answered anew.
+    chat.send_line(r#"/edit #mock {"text": "beta reply"}"#)
+        .unwrap();
+    chat.expect(r#""beta reply"}"#).unwrap();
+    chat.expect(r#""beta reply"}  < 2/2 >"#).unwrap();
+    chat.expect("beta reply").unwrap();
+    chat.expect("> ").unwrap();
+
+    chat.send_line("/history").unwrap();
+    chat.expect("the current branch:").unwrap();
+    chat.expect(r#"#3 you: #mock {"text": "beta reply"}  < 2/2 >"#)
+        .unwrap();
+    chat.expect("#4 reply: beta reply").unwrap();
+
+    chat.send_line("/branches").unwrap();
+    chat.expect("versions of #3 (/branch N switches):").unwrap();
+    chat.expect(r#"  1. #1 #mock {"text": "alpha reply"}"#)
+        .unwrap();
+    chat.expect(r#"* 2. #3 #mock {"text": "beta reply"}"#)
+        .unwrap();
+
+    // The first version comes back, with the reply that followed it.
+    chat.send_line("/branch 1").unwrap();
+    chat.expect("switched to version 1 (#1)").unwrap();
+    chat.expect(r#""alpha reply"}  < 1/2 >"#).unwrap();
+    chat.expect("alpha reply").unwrap();
+    chat.expect("> ").unwrap();
+    let messages = branch(&daemon);
+    let ids: Vec<i64> = messages.iter().map(|m| m["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, [1, 2], "{messages:?}");
+
+    // A new version of the reply, beside the old one.
+    chat.send_line("/regenerate").unwrap();
+    chat.expect("writing another version of the reply").unwrap();
+    chat.expect("< 2/2 >").unwrap();
+    chat.expect("> ").unwrap();
+    let messages = branch(&daemon);
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0]["id"], 1);
+    assert_eq!(messages[1]["siblings"].as_array().unwrap().len(), 2);
+    assert_eq!(messages[1]["parts"][0]["text"], "alpha reply");
+    assert_ne!(messages[1]["id"], 2, "the new version is current");
+
+    chat.send_line("/branch 5").unwrap();
+    chat.expect("there are 2 versions here").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}

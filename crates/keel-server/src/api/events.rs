@@ -156,6 +156,20 @@ fn resume_from(requested: Requested, known_end: i64, step_start: i64) -> (i64, b
     }
 }
 
+/// Whether a run's durable frame numbered `seq` may be sent only after a read of the store.
+///
+/// A run numbers its parts and the messages it commits one after another, so a frame that
+/// does not follow the follower's position means something was numbered in between that no
+/// frame carried: a message the run did not publish (the queue head it started, the
+/// messages of a branch made current before it started, renumbered above their `branch`
+/// event), or the parts of an earlier owner. Sent at once, the frame would carry the
+/// position past them for good. A frame of a newer history version than the follower read
+/// is a run on a branch it has not been told of: the `branch` event and the branch come
+/// first. A frame at or below the position is a repeat, and is skipped anyway.
+fn must_read_first(seq: i64, history_version: i64, position: i64, read_version: i64) -> bool {
+    seq > position.saturating_add(1) || history_version > read_version
+}
+
 /// What one connection has sent so far.
 struct Follower {
     state: AppState,
@@ -201,9 +215,13 @@ impl Follower {
     ) -> bool {
         match frame {
             Ok(frame) if frame.durable => {
-                if frame.history_version > self.history_version {
-                    // A run on a branch this client has not been told of yet: the `branch`
-                    // event and the branch's messages go first.
+                let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
+                if must_read_first(
+                    seq,
+                    frame.history_version,
+                    self.position,
+                    self.history_version,
+                ) {
                     match self.catch_up(&[]).await {
                         Ok(Some(_)) => {}
                         Ok(None) => return false,
@@ -213,7 +231,6 @@ impl Follower {
                         }
                     }
                 }
-                let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
                 self.durable(seq, frame.event, frame.data.clone()).await
             }
             Ok(frame) => self.ephemeral(frame.event, frame.data.clone()).await,
@@ -264,7 +281,7 @@ impl Follower {
             .live_parts_after(self.chat_id, self.position)
             .await?;
         #[cfg(debug_assertions)]
-        debug_pause().await;
+        debug_pause("KEEL_DEBUG_CATCH_UP_PAUSE_MS").await;
         let mut replayed = 0u64;
         // Page by page: a long history is never held in memory at once.
         let chat = loop {
@@ -348,12 +365,15 @@ impl Follower {
     }
 }
 
-/// Debug builds only: with `KEEL_DEBUG_CATCH_UP_PAUSE_MS` set, a catch-up waits that long
-/// between reading the live-part log and reading the messages, so that a test of the
-/// running daemon can land a commit (and the next step's parts) in between.
+/// Debug builds only: a pause of as many milliseconds as the environment variable `name`
+/// says, so that a test of the running daemon can land changes inside a window.
+/// `KEEL_DEBUG_CATCH_UP_PAUSE_MS`: a catch-up waits between reading the live-part log and
+/// reading the messages (a commit and the next step's parts land in between).
+/// `KEEL_DEBUG_NOTICE_PAUSE_MS`: a follower woken by a change notice waits before it
+/// handles it (the run publishes meanwhile, and its frames are queued before the read).
 #[cfg(debug_assertions)]
-async fn debug_pause() {
-    let pause = std::env::var("KEEL_DEBUG_CATCH_UP_PAUSE_MS")
+async fn debug_pause(name: &str) {
+    let pause = std::env::var(name)
         .ok()
         .and_then(|ms| ms.parse::<u64>().ok());
     if let Some(ms) = pause {
@@ -482,8 +502,12 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
                     }
                     continue;
                 }
-                changed = changes.changed() => if changed.is_err() {
-                    return;
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    #[cfg(debug_assertions)]
+                    debug_pause("KEEL_DEBUG_NOTICE_PAUSE_MS").await;
                 },
             }
         }
@@ -554,6 +578,19 @@ mod tests {
         assert_eq!(resume_from(Requested::At(35), 40, 30), (35, false));
         assert_eq!(resume_from(Requested::At(40), 40, 30), (40, false));
         assert_eq!(resume_from(Requested::At(0), 40, 30), (0, false));
+    }
+
+    #[test]
+    fn a_frame_that_skips_a_number_waits_for_a_read_of_the_store() {
+        // The next number, of the branch the follower read: sent at once.
+        assert!(!must_read_first(41, 3, 40, 3));
+        // A number in between went to something no frame carried (a queue head started by
+        // the run, a branch's renumbered messages): read first.
+        assert!(must_read_first(45, 3, 40, 3));
+        // A run on a branch the follower has not read.
+        assert!(must_read_first(41, 4, 40, 3));
+        // A repeat is skipped without a read.
+        assert!(!must_read_first(40, 3, 40, 3));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
+use futures::stream::BoxStream;
 use keel_store::{ChangeNotice, RemoteNotice};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
@@ -42,8 +43,12 @@ pub(super) async fn events(
     caller: Caller,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let slot = stream_slot(&state, &caller)?;
+    // Subscribed before the answer goes out: a page that loads the list once the stream
+    // is open misses no change made after its read (a change between the read and a later
+    // subscription would show the old status until the chat's next notice).
+    let notices = subscribe(&state).await;
     let (tx, rx) = mpsc::channel::<FeedItem>(CLIENT_BUFFER);
-    tokio::spawn(follow(state, caller.0, tx));
+    tokio::spawn(follow(state, caller.0, notices, tx));
     let stream = futures::stream::unfold((rx, slot), |(mut rx, slot)| async move {
         rx.recv().await.map(|item| {
             let event = Event::default().event(item.event).data(item.data);
@@ -62,13 +67,29 @@ fn concerns(notice: &ChangeNotice, owner: &str) -> bool {
     notice.listing && notice.owner == owner
 }
 
-async fn follow(state: AppState, owner: String, tx: mpsc::Sender<FeedItem>) {
-    let mut local = state.store.subscribe();
-    let mut remote = if state.store.backend() == "postgres" {
+/// The store's change notices: this process's, and on PostgreSQL every replica's.
+struct Notices {
+    local: broadcast::Receiver<ChangeNotice>,
+    remote: Option<BoxStream<'static, RemoteNotice>>,
+}
+
+async fn subscribe(state: &AppState) -> Notices {
+    let local = state.store.subscribe();
+    let remote = if state.store.backend() == "postgres" {
         state.store.subscribe_remote().await.ok()
     } else {
         None
     };
+    Notices { local, remote }
+}
+
+async fn follow(state: AppState, owner: String, notices: Notices, tx: mpsc::Sender<FeedItem>) {
+    let Notices {
+        mut local,
+        mut remote,
+    } = notices;
+    #[cfg(debug_assertions)]
+    debug_pause().await;
     loop {
         let notice = tokio::select! {
             _ = tx.closed() => return,
@@ -101,6 +122,19 @@ async fn follow(state: AppState, owner: String, tx: mpsc::Sender<FeedItem>) {
         {
             return;
         }
+    }
+}
+
+/// Debug builds only: with `KEEL_DEBUG_FEED_PAUSE_MS` set, a new list feed waits that long
+/// before it reads its first notice, so that a test of the running daemon can change a chat
+/// while the stream is open but not yet reading.
+#[cfg(debug_assertions)]
+async fn debug_pause() {
+    let pause = std::env::var("KEEL_DEBUG_FEED_PAUSE_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok());
+    if let Some(ms) = pause {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 

@@ -41,6 +41,48 @@ impl Ctx<'_> {
         chat.history_version += 1;
         Ok(())
     }
+
+    /// Answers, as interrupted by the user, the tool calls at the end of the current
+    /// branch that have no result: a branch is never left (by an edit) or made current (by
+    /// a switch) with calls nobody will answer. The client-side calls of a chat waiting
+    /// for results are such calls, and so are those of a step committed by a run the edit
+    /// supersedes before it handed them over.
+    async fn close_open_calls(&mut self, chat: &mut Chat) -> Result<()> {
+        let recent = self
+            .ops
+            .recent_messages(&chat.id.to_string(), 2)
+            .await?
+            .into_iter()
+            .map(MessageCols::into_message)
+            .collect::<Result<Vec<StoredMessage>>>()?;
+        let tail: Vec<(Role, &[Part])> = recent
+            .iter()
+            .map(|m| (m.role, m.parts.as_slice()))
+            .collect();
+        let open = crate::orphans::open_calls_at_end(&tail);
+        chat.pending_tool_calls.clear();
+        chat.pending_deadline = None;
+        if open.is_empty() {
+            return Ok(());
+        }
+        let now = self.now;
+        let results = open
+            .iter()
+            .map(|(id, name)| {
+                Part::tool_result(
+                    id,
+                    name,
+                    Value::String(INTERRUPTED_BY_USER.to_owned()),
+                    true,
+                    false,
+                )
+                .at(now)
+            })
+            .collect();
+        self.insert_message(chat, NewMessage::new(Role::Tool, results))
+            .await?;
+        Ok(())
+    }
 }
 
 /// A message of the chat that clients see (summaries are not among them), or not found.
@@ -79,6 +121,7 @@ pub(crate) async fn edit_message(
         // the new branch and its reply are numbered above all of them.
         skip_unflushed_numbers(&mut chat);
     }
+    cx.close_open_calls(&mut chat).await?;
     cx.make_current(&mut chat, &prefix).await?;
     cx.insert_user(&mut chat, parts).await?;
     // Released, so that any worker claims the chat afresh on the new branch.
@@ -140,6 +183,8 @@ pub(crate) async fn switch_branch(
     let path = tree.branch_through(message_id);
     if path.last() != Some(&chat.leaf_id) {
         cx.make_current(&mut chat, &path).await?;
+        // A branch left with calls open before edits closed them comes back closed.
+        cx.close_open_calls(&mut chat).await?;
         cx.save(&mut chat, mv, false).await?;
     }
     cx.load_queue(&mut chat).await?;

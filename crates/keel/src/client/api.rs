@@ -155,6 +155,42 @@ impl Api {
         Ok(list.messages)
     }
 
+    /// The branch that runs through message `through`, to its newest message.
+    pub async fn branch_messages(&self, chat: &str, through: i64) -> anyhow::Result<Vec<Message>> {
+        #[derive(Deserialize)]
+        struct List {
+            messages: Vec<Message>,
+        }
+        let list: List = self
+            .json(self.request(
+                Method::GET,
+                &format!("/chats/{chat}/messages?branch={through}"),
+            ))
+            .await?;
+        Ok(list.messages)
+    }
+
+    /// Makes the branch through `message` current (`409` unless the chat is idle).
+    pub async fn switch_branch(&self, chat: &str, message: i64) -> anyhow::Result<()> {
+        self.send(
+            self.request(Method::POST, &format!("/chats/{chat}/branch"))
+                .json(&json!({ "message_id": message })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Has a new run write another version of reply `message` (`409` unless the chat is
+    /// idle).
+    pub async fn regenerate(&self, chat: &str, message: i64) -> anyhow::Result<()> {
+        self.send(self.request(
+            Method::POST,
+            &format!("/chats/{chat}/messages/{message}/regenerate"),
+        ))
+        .await?;
+        Ok(())
+    }
+
     pub async fn send_message(&self, chat: &str, text: &str, busy: &str) -> anyhow::Result<Sent> {
         self.json(
             self.request(Method::POST, &format!("/chats/{chat}/messages"))

@@ -27,6 +27,9 @@ pub struct Message {
     pub parts: Vec<Value>,
     #[serde(default)]
     pub interrupted: bool,
+    /// The versions of this message (same parent), itself included, oldest first.
+    #[serde(default)]
+    pub siblings: Vec<i64>,
 }
 
 impl Message {

@@ -44,19 +44,17 @@ async fn follow_to_idle(events: &mut Events, transcript: &mut Transcript) {
 async fn an_edit_keeps_the_old_version_and_a_switch_brings_it_back() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted("first reply", 0.0)}))
-        .await;
-    client.wait_status(&daemon, &id, "waiting").await;
+    let id = client.replied_chat(&daemon, "first reply").await;
     let mut events = client.events(&daemon, &id, None).await;
     let mut watched = Transcript::default();
     follow_to_idle(&mut events, &mut watched).await;
 
     let (status, body) = client
-        .send(
-            reqwest::Method::PUT,
-            &daemon.api(&format!("/chats/{id}/messages/1")),
-            Some(json!({"text": scripted("edited reply", 0.0)})),
+        .edit(
+            &daemon,
+            &id,
+            1,
+            json!({"text": scripted("edited reply", 0.0)}),
         )
         .await;
     assert_eq!(status, 202, "{body}");
@@ -106,10 +104,7 @@ async fn an_edit_keeps_the_old_version_and_a_switch_brings_it_back() {
 
     // A message sent now continues the branch that is current.
     client
-        .post(
-            &daemon.api(&format!("/chats/{id}/messages")),
-            json!({"text": scripted("third reply", 0.0)}),
-        )
+        .send_message(&daemon, &id, json!({"text": scripted("third reply", 0.0)}))
         .await;
     client.wait_status(&daemon, &id, "waiting").await;
     let messages = client.messages(&daemon, &id).await;
@@ -165,26 +160,20 @@ async fn branch_moves_refuse_a_busy_chat_and_unknown_messages() {
 
     // A reply in progress belongs to its branch: no switch, no regenerate until it ends.
     client
-        .post(
-            &daemon.api(&format!("/chats/{id}/messages")),
-            json!({"text": scripted(&words(400), 50.0)}),
-        )
+        .send_message(&daemon, &id, json!({"text": scripted(&words(400), 50.0)}))
         .await;
     let (status, body) = switch(&client, &daemon, &id, 1).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "conflict");
     assert_eq!(client.post(&regenerate(2), json!(null)).await.0, 409);
-    client
-        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!(null))
-        .await;
+    client.interrupt(&daemon, &id).await;
     client.wait_status(&daemon, &id, "waiting").await;
     assert_eq!(switch(&client, &daemon, &id, 2).await.0, 200);
 }
 
 #[tokio::test]
 async fn a_regenerated_reply_resumes_after_kill_9_on_its_branch() {
-    let dir = tempfile::tempdir().unwrap();
-    let database = sqlite(dir.path());
+    let (dir, database) = scratch();
     let mut daemon = Daemon::start(dir.path(), &database, "");
     let client = Client::new();
     let reply = words(200);
@@ -216,4 +205,90 @@ async fn a_regenerated_reply_resumes_after_kill_9_on_its_branch() {
     // The branch made current survives the restart, and switching still works after it.
     assert_eq!(switch(&client, &daemon, &id, 2).await.0, 200);
     assert_eq!(ids(&client.messages(&daemon, &id).await), vec![1, 2]);
+}
+
+/// Each tool call id of `messages` with the number of results it has.
+fn results_per_call(messages: &[Value]) -> Vec<(String, usize)> {
+    let parts: Vec<&Value> = messages
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap().iter())
+        .collect();
+    parts
+        .iter()
+        .filter(|p| p["type"] == "tool_call")
+        .map(|call| {
+            let id = call["tool_call_id"].as_str().unwrap().to_owned();
+            let results = parts
+                .iter()
+                .filter(|p| p["type"] == "tool_result" && p["tool_call_id"] == id.as_str())
+                .count();
+            (id, results)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_branch_left_while_a_client_tool_waited_comes_back_with_the_call_answered() {
+    let (_dir, daemon) = demo_daemon();
+    let client = Client::new();
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}]},
+        {"text": "never asked for"}
+    ]});
+    let id = client
+        .create_chat(
+            &daemon,
+            json!({
+                "text": format!("weather?\n#mock {script}"),
+                "tools": [{"name": "get_weather", "description": "Weather by city",
+                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+            }),
+        )
+        .await;
+    client.wait_status(&daemon, &id, "requires_action").await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut watched = Transcript::default();
+    watched.follow_until(&mut events, "requires_action").await;
+    let position = watched.last_id.clone();
+
+    // The user edits the question instead of answering the call.
+    let (status, body) = client
+        .send(
+            reqwest::Method::PUT,
+            &daemon.api(&format!("/chats/{id}/messages/1")),
+            Some(json!({"text": scripted("no tools", 0.0)})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["pending_tool_calls"], json!([]), "{body}");
+    follow_to_idle(&mut events, &mut watched).await;
+
+    // The branch left holds the call with one result: interrupted by the user.
+    let (status, left) = branch_of(&client, &daemon, &id, 2).await;
+    assert_eq!(status, 200, "{left}");
+    let left = left["messages"].as_array().unwrap().clone();
+    assert_eq!(ids(&left), vec![1, 2, 3]);
+    assert_eq!(left[2]["role"], "tool");
+    assert_eq!(left[2]["parts"][0]["is_error"], true, "{left:?}");
+    let calls = results_per_call(&left);
+    assert_eq!(calls.len(), 1, "{left:?}");
+    assert_eq!(calls[0].1, 1, "{left:?}");
+
+    // Switched back, the branch is whole for the open stream and for a resuming client.
+    let (status, chat) = switch(&client, &daemon, &id, 2).await;
+    assert_eq!(status, 200, "{chat}");
+    assert_eq!(chat["status"], "waiting");
+    assert_eq!(chat["pending_tool_calls"], json!([]));
+    let current = client.messages(&daemon, &id).await;
+    assert_eq!(current, left);
+    while watched.branches < 2 || watched.messages.len() < 3 {
+        watched.apply(&events.next().await.unwrap());
+    }
+    assert_eq!(watched.messages, current);
+    let mut resumed_events = client.events(&daemon, &id, position.as_deref()).await;
+    let mut resumed = Transcript::default();
+    while resumed.branches < 1 || resumed.messages.len() < 3 {
+        resumed.apply(&resumed_events.next().await.unwrap());
+    }
+    assert_eq!(resumed.messages, current);
 }

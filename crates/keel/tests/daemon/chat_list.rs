@@ -156,6 +156,28 @@ async fn the_list_feed_reports_chats_created_renamed_archived_and_deleted_elsewh
 }
 
 #[tokio::test]
+async fn a_change_right_after_the_list_feed_opens_is_reported() {
+    // The feed waits 1.5 s before reading its first notice (debug builds): a change made in
+    // that window must still reach it, since a page reads the list once the feed is open.
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start_with_env(
+        dir.path(),
+        &sqlite(dir.path()),
+        "",
+        &[("KEEL_DEBUG_FEED_PAUSE_MS", "1500")],
+    );
+    let page = Client::new();
+    let id = page.create_chat(&daemon, json!({"text": "hi"})).await;
+    page.wait_status(&daemon, &id, "waiting").await;
+    let mut feed = page.list_feed(&daemon).await;
+    let listed = page.get(&daemon.api("/chats")).await.1;
+    assert_eq!(listed["chats"][0]["title"], Value::Null, "{listed}");
+    let (status, _) = patch(&page, &daemon, &id, json!({"title": "Renamed"})).await;
+    assert_eq!(status, 200);
+    chat_event(&mut feed, &id, |c| c["title"] == "Renamed").await;
+}
+
+#[tokio::test]
 async fn switching_the_model_changes_the_model_of_the_next_reply() {
     let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
         .await

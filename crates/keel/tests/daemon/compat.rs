@@ -56,17 +56,15 @@ fn ui_body(id: &str, text: &str) -> Value {
 
 #[tokio::test]
 async fn an_ai_sdk_reply_streams_and_resumes_from_its_start_after_kill_9() {
-    let dir = tempfile::tempdir().unwrap();
-    let database = format!("sqlite://{}/keel.db", dir.path().display());
+    let (dir, database) = scratch();
     let mut daemon = Daemon::start(dir.path(), &database, "");
     let http = http_client();
     let reply = words(80);
-    let response = http
-        .post(daemon.api("/ai-sdk/chat"))
-        .json(&ui_body("client-chat-1", &scripted(&reply, 40.0)))
-        .send()
-        .await
-        .unwrap();
+    let response = post_stream(
+        &daemon.api("/ai-sdk/chat"),
+        &ui_body("client-chat-1", &scripted(&reply, 40.0)),
+    )
+    .await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
     let first = sse_data(response, |chunks| ui_text(chunks).len() > 20).await;
@@ -97,30 +95,16 @@ async fn an_ai_sdk_reply_streams_and_resumes_from_its_start_after_kill_9() {
         // The recovered run finished before the page came back: nothing to resume.
         assert_eq!(status, 204);
     }
-    let history: Value = http
-        .get(daemon.api("/ai-sdk/chat/client-chat-1/messages"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history_url = daemon.api("/ai-sdk/chat/client-chat-1/messages");
     let deadline = tokio::time::Instant::now() + WAIT;
-    let mut history = history;
+    let mut history = get_json(&history_url).await;
     while history.as_array().unwrap().len() < 2
         || history[1]["parts"].as_array().unwrap().len() < 2
         || history[1]["parts"][1]["text"] != json!(reply)
     {
         assert!(tokio::time::Instant::now() < deadline, "{history}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        history = http
-            .get(daemon.api("/ai-sdk/chat/client-chat-1/messages"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        history = get_json(&history_url).await;
     }
     assert_eq!(history[1]["id"], message_id);
     assert_eq!(history.as_array().unwrap().len(), 2);
@@ -128,16 +112,14 @@ async fn an_ai_sdk_reply_streams_and_resumes_from_its_start_after_kill_9() {
 
 #[tokio::test]
 async fn an_ai_sdk_stop_aborts_the_stream_and_a_client_tool_result_continues_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let database = format!("sqlite://{}/keel.db", dir.path().display());
+    let (dir, database) = scratch();
     let daemon = Daemon::start(dir.path(), &database, "");
     let http = http_client();
-    let response = http
-        .post(daemon.api("/ai-sdk/chat"))
-        .json(&ui_body("stop-me", &scripted(&words(200), 40.0)))
-        .send()
-        .await
-        .unwrap();
+    let response = post_stream(
+        &daemon.api("/ai-sdk/chat"),
+        &ui_body("stop-me", &scripted(&words(200), 40.0)),
+    )
+    .await;
     let mut stopped = false;
     let chunks = sse_data(response, |chunks| {
         if !stopped && ui_text(chunks).len() > 10 {
@@ -157,12 +139,7 @@ async fn an_ai_sdk_stop_aborts_the_stream_and_a_client_tool_result_continues_it(
         json!({"steps": [{"tool_calls": [{"name": "pick", "args": {}}]}, {"text": "Picked."}]});
     let mut body = ui_body("tools", &format!("pick one\n#mock {script}"));
     body["tools"] = json!([{"name": "pick", "parameters": {"type": "object"}}]);
-    let response = http
-        .post(daemon.api("/ai-sdk/chat"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_stream(&daemon.api("/ai-sdk/chat"), &body).await;
     let chunks = sse_data(response, |_| false).await;
     let call = chunks
         .iter()
@@ -175,40 +152,24 @@ async fn an_ai_sdk_stop_aborts_the_stream_and_a_client_tool_result_continues_it(
         {"type": "tool-pick", "toolCallId": call_id, "state": "output-available", "input": {}, "output": "B"}
     ]});
     body["messages"].as_array_mut().unwrap().push(assistant);
-    let response = http
-        .post(daemon.api("/ai-sdk/chat"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_stream(&daemon.api("/ai-sdk/chat"), &body).await;
     assert_eq!(response.status(), 200);
     let chunks = sse_data(response, |_| false).await;
     assert_eq!(chunks[0], json!({"type": "start", "messageId": "a1"}));
     assert_eq!(ui_text(&chunks), "Picked.");
 
     // Answering again is a conflict: nothing is pending any more.
-    let response = http
-        .post(daemon.api("/ai-sdk/chat"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_stream(&daemon.api("/ai-sdk/chat"), &body).await;
     assert_eq!(response.status(), 409);
 }
 
 #[tokio::test]
 async fn a_responses_stream_resumes_after_kill_9_with_nothing_missing_or_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let database = format!("sqlite://{}/keel.db", dir.path().display());
+    let (dir, database) = scratch();
     let mut daemon = Daemon::start(dir.path(), &database, "");
     let http = http_client();
     let reply = words(80);
-    let response = http
-        .post(format!("{}/v1/responses", daemon.url))
-        .json(&json!({"model": "demo", "input": scripted(&reply, 40.0), "stream": true, "background": true}))
-        .send()
-        .await
-        .unwrap();
+    let response = post_stream(&format!("{}/v1/responses", daemon.url), &json!({"model": "demo", "input": scripted(&reply, 40.0), "stream": true, "background": true})).await;
     assert_eq!(response.status(), 200);
     let seen = sse_data(response, |events| responses_text(events).len() > 20).await;
     let id = seen[0]["response"]["id"].as_str().unwrap().to_owned();
@@ -252,13 +213,11 @@ async fn a_responses_stream_resumes_after_kill_9_with_nothing_missing_or_twice()
 #[tokio::test]
 async fn an_ai_sdk_regenerate_streams_a_new_reply_beside_the_old_one() {
     let (_dir, daemon) = demo_daemon();
-    let http = http_client();
-    let response = http
-        .post(daemon.api("/ai-sdk/chat"))
-        .json(&ui_body("client-chat-r", &scripted("say it twice", 0.0)))
-        .send()
-        .await
-        .unwrap();
+    let response = post_stream(
+        &daemon.api("/ai-sdk/chat"),
+        &ui_body("client-chat-r", &scripted("say it twice", 0.0)),
+    )
+    .await;
     let first = sse_data(response, |_| false).await;
     assert_eq!(ui_text(&first), "say it twice");
     let client = Client::new();
@@ -268,12 +227,7 @@ async fn an_ai_sdk_regenerate_streams_a_new_reply_beside_the_old_one() {
 
     let body = json!({"id": "client-chat-r", "trigger": "regenerate-message", "messageId": null,
                       "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "x"}]}]});
-    let response = http
-        .post(daemon.api("/ai-sdk/chat"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_stream(&daemon.api("/ai-sdk/chat"), &body).await;
     assert_eq!(response.status(), 200);
     let again = sse_data(response, |_| false).await;
     assert_eq!(ui_text(&again), "say it twice", "{again:?}");

@@ -375,3 +375,39 @@ async fn a_step_committed_during_a_catch_up_is_never_skipped() {
     assert_eq!(messages.len(), 4, "{messages:?}");
     assert_eq!(ids(&transcript.messages), ids(&messages), "{messages:?}");
 }
+
+#[tokio::test]
+async fn a_queued_message_the_run_starts_is_never_skipped_by_its_parts() {
+    // A follower woken by a notice waits 1.5 s before it handles it (debug builds): the run
+    // finishes its reply, starts the queued message (a message no frame carries) and
+    // streams its answer meanwhile, so the answer's parts are queued for the follower
+    // before it reads the store.
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start_with_env(
+        dir.path(),
+        &sqlite(dir.path()),
+        "",
+        &[("KEEL_DEBUG_NOTICE_PAUSE_MS", "1500")],
+    );
+    let client = Client::new();
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&words(20), 40.0)}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let (status, body) = client
+        .post(
+            &daemon.api(&format!("/chats/{id}/messages")),
+            json!({"text": scripted("second reply", 0.0), "busy": "queue"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert!(body["queue_id"].is_string(), "{body}");
+    let mut transcript = Transcript::default();
+    while transcript.messages.len() < 4 {
+        transcript.apply(&events.next().await.expect("the stream ended"));
+    }
+    client.wait_status(&daemon, &id, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    assert_eq!(transcript.messages, messages);
+}

@@ -1,5 +1,6 @@
 //! A failed run's error says where it came from: the provider's name and the address of
-//! the request (never its query), in the chat and in its live `status` event.
+//! the request (never its query), in the chat, in its live `status` event and in the
+//! `retry` events of the attempts that failed mid-stream before it.
 
 use serde_json::json;
 
@@ -41,4 +42,54 @@ async fn a_provider_404_names_the_provider_and_the_address() {
         "{error}"
     );
     assert_eq!(&status_error, error, "the live event says the same");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_500_names_the_provider_and_the_address_live_and_when_it_fails() {
+    let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "retry_max_attempts = 2\nretry_initial_delay_ms = 10\n\
+         [[providers]]\nname = \"flaky\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\
+         [[models]]\nid = \"m\"\nprovider = \"flaky\"\nmodel = \"mock\"\ndefault = true\n",
+        mock.addr()
+    );
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), &config);
+    let client = Client::new();
+    let script = json!({"id": "always-500", "error": {"status": 500, "message": "upstream exploded", "times": 10}});
+    let id = client
+        .create_chat(&daemon, json!({"text": format!("hi\n#mock {script}")}))
+        .await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut retries = Vec::new();
+    let mut status_error = serde_json::Value::Null;
+    while let Some(event) = events.next().await {
+        match (event.event.as_str(), &event.data["status"]) {
+            ("retry", _) => retries.push(event.data),
+            ("status", status) if status == "error" => {
+                status_error = event.data["last_error"].clone();
+                break;
+            }
+            _ => {}
+        }
+    }
+    let expected_url = format!("http://{}/v1/chat/completions", mock.addr());
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    let retry = &retries[0];
+    assert_eq!(retry["kind"], "server", "{retry}");
+    assert_eq!(retry["provider"], "flaky", "{retry}");
+    assert_eq!(retry["url"], expected_url.as_str(), "{retry}");
+    assert!(
+        retry["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream exploded"),
+        "{retry}"
+    );
+    let stored = &client.chat(&daemon, &id).await["last_error"];
+    assert_eq!(&status_error, stored, "the live status says what is stored");
+    assert_eq!(stored["provider"], retry["provider"], "{stored}");
+    assert_eq!(stored["url"], retry["url"], "{stored}");
 }

@@ -142,11 +142,7 @@ async fn a_paused_anthropic_turn_is_carried_on_with_its_content_sent_back_as_is(
     ]});
     let id = f.chat("anthropic", "look it up", &script).await;
     let messages = f.settle(&id).await;
-    let replies: Vec<String> = messages
-        .iter()
-        .filter(|m| m["role"] == "assistant")
-        .map(text_of)
-        .collect();
+    let replies = assistant_texts(&messages);
     assert_eq!(replies, vec!["Searching the web.", "Found it."]);
     // The request that carried the turn on ended with it, exactly, and nothing after it.
     let request = f.last_request("anthropic");
@@ -182,11 +178,7 @@ async fn a_kill_9_right_after_a_paused_anthropic_turn_carries_it_on_exactly_once
     f.kill_and_restart();
 
     let messages = f.settle(&id).await;
-    let replies: Vec<String> = messages
-        .iter()
-        .filter(|m| m["role"] == "assistant")
-        .map(text_of)
-        .collect();
+    let replies = assistant_texts(&messages);
     assert_eq!(
         replies,
         vec!["Searching the web.", "Found it."],
@@ -224,10 +216,8 @@ async fn a_chat_with_tools_and_reasoning_survives_three_turns_on_every_protocol(
             f.send(&id, "read a again", &tool_turn(turn)).await;
         }
         let messages = f.settle(&id).await;
-        let answers: Vec<String> = messages
-            .iter()
-            .filter(|m| m["role"] == "assistant")
-            .map(text_of)
+        let answers: Vec<String> = assistant_texts(&messages)
+            .into_iter()
             .filter(|t| !t.is_empty())
             .collect();
         assert_eq!(
@@ -359,6 +349,28 @@ fn server_search(query_len: usize) -> Value {
         {"name": "web_search", "server": true, "args": {"query": "q".repeat(query_len)}}]})
 }
 
+/// Interrupts the run in progress and returns the chat's messages once it is idle again.
+async fn interrupt_to_idle(f: &Fixture, id: &str) -> Vec<Value> {
+    let (status, body) = f.client.interrupt(&f.daemon, id).await;
+    assert_eq!(status, 202, "{body}");
+    let chat = f.ended(id).await;
+    assert_eq!(chat["status"], "waiting", "{chat}");
+    f.client.messages(&f.daemon, id).await
+}
+
+/// A call the provider runs is answered by the provider only: no tool result is stored.
+fn assert_no_local_result(messages: &[Value]) {
+    let results: Vec<Value> = messages
+        .iter()
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .filter(|p| p["type"] == "tool_result")
+        .collect();
+    assert!(
+        results.is_empty(),
+        "only the provider can answer: {results:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_provider_run_call_gets_no_local_result_and_the_next_turn_is_accepted() {
     let f = Fixture::start("", "").await;
@@ -371,29 +383,14 @@ async fn an_interrupted_provider_run_call_gets_no_local_result_and_the_next_turn
             deltas += 1;
         }
     }
-    let (status, body) = f
-        .client
-        .post(&f.daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let chat = f.ended(&id).await;
-    assert_eq!(chat["status"], "waiting", "{chat}");
-    let messages = f.client.messages(&f.daemon, &id).await;
+    let messages = interrupt_to_idle(&f, &id).await;
     let calls: Vec<Value> = parts_of(&messages, "assistant")
         .into_iter()
         .filter(|p| p["type"] == "tool_call")
         .collect();
     assert_eq!(calls.len(), 1, "{messages:?}");
     assert_eq!(calls[0]["provider_executed"], true);
-    let results: Vec<Value> = messages
-        .iter()
-        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
-        .filter(|p| p["type"] == "tool_result")
-        .collect();
-    assert!(
-        results.is_empty(),
-        "only the provider can answer: {results:?}"
-    );
+    assert_no_local_result(&messages);
     // The next request leaves the unanswered server call out, so the API accepts it.
     f.send(&id, "go on", &json!({"text": "ok"})).await;
     assert_eq!(text_of(f.settle(&id).await.last().unwrap()), "ok");
@@ -421,23 +418,8 @@ async fn an_interrupted_responses_web_search_gets_no_local_result_and_the_next_t
             text.push_str(event.data["part"]["text"].as_str().unwrap_or_default());
         }
     }
-    let (status, body) = f
-        .client
-        .post(&f.daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let chat = f.ended(&id).await;
-    assert_eq!(chat["status"], "waiting", "{chat}");
-    let messages = f.client.messages(&f.daemon, &id).await;
-    let results: Vec<Value> = messages
-        .iter()
-        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
-        .filter(|p| p["type"] == "tool_result")
-        .collect();
-    assert!(
-        results.is_empty(),
-        "only the provider can answer: {results:?}"
-    );
+    let messages = interrupt_to_idle(&f, &id).await;
+    assert_no_local_result(&messages);
     assert!(
         parts_of(&messages, "assistant")
             .iter()

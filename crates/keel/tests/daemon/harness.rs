@@ -220,12 +220,34 @@ pub fn sqlite(dir: &Path) -> String {
     format!("sqlite://{}/keel.db", dir.display())
 }
 
+/// A fresh directory and the SQLite database in it, for a test that starts a daemon on it
+/// more than once (a restart, a kill -9); the directory lives as long as the guard.
+pub fn scratch() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    (dir, database)
+}
+
 /// A daemon with no configuration (the built-in demo model) on a SQLite database in a fresh
 /// directory, which lives as long as the returned guard.
 pub fn demo_daemon() -> (tempfile::TempDir, Daemon) {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    demo_daemon_with("")
+}
+
+/// [`demo_daemon`] with `config` as extra TOML under `[runs]` (and any later tables).
+pub fn demo_daemon_with(config: &str) -> (tempfile::TempDir, Daemon) {
+    let (dir, database) = scratch();
+    let daemon = Daemon::start(dir.path(), &database, config);
     (dir, daemon)
+}
+
+/// The texts of the assistant messages among `messages`, in order.
+pub fn assistant_texts(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(text_of)
+        .collect()
 }
 
 /// A plain HTTP client on the process's rustls crypto provider, which `keel` installs in
@@ -233,6 +255,24 @@ pub fn demo_daemon() -> (tempfile::TempDir, Daemon) {
 pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
+}
+
+/// A POST of `body` to `url` whose answer is read as it streams (the AI SDK and Responses
+/// endpoints answer with their own SSE), with no token.
+pub async fn post_stream(url: &str, body: &Value) -> reqwest::Response {
+    http_client().post(url).json(body).send().await.unwrap()
+}
+
+/// The JSON answer of a GET of `url`, with no token.
+pub async fn get_json(url: &str) -> Value {
+    http_client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 impl Client {
@@ -309,6 +349,57 @@ impl Client {
             .await;
         assert_eq!(status, 200, "{body}");
         body["messages"].as_array().unwrap().clone()
+    }
+
+    /// Creates a chat and opens its live events from the start, with an empty transcript
+    /// to follow them into.
+    pub async fn watched_chat(&self, daemon: &Daemon, body: Value) -> (String, Events, Transcript) {
+        let id = self.create_chat(daemon, body).await;
+        let events = self.events(daemon, &id, None).await;
+        (id, events, Transcript::default())
+    }
+
+    /// `POST .../messages` with `body`.
+    pub async fn send_message(&self, daemon: &Daemon, id: &str, body: Value) -> (u16, Value) {
+        self.post(&daemon.api(&format!("/chats/{id}/messages")), body)
+            .await
+    }
+
+    /// `PUT .../messages/{message}`: a new version of a user message.
+    pub async fn edit(&self, daemon: &Daemon, id: &str, message: i64, body: Value) -> (u16, Value) {
+        self.send(
+            reqwest::Method::PUT,
+            &daemon.api(&format!("/chats/{id}/messages/{message}")),
+            Some(body),
+        )
+        .await
+    }
+
+    /// `POST .../interrupt`.
+    pub async fn interrupt(&self, daemon: &Daemon, id: &str) -> (u16, Value) {
+        self.post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
+            .await
+    }
+
+    /// Polls the current branch until `done` holds for it (bounded by [`WAIT`]).
+    pub async fn wait_messages(
+        &self,
+        daemon: &Daemon,
+        id: &str,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let messages = self.messages(daemon, id).await;
+            if done(&messages) {
+                return messages;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the messages never came: {messages:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Polls until the chat has `status` (bounded by [`WAIT`]).
@@ -474,11 +565,7 @@ impl Transcript {
 
     /// Assistant texts of the committed messages.
     pub fn assistant_texts(&self) -> Vec<String> {
-        self.messages
-            .iter()
-            .filter(|m| m["role"] == "assistant")
-            .map(text_of)
-            .collect()
+        assistant_texts(&self.messages)
     }
 }
 

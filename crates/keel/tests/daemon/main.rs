@@ -31,11 +31,9 @@ async fn create_follow_and_complete() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let reply = words(20);
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted(&reply, 200.0)}))
+    let (id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": scripted(&reply, 200.0)}))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
     transcript.follow_until(&mut events, "waiting").await;
 
     assert_eq!(transcript.assistant_texts(), vec![reply.clone()]);
@@ -55,15 +53,11 @@ async fn create_follow_and_complete() {
 
 #[tokio::test]
 async fn history_pages_with_after_and_limit() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client.replied_chat(&daemon, "one").await;
     client
-        .post(
-            &daemon.api(&format!("/chats/{id}/messages")),
-            json!({"text": scripted("two", 0.0)}),
-        )
+        .send_message(&daemon, &id, json!({"text": scripted("two", 0.0)}))
         .await;
     client.wait_status(&daemon, &id, "waiting").await;
     let all = client.messages(&daemon, &id).await;
@@ -135,15 +129,11 @@ async fn interrupt_keeps_the_partial_reply() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let reply = words(200);
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted(&reply, 20.0)}))
+    let (id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": scripted(&reply, 20.0)}))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
     transcript.follow_parts(&mut events, 3).await;
-    let (status, chat) = client
-        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
-        .await;
+    let (status, chat) = client.interrupt(&daemon, &id).await;
     assert_eq!(status, 202, "{chat}");
     transcript.follow_until(&mut events, "waiting").await;
 
@@ -157,9 +147,7 @@ async fn interrupt_keeps_the_partial_reply() {
     assert!(partial.len() < reply.len());
     assert_eq!(transcript.assistant_texts(), vec![partial]);
     // Interrupting an idle chat changes nothing.
-    let (status, chat) = client
-        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
-        .await;
+    let (status, chat) = client.interrupt(&daemon, &id).await;
     assert_eq!((status, chat["status"].as_str()), (202, Some("waiting")));
 }
 
@@ -167,11 +155,9 @@ async fn interrupt_keeps_the_partial_reply() {
 async fn busy_chats_queue_or_interrupt() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted(&words(100), 20.0)}))
+    let (id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": scripted(&words(100), 20.0)}))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
     transcript.follow_parts(&mut events, 2).await;
 
     let messages_url = daemon.api(&format!("/chats/{id}/messages"));
@@ -195,23 +181,13 @@ async fn busy_chats_queue_or_interrupt() {
     assert_eq!(status, 202, "{started}");
     // The interrupt stops the first reply; the interrupting message runs next, then the
     // queued one.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let messages = client.messages(&daemon, &id).await;
-        let replies: Vec<String> = messages
-            .iter()
-            .filter(|m| m["role"] == "assistant")
-            .map(text_of)
-            .collect();
-        if replies.len() == 3 {
-            assert!(messages[1]["interrupted"] == true, "{messages:?}");
-            assert_eq!(replies[1], "third answer");
-            assert_eq!(replies[2], "second answer");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{messages:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let messages = client
+        .wait_messages(&daemon, &id, |m| assistant_texts(m).len() == 3)
+        .await;
+    let replies = assistant_texts(&messages);
+    assert!(messages[1]["interrupted"] == true, "{messages:?}");
+    assert_eq!(replies[1], "third answer");
+    assert_eq!(replies[2], "second answer");
     client.wait_status(&daemon, &id, "waiting").await;
 }
 
@@ -219,11 +195,9 @@ async fn busy_chats_queue_or_interrupt() {
 async fn promoting_a_queued_message_interrupts_the_run_and_runs_it_next() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted(&words(200), 20.0)}))
+    let (id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": scripted(&words(200), 20.0)}))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
     transcript.follow_parts(&mut events, 2).await;
 
     let messages_url = daemon.api(&format!("/chats/{id}/messages"));
@@ -256,18 +230,10 @@ async fn promoting_a_queued_message_interrupts_the_run_and_runs_it_next() {
         .post(&format!("{}/promote", queue(&queue_ids[2])), json!({}))
         .await;
     assert_eq!(status, 202, "{body}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let messages = loop {
-        let messages = client.messages(&daemon, &id).await;
-        let chat = client.chat(&daemon, &id).await;
-        if messages.iter().filter(|m| m["role"] == "assistant").count() == 3
-            && chat["status"] == "waiting"
-        {
-            break messages;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{messages:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let messages = client
+        .wait_messages(&daemon, &id, |m| assistant_texts(m).len() == 3)
+        .await;
+    client.wait_status(&daemon, &id, "waiting").await;
     let replies: Vec<(String, bool)> = messages
         .iter()
         .filter(|m| m["role"] == "assistant")
@@ -293,42 +259,31 @@ async fn promoting_a_queued_message_interrupts_the_run_and_runs_it_next() {
 async fn editing_a_user_message_replaces_the_current_branch() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted("first reply", 0.0)}))
-        .await;
-    client.wait_status(&daemon, &id, "waiting").await;
+    let id = client.replied_chat(&daemon, "first reply").await;
     let messages = client.messages(&daemon, &id).await;
     let user_id = messages[0]["id"].as_i64().unwrap();
     let assistant_id = messages[1]["id"].as_i64().unwrap();
 
-    let edit = |mid: i64| daemon.api(&format!("/chats/{id}/messages/{mid}"));
     let (status, _) = client
-        .send(
-            reqwest::Method::PUT,
-            &edit(assistant_id),
-            Some(json!({"text": "x"})),
-        )
+        .edit(&daemon, &id, assistant_id, json!({"text": "x"}))
         .await;
     assert_eq!(status, 400, "only user messages can be edited");
     let (status, body) = client
-        .send(
-            reqwest::Method::PUT,
-            &edit(user_id),
-            Some(json!({"text": scripted("edited reply", 0.0)})),
+        .edit(
+            &daemon,
+            &id,
+            user_id,
+            json!({"text": scripted("edited reply", 0.0)}),
         )
         .await;
     assert_eq!(status, 202, "{body}");
     client.wait_status(&daemon, &id, "waiting").await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let messages = client.messages(&daemon, &id).await;
-        if messages.len() == 2 && text_of(&messages[1]) == "edited reply" {
-            assert!(text_of(&messages[0]).contains("edited reply"));
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{messages:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let messages = client
+        .wait_messages(&daemon, &id, |m| {
+            m.len() == 2 && text_of(&m[1]) == "edited reply"
+        })
+        .await;
+    assert!(text_of(&messages[0]).contains("edited reply"));
 }
 
 #[tokio::test]
@@ -379,12 +334,7 @@ async fn client_side_tools_round_trip() {
 
 #[tokio::test]
 async fn provider_errors_are_retried_and_cut_streams_stitched() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(
-        dir.path(),
-        &sqlite(dir.path()),
-        "retry_initial_delay_ms = 10\nretry_max_delay_ms = 50\n",
-    );
+    let (_dir, daemon) = demo_daemon_with("retry_initial_delay_ms = 10\nretry_max_delay_ms = 50\n");
     let client = Client::new();
     let reply = words(30);
     let script = json!({
@@ -394,11 +344,9 @@ async fn provider_errors_are_retried_and_cut_streams_stitched() {
         "error": {"status": 429, "retry_after_ms": 20, "times": 1},
         "cut": {"after": 12, "times": 2}
     });
-    let id = client
-        .create_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
+    let (id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
     transcript.follow_until(&mut events, "waiting").await;
     let messages = client.messages(&daemon, &id).await;
     assert_eq!(
@@ -415,16 +363,13 @@ async fn provider_errors_are_retried_and_cut_streams_stitched() {
 /// and checks the reply was resumed from the live-part log: one reply, the whole scripted
 /// text, nothing doubled.
 async fn stop_mid_reply_then_restart(stop: impl FnOnce(&mut Daemon)) {
-    let dir = tempfile::tempdir().unwrap();
-    let database = sqlite(dir.path());
+    let (dir, database) = scratch();
     let mut daemon = Daemon::start(dir.path(), &database, "");
     let client = Client::new();
     let reply = words(80);
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted(&reply, 40.0)}))
+    let (id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": scripted(&reply, 40.0)}))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
     transcript.follow_parts(&mut events, 10).await;
     stop(&mut daemon);
     drop(events);
@@ -432,12 +377,11 @@ async fn stop_mid_reply_then_restart(stop: impl FnOnce(&mut Daemon)) {
     let daemon = Daemon::start(dir.path(), &database, "");
     client.wait_status(&daemon, &id, "waiting").await;
     let messages = client.messages(&daemon, &id).await;
-    let replies: Vec<_> = messages
-        .iter()
-        .filter(|m| m["role"] == "assistant")
-        .collect();
-    assert_eq!(replies.len(), 1, "{messages:?}");
-    assert_eq!(text_of(replies[0]), reply);
+    assert_eq!(
+        assistant_texts(&messages),
+        vec![reply.clone()],
+        "{messages:?}"
+    );
     assert!(reply.starts_with(&transcript.live_text));
     let metrics = daemon.metrics().await;
     assert!(metrics.contains("keel_recovered_runs_total 1"), "{metrics}");
@@ -459,8 +403,7 @@ async fn sigterm_mid_reply_releases_the_chat_for_a_restart() {
 
 #[tokio::test]
 async fn users_see_only_their_own_chats() {
-    let dir = tempfile::tempdir().unwrap();
-    let database = sqlite(dir.path());
+    let (dir, database) = scratch();
     let add = |name: &str| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
             .args(["users", "add", name, "--database", &database])
@@ -490,9 +433,7 @@ async fn users_see_only_their_own_chats() {
         .await;
     let (status, _) = bob.get(&daemon.api(&format!("/chats/{id}"))).await;
     assert_eq!(status, 404);
-    let (status, _) = bob
-        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
-        .await;
+    let (status, _) = bob.interrupt(&daemon, &id).await;
     assert_eq!(status, 404);
     let (_, listed) = bob.get(&daemon.api("/chats")).await;
     assert_eq!(listed["chats"].as_array().unwrap().len(), 0);
@@ -567,10 +508,7 @@ async fn bad_input_gets_clear_4xx_errors_and_changes_nothing() {
     let (status, _) = client.get(&format!("{}/api/v1/nope", daemon.url)).await;
     assert_eq!(status, 404);
 
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted("ok", 0.0)}))
-        .await;
-    client.wait_status(&daemon, &id, "waiting").await;
+    let id = client.replied_chat(&daemon, "ok").await;
     let (status, body) = client
         .post(
             &daemon.api(&format!("/chats/{id}/tool-results")),
@@ -587,13 +525,7 @@ async fn bad_input_gets_clear_4xx_errors_and_changes_nothing() {
         )
         .await;
     assert_eq!(status, 404);
-    let (status, _) = client
-        .send(
-            reqwest::Method::PUT,
-            &daemon.api(&format!("/chats/{id}/messages/999")),
-            Some(json!({"text": "x"})),
-        )
-        .await;
+    let (status, _) = client.edit(&daemon, &id, 999, json!({"text": "x"})).await;
     assert_eq!(status, 404);
     let before = client.messages(&daemon, &id).await;
     assert_eq!(before.len(), 2);
@@ -643,16 +575,13 @@ async fn counter(daemon: &Daemon, name: &str) -> u64 {
 
 #[tokio::test]
 async fn lease_renewals_wake_no_follower() {
-    let dir = tempfile::tempdir().unwrap();
     // Renewed every 200 ms while the reply streams for about 8 s.
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "lease_ms = 600\n");
+    let (_dir, daemon) = demo_daemon_with("lease_ms = 600\n");
     let client = Client::new();
     let reply = words(80);
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted(&reply, 10.0)}))
+    let (_id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": scripted(&reply, 10.0)}))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
     transcript.follow_parts(&mut events, 3).await;
     let catch_ups = counter(&daemon, "keel_sse_catch_ups_total").await;
     let renewals = counter(&daemon, "keel_lease_renewals_total").await;
@@ -674,8 +603,7 @@ async fn lease_renewals_wake_no_follower() {
 
 #[tokio::test]
 async fn a_stream_opened_on_an_idle_chat_follows_every_later_run_live() {
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), "");
+    let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client.replied_chat(&daemon, "first").await;
     // Opened while nothing streams: the daemon holds no run channel for it yet.
@@ -685,10 +613,7 @@ async fn a_stream_opened_on_an_idle_chat_follows_every_later_run_live() {
     for round in ["second", "third"] {
         let reply = format!("{round} {}", words(30));
         client
-            .post(
-                &daemon.api(&format!("/chats/{id}/messages")),
-                json!({"text": scripted(&reply, 100.0)}),
-            )
+            .send_message(&daemon, &id, json!({"text": scripted(&reply, 100.0)}))
             .await;
         // Every run's parts arrive live, before the message that commits them.
         transcript.follow_parts(&mut events, 5).await;

@@ -20,6 +20,7 @@
 //! | `stream_reset` | the step in progress loses its blocks (what follows republishes them) |
 //! | `tool_call_cancel` | the call leaves the step in progress |
 //! | `status` waiting / requires_action / error | the reply ends: `Done` or `Interrupted`, `ToolCalls`, `Failed` |
+//! | `branch` | the reply ends (`Interrupted`): the current branch changed under it, and the messages after the event are the new branch's |
 
 use keel_core::{Part, PartKind};
 use serde_json::Value;
@@ -130,6 +131,9 @@ impl Reply {
                 }
             }
             "status" => self.status(data),
+            // The current branch changed under the reply (an edit elsewhere): the messages
+            // that follow are the new branch's, not this reply's. What was said is kept.
+            "branch" => self.end = Some(End::Interrupted),
             _ => {}
         }
     }
@@ -412,6 +416,24 @@ mod tests {
             panic!("a call block");
         };
         assert!(call.result.is_some());
+    }
+
+    #[test]
+    fn a_change_of_branch_ends_the_reply_before_the_new_branch_is_replayed() {
+        let mut reply = Reply::default();
+        reply.apply(
+            "part",
+            &json!({"role": "assistant", "part": {"type": "text", "text": "Hel"}}),
+        );
+        reply.apply("branch", &json!({"leaf_id": 7}));
+        assert_eq!(reply.end, Some(End::Interrupted));
+        // The new branch's first messages change nothing.
+        let old = reply.steps.len();
+        reply.apply(
+            "message",
+            &json!({"id": 1, "role": "assistant", "parts": [{"type": "text", "text": "old"}]}),
+        );
+        assert_eq!(reply.steps.len(), old);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use super::actions::{Action, Program, ToolAnswers, Trigger};
-use super::check::{answered_by_daemon, check_turn, text_of, tool_calls_pair_up_but, turns};
+use super::check::{answered_by_daemon, check_turn, text_of, tool_calls_pair_up, turns};
 use super::model::{Turn, UserModel};
 use super::reader::{Reader, message_event_ids, resumed};
 use super::scenario::{Expect, Scenario};
@@ -52,8 +52,6 @@ struct User<'a> {
     /// Branches the chat left (by an edit, a regenerate or a switch), as listed then: each
     /// must stay intact, and a switch may bring one back.
     left: Vec<Vec<Value>>,
-    /// Messages that switches brought back as their branches were left.
-    restored: Vec<i64>,
 }
 
 /// Creates the chat, runs `program` against it and checks the outcome.
@@ -100,7 +98,6 @@ pub async fn drive(
             .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
             .collect(),
         left: Vec::new(),
-        restored: Vec::new(),
     };
     let outcome = user.run(program, tools).await;
     if user.compacting {
@@ -441,8 +438,6 @@ impl User<'_> {
                     continues(&now, &back),
                     "switched to the branch {back:?}, the chat lists {now:?}"
                 );
-                self.restored
-                    .extend(back.iter().filter_map(|m| m["id"].as_i64()));
                 let texts: Vec<String> = turns(&now).iter().map(|t| t.text.clone()).collect();
                 self.model.switched(&texts).map_err(anyhow::Error::msg)?;
                 Ok(true)
@@ -624,7 +619,7 @@ impl User<'_> {
                 lead.clear();
             }
         }
-        tool_calls_pair_up_but(&messages, &self.restored)?;
+        tool_calls_pair_up(&messages)?;
         for branch in &self.left {
             let through = branch.last().and_then(|m| m["id"].as_i64()).unwrap_or(0);
             let now = self.branch_through(through).await?;

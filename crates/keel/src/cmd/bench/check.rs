@@ -92,43 +92,26 @@ impl EventView {
     }
 }
 
-/// Every tool call has exactly one result, and every result answers a call.
+/// Every tool call has exactly one result, and every result answers a call. This holds for
+/// a branch a switch brings back too: a branch is left with its open calls answered.
 pub fn tool_calls_pair_up(messages: &[Value]) -> anyhow::Result<()> {
-    tool_calls_pair_up_but(messages, &[])
-}
-
-/// [`tool_calls_pair_up`], except that a call in one of the messages `cut` may have no
-/// result: its branch was left while the call waited (an edit mid-tool) and a switch
-/// brought the branch back as it was left.
-pub fn tool_calls_pair_up_but(messages: &[Value], cut: &[i64]) -> anyhow::Result<()> {
     let mut calls = BTreeMap::<String, usize>::new();
     let mut results = BTreeMap::<String, usize>::new();
-    let mut may_lack = Vec::new();
-    for message in messages {
-        let left = message["id"].as_i64().is_some_and(|id| cut.contains(&id));
-        for part in message["parts"].as_array().into_iter().flatten() {
-            let id = part["tool_call_id"].as_str().unwrap_or_default().to_owned();
-            match part["type"].as_str() {
-                Some("tool_call") => {
-                    if left {
-                        may_lack.push(id.clone());
-                    }
-                    *calls.entry(id).or_default() += 1;
-                }
-                Some("tool_result") => *results.entry(id).or_default() += 1,
-                _ => {}
-            }
+    for part in messages
+        .iter()
+        .flat_map(|message| message["parts"].as_array().into_iter().flatten())
+    {
+        let id = part["tool_call_id"].as_str().unwrap_or_default().to_owned();
+        match part["type"].as_str() {
+            Some("tool_call") => *calls.entry(id).or_default() += 1,
+            Some("tool_result") => *results.entry(id).or_default() += 1,
+            _ => {}
         }
     }
     ensure!(
         calls.values().all(|n| *n == 1),
         "a tool call id appears twice: {calls:?}"
     );
-    for id in may_lack {
-        if !results.contains_key(&id) {
-            calls.remove(&id);
-        }
-    }
     ensure!(
         calls == results,
         "tool calls {calls:?} and results {results:?} do not pair up"
@@ -348,10 +331,6 @@ mod tests {
         assert!(tool_calls_pair_up(std::slice::from_ref(&call)).is_err());
         assert!(tool_calls_pair_up(&[call.clone(), result.clone(), result]).is_err());
         assert!(tool_calls_pair_up(&[call.clone(), call]).is_err());
-        // A call left waiting on a branch a switch brought back may lack its result.
-        let left = json!({"id": 4, "parts": [{"type": "tool_call", "tool_call_id": "c2"}]});
-        assert!(tool_calls_pair_up_but(std::slice::from_ref(&left), &[4]).is_ok());
-        assert!(tool_calls_pair_up_but(std::slice::from_ref(&left), &[5]).is_err());
     }
 
     #[test]

@@ -23,13 +23,22 @@ pub enum Input {
     Continue,
     /// Run a failed turn again.
     Retry,
+    /// Print the current branch of the chat.
+    History,
+    /// List the versions of a message (the last fork of the branch when none is named).
+    Branches(Option<i64>),
+    /// Switch to the N-th version (from 1) of the message `/branches` lists.
+    Branch(usize),
+    /// Have the model write another version of the last reply.
+    Regenerate,
     Help,
     Quit,
     /// A slash command that is not known or lacks its argument.
     Invalid(String),
 }
 
-pub const HELP: &str = "commands: /new  /chats  /switch ID  /edit TEXT  /queue TEXT  /continue  /retry  /help  /quit  \
+pub const HELP: &str = "commands: /new  /chats  /switch ID  /edit TEXT  /queue TEXT  /continue  /retry  \
+/history  /branches [#ID]  /branch N  /regenerate  /help  /quit  \
 (any other /WORD … is sent to the model; Ctrl-C interrupts a reply; twice, or at the prompt, exits)";
 
 /// Parses one line typed at the prompt.
@@ -64,6 +73,21 @@ pub fn parse(line: &str) -> Input {
         "queue" => needs(Input::Queue, "the text to queue"),
         "continue" => Input::Continue,
         "retry" => Input::Retry,
+        "history" => Input::History,
+        "regenerate" => Input::Regenerate,
+        "branches" if argument.is_empty() => Input::Branches(None),
+        "branches" => match argument.trim_start_matches('#').parse() {
+            Ok(id) => Input::Branches(Some(id)),
+            Err(_) => Input::Invalid(format!(
+                "/branches takes a message id as /history shows it (#12), not {argument}"
+            )),
+        },
+        "branch" => match argument.parse() {
+            Ok(n) => Input::Branch(n),
+            Err(_) => Input::Invalid(
+                "/branch needs the number of a version as /branches lists it".to_owned(),
+            ),
+        },
         "help" | "?" => Input::Help,
         "quit" | "exit" => Input::Quit,
         // Not ours: `/list_dir {"path":"."}` is how the demo model is asked for a tool, and
@@ -125,6 +149,15 @@ mod tests {
         assert_eq!(parse("/quit"), Input::Quit);
         assert_eq!(parse("/continue"), Input::Continue);
         assert_eq!(parse("/retry"), Input::Retry);
+        assert_eq!(parse("/history"), Input::History);
+        assert_eq!(parse("/regenerate"), Input::Regenerate);
+        assert_eq!(parse("/branches"), Input::Branches(None));
+        assert_eq!(parse("/branches #12"), Input::Branches(Some(12)));
+        assert_eq!(parse("/branches 12"), Input::Branches(Some(12)));
+        assert_eq!(parse("/branch 2"), Input::Branch(2));
+        assert!(matches!(parse("/branch"), Input::Invalid(_)));
+        assert!(matches!(parse("/branch two"), Input::Invalid(_)));
+        assert!(matches!(parse("/branches x"), Input::Invalid(_)));
     }
 
     #[test]

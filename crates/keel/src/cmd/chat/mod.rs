@@ -5,6 +5,7 @@
 //! reply text styled as Markdown (`markdown`). Ctrl-C once interrupts the run; twice within
 //! two seconds, or at an idle prompt, exits.
 
+mod branches;
 mod commands;
 mod editor;
 mod history;
@@ -156,6 +157,8 @@ struct Prompt {
     last_ctrl_c: Option<Instant>,
     was_busy: bool,
     quit_when_idle: bool,
+    /// The versions `/branches` listed last, which `/branch N` counts in.
+    listed: Option<Vec<i64>>,
 }
 
 enum Step {
@@ -185,6 +188,7 @@ impl Prompt {
             last_ctrl_c: None,
             was_busy: false,
             quit_when_idle: false,
+            listed: None,
         }
     }
 
@@ -286,11 +290,15 @@ impl Prompt {
                 let pieces = self.transcript.apply(&event);
                 let text: String = pieces.iter().map(|p| self.renderer.render(p)).collect();
                 self.write(&text);
-                let busy = self.transcript.is_busy();
-                if self.was_busy && !busy {
-                    self.prompt();
+                // While a followed chat's history replays its status is not known yet: the
+                // replay has not ended, and the prompt waits for the status that ends it.
+                if self.transcript.status().is_some() {
+                    let busy = self.transcript.is_busy();
+                    if self.was_busy && !busy {
+                        self.prompt();
+                    }
+                    self.was_busy = busy;
                 }
-                self.was_busy = busy;
             }
             Feed::Lost(reason) => {
                 self.notice(&format!("connection lost ({reason}); reconnecting…"))
@@ -330,6 +338,7 @@ impl Prompt {
         self.feed_tx = feed_tx;
         self.feed = feed;
         self.transcript = Transcript::new();
+        self.listed = None;
         // The replayed history ends with the chat's status; an idle one brings the prompt.
         self.was_busy = true;
         let end = self.renderer.finish();
@@ -384,6 +393,10 @@ impl Prompt {
             Input::Edit(text) => self.edit(&text).await,
             Input::Continue => self.rerun(Rerun::Continue).await,
             Input::Retry => self.rerun(Rerun::Retry).await,
+            Input::History => self.history().await,
+            Input::Branches(at) => self.list_versions(at).await,
+            Input::Branch(n) => self.switch_version(n).await,
+            Input::Regenerate => self.regenerate().await,
         };
         if let Err(error) = result {
             self.error(&format!("{error:#}"));
@@ -474,6 +487,123 @@ impl Prompt {
             Rerun::Continue => self.api.continue_reply(&chat).await?,
             Rerun::Retry => self.api.retry(&chat).await?,
         }
+        self.transcript.started_run();
+        self.was_busy = true;
+        Ok(())
+    }
+}
+
+/// Branches: `/history`, `/branches`, `/branch N`, `/regenerate`.
+impl Prompt {
+    fn current_chat(&self) -> anyhow::Result<String> {
+        self.chat
+            .clone()
+            .context("no chat yet: send a message first")
+    }
+
+    /// Prints the current branch, one line a message, with the versions marked.
+    async fn history(&mut self) -> anyhow::Result<()> {
+        let chat = self.current_chat()?;
+        let messages = self.api.messages(&chat).await?;
+        if messages.is_empty() {
+            self.notice("no messages yet");
+            return Ok(());
+        }
+        self.notice("the current branch:");
+        for message in &messages {
+            self.notice(&branches::history_line(message));
+        }
+        Ok(())
+    }
+
+    /// Lists the versions of message `at` (of the last fork of the current branch when
+    /// none is named), the current one starred.
+    async fn list_versions(&mut self, at: Option<i64>) -> anyhow::Result<()> {
+        let chat = self.current_chat()?;
+        let current = self.api.messages(&chat).await?;
+        let message = match at {
+            Some(id) => match current.iter().find(|m| m.id == id) {
+                Some(message) => message.clone(),
+                None => self
+                    .api
+                    .branch_messages(&chat, id)
+                    .await?
+                    .into_iter()
+                    .find(|m| m.id == id)
+                    .with_context(|| format!("no message #{id} in this chat"))?,
+            },
+            None => match branches::fork(&current) {
+                Some(message) => message.clone(),
+                None => {
+                    self.notice(
+                        "no message of this branch has other versions (/edit or /regenerate makes one)",
+                    );
+                    return Ok(());
+                }
+            },
+        };
+        let versions = if message.siblings.is_empty() {
+            vec![message.id]
+        } else {
+            message.siblings.clone()
+        };
+        self.notice(&format!(
+            "versions of #{} (/branch N switches):",
+            message.id
+        ));
+        for (index, &id) in versions.iter().enumerate() {
+            let version = match current.iter().find(|m| m.id == id) {
+                Some(version) => Some(version.clone()),
+                None => self
+                    .api
+                    .branch_messages(&chat, id)
+                    .await?
+                    .into_iter()
+                    .find(|m| m.id == id),
+            };
+            let on_branch = current.iter().any(|m| m.id == id);
+            if let Some(version) = version {
+                let line = branches::version_line(index + 1, &version, on_branch);
+                self.notice(&line);
+            }
+        }
+        self.listed = Some(versions);
+        Ok(())
+    }
+
+    /// Makes the N-th version of the listed message current and prints the chat again.
+    async fn switch_version(&mut self, n: usize) -> anyhow::Result<()> {
+        let chat = self.current_chat()?;
+        let versions = match self.listed.clone() {
+            Some(versions) => versions,
+            None => {
+                let current = self.api.messages(&chat).await?;
+                branches::fork(&current)
+                    .map(|m| m.siblings.clone())
+                    .context("no message of this branch has other versions: /branches lists them")?
+            }
+        };
+        let id = branches::pick(&versions, n).map_err(anyhow::Error::msg)?;
+        self.api.switch_branch(&chat, id).await?;
+        self.notice(&format!("switched to version {n} (#{id})"));
+        // Following the chat again from its start prints the branch now current, the
+        // versions marked, and brings the prompt back at its end.
+        self.switch(chat);
+        Ok(())
+    }
+
+    /// Has the model write another version of the last reply; the old one stays a branch.
+    async fn regenerate(&mut self) -> anyhow::Result<()> {
+        let chat = self.current_chat()?;
+        if self.transcript.is_busy() {
+            bail!("a reply is in progress: Ctrl-C interrupts it first");
+        }
+        let current = self.api.messages(&chat).await?;
+        let target =
+            branches::regenerate_target(&current).context("this chat has nothing to regenerate")?;
+        self.api.regenerate(&chat, target).await?;
+        self.listed = None;
+        self.notice("writing another version of the reply; /branches lists them");
         self.transcript.started_run();
         self.was_busy = true;
         Ok(())

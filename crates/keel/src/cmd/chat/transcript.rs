@@ -310,20 +310,7 @@ impl Transcript {
             }
             "tool_call_cancel" => self.tool_call_cancel(&data),
             "status" => self.status_event(&data),
-            "retry" => vec![Piece::Line(
-                LineKind::Retry,
-                format!(
-                    "retrying: attempt {}, {}, waiting {:.1} s{}",
-                    data["attempt"],
-                    data["kind"].as_str().unwrap_or("unknown"),
-                    data["delay_ms"].as_f64().unwrap_or(0.0) / 1000.0,
-                    data["message"]
-                        .as_str()
-                        .filter(|m| !m.is_empty())
-                        .map(|m| format!(" ({})", shorten(m, MAX_RESULT_SHOWN)))
-                        .unwrap_or_default()
-                ),
-            )],
+            "retry" => vec![Piece::Line(LineKind::Retry, retry_text(&data))],
             "queue" => {
                 let count = data["queued"].as_array().map_or(0, Vec::len);
                 let before = self.queued.replace(count);
@@ -507,7 +494,10 @@ impl Transcript {
                     self.expected_user.pop_front();
                     return Vec::new();
                 }
-                vec![Piece::Line(LineKind::User, format!("you: {text}"))]
+                let marker = super::branches::marker(&message)
+                    .map(|m| format!("  {m}"))
+                    .unwrap_or_default();
+                vec![Piece::Line(LineKind::User, format!("you: {text}{marker}"))]
             }
             "assistant" | "tool" => {
                 self.awaiting_reply = false;
@@ -523,6 +513,11 @@ impl Transcript {
                         LineKind::Interrupted,
                         "[interrupted]".to_owned(),
                     ));
+                }
+                // A reply with other versions says which one this is, as the web page's
+                // "< 2/3 >" does; `/branches` lists them.
+                if let Some(marker) = super::branches::marker(&message) {
+                    pieces.push(Piece::Line(LineKind::Notice, marker));
                 }
                 if message.role == "assistant" {
                     self.last_assistant = Some(message);
@@ -590,6 +585,15 @@ fn failure_text(error: &Value) -> String {
         error["kind"].as_str().unwrap_or("error"),
         error["message"].as_str().unwrap_or("the run failed")
     );
+    if let Some(source) = source_text(error) {
+        text.push_str(&format!(" ({source})"));
+    }
+    text
+}
+
+/// Where a provider's failure came from: "provider NAME, URL", or `None` when the error
+/// names neither (a failure that did not come from a request).
+fn source_text(error: &Value) -> Option<String> {
     let source: Vec<String> = [
         error["provider"].as_str().map(|p| format!("provider {p}")),
         error["url"].as_str().map(str::to_owned),
@@ -597,10 +601,33 @@ fn failure_text(error: &Value) -> String {
     .into_iter()
     .flatten()
     .collect();
-    if !source.is_empty() {
-        text.push_str(&format!(" ({})", source.join(", ")));
-    }
-    text
+    (!source.is_empty()).then(|| source.join(", "))
+}
+
+/// A `retry` event as one line: the attempt, the kind and the wait, then the provider's
+/// words and where the failed request went, as a failed run says them.
+fn retry_text(data: &Value) -> String {
+    let details: Vec<String> = [
+        data["message"]
+            .as_str()
+            .filter(|m| !m.is_empty())
+            .map(|m| shorten(m, MAX_RESULT_SHOWN)),
+        source_text(data),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    format!(
+        "retrying: attempt {}, {}, waiting {:.1} s{}",
+        data["attempt"],
+        data["kind"].as_str().unwrap_or("unknown"),
+        data["delay_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+        if details.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", details.join("; "))
+        }
+    )
 }
 
 #[cfg(test)]
@@ -941,6 +968,24 @@ mod tests {
     }
 
     #[test]
+    fn a_retried_failure_names_the_provider_and_the_address() {
+        let retry = json!({
+            "attempt": 2, "delay_ms": 1500, "kind": "server", "message": "HTTP status 500",
+            "provider": "local", "url": "http://127.0.0.1:8080/v1/chat/completions"
+        });
+        assert_eq!(
+            retry_text(&retry),
+            "retrying: attempt 2, server, waiting 1.5 s (HTTP status 500; provider local, http://127.0.0.1:8080/v1/chat/completions)"
+        );
+        let bare = json!({"attempt": 3, "delay_ms": 1000, "kind": "connection", "message": "",
+                          "provider": null, "url": null});
+        assert_eq!(
+            retry_text(&bare),
+            "retrying: attempt 3, connection, waiting 1.0 s"
+        );
+    }
+
+    #[test]
     fn a_provider_failure_names_the_provider_and_the_address() {
         let error = json!({
             "kind": "invalid_request", "message": "HTTP status 404",
@@ -1003,6 +1048,29 @@ mod tests {
             out,
             "[you: hi][another version of the conversation is current now:][you: hi]"
         );
+    }
+
+    #[test]
+    fn messages_with_other_versions_are_marked() {
+        let mut t = Transcript::new();
+        let with_versions = |id: i64, seq: i64, role: &str, text: &str, siblings: Value| {
+            event(
+                seq,
+                "message",
+                json!({"id": id, "role": role, "parts": [{"type": "text", "text": text}],
+                       "interrupted": false, "siblings": siblings}),
+            )
+        };
+        let out = feed(
+            &mut t,
+            &[
+                with_versions(3, 1, "user", "hi", json!([1, 3])),
+                with_versions(4, 2, "assistant", "hello", json!([4])),
+                with_versions(5, 3, "user", "more", json!([5])),
+                with_versions(8, 4, "assistant", "again", json!([6, 8, 9])),
+            ],
+        );
+        assert_eq!(out, "[you: hi  < 2/2 >]hello[you: more]again[< 2/3 >]");
     }
 
     #[test]
