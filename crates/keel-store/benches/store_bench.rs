@@ -67,6 +67,34 @@ async fn step_commits(store: &Arc<dyn Store>, chats: usize, per_chat: usize) -> 
     (chats * per_chat) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Step commits of one assistant message each on `chats` chats, all chats' steps of a
+/// round in one `commit_steps` transaction, as the daemon's log writer groups them.
+async fn grouped_step_commits(store: &Arc<dyn Store>, chats: usize, rounds: usize) -> f64 {
+    let mut leases = Vec::new();
+    for i in 0..chats {
+        leases.push(chat_and_lease(store, &format!("g{chats}-{i}")).await);
+    }
+    let start = Instant::now();
+    for round in 0..rounds {
+        let steps = leases
+            .iter()
+            .map(|lease| {
+                let msg = NewMessage::new(
+                    Role::Assistant,
+                    vec![Part::text(format!(
+                        "step {round}: a short reply of a few words"
+                    ))],
+                );
+                (lease.clone(), vec![msg])
+            })
+            .collect();
+        for outcome in store.commit_steps(steps).await.unwrap() {
+            outcome.unwrap();
+        }
+    }
+    (chats * rounds) as f64 / start.elapsed().as_secs_f64()
+}
+
 /// Live-part appends in batches of `batch`, on `chats` chats in parallel.
 async fn part_appends(store: &Arc<dyn Store>, chats: usize, batches: usize, batch: usize) -> f64 {
     let payloads: Vec<_> = (0..batch)
@@ -100,6 +128,10 @@ async fn run(name: &str, store: Arc<dyn Store>) {
     println!("{name:8} step commits, 1 chat:            {commits:>10.0} /s");
     let commits4 = step_commits(&store, 4, 1000 * n).await;
     println!("{name:8} step commits, 4 chats parallel:  {commits4:>10.0} /s");
+    for chats in [16, 64] {
+        let grouped = grouped_step_commits(&store, chats, 3000 * n / chats).await;
+        println!("{name:8} step commits, {chats:>2} chats grouped:  {grouped:>10.0} /s");
+    }
     for batch in [50, 200] {
         let parts = part_appends(&store, 1, 20_000 * n / batch * 10, batch).await;
         println!("{name:8} live parts, batch {batch:>3}, 1 chat: {parts:>10.0} /s");

@@ -504,6 +504,22 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::commit_step(&mut cx, lease, messages).await)
     }
 
+    async fn commit_steps(
+        &self,
+        mut steps: Vec<(Lease, Vec<NewMessage>)>,
+    ) -> Result<Vec<Result<Vec<MessageId>>>> {
+        // One step alone is cheaper on the single-chat path (fewer round trips).
+        if steps.len() == 1
+            && let Some((lease, messages)) = steps.pop()
+        {
+            return Ok(vec![self.commit_step(&lease, messages).await]);
+        }
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        in_tx!(self, |cx| t::commit_steps(&mut cx, steps).await)
+    }
+
     async fn commit_summary(&self, lease: &Lease, summary: NewSummary) -> Result<Vec<MessageId>> {
         in_tx!(self, |cx| t::commit_summary(&mut cx, lease, summary).await)
     }

@@ -9,7 +9,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols};
+use crate::rows::{ChatCols, FenceCols, MessageCols, QueuedCols, ToolRecordCols};
 use crate::types::{ChangeNotice, RemoteNotice};
 
 /// One batch of a chat's live parts as stored: chat id, first and last sequence number,
@@ -62,6 +62,15 @@ pub(crate) trait TxOps: Send {
         self.delete_checkpoint(&chat.id).await?;
         self.update_chat(chat).await
     }
+    /// Writes the committed steps of several chats: their messages (in order), the
+    /// emptied live-part logs, tool records and checkpoints, and each chat row (every
+    /// mutable column, as [`TxOps::update_chat`]; one row per chat) — a few multi-row
+    /// statements whatever the number of chats.
+    async fn commit_group_writes(
+        &mut self,
+        messages: &[MessageCols],
+        chats: &[ChatCols],
+    ) -> Result<()>;
     /// Messages of the current branch with an id above `after`, in id order.
     async fn messages(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
     /// Messages of the current branch numbered above `after`, in sequence order.
@@ -112,6 +121,9 @@ pub(crate) trait TxOps: Send {
     async fn append_live_rows(&mut self, rows: &[LiveRow]) -> Result<()>;
     /// Reads and locks several chat rows, in id order (ids that name no chat are left out).
     async fn lock_chats(&mut self, ids: &[String]) -> Result<Vec<ChatCols>>;
+    /// Reads and locks several chat rows like [`TxOps::lock_chats`], only the columns a
+    /// lease fence needs.
+    async fn lock_fences(&mut self, ids: &[String]) -> Result<Vec<FenceCols>>;
     /// Advances the event counters of several chats in one statement.
     async fn set_event_seqs(&mut self, seqs: &[(String, i64)]) -> Result<()>;
     /// Sets the lease expiry (ms since the epoch) of several chats in one statement.

@@ -167,6 +167,45 @@ impl ChatCols {
     }
 }
 
+/// The few chat columns a lease fence and a live-part notice need: a worker's hot-path
+/// writes (log windows, lease renewals) read these instead of the whole row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct FenceCols {
+    pub id: String,
+    pub owner: String,
+    pub status: String,
+    pub worker_id: Option<String>,
+    pub version: i64,
+    pub history_version: i64,
+    pub event_seq: i64,
+}
+
+/// A chat as a worker's fence sees it (see [`FenceCols`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChatFence {
+    pub id: crate::types::ChatId,
+    pub owner: String,
+    pub status: ChatStatus,
+    pub worker_id: Option<String>,
+    pub version: i64,
+    pub history_version: i64,
+    pub event_seq: i64,
+}
+
+impl FenceCols {
+    pub(crate) fn into_fence(self) -> Result<ChatFence> {
+        Ok(ChatFence {
+            id: uuid("chats.id", &self.id)?,
+            owner: self.owner,
+            status: status(&self.status)?,
+            worker_id: self.worker_id,
+            version: self.version,
+            history_version: self.history_version,
+            event_seq: self.event_seq,
+        })
+    }
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct MessageCols {
     pub chat_id: String,

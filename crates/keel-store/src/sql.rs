@@ -17,6 +17,69 @@ macro_rules! chat_columns {
     };
 }
 
+/// The chat columns in [`crate::rows::FenceCols`] order: what a lease fence and a
+/// live-part notice read.
+macro_rules! fence_columns {
+    () => {
+        "id, owner, status, worker_id, version, history_version, event_seq"
+    };
+}
+
+/// Reads and locks the chat rows with these ids (the `$columns!()` of each, as `$row`),
+/// 2,000 ids per statement, in id order: the one order every caller that locks several
+/// rows uses. The first statement opens the transaction when nothing has yet.
+macro_rules! lock_rows {
+    ($self:ident, $db:ty, $begin:literal, $lock:literal, $columns:ident, $row:ty, $ids:expr) => {{
+        let mut found = Vec::with_capacity($ids.len());
+        for chunk in $ids.chunks(2000) {
+            let head = if $self.begin_with_next() {
+                concat!($begin, "SELECT ", $columns!(), " FROM chats WHERE id IN (")
+            } else {
+                concat!("SELECT ", $columns!(), " FROM chats WHERE id IN (")
+            };
+            let mut query = sqlx::QueryBuilder::<$db>::new(head);
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(id.as_str());
+            }
+            query.push(concat!(") ORDER BY id", $lock));
+            found.extend(
+                query
+                    .build_query_as::<$row>()
+                    .fetch_all($self.conn().await?)
+                    .await?,
+            );
+        }
+        Ok(found)
+    }};
+}
+
+/// Sets one integer column of several chats, each to its own value, in one statement per
+/// 2,000 chats.
+macro_rules! set_by_id {
+    ($self:ident, $db:ty, $column:literal, $pairs:expr) => {{
+        for chunk in $pairs.chunks(2000) {
+            let mut query =
+                sqlx::QueryBuilder::<$db>::new(concat!("UPDATE chats SET ", $column, " = CASE id"));
+            for (id, value) in chunk {
+                query
+                    .push(" WHEN ")
+                    .push_bind(id.as_str())
+                    .push(" THEN ")
+                    .push_bind(*value);
+            }
+            query.push(concat!(" ELSE ", $column, " END WHERE id IN ("));
+            let mut list = query.separated(", ");
+            for (id, _) in chunk {
+                list.push_bind(id.as_str());
+            }
+            query.push(")");
+            query.build().execute($self.conn().await?).await?;
+        }
+        Ok(())
+    }};
+}
+
 macro_rules! message_columns {
     () => {
         "chat_id, id, role, parts, content_version, usage, context_limit, runtime_ms, \
@@ -300,6 +363,115 @@ macro_rules! tx_ops {
                         .bind(m.parent_id)
                         .execute(self.conn().await?)
                         .await?;
+                }
+                Ok(())
+            }
+
+            async fn commit_group_writes(
+                &mut self,
+                messages: &[$crate::rows::MessageCols],
+                chats: &[$crate::rows::ChatCols],
+            ) -> $crate::error::Result<()> {
+                // 15 parameters a row, well below SQLite's limit per statement.
+                for chunk in messages.chunks(1000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
+                        "INSERT INTO messages (",
+                        message_columns!(),
+                        ", deleted, on_branch) "
+                    ));
+                    query.push_values(chunk, |mut row, m| {
+                        row.push_bind(m.chat_id.as_str())
+                            .push_bind(m.id)
+                            .push_bind(m.role.as_str())
+                            .push_bind(m.parts.as_str())
+                            .push_bind(m.content_version)
+                            .push_bind(m.usage.as_deref())
+                            .push_bind(m.context_limit)
+                            .push_bind(m.runtime_ms)
+                            .push_bind(m.interrupted)
+                            .push_bind(m.provider_response_id.as_deref())
+                            .push_bind(m.event_seq)
+                            .push_bind(m.created_at)
+                            .push_bind(m.kind.as_str())
+                            .push_bind(m.finish_reason.as_deref())
+                            .push_bind(m.parent_id)
+                            .push("FALSE")
+                            .push("TRUE");
+                    });
+                    query.build().execute(self.conn().await?).await?;
+                }
+                for table in ["live_parts", "checkpoints", "tool_records"] {
+                    for chunk in chats.chunks(2000) {
+                        let mut query = sqlx::QueryBuilder::<$db>::new("DELETE FROM ");
+                        query.push(table).push(" WHERE chat_id IN (");
+                        let mut list = query.separated(", ");
+                        for chat in chunk {
+                            list.push_bind(chat.id.as_str());
+                        }
+                        query.push(")");
+                        query.build().execute(self.conn().await?).await?;
+                    }
+                }
+                // Every row exists and is locked: the insert always meets its conflict, and
+                // the update writes what `update_chat` writes, for all chats at once.
+                for chunk in chats.chunks(1000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
+                        "INSERT INTO chats (",
+                        chat_columns!(),
+                        ") "
+                    ));
+                    query.push_values(chunk, |mut row, c| {
+                        row.push_bind(c.id.as_str())
+                            .push_bind(c.owner.as_str())
+                            .push_bind(c.title.as_deref())
+                            .push_bind(c.model.as_str())
+                            .push_bind(c.status.as_str())
+                            .push_bind(c.archived)
+                            .push_bind(c.max_steps)
+                            .push_bind(c.system_prompt.as_deref())
+                            .push_bind(c.tools.as_str())
+                            .push_bind(c.worker_id.as_deref())
+                            .push_bind(c.lease_expires_at)
+                            .push_bind(c.version)
+                            .push_bind(c.history_version)
+                            .push_bind(c.event_seq)
+                            .push_bind(c.last_message_id)
+                            .push_bind(c.last_error_kind.as_deref())
+                            .push_bind(c.last_error_message.as_deref())
+                            .push_bind(c.retry_state.as_deref())
+                            .push_bind(c.pending_tool_calls.as_str())
+                            .push_bind(c.pending_deadline)
+                            .push_bind(c.created_at)
+                            .push_bind(c.updated_at)
+                            .push_bind(c.compact_requested)
+                            .push_bind(c.last_error_provider.as_deref())
+                            .push_bind(c.last_error_url.as_deref())
+                            .push_bind(c.leaf_id)
+                            .push_bind(c.branch_seq);
+                    });
+                    query.push(
+                        " ON CONFLICT (id) DO UPDATE SET title = excluded.title, \
+                         model = excluded.model, status = excluded.status, \
+                         archived = excluded.archived, max_steps = excluded.max_steps, \
+                         system_prompt = excluded.system_prompt, tools = excluded.tools, \
+                         worker_id = excluded.worker_id, \
+                         lease_expires_at = excluded.lease_expires_at, \
+                         version = excluded.version, \
+                         history_version = excluded.history_version, \
+                         event_seq = excluded.event_seq, \
+                         last_message_id = excluded.last_message_id, \
+                         last_error_kind = excluded.last_error_kind, \
+                         last_error_message = excluded.last_error_message, \
+                         retry_state = excluded.retry_state, \
+                         pending_tool_calls = excluded.pending_tool_calls, \
+                         pending_deadline = excluded.pending_deadline, \
+                         updated_at = excluded.updated_at, \
+                         compact_requested = excluded.compact_requested, \
+                         last_error_provider = excluded.last_error_provider, \
+                         last_error_url = excluded.last_error_url, \
+                         leaf_id = excluded.leaf_id, branch_seq = excluded.branch_seq",
+                    );
+                    query.build().execute(self.conn().await?).await?;
                 }
                 Ok(())
             }
@@ -593,78 +765,28 @@ macro_rules! tx_ops {
                 &mut self,
                 ids: &[String],
             ) -> $crate::error::Result<Vec<$crate::rows::ChatCols>> {
-                let mut found = Vec::with_capacity(ids.len());
-                for chunk in ids.chunks(2000) {
-                    let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
-                        "SELECT ",
-                        chat_columns!(),
-                        " FROM chats WHERE id IN ("
-                    ));
-                    let mut list = query.separated(", ");
-                    for id in chunk {
-                        list.push_bind(id.as_str());
-                    }
-                    // Locked in one order by every caller that locks several rows.
-                    query.push(concat!(") ORDER BY id", $lock));
-                    found.extend(
-                        query
-                            .build_query_as::<$crate::rows::ChatCols>()
-                            .fetch_all(self.conn().await?)
-                            .await?,
-                    );
-                }
-                Ok(found)
+                lock_rows!(self, $db, $begin, $lock, chat_columns, $crate::rows::ChatCols, ids)
+            }
+
+            async fn lock_fences(
+                &mut self,
+                ids: &[String],
+            ) -> $crate::error::Result<Vec<$crate::rows::FenceCols>> {
+                lock_rows!(self, $db, $begin, $lock, fence_columns, $crate::rows::FenceCols, ids)
             }
 
             async fn set_event_seqs(
                 &mut self,
                 seqs: &[(String, i64)],
             ) -> $crate::error::Result<()> {
-                for chunk in seqs.chunks(2000) {
-                    let mut query =
-                        sqlx::QueryBuilder::<$db>::new("UPDATE chats SET event_seq = CASE id");
-                    for (id, seq) in chunk {
-                        query
-                            .push(" WHEN ")
-                            .push_bind(id.as_str())
-                            .push(" THEN ")
-                            .push_bind(*seq);
-                    }
-                    query.push(" ELSE event_seq END WHERE id IN (");
-                    let mut list = query.separated(", ");
-                    for (id, _) in chunk {
-                        list.push_bind(id.as_str());
-                    }
-                    query.push(")");
-                    query.build().execute(self.conn().await?).await?;
-                }
-                Ok(())
+                set_by_id!(self, $db, "event_seq", seqs)
             }
 
             async fn set_lease_expiries(
                 &mut self,
                 expiries: &[(String, i64)],
             ) -> $crate::error::Result<()> {
-                for chunk in expiries.chunks(2000) {
-                    let mut query = sqlx::QueryBuilder::<$db>::new(
-                        "UPDATE chats SET lease_expires_at = CASE id",
-                    );
-                    for (id, expires_at) in chunk {
-                        query
-                            .push(" WHEN ")
-                            .push_bind(id.as_str())
-                            .push(" THEN ")
-                            .push_bind(*expires_at);
-                    }
-                    query.push(" ELSE lease_expires_at END WHERE id IN (");
-                    let mut list = query.separated(", ");
-                    for (id, _) in chunk {
-                        list.push_bind(id.as_str());
-                    }
-                    query.push(")");
-                    query.build().execute(self.conn().await?).await?;
-                }
-                Ok(())
+                set_by_id!(self, $db, "lease_expires_at", expiries)
             }
 
             async fn clear_live(&mut self, chat: &str) -> $crate::error::Result<()> {

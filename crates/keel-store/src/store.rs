@@ -153,6 +153,14 @@ pub trait Store: Send + Sync {
     /// `interrupted` message is also accepted while the chat is `interrupting` and released.
     async fn commit_step(&self, lease: &Lease, messages: Vec<NewMessage>)
     -> Result<Vec<MessageId>>;
+    /// Commits the steps of several runs (of different chats) in one transaction, each
+    /// checked, fenced on its own lease and numbered as [`Self::commit_step`] does: one
+    /// outcome per step, in order, so a refused step holds back none of the others. `Err`
+    /// means nothing was written.
+    async fn commit_steps(
+        &self,
+        steps: Vec<(Lease, Vec<NewMessage>)>,
+    ) -> Result<Vec<Result<Vec<MessageId>>>>;
     /// Commits a compaction boundary (the summary, never listed) and a visible notice that
     /// the conversation was summarised; clears the live-part log and the compaction request.
     async fn commit_summary(&self, lease: &Lease, summary: NewSummary) -> Result<Vec<MessageId>>;

@@ -22,7 +22,95 @@ both_backends!(
     checkpoints_users_and_tool_records,
     a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one,
     a_steps_finish_reason_is_stored_with_its_message,
+    grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced,
 );
+
+async fn grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {
+    let s = &db.store;
+    let (a, b, c) = (
+        create(s, "a").await,
+        create(s, "b").await,
+        create(s, "c").await,
+    );
+    let leases = s.acquire("w", 10).await.unwrap();
+    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
+    let (la, lb, lc) = (lease(a.id), lease(b.id), lease(c.id));
+    // Each chat has a logged part and a tool record: the commit voids both.
+    let entry = |seq: i64| keel_store::LiveEntry {
+        seq,
+        payload: json!({"event": "part", "data": seq}),
+    };
+    for (l, chat) in [(&la, &a), (&lc, &c)] {
+        let seq = s.get_chat(chat.id).await.unwrap().event_seq + 1;
+        s.append_live_entries(l, &[entry(seq)]).await.unwrap();
+        s.record_tool(
+            l,
+            ToolRecord {
+                chat_id: chat.id,
+                tool_call_id: "call_1".into(),
+                tool_name: "t".into(),
+                args: "{}".into(),
+                state: ToolState::Started,
+                result: None,
+                is_error: false,
+                started_at: chrono::Utc::now(),
+                finished_at: None,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    // `b` is edited under its run: its step must not land, the others must.
+    let first = s.list_messages(b.id, None).await.unwrap()[0].id;
+    s.edit_message(b.id, first, text("b again")).await.unwrap();
+    let before_a = s.get_chat(a.id).await.unwrap();
+    let outcomes = s
+        .commit_steps(vec![
+            (la.clone(), vec![assistant("to a")]),
+            (lb.clone(), vec![assistant("to b")]),
+            (
+                lc.clone(),
+                vec![assistant("to c, one"), assistant("to c, two")],
+            ),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcomes[1], Err(StoreError::Fenced { .. })),
+        "{outcomes:?}"
+    );
+    let ids_a = outcomes[0].as_ref().unwrap().clone();
+    let ids_c = outcomes[2].as_ref().unwrap().clone();
+    assert_eq!(ids_a.len(), 1);
+    assert_eq!(ids_c.len(), 2);
+    // Numbered as a single commit numbers: the next message id and event numbers, one new
+    // snapshot version, the log and tool records voided.
+    let after_a = s.get_chat(a.id).await.unwrap();
+    assert_eq!(ids_a[0], before_a.last_message_id + 1);
+    assert_eq!(after_a.last_message_id, ids_a[0]);
+    assert_eq!(after_a.event_seq, before_a.event_seq + 1);
+    assert_eq!(after_a.version, before_a.version + 1);
+    assert_eq!(after_a.status, ChatStatus::Running);
+    let listed = s.list_messages(c.id, None).await.unwrap();
+    let texts: Vec<_> = listed
+        .iter()
+        .skip(1)
+        .map(|m| match &m.parts[0].kind {
+            PartKind::Text { text } => text.clone(),
+            _ => String::new(),
+        })
+        .collect();
+    assert_eq!(texts, vec!["to c, one", "to c, two"]);
+    assert_eq!(listed[2].parent_id, Some(listed[1].id));
+    for chat in [a.id, c.id] {
+        assert!(s.live_parts_after(chat, 0).await.unwrap().is_empty());
+        assert!(s.tool_records(chat).await.unwrap().is_empty());
+    }
+    assert_eq!(s.list_messages(b.id, None).await.unwrap().len(), 1);
+    // The leases still hold: the runs carry on as after a commit of their own.
+    s.commit_step(&la, vec![assistant("again")]).await.unwrap();
+    s.finish_run(&lc).await.unwrap();
+}
 
 async fn a_steps_finish_reason_is_stored_with_its_message(db: TestDb) {
     let s = &db.store;

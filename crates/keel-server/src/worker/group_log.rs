@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use keel_store::{LiveEntry, Store, StoreError};
+use keel_store::{Lease, LiveEntry, MessageId, NewMessage, Store, StoreError};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -48,6 +48,14 @@ enum Command {
     Flush {
         run: RunKey,
         reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// Write everything pending, then commit the run's step (with the steps of other
+    /// runs that wait meanwhile) unless its parts were refused.
+    Commit {
+        run: RunKey,
+        lease: Lease,
+        messages: Vec<NewMessage>,
+        reply: oneshot::Sender<Result<Vec<MessageId>, StoreError>>,
     },
     /// The run ended: forget what is kept for it.
     Forget { run: RunKey },
@@ -89,6 +97,28 @@ impl GroupLog {
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
+    /// Writes everything pending, then commits the run's step once all its parts are in
+    /// the log — in one transaction with the steps of every other run that commits while
+    /// the writer is busy ([`Store::commit_steps`]), each fenced on its own lease.
+    pub(crate) async fn commit(
+        &self,
+        run: RunKey,
+        lease: Lease,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        let stopped = || StoreError::InvalidInput("the live-part log writer stopped".into());
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Commit {
+                run,
+                lease,
+                messages,
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
     /// The run ended; nothing more comes from it.
     pub(crate) fn forget(&self, run: RunKey) {
         let _ = self.tx.send(Command::Forget { run });
@@ -99,6 +129,25 @@ impl GroupLog {
 struct Pending {
     lease: SharedLease,
     entries: Vec<LiveEntry>,
+}
+
+type FlushReply = oneshot::Sender<Result<(), StoreError>>;
+type CommitReply = oneshot::Sender<Result<Vec<MessageId>, StoreError>>;
+
+/// The flushes and commits one write answers.
+#[derive(Default)]
+struct Settle {
+    flushes: Vec<(RunKey, FlushReply)>,
+    commits: Vec<(RunKey, Lease, Vec<NewMessage>, CommitReply)>,
+}
+
+impl Settle {
+    fn flush(run: RunKey, reply: FlushReply) -> Self {
+        Self {
+            flushes: vec![(run, reply)],
+            commits: Vec::new(),
+        }
+    }
 }
 
 struct Writer {
@@ -150,31 +199,95 @@ impl Writer {
                     deadline = deadline.or_else(|| self.next_deadline());
                 }
                 Some(Command::Flush { run, reply }) => {
-                    // Everything already queued joins this write, whoever sent it; flushes
-                    // and forgets queued meanwhile are answered after it, in order.
-                    let mut replies = vec![(run, reply)];
-                    let mut forgotten = Vec::new();
-                    while let Ok(command) = rx.try_recv() {
-                        match command {
-                            Command::Append { run, lease, entry } => self.push(run, lease, entry),
-                            Command::Flush { run, reply } => replies.push((run, reply)),
-                            Command::Forget { run } => forgotten.push(run),
-                        }
-                    }
-                    self.write().await;
-                    for (run, reply) in replies {
-                        let outcome = self.outcome(run).await;
-                        let _ = reply.send(outcome);
-                    }
-                    for run in forgotten {
-                        self.forget(run);
-                    }
+                    self.settle(&mut rx, Settle::flush(run, reply)).await;
+                    deadline = self.next_deadline();
+                }
+                Some(Command::Commit {
+                    run,
+                    lease,
+                    messages,
+                    reply,
+                }) => {
+                    let mut settle = Settle::default();
+                    settle.commits.push((run, lease, messages, reply));
+                    self.settle(&mut rx, settle).await;
                     deadline = self.next_deadline();
                 }
                 Some(Command::Forget { run }) => {
                     self.forget(run);
                     deadline = self.next_deadline();
                 }
+            }
+        }
+    }
+
+    /// Writes everything pending and answers the flushes and commits: everything already
+    /// queued joins this write, whoever sent it, and the commits waiting go as one group;
+    /// forgets queued meanwhile are done after, in order.
+    async fn settle(&mut self, rx: &mut mpsc::UnboundedReceiver<Command>, mut settle: Settle) {
+        let mut forgotten = Vec::new();
+        while let Ok(command) = rx.try_recv() {
+            match command {
+                Command::Append { run, lease, entry } => self.push(run, lease, entry),
+                Command::Flush { run, reply } => settle.flushes.push((run, reply)),
+                Command::Commit {
+                    run,
+                    lease,
+                    messages,
+                    reply,
+                } => settle.commits.push((run, lease, messages, reply)),
+                Command::Forget { run } => forgotten.push(run),
+            }
+        }
+        self.write().await;
+        for (run, reply) in settle.flushes {
+            let outcome = self.outcome(run).await;
+            let _ = reply.send(outcome);
+        }
+        let mut steps = Vec::with_capacity(settle.commits.len());
+        let mut replies = Vec::with_capacity(settle.commits.len());
+        for (run, lease, messages, reply) in settle.commits {
+            // A run whose parts did not all reach the log must not commit past them.
+            match self.outcome(run).await {
+                Ok(()) => {
+                    steps.push((lease, messages));
+                    replies.push(reply);
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(error));
+                }
+            }
+        }
+        for (reply, outcome) in replies.into_iter().zip(self.commit_steps(steps).await) {
+            let _ = reply.send(outcome);
+        }
+        for run in forgotten {
+            self.forget(run);
+        }
+    }
+
+    /// Commits the steps in one transaction; when that fails as a whole, each alone, so
+    /// every run gets the store's own answer for its step.
+    async fn commit_steps(
+        &self,
+        steps: Vec<(Lease, Vec<NewMessage>)>,
+    ) -> Vec<Result<Vec<MessageId>, StoreError>> {
+        if steps.len() < 2 {
+            let mut outcomes = Vec::with_capacity(1);
+            for (lease, messages) in steps {
+                outcomes.push(self.store.commit_step(&lease, messages).await);
+            }
+            return outcomes;
+        }
+        match self.store.commit_steps(steps.clone()).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                tracing::warn!(%error, steps = steps.len(), "a grouped step commit failed; committing each alone");
+                let mut outcomes = Vec::with_capacity(steps.len());
+                for (lease, messages) in steps {
+                    outcomes.push(self.store.commit_step(&lease, messages).await);
+                }
+                outcomes
             }
         }
     }
@@ -290,35 +403,9 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::test_support::{claimed, store};
     use keel_core::{Part, Role};
-    use keel_store::{NewChat, NewMessage};
     use serde_json::json;
-    use std::sync::Mutex;
-
-    async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
-        let url = format!("sqlite://{}?mode=rwc", dir.path().join("keel.db").display());
-        keel_store::open(&url).await.unwrap()
-    }
-
-    async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
-        let chat = store
-            .create_chat(NewChat {
-                owner: "alice".into(),
-                model: "m".into(),
-                parts: vec![Part::text("hi")],
-                ..NewChat::default()
-            })
-            .await
-            .unwrap();
-        let lease = store
-            .acquire("w", 10)
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|l| l.chat_id == chat.id)
-            .unwrap();
-        Arc::new(Mutex::new(lease))
-    }
 
     fn entry(seq: i64) -> LiveEntry {
         LiveEntry {
@@ -379,5 +466,54 @@ mod tests {
             )
             .await;
         assert!(commit.is_err());
+    }
+
+    #[tokio::test]
+    async fn steps_committed_together_are_one_group_and_a_fenced_one_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b, c) = (
+            claimed(&store).await,
+            claimed(&store).await,
+            claimed(&store).await,
+        );
+        let log = GroupLog::start(store.clone());
+        let (ka, kb, kc) = (next_run_key(), next_run_key(), next_run_key());
+        let chat_b = current(&b).chat_id;
+        let first = store.list_messages(chat_b, None).await.unwrap()[0].id;
+        store
+            .edit_message(chat_b, first, vec![Part::text("again")])
+            .await
+            .unwrap();
+        let start_a = store.get_chat(current(&a).chat_id).await.unwrap().event_seq;
+        log.append(ka, &a, entry(start_a + 1));
+        let step = |text: &str| vec![NewMessage::new(Role::Assistant, vec![Part::text(text)])];
+        let (ra, rb, rc) = tokio::join!(
+            log.commit(ka, current(&a), step("to a")),
+            log.commit(kb, current(&b), step("to b")),
+            log.commit(kc, current(&c), step("to c")),
+        );
+        assert_eq!(ra.unwrap().len(), 1);
+        assert!(matches!(rb, Err(StoreError::Fenced { .. })), "{rb:?}");
+        assert_eq!(rc.unwrap().len(), 1);
+        // `a`'s part was logged before its step, and the commit voided it.
+        let chat_a = store.get_chat(current(&a).chat_id).await.unwrap();
+        assert!(chat_a.event_seq > start_a + 1);
+        assert!(
+            store
+                .live_parts_after(chat_a.id, 0)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(store.list_messages(chat_b, None).await.unwrap().len(), 1);
+        assert_eq!(
+            store
+                .list_messages(current(&c).chat_id, None)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
     }
 }

@@ -170,8 +170,7 @@ pub(super) async fn renew_all(shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_core::Part;
-    use keel_store::NewChat;
+    use crate::worker::test_support::{claimed, store};
 
     fn lease(status: ChatStatus) -> Lease {
         Lease {
@@ -238,31 +237,10 @@ mod tests {
         );
     }
 
-    async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
-        let chat = store
-            .create_chat(NewChat {
-                owner: "alice".into(),
-                model: "m".into(),
-                parts: vec![Part::text("hi")],
-                ..NewChat::default()
-            })
-            .await
-            .unwrap();
-        let lease = store
-            .acquire("w", 10)
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|l| l.chat_id == chat.id)
-            .unwrap();
-        Arc::new(Mutex::new(lease))
-    }
-
     #[tokio::test]
     async fn one_round_renews_every_held_lease_and_drops_a_lost_one() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}?mode=rwc", dir.path().join("keel.db").display());
-        let store = keel_store::open(&url).await.unwrap();
+        let store = store(&dir).await;
         let (a, b, gone) = (
             claimed(&store).await,
             claimed(&store).await,

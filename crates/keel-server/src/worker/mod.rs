@@ -18,6 +18,8 @@ mod persist;
 mod run;
 mod runs;
 mod sink;
+#[cfg(test)]
+mod test_support;
 mod titles;
 mod tools;
 

@@ -91,10 +91,9 @@ impl LiveSink {
         messages: Vec<NewMessage>,
     ) -> Result<Vec<MessageId>, StoreError> {
         let _one_at_a_time = self.committing.lock().await;
-        self.log.flush(self.run).await?;
         let ids = self
-            .store
-            .commit_step(&current(&self.lease), messages)
+            .log
+            .commit(self.run, current(&self.lease), messages)
             .await?;
         #[cfg(debug_assertions)]
         super::fault::abort_at(super::fault::AbortPoint::StepCommitted);

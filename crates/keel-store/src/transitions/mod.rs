@@ -18,7 +18,9 @@ use uuid::Uuid;
 
 use crate::error::{Result, StoreError};
 use crate::ops::TxOps;
-use crate::rows::{ChatCols, MessageCols, QueuedCols, ToolRecordCols, from_json, ms, to_json};
+use crate::rows::{
+    ChatCols, ChatFence, MessageCols, QueuedCols, ToolRecordCols, from_json, ms, to_json,
+};
 use crate::status::{ChatStatus, Transition, permits, target};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, ChatUpdate, LastError, Lease, MessageId, MessageKind,
@@ -285,17 +287,36 @@ impl<'a> Ctx<'a> {
     }
 
     fn renewed_lease(&self, chat: &mut Chat, worker_id: &str) -> Lease {
-        let expires_at = self.now + self.opts.lease_ttl;
+        // The granting transition sets `granted_version` again once its write has taken the
+        // new version.
+        let lease = self.fresh_lease(
+            chat.id,
+            chat.status,
+            chat.history_version,
+            chat.version,
+            worker_id,
+        );
         chat.worker_id = Some(worker_id.to_owned());
-        chat.lease_expires_at = Some(expires_at);
+        chat.lease_expires_at = Some(lease.expires_at);
+        lease
+    }
+
+    /// A lease of `worker_id` on the chat running from now for the lease period.
+    fn fresh_lease(
+        &self,
+        chat_id: ChatId,
+        status: ChatStatus,
+        history_version: i64,
+        granted_version: i64,
+        worker_id: &str,
+    ) -> Lease {
         Lease {
-            chat_id: chat.id,
-            status: chat.status,
+            chat_id,
+            status,
             worker_id: worker_id.to_owned(),
-            history_version: chat.history_version,
-            expires_at,
-            // Set by the granting transition once its write has taken the new version.
-            granted_version: chat.version,
+            history_version,
+            expires_at: self.now + self.opts.lease_ttl,
+            granted_version,
         }
     }
 
@@ -341,14 +362,17 @@ pub(crate) struct Move {
 
 /// Starts `transition` on a loaded chat, or a typed conflict when its status forbids it.
 fn check(chat: &Chat, transition: Transition) -> Result<Move> {
-    if let Some(mv) = may(chat, transition) {
-        Ok(mv)
-    } else {
-        Err(StoreError::Conflict {
-            status: chat.status,
+    check_status(chat.status, transition)
+}
+
+/// [`check`] on a status alone (a chat read only as far as its fence).
+fn check_status(status: ChatStatus, transition: Transition) -> Result<Move> {
+    target(transition, status)
+        .map(|_| Move {
             transition,
+            from: status,
         })
-    }
+        .ok_or(StoreError::Conflict { status, transition })
 }
 
 /// Starts `transition` if the chat's status allows it (sweeps skip the chats it does not
@@ -364,20 +388,52 @@ fn may(chat: &Chat, transition: Transition) -> Option<Move> {
 /// also lets the partial output of an interrupted step in while the chat is
 /// `interrupting` and was released: the user asked to stop, not to lose what was said.
 fn fence(chat: &Chat, lease: &Lease, interrupted_persist: bool) -> Result<()> {
-    if chat.history_version != lease.history_version {
-        return Err(StoreError::Fenced {
-            chat_id: chat.id,
-            expected: lease.history_version,
-            actual: chat.history_version,
-        });
-    }
-    match &chat.worker_id {
-        Some(owner) if *owner == lease.worker_id => Ok(()),
-        None if interrupted_persist && chat.status == ChatStatus::Interrupting => Ok(()),
-        _ => Err(StoreError::LostOwnership {
-            chat_id: chat.id,
-            worker_id: lease.worker_id.clone(),
-        }),
+    let held = HeldBy {
+        chat_id: chat.id,
+        status: chat.status,
+        worker_id: chat.worker_id.as_deref(),
+        history_version: chat.history_version,
+    };
+    held.admits(lease, interrupted_persist)
+}
+
+/// [`fence`] on the narrow read of a chat ([`TxOps::lock_fences`]): the same decision from
+/// the same columns.
+fn fence_row(chat: &ChatFence, lease: &Lease, interrupted_persist: bool) -> Result<()> {
+    let held = HeldBy {
+        chat_id: chat.id,
+        status: chat.status,
+        worker_id: chat.worker_id.as_deref(),
+        history_version: chat.history_version,
+    };
+    held.admits(lease, interrupted_persist)
+}
+
+/// What a fence decides on, however much of the chat was read.
+struct HeldBy<'a> {
+    chat_id: ChatId,
+    status: ChatStatus,
+    worker_id: Option<&'a str>,
+    history_version: i64,
+}
+
+impl HeldBy<'_> {
+    fn admits(&self, lease: &Lease, interrupted_persist: bool) -> Result<()> {
+        if self.history_version != lease.history_version {
+            return Err(StoreError::Fenced {
+                chat_id: self.chat_id,
+                expected: lease.history_version,
+                actual: self.history_version,
+            });
+        }
+        match self.worker_id {
+            Some(owner) if owner == lease.worker_id => Ok(()),
+            None if interrupted_persist && self.status == ChatStatus::Interrupting => Ok(()),
+            _ => Err(StoreError::LostOwnership {
+                chat_id: self.chat_id,
+                worker_id: lease.worker_id.clone(),
+            }),
+        }
     }
 }
 

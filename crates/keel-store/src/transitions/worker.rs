@@ -40,31 +40,27 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
 /// sees: only the expiry is written, the chat keeps its snapshot version and no notice is
 /// sent, so no follower of the chat wakes up for it.
 pub(crate) async fn renew_leases(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Vec<Result<Lease>>> {
-    let mut ids: Vec<String> = leases.iter().map(|l| l.chat_id.to_string()).collect();
-    ids.sort();
-    ids.dedup();
-    let mut chats: HashMap<ChatId, Chat> = HashMap::with_capacity(ids.len());
-    for cols in cx.ops.lock_chats(&ids).await? {
-        let chat = cols.into_chat()?;
-        chats.insert(chat.id, chat);
-    }
+    let chats = lock_fences(cx, leases.iter().map(|l| l.chat_id)).await?;
     let mut outcomes = Vec::with_capacity(leases.len());
     let mut expiries = Vec::with_capacity(leases.len());
     for lease in leases {
-        let Some(chat) = chats.get_mut(&lease.chat_id) else {
+        let Some(chat) = chats.get(&lease.chat_id) else {
             outcomes.push(Err(StoreError::not_found("chat")));
             continue;
         };
-        if let Err(refused) =
-            fence(chat, lease, false).and_then(|()| check(chat, Transition::RenewLease).map(drop))
+        if let Err(refused) = fence_row(chat, lease, false)
+            .and_then(|()| check_status(chat.status, Transition::RenewLease).map(drop))
         {
             outcomes.push(Err(refused));
             continue;
         }
-        let renewed = Lease {
-            granted_version: lease.granted_version,
-            ..cx.renewed_lease(chat, &lease.worker_id)
-        };
+        let renewed = cx.fresh_lease(
+            chat.id,
+            chat.status,
+            chat.history_version,
+            lease.granted_version,
+            &lease.worker_id,
+        );
         expiries.push((chat.id.to_string(), ms(renewed.expires_at)));
         outcomes.push(Ok(renewed));
     }
@@ -72,6 +68,22 @@ pub(crate) async fn renew_leases(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<V
         cx.ops.set_lease_expiries(&expiries).await?;
     }
     Ok(outcomes)
+}
+
+/// Locks the rows of these chats, read only as far as their fences, in one statement.
+async fn lock_fences(
+    cx: &mut Ctx<'_>,
+    chats: impl Iterator<Item = ChatId>,
+) -> Result<HashMap<ChatId, ChatFence>> {
+    let mut ids: Vec<String> = chats.map(|id| id.to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut fences = HashMap::with_capacity(ids.len());
+    for cols in cx.ops.lock_fences(&ids).await? {
+        let fence = cols.into_fence()?;
+        fences.insert(fence.id, fence);
+    }
+    Ok(fences)
 }
 
 /// Appends to the live-part log. Not a snapshot change: the version stays, only the
@@ -111,14 +123,7 @@ pub(crate) async fn append_live_groups(
     cx: &mut Ctx<'_>,
     groups: &[(Lease, &[crate::types::LiveEntry])],
 ) -> Result<(Vec<Result<()>>, Vec<ChangeNotice>)> {
-    let mut ids: Vec<String> = groups.iter().map(|(l, _)| l.chat_id.to_string()).collect();
-    ids.sort();
-    ids.dedup();
-    let mut chats: HashMap<ChatId, Chat> = HashMap::with_capacity(ids.len());
-    for cols in cx.ops.lock_chats(&ids).await? {
-        let chat = cols.into_chat()?;
-        chats.insert(chat.id, chat);
-    }
+    let mut chats = lock_fences(cx, groups.iter().map(|(l, _)| l.chat_id)).await?;
     let mut outcomes = Vec::with_capacity(groups.len());
     let mut rows = Vec::new();
     let mut advanced: Vec<ChatId> = Vec::new();
@@ -127,8 +132,8 @@ pub(crate) async fn append_live_groups(
             outcomes.push(Err(StoreError::not_found("chat")));
             continue;
         };
-        if let Err(refused) =
-            fence(chat, lease, false).and_then(|()| check(chat, Transition::AppendLiveParts))
+        if let Err(refused) = fence_row(chat, lease, false)
+            .and_then(|()| check_status(chat.status, Transition::AppendLiveParts))
         {
             outcomes.push(Err(refused));
             continue;
@@ -193,14 +198,7 @@ pub(crate) async fn commit_step(
     messages: Vec<NewMessage>,
 ) -> Result<Vec<MessageId>> {
     let mut chat = cx.load(lease.chat_id).await?;
-    let interrupted = messages.iter().any(|m| m.interrupted);
-    fence(&chat, lease, interrupted)?;
-    let mv = check(&chat, Transition::CommitStep)?;
-    if messages.iter().any(|m| m.role.is_none()) {
-        return Err(StoreError::invalid("a committed message needs a role"));
-    }
-    let (ids, rows) = cx.number_messages(&mut chat, messages)?;
-    cx.stamp(&mut chat, mv, false)?;
+    let (ids, rows) = admit_step(cx, &mut chat, lease, messages)?;
     cx.ops
         .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
         .await?;
@@ -209,6 +207,78 @@ pub(crate) async fn commit_step(
     cx.ops.clear_tool_records(&chat.id.to_string()).await?;
     cx.notice(&chat, false);
     Ok(ids)
+}
+
+/// Commits the steps of several runs in one transaction, each chat locked, fenced and
+/// numbered exactly as [`commit_step`] does it on its own. A step that is refused (fence,
+/// status, invalid message) is left out with its error and the others commit; the writes
+/// of all admitted steps go as a few multi-row statements. `Err` means nothing was written.
+pub(crate) async fn commit_steps(
+    cx: &mut Ctx<'_>,
+    steps: Vec<(Lease, Vec<NewMessage>)>,
+) -> Result<Vec<Result<Vec<MessageId>>>> {
+    let mut ids: Vec<String> = steps.iter().map(|(l, _)| l.chat_id.to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut chats: HashMap<ChatId, Chat> = HashMap::with_capacity(ids.len());
+    for cols in cx.ops.lock_chats(&ids).await? {
+        let chat = cols.into_chat()?;
+        chats.insert(chat.id, chat);
+    }
+    let mut outcomes = Vec::with_capacity(steps.len());
+    let mut rows = Vec::new();
+    // Chats with an admitted step, in the order of their first one.
+    let mut committed: Vec<ChatId> = Vec::new();
+    for (lease, messages) in steps {
+        let Some(chat) = chats.get_mut(&lease.chat_id) else {
+            outcomes.push(Err(StoreError::not_found("chat")));
+            continue;
+        };
+        // Worked on a copy: a step refused halfway leaves the chat as the next step finds it.
+        let mut next = chat.clone();
+        match admit_step(cx, &mut next, &lease, messages) {
+            Ok((message_ids, message_rows)) => {
+                *chat = next;
+                rows.extend(message_rows);
+                cx.notice(chat, false);
+                if !committed.contains(&chat.id) {
+                    committed.push(chat.id);
+                }
+                outcomes.push(Ok(message_ids));
+            }
+            Err(refused) => outcomes.push(Err(refused)),
+        }
+    }
+    if committed.is_empty() {
+        return Ok(outcomes);
+    }
+    let mut chat_rows = Vec::with_capacity(committed.len());
+    for id in &committed {
+        if let Some(chat) = chats.get(id) {
+            chat_rows.push(ChatCols::from_chat(chat)?);
+        }
+    }
+    cx.ops.commit_group_writes(&rows, &chat_rows).await?;
+    Ok(outcomes)
+}
+
+/// The checks and numbering of a step commit, before anything is written: the step's
+/// message ids and rows, with `chat` moved on past them.
+fn admit_step(
+    cx: &Ctx<'_>,
+    chat: &mut Chat,
+    lease: &Lease,
+    messages: Vec<NewMessage>,
+) -> Result<(Vec<MessageId>, Vec<MessageCols>)> {
+    let interrupted = messages.iter().any(|m| m.interrupted);
+    fence(chat, lease, interrupted)?;
+    let mv = check(chat, Transition::CommitStep)?;
+    if messages.iter().any(|m| m.role.is_none()) {
+        return Err(StoreError::invalid("a committed message needs a role"));
+    }
+    let numbered = cx.number_messages(chat, messages)?;
+    cx.stamp(chat, mv, false)?;
+    Ok(numbered)
 }
 
 /// Commits a summary boundary and the visible notice that the conversation was

@@ -1,0 +1,36 @@
+//! What the worker modules' unit tests share: a store in a temporary directory and chats
+//! claimed in it.
+
+use std::sync::{Arc, Mutex};
+
+use keel_core::Part;
+use keel_store::{NewChat, Store};
+
+use crate::worker::sink::SharedLease;
+
+/// A fresh SQLite store in `dir`.
+pub(super) async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("keel.db").display());
+    keel_store::open(&url).await.unwrap()
+}
+
+/// A new chat, claimed by worker `w`, as a run holds its lease.
+pub(super) async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
+    let chat = store
+        .create_chat(NewChat {
+            owner: "alice".into(),
+            model: "m".into(),
+            parts: vec![Part::text("hi")],
+            ..NewChat::default()
+        })
+        .await
+        .unwrap();
+    let lease = store
+        .acquire("w", 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|l| l.chat_id == chat.id)
+        .unwrap();
+    Arc::new(Mutex::new(lease))
+}
