@@ -115,11 +115,14 @@ fn strip_ansi(text: &str) -> String {
 /// `keel chat ARGS` in a pseudo-terminal, with no token from the environment and its input
 /// history under the test's own scratch directory unless `env` names one.
 fn spawn_chat(args: &[&str], env: &[(&str, &str)]) -> Session {
+    // Each session keeps its input history apart, so that parallel tests never share a file;
+    // a test that needs it across runs passes its own `XDG_STATE_HOME`.
+    let state = tempfile::tempdir().unwrap().keep();
     let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
     command
         .args(args)
         .env_remove("KEEL_TOKEN")
-        .env("XDG_STATE_HOME", env!("CARGO_TARGET_TMPDIR"));
+        .env("XDG_STATE_HOME", &state);
     for (name, value) in env {
         command.env(name, value);
     }
