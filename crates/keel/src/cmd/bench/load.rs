@@ -109,6 +109,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let chats = create_chats(&apis, args.chats).await?;
     let throughput = measure_throughput(&daemons, &mock, &chats, &args).await?;
     throughput.print(&idle_rss, &chats_per_replica(args.chats, daemons.len()));
+    // Checked after the report, so that a run that fails still shows what it measured.
+    let expected = u64::from(args.tokens) * chats.len() as u64;
+    ensure!(
+        throughput.parts == expected,
+        "received {} stamped tokens live, expected {expected}",
+        throughput.parts
+    );
 
     if args.interrupts > 0 {
         let mut latencies =
@@ -174,7 +181,6 @@ fn daemon_name(replica: usize, replicas: usize) -> String {
 }
 
 /// A chat of the benchmark and the replica its client talks to.
-#[derive(Clone)]
 struct Placed {
     api: Api,
     id: String,
@@ -289,7 +295,8 @@ async fn measure_throughput(
     let mut tasks = JoinSet::new();
     let text =
         Script::new(Step::echo().tokens(args.tokens).rate(args.rate).stamped()).message("measure");
-    for Placed { api, id: chat } in chats.iter().cloned() {
+    for placed in chats {
+        let (api, chat) = (placed.api.clone(), placed.id.clone());
         let (start, text) = (start.clone(), text.clone());
         tasks.spawn(async move {
             let mut live = Live::open(&api, &chat, None).await?;
@@ -354,11 +361,6 @@ async fn measure_throughput(
     }
     let wall = began.elapsed();
     let parts = latencies.len() as u64;
-    let expected = u64::from(args.tokens) * chats.len() as u64;
-    ensure!(
-        parts == expected,
-        "received {parts} stamped tokens live, expected {expected}"
-    );
     Ok(Throughput {
         wall,
         parts,
@@ -400,8 +402,8 @@ async fn interrupt_latencies(chats: &[Placed], rate: f64) -> anyhow::Result<Vec<
     let mut tasks = JoinSet::new();
     let text =
         Script::new(Step::echo().tokens(1_000_000).rate(rate.max(20.0))).message("interrupt me");
-    for Placed { api, id: chat } in chats.iter().cloned() {
-        let text = text.clone();
+    for placed in chats {
+        let (api, chat, text) = (placed.api.clone(), placed.id.clone(), text.clone());
         tasks.spawn(async move {
             let mut live = Live::open(&api, &chat, None).await?;
             let mut committed = 0;
