@@ -36,9 +36,9 @@ async fn grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced
     let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
     let (la, lb, lc) = (lease(a.id), lease(b.id), lease(c.id));
     // Each chat has a logged part and a tool record: the commit voids both.
-    let entry = |seq: i64| keel_store::LiveEntry {
+    let entry = |seq: i64| keel_store::NewLiveEntry {
         seq,
-        payload: json!({"event": "part", "data": seq}),
+        payload: keel_store::JsonText::of(&json!({"event": "part", "data": seq})),
     };
     for (l, chat) in [(&la, &a), (&lc, &c)] {
         let seq = s.get_chat(chat.id).await.unwrap().event_seq + 1;
@@ -156,9 +156,9 @@ async fn a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one(db: Te
     // `b` is edited under its run: that run's parts must not land.
     let first = s.list_messages(b.id, None).await.unwrap()[0].id;
     s.edit_message(b.id, first, text("b again")).await.unwrap();
-    let entry = |seq: i64| keel_store::LiveEntry {
+    let entry = |seq: i64| keel_store::NewLiveEntry {
         seq,
-        payload: json!({"event": "part", "data": seq}),
+        payload: keel_store::JsonText::of(&json!({"event": "part", "data": seq})),
     };
     let base = |chat: &keel_store::Chat| chat.event_seq;
     let (sa, sb, sc) = (
