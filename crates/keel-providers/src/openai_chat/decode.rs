@@ -109,6 +109,36 @@ impl ChatDecoder {
         });
     }
 
+    /// The reasoning, text and refusal of one delta, in that order; empty ones say nothing.
+    /// OpenAI streams a refusal under its own key, never as `content`
+    /// (https://platform.openai.com/docs/api-reference/chat-streaming).
+    fn texts(
+        &mut self,
+        reasoning: Option<&str>,
+        content: Option<&str>,
+        refusal: Option<&str>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        if let Some(text) = reasoning {
+            self.reasoning_delta(text, out);
+        }
+        if let Some(text) = content
+            && !text.is_empty()
+        {
+            self.text_delta(text, out);
+        }
+        if let Some(text) = refusal
+            && !text.is_empty()
+        {
+            self.close_reasoning(out);
+            self.close_text(out);
+            out.push(StreamEvent::RefusalDelta {
+                id: "refusal".to_owned(),
+                delta: text.to_owned(),
+            });
+        }
+    }
+
     fn tool_call_delta(&mut self, position: usize, call: &Value, out: &mut Vec<StreamEvent>) {
         self.close_reasoning(out);
         self.close_text(out);
@@ -223,26 +253,8 @@ impl ChatDecoder {
                 .iter()
                 .filter_map(|key| delta.get(*key).and_then(Value::as_str))
                 .find(|text| !text.is_empty());
-            if let Some(text) = reasoning {
-                self.reasoning_delta(text, out);
-            }
-            if let Some(text) = delta.get("content").and_then(Value::as_str)
-                && !text.is_empty()
-            {
-                self.text_delta(text, out);
-            }
-            // OpenAI streams a refusal under its own key, never as `content`
-            // (https://platform.openai.com/docs/api-reference/chat-streaming).
-            if let Some(text) = delta.get("refusal").and_then(Value::as_str)
-                && !text.is_empty()
-            {
-                self.close_reasoning(out);
-                self.close_text(out);
-                out.push(StreamEvent::RefusalDelta {
-                    id: "refusal".to_owned(),
-                    delta: text.to_owned(),
-                });
-            }
+            let text = |key| delta.get(key).and_then(Value::as_str);
+            self.texts(reasoning, text("content"), text("refusal"), out);
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (position, call) in calls.iter().enumerate() {
                     self.tool_call_delta(position, call, out);
@@ -328,24 +340,12 @@ impl ChatDecoder {
                 .into_iter()
                 .filter_map(|text| text.as_deref())
                 .find(|text| !text.is_empty());
-            if let Some(text) = reasoning {
-                self.reasoning_delta(text, out);
-            }
-            if let Some(text) = delta.content.as_deref()
-                && !text.is_empty()
-            {
-                self.text_delta(text, out);
-            }
-            if let Some(text) = delta.refusal.as_deref()
-                && !text.is_empty()
-            {
-                self.close_reasoning(out);
-                self.close_text(out);
-                out.push(StreamEvent::RefusalDelta {
-                    id: "refusal".to_owned(),
-                    delta: text.to_owned(),
-                });
-            }
+            self.texts(
+                reasoning,
+                delta.content.as_deref(),
+                delta.refusal.as_deref(),
+                out,
+            );
         }
         if let Some(reason) = choice.finish_reason.as_deref() {
             self.finish = Some(finish_reason(reason));
