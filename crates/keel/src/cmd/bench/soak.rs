@@ -149,6 +149,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         server_errors: AtomicUsize::new(0),
         compacting: AtomicUsize::new(0),
         stalls: AtomicUsize::new(0),
+        resets: AtomicUsize::new(0),
         deadline: Instant::now() + Duration::from_secs(args.timeout_secs),
         restarts: Restarts::default(),
     });
@@ -254,6 +255,10 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
             "{stalls} event streams fell silent before their chat's last message (a reconnect delivered it)"
         );
     }
+    let resets = shared.resets.load(Ordering::Relaxed);
+    println!(
+        "{resets} stream resets (a position the chat never reached: parts a killed owner sent live but never logged)"
+    );
     let server_errors = shared.server_errors.load(Ordering::Relaxed);
     println!("{server_errors} 5xx answers");
     if server_errors > 0 {
