@@ -14,7 +14,6 @@
 //! user's or the daemon's cap is answered `429` before anything is read from the store.
 
 use std::sync::Arc;
-#[cfg(debug_assertions)]
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
