@@ -267,8 +267,12 @@ fn a_daemon_restart_mid_reply_prints_every_word_once() {
     let reply = words(30);
     chat.send_line(format!(r##"#mock {{"text": "{reply}", "rate": 5}}"##))
         .unwrap();
-    let mut seen =
-        String::from_utf8_lossy(chat.expect("word1 word2 word3").unwrap().as_bytes()).into_owned();
+    // The typed line holds the words too: the reply is what follows its end.
+    let typed = "\"rate\": 5}";
+    chat.expect(typed).unwrap();
+    let mut seen = typed.to_owned();
+    let start = chat.expect("word1 word2 word3").unwrap();
+    seen.push_str(&String::from_utf8_lossy(start.as_bytes()));
     let daemon = daemon.restart();
     let rest = chat.expect("word30").unwrap();
     seen.push_str(&String::from_utf8_lossy(rest.as_bytes()));
