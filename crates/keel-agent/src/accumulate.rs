@@ -87,7 +87,12 @@ impl StepAccumulator {
                     return;
                 }
                 let index = self.open_text_block(id);
-                let delta = crate::seam::stitch(&mut self.seam_whitespace, &delta);
+                // Only a continuation's start is stitched; every other delta moves on as it is.
+                let delta = if self.seam_whitespace.is_empty() {
+                    delta
+                } else {
+                    crate::seam::stitch(&mut self.seam_whitespace, &delta)
+                };
                 if delta.is_empty() {
                     return;
                 }

@@ -25,7 +25,7 @@ const WINDOW: u64 = (SUBSCRIBER_BUFFER / 2) as u64;
 const CHAT: &str = "bench-chat";
 
 /// The payload of a typical text-delta part, as the live sink serialises it.
-const PART_DATA: &str = r#"{"role":"assistant","part":{"type":"text","text":"tok "}}"#;
+const PART_DATA: &str = r#"{"part":{"text":"tok ","type":"text"},"role":"assistant"}"#;
 
 /// Publishes `PARTS` frames to `subscribers` subscribers and waits until each has them all.
 async fn fan_out(hub: &Arc<Hub>, subscribers: usize) -> Duration {
@@ -55,16 +55,7 @@ async fn fan_out(hub: &Arc<Hub>, subscribers: usize) -> Duration {
 
     let start = Instant::now();
     for seq in 0..PARTS {
-        hub.publish(
-            CHAT,
-            Frame {
-                seq,
-                event: "part",
-                data: PART_DATA.to_owned(),
-                durable: true,
-                history_version: 1,
-            },
-        );
+        hub.publish(CHAT, Frame::new(seq, "part", PART_DATA, true, 1));
         if (seq + 1) % WINDOW == 0 || seq + 1 == PARTS {
             drained
                 .acquire_many(permits)

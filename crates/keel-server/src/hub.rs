@@ -17,12 +17,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use bytes::Bytes;
 use futures::StreamExt;
 use keel_store::{ChangeNotice, RemoteNotice, Store};
 use tokio::sync::{broadcast, watch};
 
+use crate::sse::{self, Encoded};
+
 /// Events a subscriber may buffer before it is cut off.
-pub const SUBSCRIBER_BUFFER: usize = 1024;
+pub const SUBSCRIBER_BUFFER: usize = 256;
 
 /// One event, ready to be written as SSE.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +34,6 @@ pub struct Frame {
     pub seq: u64,
     /// The SSE event name (`message`, `part`, `status`, ...).
     pub event: &'static str,
-    /// The JSON payload.
-    pub data: String,
     /// Durable events (committed messages, live parts) advance a client's position;
     /// ephemeral ones (status, retry, queue) repeat the current position.
     pub durable: bool,
@@ -40,6 +41,42 @@ pub struct Frame {
     /// older one reads the store before forwarding the frame: the current branch changed,
     /// and the `branch` event and the new branch come first.
     pub history_version: i64,
+    /// The event as SSE text with `seq` as its id, encoded once and written as it is by
+    /// every subscriber, and its JSON data (a slice of the same buffer).
+    encoded: Encoded,
+}
+
+impl Frame {
+    pub fn new(
+        seq: u64,
+        event: &'static str,
+        data: &str,
+        durable: bool,
+        history_version: i64,
+    ) -> Self {
+        Self {
+            seq,
+            event,
+            durable,
+            history_version,
+            encoded: sse::encode(seq, event, data),
+        }
+    }
+
+    /// The JSON payload (sharing the event's buffer).
+    pub fn data(&self) -> Bytes {
+        self.encoded.data()
+    }
+
+    /// The JSON payload, borrowed.
+    pub fn data_bytes(&self) -> &[u8] {
+        self.encoded.data_bytes()
+    }
+
+    /// The whole SSE event, `id: seq` included.
+    pub fn sse(&self) -> &Bytes {
+        self.encoded.sse()
+    }
 }
 
 /// The latest change notices of a chat, merged: a follower compares them with what it has
@@ -225,10 +262,22 @@ impl Hub {
         }
     }
 
+    /// The live-part log holds the chat's parts through `seq`: the backlog keeps only those
+    /// after it. A subscriber reads the log after taking the backlog, so it still gets every
+    /// part, and a long step no longer keeps all its frames in memory until its commit.
+    pub fn logged(&self, chat_id: &str, seq: u64) {
+        if let Some(channel) = self.lock().get_mut(chat_id) {
+            channel.backlog.retain(|frame| frame.seq > seq);
+            if channel.backlog.is_empty() {
+                channel.backlog = Vec::new();
+            }
+        }
+    }
+
     /// A step was committed: its live frames are superseded by the committed messages.
     pub fn commit(&self, chat_id: &str) {
         if let Some(channel) = self.lock().get_mut(chat_id) {
-            channel.backlog.clear();
+            channel.backlog = Vec::new();
         }
     }
 
@@ -307,13 +356,7 @@ mod tests {
     use super::*;
 
     fn frame(seq: u64) -> Frame {
-        Frame {
-            seq,
-            event: "part",
-            data: "{}".into(),
-            durable: true,
-            history_version: 1,
-        }
+        Frame::new(seq, "part", "{}", true, 1)
     }
 
     fn receiver(hub: &Hub, chat: &str) -> broadcast::Receiver<Arc<Frame>> {
@@ -331,6 +374,19 @@ mod tests {
         assert_eq!(a.recv().await.unwrap().seq, 1);
         assert_eq!(a.recv().await.unwrap().seq, 2);
         assert_eq!(b.recv().await.unwrap().seq, 1);
+    }
+
+    #[tokio::test]
+    async fn every_subscriber_gets_the_one_encoded_event() {
+        let hub = Hub::new();
+        hub.begin_run("c");
+        let mut a = receiver(&hub, "c");
+        let mut b = receiver(&hub, "c");
+        hub.publish("c", Frame::new(5, "part", r#"{"x":1}"#, true, 1));
+        let (a, b) = (a.recv().await.unwrap(), b.recv().await.unwrap());
+        assert_eq!(a.sse().as_ptr(), b.sse().as_ptr(), "encoded once, shared");
+        assert_eq!(&a.sse()[..], b"id: 5\nevent: part\ndata: {\"x\":1}\n\n");
+        assert_eq!(a.data_bytes(), br#"{"x":1}"#);
     }
 
     #[tokio::test]
@@ -369,6 +425,25 @@ mod tests {
         );
         hub.commit("c");
         assert!(hub.subscribe("c").live.backlog.is_empty());
+        hub.end_run("c");
+    }
+
+    #[test]
+    fn the_backlog_keeps_only_the_frames_the_log_does_not_hold_yet() {
+        let hub = Hub::new();
+        hub.begin_run("c");
+        for seq in 1..=4 {
+            hub.publish("c", frame(seq));
+        }
+        hub.logged("c", 2);
+        let backlog = hub.subscribe("c").live.backlog;
+        assert_eq!(
+            backlog.iter().map(|f| f.seq).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        hub.logged("c", 4);
+        assert!(hub.subscribe("c").live.backlog.is_empty());
+        hub.logged("unknown", 4);
         hub.end_run("c");
     }
 

@@ -30,6 +30,7 @@ pub mod models;
 mod net;
 mod resume;
 pub mod serve;
+mod sse;
 mod tools;
 mod web;
 mod worker;

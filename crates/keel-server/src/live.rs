@@ -3,49 +3,101 @@
 //! Durable events (`part`, `stream_reset`, `tool_call_cancel`) take a number from the chat's
 //! event sequence and go to the live-part log, so a reconnecting client or a new owner after
 //! a crash sees exactly what was streamed. `retry` is ephemeral: it is only sent live.
+//!
+//! The deltas that make up nearly every event of a reply (text, reasoning, refusal, tool
+//! call arguments) are serialised straight from borrowed structs, once for clients and once
+//! for the log, with no `serde_json::Value` in between. Their fields are declared in the
+//! order a `Value` object sorts its keys, so the text is the same as the rarer events'
+//! (built as a `Value`) and as it always was.
 
 use keel_agent::LiveEvent;
 use keel_core::{Part, PartKind};
+use keel_store::JsonText;
+use serde::Serialize;
 use serde_json::{Value, json};
 
-/// An event as the contract names and shapes it.
+/// An event as the contract names and shapes it: its JSON data, and for a durable event the
+/// entry the live-part log stores (`{"data", "event"}`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LivePayload {
     pub event: &'static str,
-    pub data: Value,
-    pub durable: bool,
+    pub data: String,
+    /// Present exactly for durable events.
+    pub logged: Option<JsonText>,
+}
+
+/// `{"part", "role"}`: a live part.
+#[derive(Serialize)]
+struct PartEvent<'a, P> {
+    part: P,
+    role: &'a str,
+}
+
+/// A text, reasoning or refusal delta.
+#[derive(Serialize)]
+struct TextPart<'a> {
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// New argument text of a streamed tool call.
+#[derive(Serialize)]
+struct ToolCallDeltaPart<'a> {
+    args_delta: &'a str,
+    tool_call_id: &'a str,
+    tool_name: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// The log's form of a durable event.
+#[derive(Serialize)]
+struct Logged<'a, D> {
+    data: &'a D,
+    event: &'static str,
+}
+
+/// Serialises `data` for clients and, when `durable`, for the log.
+fn shaped<D: Serialize>(event: &'static str, data: &D, durable: bool) -> LivePayload {
+    LivePayload {
+        event,
+        // The shapes here are structs of strings and `Value`s, which always serialise.
+        data: serde_json::to_string(data).unwrap_or_else(|_| "null".to_owned()),
+        logged: durable.then(|| JsonText::of(&Logged { data, event })),
+    }
+}
+
+fn assistant_text(kind: &'static str, text: &str) -> LivePayload {
+    let data = PartEvent {
+        part: TextPart { text, kind },
+        role: "assistant",
+    };
+    shaped("part", &data, true)
 }
 
 /// Shapes a loop event for clients.
 pub(crate) fn payload(event: &LiveEvent) -> LivePayload {
     let (name, data, durable) = match event {
-        LiveEvent::TextDelta { delta } => (
-            "part",
-            part("assistant", json!({"type": "text", "text": delta})),
-            true,
-        ),
-        LiveEvent::ReasoningDelta { delta } => (
-            "part",
-            part("assistant", json!({"type": "reasoning", "text": delta})),
-            true,
-        ),
-        LiveEvent::RefusalDelta { delta } => (
-            "part",
-            part("assistant", json!({"type": "refusal", "text": delta})),
-            true,
-        ),
+        LiveEvent::TextDelta { delta } => return assistant_text("text", delta),
+        LiveEvent::ReasoningDelta { delta } => return assistant_text("reasoning", delta),
+        LiveEvent::RefusalDelta { delta } => return assistant_text("refusal", delta),
         LiveEvent::ToolCallDelta {
             tool_call_id,
             tool_name,
             args_delta,
-        } => (
-            "part",
-            part(
-                "assistant",
-                json!({"type": "tool_call", "tool_call_id": tool_call_id, "tool_name": tool_name, "args_delta": args_delta}),
-            ),
-            true,
-        ),
+        } => {
+            let data = PartEvent {
+                part: ToolCallDeltaPart {
+                    args_delta,
+                    tool_call_id,
+                    tool_name,
+                    kind: "tool_call",
+                },
+                role: "assistant",
+            };
+            return shaped("part", &data, true);
+        }
         LiveEvent::ToolCall {
             tool_call_id,
             tool_name,
@@ -102,11 +154,7 @@ pub(crate) fn payload(event: &LiveEvent) -> LivePayload {
             true,
         ),
     };
-    LivePayload {
-        event: name,
-        data,
-        durable,
-    }
+    shaped(name, &data, durable)
 }
 
 fn part(role: &str, part: Value) -> Value {
@@ -115,11 +163,6 @@ fn part(role: &str, part: Value) -> Value {
 
 fn part_json(part: &Part) -> Value {
     serde_json::to_value(part).unwrap_or(Value::Null)
-}
-
-/// The event name of a logged payload (the log stores `{"event", "data"}`).
-pub(crate) fn logged(payload: &LivePayload) -> Value {
-    json!({"event": payload.event, "data": payload.data})
 }
 
 /// Reads back a logged payload.
@@ -138,6 +181,15 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn data(p: &LivePayload) -> Value {
+        serde_json::from_str(&p.data).unwrap()
+    }
+
+    /// The log entry as the log reads it back.
+    fn logged(p: &LivePayload) -> Value {
+        serde_json::from_str(p.logged.as_ref().unwrap().as_str()).unwrap()
+    }
+
     #[test]
     fn text_and_tool_deltas_carry_only_the_new_text() {
         let p = payload(&LiveEvent::TextDelta {
@@ -145,7 +197,7 @@ mod tests {
         });
         assert_eq!(p.event, "part");
         assert_eq!(
-            p.data,
+            data(&p),
             json!({"role":"assistant","part":{"type":"text","text":"Hel"}})
         );
         let p = payload(&LiveEvent::ToolCallDelta {
@@ -153,8 +205,8 @@ mod tests {
             tool_name: "read_file".into(),
             args_delta: "{\"pa".into(),
         });
-        assert_eq!(p.data["part"]["args_delta"], "{\"pa");
-        assert!(p.durable);
+        assert_eq!(data(&p)["part"]["args_delta"], "{\"pa");
+        assert!(p.logged.is_some());
     }
 
     #[test]
@@ -168,9 +220,9 @@ mod tests {
             url: Some("https://api.openai.com/v1/chat/completions".into()),
         });
         assert_eq!(p.event, "retry");
-        assert!(!p.durable);
+        assert!(p.logged.is_none());
         assert_eq!(
-            p.data,
+            data(&p),
             json!({"attempt":2,"delay_ms":1500,"kind":"rate_limit","message":"slow down",
                    "provider":"openai","url":"https://api.openai.com/v1/chat/completions"})
         );
@@ -188,7 +240,77 @@ mod tests {
     fn local_tool_results_are_tool_role_parts() {
         let result = Part::tool_result("c", "read_file", json!("text"), false, false);
         let p = payload(&LiveEvent::ToolResult { part: result });
-        assert_eq!(p.data["role"], "tool");
-        assert_eq!(p.data["part"]["type"], "tool_result");
+        assert_eq!(data(&p)["role"], "tool");
+        assert_eq!(data(&p)["part"]["type"], "tool_result");
+    }
+
+    /// Every event as the shapes were built before the deltas were serialised directly:
+    /// a `Value` for clients, `{"event", "data"}` as a `Value` for the log.
+    fn as_values(event: &LiveEvent) -> (Value, Value) {
+        let text = |kind: &str, text: &str| json!({"role": "assistant", "part": {"type": kind, "text": text}});
+        let data = match event {
+            LiveEvent::TextDelta { delta } => text("text", delta),
+            LiveEvent::ReasoningDelta { delta } => text("reasoning", delta),
+            LiveEvent::RefusalDelta { delta } => text("refusal", delta),
+            LiveEvent::ToolCallDelta {
+                tool_call_id,
+                tool_name,
+                args_delta,
+            } => json!({"role": "assistant", "part": {"type": "tool_call",
+                "tool_call_id": tool_call_id, "tool_name": tool_name, "args_delta": args_delta}}),
+            _ => serde_json::from_str(&payload(event).data).unwrap(),
+        };
+        let name = payload(event).event;
+        (data.clone(), json!({"event": name, "data": data}))
+    }
+
+    #[test]
+    fn every_event_is_byte_for_byte_what_it_was() {
+        let tricky = "h\u{e9}llo \"q\" \\ \n\t\u{1} </script> \u{1F600}";
+        let events = [
+            LiveEvent::TextDelta {
+                delta: tricky.into(),
+            },
+            LiveEvent::ReasoningDelta {
+                delta: tricky.into(),
+            },
+            LiveEvent::RefusalDelta {
+                delta: tricky.into(),
+            },
+            LiveEvent::ToolCallDelta {
+                tool_call_id: "call_\"1".into(),
+                tool_name: "read_file".into(),
+                args_delta: "{\"path\":\"a\\b\"".into(),
+            },
+            LiveEvent::ToolCall {
+                tool_call_id: "c".into(),
+                tool_name: "t".into(),
+                args: "{}".into(),
+                provider_executed: true,
+            },
+            LiveEvent::ToolResult {
+                part: Part::tool_result("c", "t", json!({"z": 1, "a": [tricky]}), true, false),
+            },
+            LiveEvent::Source {
+                url: "https://example.com".into(),
+                title: None,
+            },
+            LiveEvent::StreamReset,
+            LiveEvent::ToolCallCancel {
+                tool_call_id: "c".into(),
+                tool_name: "t".into(),
+                reason: tricky.into(),
+            },
+        ];
+        for event in &events {
+            let p = payload(event);
+            let (data, logged) = as_values(event);
+            assert_eq!(p.data, data.to_string(), "{event:?}");
+            assert_eq!(
+                p.logged.as_ref().map(JsonText::as_str),
+                Some(logged.to_string().as_str()),
+                "{event:?}"
+            );
+        }
     }
 }

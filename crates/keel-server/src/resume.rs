@@ -239,11 +239,14 @@ fn apply_part(data: &Value, text: &mut String, calls: &mut Vec<(CapturedCall, bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::{logged, payload};
+    use crate::live::payload;
     use keel_agent::LiveEvent;
 
     fn log(events: &[LiveEvent]) -> Vec<Value> {
-        events.iter().map(|e| logged(&payload(e))).collect()
+        events
+            .iter()
+            .map(|e| serde_json::from_str(payload(e).logged.unwrap().as_str()).unwrap())
+            .collect()
     }
 
     #[test]

@@ -24,8 +24,8 @@ use crate::transitions::{self as t, Ctx};
 use crate::tree::{Tree, siblings_by_parent};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, MessageKind,
-    NewChat, NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage, RemoteNotice,
-    SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
+    NewChat, NewLiveEntry, NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage,
+    RemoteNotice, SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
@@ -463,14 +463,14 @@ impl Store for SqlStore {
             .await)
     }
 
-    async fn append_live_entries(&self, lease: &Lease, entries: &[LiveEntry]) -> Result<()> {
+    async fn append_live_entries(&self, lease: &Lease, entries: &[NewLiveEntry]) -> Result<()> {
         let mut outcomes = self.append_live_groups(&[(lease.clone(), entries)]).await?;
         outcomes.pop().unwrap_or(Ok(()))
     }
 
     async fn append_live_groups(
         &self,
-        groups: &[(Lease, &[LiveEntry])],
+        groups: &[(Lease, &[NewLiveEntry])],
     ) -> Result<Vec<Result<()>>> {
         if groups.is_empty() {
             return Ok(Vec::new());

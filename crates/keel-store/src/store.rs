@@ -12,9 +12,9 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat, NewMessage,
-    NewSummary, Next, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord,
-    ToolResultInput, User,
+    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat,
+    NewLiveEntry, NewMessage, NewSummary, Next, Prompt, QueueId, RemoteNotice, SendOutcome,
+    StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
@@ -142,13 +142,15 @@ pub trait Store: Send + Sync {
     /// before they are written); the chat's event sequence advances past them. No notice is
     /// published in this process: parts reach its subscribers directly; other replicas are
     /// notified.
-    async fn append_live_entries(&self, lease: &Lease, entries: &[LiveEntry]) -> Result<()>;
+    async fn append_live_entries(&self, lease: &Lease, entries: &[NewLiveEntry]) -> Result<()>;
     /// Appends the numbered parts of several runs (of any chats) in one transaction, each
     /// group fenced on its own lease: one outcome per group, in order, so a run that lost
     /// its chat is refused without holding back the others. `Err` means nothing was
     /// written. Other replicas are notified of each chat's new event sequence.
-    async fn append_live_groups(&self, groups: &[(Lease, &[LiveEntry])])
-    -> Result<Vec<Result<()>>>;
+    async fn append_live_groups(
+        &self,
+        groups: &[(Lease, &[NewLiveEntry])],
+    ) -> Result<Vec<Result<()>>>;
     /// Commits a step's messages and clears the live-part log. A step with an
     /// `interrupted` message is also accepted while the chat is `interrupting` and released.
     async fn commit_step(&self, lease: &Lease, messages: Vec<NewMessage>)

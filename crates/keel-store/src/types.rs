@@ -291,6 +291,31 @@ pub struct LiveEntry {
     pub payload: Value,
 }
 
+/// An entry for the live-part log, its payload already serialised: the worker shapes each
+/// part once, and the log stores that text as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewLiveEntry {
+    /// The chat's event sequence number; the SSE event id.
+    pub seq: i64,
+    pub payload: JsonText,
+}
+
+/// A JSON document as text, made only by serialising a value, so it is always valid JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonText(String);
+
+impl JsonText {
+    /// Serialises `value`. A value that does not serialise (a map with non-string keys, a
+    /// failing `Serialize` impl) becomes `null`: the shapes logged are plain JSON objects.
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Self {
+        Self(serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Whether a tool call has produced its result yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use common::*;
 use keel_core::{ErrorKind, FinishReason, PartKind, Role};
 use keel_store::{
-    Busy, Chat, ChatStatus, Lease, LiveEntry, Store, StoreError, ToolRecord, ToolState, Transition,
+    Busy, Chat, ChatStatus, JsonText, Lease, NewLiveEntry, Store, StoreError, ToolRecord,
+    ToolState, Transition,
 };
 use serde_json::json;
 
@@ -52,10 +53,10 @@ async fn three_claimed_with_b_fenced(s: &Arc<dyn Store>) -> ([Chat; 3], [Lease; 
 }
 
 /// A logged live part numbered `seq`.
-fn entry(seq: i64) -> LiveEntry {
-    LiveEntry {
+fn entry(seq: i64) -> NewLiveEntry {
+    NewLiveEntry {
         seq,
-        payload: json!({"event": "part", "data": seq}),
+        payload: JsonText::of(&json!({"event": "part", "data": seq})),
     }
 }
 

@@ -6,9 +6,11 @@
 //! complete only when the choice reports a finish reason. Usage comes in a final chunk
 //! without choices, and `[DONE]` ends the stream.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use keel_core::{FinishReason, StreamEvent, Usage};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::convert::count;
@@ -105,6 +107,36 @@ impl ChatDecoder {
             id,
             delta: delta.to_owned(),
         });
+    }
+
+    /// The reasoning, text and refusal of one delta, in that order; empty ones say nothing.
+    /// OpenAI streams a refusal under its own key, never as `content`
+    /// (https://platform.openai.com/docs/api-reference/chat-streaming).
+    fn texts(
+        &mut self,
+        reasoning: Option<&str>,
+        content: Option<&str>,
+        refusal: Option<&str>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        if let Some(text) = reasoning {
+            self.reasoning_delta(text, out);
+        }
+        if let Some(text) = content
+            && !text.is_empty()
+        {
+            self.text_delta(text, out);
+        }
+        if let Some(text) = refusal
+            && !text.is_empty()
+        {
+            self.close_reasoning(out);
+            self.close_text(out);
+            out.push(StreamEvent::RefusalDelta {
+                id: "refusal".to_owned(),
+                delta: text.to_owned(),
+            });
+        }
     }
 
     fn tool_call_delta(&mut self, position: usize, call: &Value, out: &mut Vec<StreamEvent>) {
@@ -221,26 +253,8 @@ impl ChatDecoder {
                 .iter()
                 .filter_map(|key| delta.get(*key).and_then(Value::as_str))
                 .find(|text| !text.is_empty());
-            if let Some(text) = reasoning {
-                self.reasoning_delta(text, out);
-            }
-            if let Some(text) = delta.get("content").and_then(Value::as_str)
-                && !text.is_empty()
-            {
-                self.text_delta(text, out);
-            }
-            // OpenAI streams a refusal under its own key, never as `content`
-            // (https://platform.openai.com/docs/api-reference/chat-streaming).
-            if let Some(text) = delta.get("refusal").and_then(Value::as_str)
-                && !text.is_empty()
-            {
-                self.close_reasoning(out);
-                self.close_text(out);
-                out.push(StreamEvent::RefusalDelta {
-                    id: "refusal".to_owned(),
-                    delta: text.to_owned(),
-                });
-            }
+            let text = |key| delta.get(key).and_then(Value::as_str);
+            self.texts(reasoning, text("content"), text("refusal"), out);
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for (position, call) in calls.iter().enumerate() {
                     self.tool_call_delta(position, call, out);
@@ -254,6 +268,93 @@ impl ChatDecoder {
     }
 }
 
+/// The shape of nearly every chunk — text, reasoning or refusal deltas, a finish reason,
+/// usage — read with its strings borrowed from the event instead of as a `Value` tree.
+/// Anything else (tool calls, an error, a field of an unexpected type) is left to
+/// [`ChatDecoder::chunk`], which reads every shape.
+#[derive(Deserialize)]
+struct PlainChunk<'a> {
+    #[serde(borrow, default)]
+    choices: Option<Vec<PlainChoice<'a>>>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct PlainChoice<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(borrow, default)]
+    delta: Option<PlainDelta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct PlainDelta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+}
+
+impl ChatDecoder {
+    /// Decodes a chunk of the plain shape ([`PlainChunk`]) exactly as [`Self::chunk`] would;
+    /// false, with nothing done, for any other.
+    fn plain_chunk(&mut self, data: &str, out: &mut Vec<StreamEvent>) -> bool {
+        let Ok(chunk) = serde_json::from_str::<PlainChunk<'_>>(data) else {
+            return false;
+        };
+        let has_calls = |choice: &PlainChoice<'_>| {
+            choice
+                .delta
+                .as_ref()
+                .is_some_and(|d| d.tool_calls.as_ref().is_some_and(|c| !c.is_null()))
+        };
+        if chunk.error.as_ref().is_some_and(|e| !e.is_null())
+            || chunk.choices.iter().flatten().any(has_calls)
+        {
+            return false;
+        }
+        if let Some(usage) = chunk.usage.as_ref().filter(|u| u.is_object()) {
+            self.usage.merge_max(&usage_of(usage));
+        }
+        let Some(choice) = chunk
+            .choices
+            .iter()
+            .flatten()
+            .find(|c| c.index.unwrap_or(0) == 0)
+        else {
+            return true;
+        };
+        if let Some(delta) = &choice.delta {
+            let reasoning = [&delta.reasoning_content, &delta.reasoning]
+                .into_iter()
+                .filter_map(|text| text.as_deref())
+                .find(|text| !text.is_empty());
+            self.texts(
+                reasoning,
+                delta.content.as_deref(),
+                delta.refusal.as_deref(),
+                out,
+            );
+        }
+        if let Some(reason) = choice.finish_reason.as_deref() {
+            self.finish = Some(finish_reason(reason));
+            self.close_all(out);
+        }
+        true
+    }
+}
+
 impl Decoder for ChatDecoder {
     fn event(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) {
         if self.finished {
@@ -262,6 +363,9 @@ impl Decoder for ChatDecoder {
         let data = event.data.trim();
         if data == "[DONE]" {
             self.finish(out);
+            return;
+        }
+        if event.event != "error" && self.plain_chunk(data, out) {
             return;
         }
         let chunk = serde_json::from_str::<Value>(data);
@@ -329,5 +433,61 @@ pub(crate) fn usage_of(usage: &Value) -> Usage {
         cache_read_tokens: cached,
         cache_write_tokens: 0,
         reasoning_tokens: count(usage.pointer("/completion_tokens_details/reasoning_tokens")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decodes `chunks` through the borrowed reading where it applies, and through the
+    /// `Value` reading alone.
+    fn both_ways(chunks: &[&str]) -> (Vec<StreamEvent>, Vec<StreamEvent>) {
+        let ctx = || ErrorContext::new("openai", "m");
+        let (mut fast, mut general) = (ChatDecoder::new(ctx()), ChatDecoder::new(ctx()));
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for chunk in chunks {
+            fast.event(&SseEvent::new("message", *chunk), &mut a);
+            let value: Value = serde_json::from_str(chunk).unwrap();
+            general.chunk(&value, &mut b);
+        }
+        fast.end(&mut a);
+        general.end(&mut b);
+        (a, b)
+    }
+
+    #[test]
+    fn plain_chunks_decode_as_the_value_reading_does() {
+        let chunks = [
+            r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"think \"hard\"","reasoning":"think"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"","content":"Hel\u00e9\n"}}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"other choice"}},{"delta":{"content":"lo"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#,
+            r#"{"choices":[]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+        ];
+        let (fast, general) = both_ways(&chunks);
+        assert_eq!(fast, general);
+        assert!(
+            fast.iter()
+                .any(|e| matches!(e, StreamEvent::TextDelta { .. }))
+        );
+    }
+
+    #[test]
+    fn other_shapes_are_left_to_the_value_reading() {
+        let mut decoder = ChatDecoder::new(ErrorContext::new("openai", "m"));
+        let mut out = Vec::new();
+        for chunk in [
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":""}}]}}]}"#,
+            r#"{"error":{"message":"boom"}}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":["not","text"]}}]}"#,
+            r#"{"choices":{"index":0}}"#,
+        ] {
+            assert!(!decoder.plain_chunk(chunk, &mut out), "{chunk}");
+        }
+        assert!(out.is_empty());
     }
 }

@@ -13,25 +13,26 @@
 //! Each open stream holds a slot of [`crate::net::sse_slots`]; a connection beyond the
 //! user's or the daemon's cap is answered `429` before anything is read from the store.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::Stream;
+use axum::response::Response;
+use bytes::Bytes;
 use keel_store::{Chat, ChatId, ChatStatus};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::api::dto::{EventsQuery, LastErrorView, MessageView, QueuedView};
 use crate::api::error::{ApiError, Code};
+use crate::api::event_stream;
 use crate::api::extract::{Caller, parse_id};
 use crate::api::state::AppState;
 use crate::hub::{Changes, Frame};
 use crate::live::from_log;
 use crate::net::sse_slots::{SlotRefusal, SseSlot};
+use crate::sse;
 
 /// Events buffered for a client between the follower task and the socket.
 const CLIENT_BUFFER: usize = 256;
@@ -60,7 +61,7 @@ pub(super) async fn events(
     Path(id): Path<String>,
     headers: HeaderMap,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
     let slot = stream_slot(&state, &caller)?;
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
@@ -86,21 +87,13 @@ pub(super) async fn events(
         state.metrics.sse_reconnects.inc();
     }
     let (tx, rx) = mpsc::channel::<LiveItem>(CLIENT_BUFFER);
-    tokio::spawn(follow(state, chat, position, tx));
-    // The slot lives as long as the stream: dropping it (the client left) frees it.
-    let stream = futures::stream::unfold((rx, slot), |(mut rx, slot)| async move {
-        rx.recv().await.map(|item| {
-            let event = Event::default()
-                .id(item.id.to_string())
-                .event(item.event)
-                .data(item.data);
-            (Ok(event), (rx, slot))
-        })
-    });
-    Ok(Sse::new(stream).keep_alive(
-        KeepAlive::new()
-            .interval(Duration::from_secs(15))
-            .text(" keep-alive"),
+    // The slot lives as long as the stream: dropping it (the client left) frees it. The
+    // follower is dropped first, then the chat's hub entry it held may go.
+    let prune = PruneOnDrop::new(&state, &chat);
+    Ok(event_stream::response(
+        rx,
+        feed(state, chat, position, tx),
+        (slot, prune),
     ))
 }
 
@@ -126,10 +119,47 @@ pub(crate) fn stream_slot(state: &AppState, caller: &Caller) -> Result<SseSlot, 
 /// One event of a chat as the contract names it: its id (the position it carries), name and
 /// JSON data.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct LiveItem {
+pub(crate) struct LiveItem {
     pub id: i64,
     pub event: &'static str,
-    pub data: String,
+    pub data: Bytes,
+    /// The whole SSE event, when the hub encoded it with this id (shared by every
+    /// subscriber).
+    encoded: Option<Bytes>,
+}
+
+impl LiveItem {
+    pub(crate) fn new(id: i64, event: &'static str, data: impl Into<Bytes>) -> Self {
+        Self {
+            id,
+            event,
+            data: data.into(),
+            encoded: None,
+        }
+    }
+
+    /// A durable frame of the hub, with the id it was encoded with.
+    pub(crate) fn frame(frame: &Frame) -> Self {
+        Self {
+            id: i64::try_from(frame.seq).unwrap_or(i64::MAX),
+            event: frame.event,
+            data: frame.data(),
+            encoded: Some(frame.sse().clone()),
+        }
+    }
+
+    /// The event as SSE text.
+    pub(crate) fn into_sse(self) -> Bytes {
+        match self.encoded {
+            Some(encoded) => encoded,
+            None => {
+                let id = u64::try_from(self.id).unwrap_or_default();
+                // Data is JSON text, built by this crate from strings.
+                let data = std::str::from_utf8(&self.data).unwrap_or("null");
+                sse::encode(id, self.event, data).into_sse()
+            }
+        }
+    }
 }
 
 /// Follows a chat's events after `position` (committed messages, the step in progress, then
@@ -221,17 +251,12 @@ impl Follower {
         self.tx.send(item).await.is_ok()
     }
 
-    async fn durable(&mut self, seq: i64, name: &'static str, data: String) -> bool {
-        if seq <= self.position {
+    async fn durable(&mut self, item: LiveItem) -> bool {
+        if item.id <= self.position {
             return true;
         }
-        self.position = seq;
-        self.send(LiveItem {
-            id: seq,
-            event: name,
-            data,
-        })
-        .await
+        self.position = item.id;
+        self.send(item).await
     }
 
     /// Sends one frame of the hub; false when the connection ends (the client left or fell
@@ -259,9 +284,9 @@ impl Follower {
                         }
                     }
                 }
-                self.durable(seq, frame.event, frame.data.clone()).await
+                self.durable(LiveItem::frame(&frame)).await
             }
-            Ok(frame) => self.ephemeral(frame.event, frame.data.clone()).await,
+            Ok(frame) => self.ephemeral(frame.event, frame.data()).await,
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 state.metrics.sse_lagged_disconnects.inc();
                 false
@@ -270,13 +295,8 @@ impl Follower {
         }
     }
 
-    async fn ephemeral(&self, name: &'static str, data: String) -> bool {
-        self.send(LiveItem {
-            id: self.position,
-            event: name,
-            data,
-        })
-        .await
+    async fn ephemeral(&self, name: &'static str, data: impl Into<Bytes>) -> bool {
+        self.send(LiveItem::new(self.position, name, data)).await
     }
 
     /// Sends the `branch` event of the chat's last change of its current branch, unless
@@ -286,7 +306,8 @@ impl Follower {
             return true;
         }
         let data = json!({ "leaf_id": chat.leaf_id }).to_string();
-        self.durable(chat.branch_seq, "branch", data).await
+        self.durable(LiveItem::new(chat.branch_seq, "branch", data))
+            .await
     }
 
     /// Sends committed messages and logged live parts after the position, with the
@@ -311,21 +332,16 @@ impl Follower {
             .await?;
         #[cfg(debug_assertions)]
         debug_pause("KEEL_DEBUG_CATCH_UP_PAUSE_MS").await;
-        let mut parts: Vec<(i64, &'static str, String)> = logged
+        let mut parts: Vec<LiveItem> = logged
             .iter()
             .filter_map(|entry| {
-                from_log(&entry.payload).map(|(event, data)| (entry.seq, event, data.to_string()))
+                from_log(&entry.payload)
+                    .map(|(event, data)| LiveItem::new(entry.seq, event, data.to_string()))
             })
             .collect();
-        parts.extend(backlog.iter().map(|f| {
-            (
-                i64::try_from(f.seq).unwrap_or(i64::MAX),
-                f.event,
-                f.data.clone(),
-            )
-        }));
-        parts.sort_by_key(|(seq, _, _)| *seq);
-        parts.dedup_by_key(|(seq, _, _)| *seq);
+        parts.extend(backlog.iter().map(|f| LiveItem::frame(f)));
+        parts.sort_by_key(|item| item.id);
+        parts.dedup_by_key(|item| item.id);
         let mut parts = parts.into_iter().peekable();
         let mut replayed = 0u64;
         // Page by page: a long history is never held in memory at once.
@@ -346,18 +362,19 @@ impl Follower {
                 // Everything in sequence order: the parts read before a step committed
                 // come before the message that commits them. The message first, they would
                 // fall below the position and the client would never see them live.
-                while let Some((seq, event, data)) =
-                    parts.next_if(|(seq, _, _)| *seq < message.event_seq)
-                {
-                    if seq > self.position {
+                while let Some(item) = parts.next_if(|item| item.id < message.event_seq) {
+                    if item.id > self.position {
                         replayed += 1;
                     }
-                    if !self.durable(seq, event, data).await {
+                    if !self.durable(item).await {
                         return Ok(None);
                     }
                 }
                 let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
-                if !self.durable(message.event_seq, "message", data).await {
+                if !self
+                    .durable(LiveItem::new(message.event_seq, "message", data))
+                    .await
+                {
                     return Ok(None);
                 }
                 replayed += 1;
@@ -369,11 +386,11 @@ impl Follower {
                 break chat;
             }
         };
-        for (seq, event, data) in parts {
-            if seq > self.position {
+        for item in parts {
+            if item.id > self.position {
                 replayed += 1;
             }
-            if !self.durable(seq, event, data).await {
+            if !self.durable(item).await {
                 return Ok(None);
             }
         }
@@ -499,11 +516,32 @@ async fn next_frame(
 
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
 async fn follow(state: AppState, chat: Chat, position: Requested, tx: mpsc::Sender<LiveItem>) {
-    let chat_key = chat.id.to_string();
-    let hub = state.hub.clone();
+    let prune = PruneOnDrop::new(&state, &chat);
     feed(state, chat, position, tx).await;
     // The connection's receiver is gone now; the chat's channel may be too.
-    hub.prune(&chat_key);
+    drop(prune);
+}
+
+/// Drops a chat's hub entry when nothing streams into it and nobody else follows it, once
+/// a follower (and with it its subscription) is gone, so finished chats keep no channel.
+struct PruneOnDrop {
+    hub: Arc<crate::hub::Hub>,
+    chat_key: String,
+}
+
+impl PruneOnDrop {
+    fn new(state: &AppState, chat: &Chat) -> Self {
+        Self {
+            hub: state.hub.clone(),
+            chat_key: chat.id.to_string(),
+        }
+    }
+}
+
+impl Drop for PruneOnDrop {
+    fn drop(&mut self) {
+        self.hub.prune(&self.chat_key);
+    }
 }
 
 async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sender<LiveItem>) {
@@ -527,11 +565,7 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         },
     };
     if reset {
-        let event = LiveItem {
-            id: position,
-            event: "stream_reset",
-            data: "{}".to_owned(),
-        };
+        let event = LiveItem::new(position, "stream_reset", "{}");
         if tx.send(event).await.is_err() {
             return;
         }

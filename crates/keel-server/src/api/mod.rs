@@ -8,6 +8,7 @@ mod compat;
 mod doc;
 pub(crate) mod dto;
 pub(crate) mod error;
+mod event_stream;
 mod events;
 mod extract;
 mod feed;

@@ -1,7 +1,8 @@
 //! The process's one writer of the live-part log: a group commit over every run.
 //!
-//! Runs hand each numbered part to this task as they publish it (one channel send, no
-//! database work). Every [`BATCH_WINDOW`] — or sooner when [`BATCH_PARTS`] are waiting, or
+//! Runs hand each numbered part to this task as they publish it (a push onto a shared
+//! inbox, no database work; only the first part of a window wakes the task, so a part costs
+//! no task switch and no timer). Every [`BATCH_WINDOW`] — or sooner when [`BATCH_PARTS`] are waiting, or
 //! when a run asks for its parts to be written before it commits — the pending parts of
 //! *all* chats go to the store in one transaction ([`keel_store::Store::append_live_groups`]),
 //! each chat's entries fenced on its own lease. With a thousand slow streams that is one
@@ -13,14 +14,15 @@
 //! whole transaction keeps everything for the next window.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use keel_store::{Lease, LiveEntry, MessageId, NewMessage, Store, StoreError};
+use keel_store::{Lease, MessageId, NewLiveEntry, NewMessage, Store, StoreError};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::hub::Hub;
 use crate::worker::sink::{SharedLease, current};
 
 /// Parts waiting (over all chats) that start a write at once.
@@ -39,11 +41,9 @@ pub(super) fn next_run_key() -> RunKey {
 }
 
 enum Command {
-    Append {
-        run: RunKey,
-        lease: SharedLease,
-        entry: LiveEntry,
-    },
+    /// Parts wait in the inbox: write them within the window (or now, when there are
+    /// [`BATCH_PARTS`] of them).
+    Appended,
     /// Write everything pending now; answer with the run's outcome.
     Flush {
         run: RunKey,
@@ -62,28 +62,52 @@ enum Command {
 }
 
 /// A handle on the process's log writer.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct GroupLog {
     tx: mpsc::UnboundedSender<Command>,
+    inbox: Arc<Mutex<Inbox>>,
+}
+
+impl std::fmt::Debug for GroupLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupLog").finish_non_exhaustive()
+    }
+}
+
+/// Parts the runs published since the writer last looked, in publishing order.
+#[derive(Default)]
+struct Inbox {
+    parts: Vec<(RunKey, SharedLease, NewLiveEntry)>,
+}
+
+fn take_inbox(inbox: &Mutex<Inbox>) -> Vec<(RunKey, SharedLease, NewLiveEntry)> {
+    // Each critical section is one push or one swap: a poisoned inbox is still whole.
+    std::mem::take(&mut inbox.lock().unwrap_or_else(PoisonError::into_inner).parts)
 }
 
 impl GroupLog {
-    /// Starts the writer task; it ends when every handle is dropped.
-    pub(crate) fn start(store: Arc<dyn Store>) -> Self {
+    /// Starts the writer task; it ends when every handle is dropped. Each write tells `hub`
+    /// how far each chat's log now reaches, so the hub lets go of those frames.
+    pub(crate) fn start(store: Arc<dyn Store>, hub: Arc<Hub>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(Writer::new(store).run(rx));
-        Self { tx }
+        let inbox = Arc::new(Mutex::new(Inbox::default()));
+        tokio::spawn(Writer::new(store, hub, inbox.clone()).run(rx));
+        Self { tx, inbox }
     }
 
     /// Queues a numbered part of a run for the next write.
-    pub(crate) fn append(&self, run: RunKey, lease: &SharedLease, entry: LiveEntry) {
-        // The writer lives as long as any handle; a closed channel only happens while the
-        // process is torn down, when losing the tail of the log is harmless.
-        let _ = self.tx.send(Command::Append {
-            run,
-            lease: lease.clone(),
-            entry,
-        });
+    pub(crate) fn append(&self, run: RunKey, lease: &SharedLease, entry: NewLiveEntry) {
+        let waiting = {
+            let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+            inbox.parts.push((run, lease.clone(), entry));
+            inbox.parts.len()
+        };
+        // The first part since the writer emptied the inbox starts its window; a full batch
+        // is written at once. The writer lives as long as any handle; a closed channel only
+        // happens while the process is torn down, when losing the tail of the log is harmless.
+        if waiting == 1 || waiting == BATCH_PARTS {
+            let _ = self.tx.send(Command::Appended);
+        }
     }
 
     /// Writes everything pending (the run's parts among them) and answers whether the run's
@@ -128,7 +152,7 @@ impl GroupLog {
 /// What is waiting for one run.
 struct Pending {
     lease: SharedLease,
-    entries: Vec<LiveEntry>,
+    entries: Vec<NewLiveEntry>,
 }
 
 type FlushReply = oneshot::Sender<Result<(), StoreError>>;
@@ -152,6 +176,8 @@ impl Settle {
 
 struct Writer {
     store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+    inbox: Arc<Mutex<Inbox>>,
     /// Runs with parts waiting, in the order they first had one.
     pending: Vec<(RunKey, Pending)>,
     /// Where each run is in `pending`.
@@ -162,9 +188,11 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(store: Arc<dyn Store>) -> Self {
+    fn new(store: Arc<dyn Store>, hub: Arc<Hub>, inbox: Arc<Mutex<Inbox>>) -> Self {
         Self {
             store,
+            hub,
+            inbox,
             pending: Vec::new(),
             index: HashMap::new(),
             parts: 0,
@@ -179,6 +207,7 @@ impl Writer {
                 Some(at) => tokio::select! {
                     command = rx.recv() => command,
                     _ = tokio::time::sleep_until(at) => {
+                        self.take_inbox();
                         self.write().await;
                         deadline = self.next_deadline();
                         continue;
@@ -188,15 +217,19 @@ impl Writer {
             };
             match command {
                 None => {
+                    self.take_inbox();
                     self.write().await;
                     return;
                 }
-                Some(Command::Append { run, lease, entry }) => {
-                    self.push(run, lease, entry);
-                    if self.parts >= BATCH_PARTS {
+                Some(Command::Appended) => {
+                    // The inbox stays as it is until the window ends, so the parts published
+                    // meanwhile wake no one.
+                    if self.waiting() >= BATCH_PARTS {
+                        self.take_inbox();
                         self.write().await;
+                        deadline = self.next_deadline();
                     }
-                    deadline = deadline.or_else(|| self.next_deadline());
+                    deadline = deadline.or_else(|| Some(Instant::now() + BATCH_WINDOW));
                 }
                 Some(Command::Flush { run, reply }) => {
                     self.settle(&mut rx, Settle::flush(run, reply)).await;
@@ -214,6 +247,8 @@ impl Writer {
                     deadline = self.next_deadline();
                 }
                 Some(Command::Forget { run }) => {
+                    // Its parts published before it are written first, as any others.
+                    self.take_inbox();
                     self.forget(run);
                     deadline = self.next_deadline();
                 }
@@ -228,7 +263,7 @@ impl Writer {
         let mut forgotten = Vec::new();
         while let Ok(command) = rx.try_recv() {
             match command {
-                Command::Append { run, lease, entry } => self.push(run, lease, entry),
+                Command::Appended => {}
                 Command::Flush { run, reply } => settle.flushes.push((run, reply)),
                 Command::Commit {
                     run,
@@ -239,6 +274,7 @@ impl Writer {
                 Command::Forget { run } => forgotten.push(run),
             }
         }
+        self.take_inbox();
         self.write().await;
         for (run, reply) in settle.flushes {
             let outcome = self.outcome(run).await;
@@ -311,7 +347,29 @@ impl Writer {
         self.parts = self.pending.iter().map(|(_, p)| p.entries.len()).sum();
     }
 
-    fn push(&mut self, run: RunKey, lease: SharedLease, entry: LiveEntry) {
+    /// Parts waiting, here and in the inbox.
+    fn waiting(&self) -> usize {
+        let inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        self.parts + inbox.parts.len()
+    }
+
+    /// Tells the hub that a run's written parts are in the log.
+    fn logged(&self, pending: &Pending) {
+        if let Some(last) = pending.entries.iter().map(|e| e.seq).max() {
+            let chat = current(&pending.lease).chat_id.to_string();
+            self.hub
+                .logged(&chat, u64::try_from(last).unwrap_or_default());
+        }
+    }
+
+    /// Moves the parts the runs published meanwhile into `pending`.
+    fn take_inbox(&mut self) {
+        for (run, lease, entry) in take_inbox(&self.inbox) {
+            self.push(run, lease, entry);
+        }
+    }
+
+    fn push(&mut self, run: RunKey, lease: SharedLease, entry: NewLiveEntry) {
         self.parts += 1;
         match self.index.get(&run) {
             Some(&at) => self.pending[at].1.entries.push(entry),
@@ -347,6 +405,9 @@ impl Writer {
             .store
             .append_live_entries(&current(&pending.lease), &pending.entries)
             .await;
+        if result.is_ok() {
+            self.logged(pending);
+        }
         // Written, or refused for good: either way nothing is kept for it.
         if result
             .as_ref()
@@ -367,7 +428,7 @@ impl Writer {
         log_pause().await;
         let pending = std::mem::take(&mut self.pending);
         self.index.clear();
-        let groups: Vec<(keel_store::Lease, &[LiveEntry])> = pending
+        let groups: Vec<(keel_store::Lease, &[NewLiveEntry])> = pending
             .iter()
             .map(|(_, p)| (current(&p.lease), p.entries.as_slice()))
             .collect();
@@ -375,6 +436,9 @@ impl Writer {
             Ok(outcomes) => {
                 drop(groups);
                 for ((run, pending), outcome) in pending.into_iter().zip(outcomes) {
+                    if outcome.is_ok() {
+                        self.logged(&pending);
+                    }
                     if let Err(error) = outcome {
                         tracing::warn!(chat = %current(&pending.lease).chat_id, %error, parts = pending.entries.len(), "appending live parts refused");
                         self.refused.insert(run, error);
@@ -431,17 +495,17 @@ mod tests {
         for _ in 0..N {
             runs.push((next_run_key(), claimed(&store).await));
         }
-        let log = GroupLog::start(store.clone());
+        let log = GroupLog::start(store.clone(), Arc::new(crate::hub::Hub::new()));
         let Ok(runs) = runs.try_into() else {
             unreachable!("N runs were pushed")
         };
         (store, log, runs)
     }
 
-    fn entry(seq: i64) -> LiveEntry {
-        LiveEntry {
+    fn entry(seq: i64) -> NewLiveEntry {
+        NewLiveEntry {
             seq,
-            payload: json!({"event": "part", "data": seq}),
+            payload: keel_store::JsonText::of(&json!({"event": "part", "data": seq})),
         }
     }
 

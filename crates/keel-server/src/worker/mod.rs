@@ -112,7 +112,7 @@ impl WorkerPool {
         let worker_id = identity.worker_id();
         Self {
             shared: Arc::new(Shared {
-                log: GroupLog::start(store.clone()),
+                log: GroupLog::start(store.clone(), hub.clone()),
                 leases: leases::Leases::default(),
                 store,
                 hub,

@@ -74,13 +74,13 @@ pub(super) async fn publish_committed(
                 let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
                 hub.publish(
                     &chat_id.to_string(),
-                    Frame {
-                        seq: u64::try_from(message.event_seq).unwrap_or_default(),
-                        event: "message",
-                        data,
-                        durable: true,
-                        history_version: sink.history_version(),
-                    },
+                    Frame::new(
+                        u64::try_from(message.event_seq).unwrap_or_default(),
+                        "message",
+                        &data,
+                        true,
+                        sink.history_version(),
+                    ),
                 );
             }
         }

@@ -11,11 +11,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use keel_agent::{EventSink, LiveEvent};
-use keel_store::{Lease, LiveEntry, MessageId, NewMessage, NewSummary, Store, StoreError};
+use keel_store::{
+    JsonText, Lease, MessageId, NewLiveEntry, NewMessage, NewSummary, Store, StoreError,
+};
 use tokio::time::Instant;
 
 use crate::hub::{Frame, Hub};
-use crate::live::{LivePayload, logged, payload};
+use crate::live::{LivePayload, payload};
 use crate::metrics::Metrics;
 use crate::worker::StopReason;
 use crate::worker::group_log::{GroupLog, RunKey, next_run_key};
@@ -162,39 +164,39 @@ impl LiveSink {
         if self.superseded() {
             return;
         }
-        if !payload.durable {
+        let Some(logged) = payload.logged else {
             self.hub.publish(
                 &self.chat_id,
-                Frame {
-                    seq: u64::try_from(self.last_seq()).unwrap_or_default(),
-                    event: payload.event,
-                    data: payload.data.to_string(),
-                    durable: false,
-                    history_version: self.history_version,
-                },
+                Frame::new(
+                    u64::try_from(self.last_seq()).unwrap_or_default(),
+                    payload.event,
+                    &payload.data,
+                    false,
+                    self.history_version,
+                ),
             );
             return;
-        }
+        };
         if payload.event == "part" {
             self.observe_first_part();
         }
         let seq = self.last_seq.fetch_add(1, Ordering::SeqCst) + 1;
         self.hub.publish(
             &self.chat_id,
-            Frame {
-                seq: u64::try_from(seq).unwrap_or_default(),
-                event: payload.event,
-                data: payload.data.to_string(),
-                durable: true,
-                history_version: self.history_version,
-            },
+            Frame::new(
+                u64::try_from(seq).unwrap_or_default(),
+                payload.event,
+                &payload.data,
+                true,
+                self.history_version,
+            ),
         );
         self.log.append(
             self.run,
             &self.lease,
-            LiveEntry {
+            NewLiveEntry {
                 seq,
-                payload: logged(&payload),
+                payload: logged,
             },
         );
     }
@@ -211,9 +213,11 @@ impl LiveSink {
         self.log.append(
             self.run,
             &self.lease,
-            LiveEntry {
+            NewLiveEntry {
                 seq,
-                payload: serde_json::json!({"event": crate::resume::SUMMARY_MARK, "data": {}}),
+                payload: JsonText::of(
+                    &serde_json::json!({"event": crate::resume::SUMMARY_MARK, "data": {}}),
+                ),
             },
         );
     }

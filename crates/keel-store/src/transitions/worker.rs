@@ -121,7 +121,7 @@ pub(crate) async fn append_live_parts(
 /// parts directly) tell other replicas how far each chat's log now reaches.
 pub(crate) async fn append_live_groups(
     cx: &mut Ctx<'_>,
-    groups: &[(Lease, &[crate::types::LiveEntry])],
+    groups: &[(Lease, &[crate::types::NewLiveEntry])],
 ) -> Result<(Vec<Result<()>>, Vec<ChangeNotice>)> {
     let mut chats = lock_fences(cx, groups.iter().map(|(l, _)| l.chat_id)).await?;
     let mut outcomes = Vec::with_capacity(groups.len());
@@ -140,8 +140,7 @@ pub(crate) async fn append_live_groups(
         }
         let id = chat.id.to_string();
         for run in consecutive_runs(entries) {
-            let payloads: Vec<&Value> = run.iter().map(|e| &e.payload).collect();
-            let json = to_json("live_parts.payloads", &payloads)?;
+            let json = json_array(run.iter().map(|e| e.payload.as_str()));
             rows.push((id.clone(), run[0].seq, run[run.len() - 1].seq, json));
         }
         let last = entries
@@ -186,9 +185,22 @@ pub(crate) async fn append_live_groups(
 
 /// Splits entries into runs of consecutive sequence numbers (one stored batch each).
 fn consecutive_runs(
-    entries: &[crate::types::LiveEntry],
-) -> impl Iterator<Item = &[crate::types::LiveEntry]> {
+    entries: &[crate::types::NewLiveEntry],
+) -> impl Iterator<Item = &[crate::types::NewLiveEntry]> {
     entries.chunk_by(|a, b| b.seq == a.seq + 1)
+}
+
+/// The JSON array of documents already serialised, as `serde_json` writes an array of them.
+fn json_array<'a>(documents: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from("[");
+    for (at, document) in documents.enumerate() {
+        if at > 0 {
+            out.push(',');
+        }
+        out.push_str(document);
+    }
+    out.push(']');
+    out
 }
 
 /// Commits a step's messages and voids the live-part log in the same transaction.
@@ -491,4 +503,23 @@ pub(crate) async fn name_chat(cx: &mut Ctx<'_>, chat_id: ChatId, title: &str) ->
     chat.title = Some(title.to_owned());
     cx.save(&mut chat, mv, false).await?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_is_the_array_serde_json_writes() {
+        let documents = [
+            serde_json::json!({"data": {"part": {"text": "a\"b", "type": "text"}}, "event": "part"}),
+            serde_json::json!({"data": {}, "event": "stream_reset"}),
+        ];
+        let texts: Vec<String> = documents.iter().map(Value::to_string).collect();
+        assert_eq!(
+            json_array(texts.iter().map(String::as_str)),
+            serde_json::to_string(&documents).unwrap()
+        );
+        assert_eq!(json_array(std::iter::empty()), "[]");
+    }
 }

@@ -121,6 +121,6 @@ async fn next<T: Translator>(mut feed: Feed<T>) -> Option<(Result<String, Infall
 }
 
 fn apply(reply: &mut Reply, item: &LiveItem) {
-    let data: Value = serde_json::from_str(&item.data).unwrap_or(Value::Null);
+    let data: Value = serde_json::from_slice(&item.data).unwrap_or(Value::Null);
     reply.apply(item.event, &data);
 }

@@ -305,7 +305,7 @@ async fn wait_for_end(state: &AppState, chat: Chat, position: i64) -> Reply {
     while reply.end.is_none() {
         match tokio::time::timeout_at(deadline, events.recv()).await {
             Ok(Some(item)) => {
-                let data: Value = serde_json::from_str(&item.data).unwrap_or(Value::Null);
+                let data: Value = serde_json::from_slice(&item.data).unwrap_or(Value::Null);
                 reply.apply(item.event, &data);
             }
             _ => break,
