@@ -10,8 +10,9 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::live::Live;
-use super::processes::{DaemonSetup, Process, start_mock};
+use super::processes::{DaemonSetup, Process, own_cpu, start_mock};
 use super::stats::{Spread, mib, micros};
+use super::window::{ChatTimes, LiveWindow, Phases, live_window, phases};
 use crate::client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -88,7 +89,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let chats = create_chats(&api, args.chats).await?;
     let throughput = measure_throughput(&api, &daemon, &mock, &chats, &args).await?;
-    throughput.print(idle_rss, args.chats);
+    throughput.print(idle_rss, args.chats, args.rate);
 
     if args.interrupts > 0 {
         let mut latencies =
@@ -153,13 +154,16 @@ struct Throughput {
     latency: Spread,
     daemon_cpu: Duration,
     mock_cpu: Duration,
+    client_cpu: Duration,
     peak_rss: u64,
     /// Streams that fell too far behind and resumed from their last id.
     resumes: usize,
+    phases: Option<Phases>,
+    window: Option<LiveWindow>,
 }
 
 impl Throughput {
-    fn print(&self, idle_rss: u64, chats: usize) {
+    fn print(&self, idle_rss: u64, chats: usize, rate: f64) {
         let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / self.parts.max(1) as f64;
         println!(
             "parts received          {} in {:.2} s = {:.0} parts/s",
@@ -167,6 +171,31 @@ impl Throughput {
             self.wall.as_secs_f64(),
             self.parts as f64 / self.wall.as_secs_f64()
         );
+        let s = |micros: u64| micros as f64 / 1e6;
+        if let Some(p) = &self.phases {
+            println!(
+                "phase (s from start)    last posted {:.2}, all streams live {:.2}, first stream done {:.2}, last token sent {:.2}, last reply committed {:.2}; stream p50 {:.2} s",
+                s(p.last_posted),
+                s(p.last_first_token),
+                s(p.first_last_token),
+                s(p.last_token),
+                s(p.last_committed),
+                s(p.stream_p50),
+            );
+        }
+        match &self.window {
+            Some(w) => println!(
+                "while all streams live  {:.0} parts/s received, {:.0} sent by the mock ({:.1} %; nominal {:.0}) over {:.2} s",
+                w.delivered_per_second(),
+                w.offered_per_second(),
+                w.share(),
+                rate * chats as f64,
+                s(w.micros),
+            ),
+            None => println!(
+                "while all streams live  n/a (the last stream started after the first ended)"
+            ),
+        }
         println!(
             "added latency per part  {} (p50 / p99 / max)",
             self.latency.millis()
@@ -178,9 +207,10 @@ impl Throughput {
             );
         }
         println!(
-            "daemon CPU per 1k parts {:.3} s (mock provider: {:.3} s)",
+            "daemon CPU per 1k parts {:.3} s (mock provider: {:.3} s, bench clients: {:.3} s)",
             per_thousand(self.daemon_cpu),
-            per_thousand(self.mock_cpu)
+            per_thousand(self.mock_cpu),
+            per_thousand(self.client_cpu)
         );
         let per_chat = self.peak_rss.saturating_sub(idle_rss) / chats.max(1) as u64;
         println!(
@@ -212,8 +242,11 @@ async fn measure_throughput(
             // Skip the history: the first exchange.
             while !live.next(PATIENCE).await?.is_assistant_message() {}
             start.wait().await;
+            let mut times = ChatTimes {
+                posted: unix_micros(),
+                ..ChatTimes::default()
+            };
             api.send_message(&chat, &text, "queue").await?;
-            let mut latencies = Vec::new();
             let mut resumes = 0;
             loop {
                 let event = match live.next(PATIENCE).await {
@@ -231,26 +264,28 @@ async fn measure_throughput(
                 };
                 if let Some(delta) = event.text_delta() {
                     let now = unix_micros();
-                    latencies.extend(stamps(delta).map(|sent| now.saturating_sub(sent)));
+                    times.parts.extend(stamps(delta).map(|sent| (sent, now)));
                 } else if event.is_assistant_message() {
-                    return anyhow::Ok((latencies, resumes));
+                    times.committed = unix_micros();
+                    return anyhow::Ok((times, resumes));
                 }
             }
         });
     }
     start.wait().await;
     let began = Instant::now();
-    let (cpu_before, mock_before) = (daemon.cpu()?, mock.cpu()?);
+    let began_unix = unix_micros();
+    let (cpu_before, mock_before, client_before) = (daemon.cpu()?, mock.cpu()?, own_cpu()?);
     let mut peak_rss = daemon.rss()?;
-    let mut latencies = Vec::new();
+    let mut received = Vec::with_capacity(chats.len());
     let mut resumes = 0;
     let mut sampler = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
             joined = tasks.join_next() => match joined {
                 Some(result) => {
-                    let (received, resumed) = result??;
-                    latencies.extend(received);
+                    let (times, resumed) = result??;
+                    received.push(times);
                     resumes += resumed;
                 }
                 None => break,
@@ -259,6 +294,16 @@ async fn measure_throughput(
         }
     }
     let wall = began.elapsed();
+    let (daemon_cpu, mock_cpu, client_cpu) = (
+        daemon.cpu()?.saturating_sub(cpu_before),
+        mock.cpu()?.saturating_sub(mock_before),
+        own_cpu()?.saturating_sub(client_before),
+    );
+    let mut latencies: Vec<u64> = received
+        .iter()
+        .flat_map(|c| &c.parts)
+        .map(|&(sent, at)| at.saturating_sub(sent))
+        .collect();
     let parts = latencies.len() as u64;
     let expected = u64::from(args.tokens) * chats.len() as u64;
     ensure!(
@@ -269,10 +314,13 @@ async fn measure_throughput(
         wall,
         parts,
         latency: Spread::of(&mut latencies),
-        daemon_cpu: daemon.cpu()?.saturating_sub(cpu_before),
-        mock_cpu: mock.cpu()?.saturating_sub(mock_before),
+        daemon_cpu,
+        mock_cpu,
+        client_cpu,
         peak_rss: peak_rss.max(daemon.rss()?),
         resumes,
+        phases: phases(began_unix, &received),
+        window: live_window(&received),
     })
 }
 
