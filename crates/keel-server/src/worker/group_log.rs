@@ -1,9 +1,11 @@
 //! The process's one writer of the live-part log: a group commit over every run.
 //!
-//! Runs hand each numbered part to this task as they publish it (one channel send, no
-//! database work). Every [`BATCH_WINDOW`] — or sooner when [`BATCH_PARTS`] are waiting, or
-//! when a run asks for its parts to be written before it commits — the pending parts of
-//! *all* chats go to the store in one transaction ([`keel_store::Store::append_live_groups`]),
+//! Runs hand each numbered part to this task as they publish it: a push onto a shared inbox
+//! under a lock, no database work, and no wake-up of the writer but for the first part of a
+//! window and a full batch (with a thousand streams, a wake-up per part was a task switch
+//! per part). Every [`BATCH_WINDOW`] — or sooner when [`BATCH_PARTS`] are waiting, or when
+//! a run asks for its parts to be written before it commits — the pending parts of *all*
+//! chats go to the store in one transaction ([`keel_store::Store::append_live_groups`]),
 //! each chat's entries fenced on its own lease. With a thousand slow streams that is one
 //! transaction per window instead of one per chat per part.
 //!
@@ -13,12 +15,12 @@
 //! whole transaction keeps everything for the next window.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use keel_store::{Lease, LiveEntry, MessageId, NewMessage, Store, StoreError};
-use tokio::sync::{mpsc, oneshot};
+use keel_store::{Lease, LiveEntry, MessageId, NewMessage, Next, Store, StoreError};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::worker::sink::{SharedLease, current};
@@ -38,12 +40,38 @@ pub(super) fn next_run_key() -> RunKey {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A part as a run handed it over.
+type Appended = (RunKey, SharedLease, LiveEntry);
+
+/// Whether the part that leaves `waiting` parts in the inbox wakes the writer: only to
+/// start a window's clock (the first) or to write a full batch; a part that arrives while a
+/// window is open waits for it.
+fn wakes_writer(waiting: usize) -> bool {
+    waiting == 1 || waiting == BATCH_PARTS
+}
+
+/// Parts appended since the writer last took them. A run's appends happen before its own
+/// later flush or commit is sent, and the writer takes the inbox after receiving one, so
+/// a flush always finds the parts published before it.
+#[derive(Default)]
+struct Inbox {
+    parts: Mutex<Vec<Appended>>,
+    /// The inbox went from empty to holding a part, or a batch is full.
+    arrived: Notify,
+}
+
+impl Inbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Appended>> {
+        // Each critical section is one push or one swap, so a poisoned lock is still whole.
+        self.parts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
 enum Command {
-    Append {
-        run: RunKey,
-        lease: SharedLease,
-        entry: LiveEntry,
-    },
     /// Write everything pending now; answer with the run's outcome.
     Flush {
         run: RunKey,
@@ -57,33 +85,48 @@ enum Command {
         messages: Vec<NewMessage>,
         reply: oneshot::Sender<Result<Vec<MessageId>, StoreError>>,
     },
+    /// The run completed and its parts were flushed: finish it (with the runs of other
+    /// chats that finish meanwhile).
+    Finish {
+        lease: Lease,
+        reply: oneshot::Sender<Result<Next, StoreError>>,
+    },
     /// The run ended: forget what is kept for it.
     Forget { run: RunKey },
 }
 
 /// A handle on the process's log writer.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct GroupLog {
     tx: mpsc::UnboundedSender<Command>,
+    inbox: Arc<Inbox>,
+}
+
+impl std::fmt::Debug for GroupLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupLog").finish_non_exhaustive()
+    }
 }
 
 impl GroupLog {
     /// Starts the writer task; it ends when every handle is dropped.
     pub(crate) fn start(store: Arc<dyn Store>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(Writer::new(store).run(rx));
-        Self { tx }
+        let inbox = Arc::new(Inbox::default());
+        tokio::spawn(Writer::new(store, inbox.clone()).run(rx));
+        Self { tx, inbox }
     }
 
     /// Queues a numbered part of a run for the next write.
     pub(crate) fn append(&self, run: RunKey, lease: &SharedLease, entry: LiveEntry) {
-        // The writer lives as long as any handle; a closed channel only happens while the
-        // process is torn down, when losing the tail of the log is harmless.
-        let _ = self.tx.send(Command::Append {
-            run,
-            lease: lease.clone(),
-            entry,
-        });
+        let waiting = {
+            let mut parts = self.inbox.lock();
+            parts.push((run, lease.clone(), entry));
+            parts.len()
+        };
+        if wakes_writer(waiting) {
+            self.inbox.arrived.notify_one();
+        }
     }
 
     /// Writes everything pending (the run's parts among them) and answers whether the run's
@@ -119,6 +162,18 @@ impl GroupLog {
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
+    /// Finishes a completed run whose parts were flushed — in one transaction with the
+    /// runs of other chats that finish while the writer is busy ([`Store::finish_runs`]),
+    /// each fenced on its own lease.
+    pub(crate) async fn finish_run(&self, lease: Lease) -> Result<Next, StoreError> {
+        let stopped = || StoreError::InvalidInput("the live-part log writer stopped".into());
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Finish { lease, reply })
+            .map_err(|_| stopped())?;
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
     /// The run ended; nothing more comes from it.
     pub(crate) fn forget(&self, run: RunKey) {
         let _ = self.tx.send(Command::Forget { run });
@@ -133,41 +188,46 @@ struct Pending {
 
 type FlushReply = oneshot::Sender<Result<(), StoreError>>;
 type CommitReply = oneshot::Sender<Result<Vec<MessageId>, StoreError>>;
+type FinishReply = oneshot::Sender<Result<Next, StoreError>>;
 
-/// The flushes and commits one write answers.
+/// The flushes, commits and finishes one write answers.
 #[derive(Default)]
 struct Settle {
     flushes: Vec<(RunKey, FlushReply)>,
     commits: Vec<(RunKey, Lease, Vec<NewMessage>, CommitReply)>,
+    finishes: Vec<(Lease, FinishReply)>,
 }
 
 impl Settle {
     fn flush(run: RunKey, reply: FlushReply) -> Self {
         Self {
             flushes: vec![(run, reply)],
-            commits: Vec::new(),
+            ..Self::default()
         }
     }
 }
 
 struct Writer {
     store: Arc<dyn Store>,
+    inbox: Arc<Inbox>,
+    /// The inbox's previous buffer, kept for its capacity.
+    spare: Vec<Appended>,
     /// Runs with parts waiting, in the order they first had one.
     pending: Vec<(RunKey, Pending)>,
     /// Where each run is in `pending`.
     index: HashMap<RunKey, usize>,
-    parts: usize,
     /// A refused run's error, for its next flush.
     refused: HashMap<RunKey, StoreError>,
 }
 
 impl Writer {
-    fn new(store: Arc<dyn Store>) -> Self {
+    fn new(store: Arc<dyn Store>, inbox: Arc<Inbox>) -> Self {
         Self {
             store,
+            inbox,
+            spare: Vec::new(),
             pending: Vec::new(),
             index: HashMap::new(),
-            parts: 0,
             refused: HashMap::new(),
         }
     }
@@ -175,50 +235,62 @@ impl Writer {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         let mut deadline: Option<Instant> = None;
         loop {
-            let command = match deadline {
-                Some(at) => tokio::select! {
-                    command = rx.recv() => command,
-                    _ = tokio::time::sleep_until(at) => {
+            let window = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                command = rx.recv() => match command {
+                    None => {
                         self.write().await;
-                        deadline = self.next_deadline();
+                        return;
+                    }
+                    Some(Command::Flush { run, reply }) => {
+                        self.settle(&mut rx, Settle::flush(run, reply)).await;
+                    }
+                    Some(Command::Commit {
+                        run,
+                        lease,
+                        messages,
+                        reply,
+                    }) => {
+                        let mut settle = Settle::default();
+                        settle.commits.push((run, lease, messages, reply));
+                        self.settle(&mut rx, settle).await;
+                    }
+                    Some(Command::Finish { lease, reply }) => {
+                        let mut settle = Settle::default();
+                        settle.finishes.push((lease, reply));
+                        self.settle(&mut rx, settle).await;
+                    }
+                    Some(Command::Forget { run }) => {
+                        self.take_inbox();
+                        self.forget(run);
+                    }
+                },
+                () = self.inbox.arrived.notified() => {
+                    if self.inbox.len() >= BATCH_PARTS {
+                        self.write().await;
+                    } else if deadline.is_some() {
                         continue;
                     }
                 },
-                None => rx.recv().await,
-            };
-            match command {
-                None => {
-                    self.write().await;
-                    return;
-                }
-                Some(Command::Append { run, lease, entry }) => {
-                    self.push(run, lease, entry);
-                    if self.parts >= BATCH_PARTS {
-                        self.write().await;
-                    }
-                    deadline = deadline.or_else(|| self.next_deadline());
-                }
-                Some(Command::Flush { run, reply }) => {
-                    self.settle(&mut rx, Settle::flush(run, reply)).await;
-                    deadline = self.next_deadline();
-                }
-                Some(Command::Commit {
-                    run,
-                    lease,
-                    messages,
-                    reply,
-                }) => {
-                    let mut settle = Settle::default();
-                    settle.commits.push((run, lease, messages, reply));
-                    self.settle(&mut rx, settle).await;
-                    deadline = self.next_deadline();
-                }
-                Some(Command::Forget { run }) => {
-                    self.forget(run);
-                    deadline = self.next_deadline();
-                }
+                () = window => self.write().await,
             }
+            deadline = self.next_deadline();
         }
+    }
+
+    /// Moves the parts runs appended since the last time into `pending`.
+    fn take_inbox(&mut self) {
+        std::mem::swap(&mut *self.inbox.lock(), &mut self.spare);
+        let mut parts = std::mem::take(&mut self.spare);
+        for (run, lease, entry) in parts.drain(..) {
+            self.push(run, lease, entry);
+        }
+        self.spare = parts;
     }
 
     /// Writes everything pending and answers the flushes and commits: everything already
@@ -228,7 +300,6 @@ impl Writer {
         let mut forgotten = Vec::new();
         while let Ok(command) = rx.try_recv() {
             match command {
-                Command::Append { run, lease, entry } => self.push(run, lease, entry),
                 Command::Flush { run, reply } => settle.flushes.push((run, reply)),
                 Command::Commit {
                     run,
@@ -236,6 +307,7 @@ impl Writer {
                     messages,
                     reply,
                 } => settle.commits.push((run, lease, messages, reply)),
+                Command::Finish { lease, reply } => settle.finishes.push((lease, reply)),
                 Command::Forget { run } => forgotten.push(run),
             }
         }
@@ -259,6 +331,10 @@ impl Writer {
             }
         }
         for (reply, outcome) in replies.into_iter().zip(self.commit_steps(steps).await) {
+            let _ = reply.send(outcome);
+        }
+        let (leases, replies): (Vec<_>, Vec<_>) = settle.finishes.into_iter().unzip();
+        for (reply, outcome) in replies.into_iter().zip(self.finish_runs(leases).await) {
             let _ = reply.send(outcome);
         }
         for run in forgotten {
@@ -292,6 +368,24 @@ impl Writer {
         }
     }
 
+    /// Finishes the runs in one transaction; when that fails as a whole, each alone, so
+    /// every run gets the store's own answer.
+    async fn finish_runs(&self, leases: Vec<Lease>) -> Vec<Result<Next, StoreError>> {
+        if leases.len() > 1 {
+            match self.store.finish_runs(&leases).await {
+                Ok(outcomes) => return outcomes,
+                Err(error) => {
+                    tracing::warn!(%error, runs = leases.len(), "a grouped finish of runs failed; finishing each alone");
+                }
+            }
+        }
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for lease in &leases {
+            outcomes.push(self.store.finish_run(lease).await);
+        }
+        outcomes
+    }
+
     fn forget(&mut self, run: RunKey) {
         self.refused.remove(&run);
         if self.index.contains_key(&run) {
@@ -300,7 +394,7 @@ impl Writer {
         }
     }
 
-    /// Rebuilds the index and the count after runs left `pending`.
+    /// Rebuilds the index after runs left `pending`.
     fn reindex(&mut self) {
         self.index = self
             .pending
@@ -308,11 +402,9 @@ impl Writer {
             .enumerate()
             .map(|(at, (key, _))| (*key, at))
             .collect();
-        self.parts = self.pending.iter().map(|(_, p)| p.entries.len()).sum();
     }
 
     fn push(&mut self, run: RunKey, lease: SharedLease, entry: LiveEntry) {
-        self.parts += 1;
         match self.index.get(&run) {
             Some(&at) => self.pending[at].1.entries.push(entry),
             None => {
@@ -329,7 +421,7 @@ impl Writer {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        (!self.pending.is_empty()).then(|| Instant::now() + BATCH_WINDOW)
+        (!self.pending.is_empty() || self.inbox.len() > 0).then(|| Instant::now() + BATCH_WINDOW)
     }
 
     /// The run's outcome since its last flush: its parts are written unless refused. Parts
@@ -358,8 +450,9 @@ impl Writer {
         result
     }
 
-    /// Writes every pending part in one transaction.
+    /// Writes every pending part (the inbox's among them) in one transaction.
     async fn write(&mut self) {
+        self.take_inbox();
         if self.pending.is_empty() {
             return;
         }
@@ -378,7 +471,6 @@ impl Writer {
                         self.refused.insert(run, error);
                     }
                 }
-                self.parts = 0;
             }
             Err(error) if error.is_transient() => {
                 drop(groups);
@@ -394,7 +486,6 @@ impl Writer {
                     self.refused
                         .insert(run, StoreError::InvalidInput(message.clone()));
                 }
-                self.parts = 0;
             }
         }
     }
@@ -434,6 +525,45 @@ mod tests {
         };
         assert_eq!(logged(current(&a).chat_id).await, 2);
         assert_eq!(logged(current(&b).chat_id).await, 1);
+        log.flush(kb).await.unwrap();
+    }
+
+    #[test]
+    fn only_the_first_part_of_a_window_and_a_full_batch_wake_the_writer() {
+        assert!(wakes_writer(1));
+        assert!(!wakes_writer(2));
+        assert!(!wakes_writer(BATCH_PARTS - 1));
+        assert!(wakes_writer(BATCH_PARTS));
+        assert!(!wakes_writer(BATCH_PARTS + 1));
+    }
+
+    #[tokio::test]
+    async fn appended_parts_are_written_when_their_window_closes_without_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b) = (claimed(&store).await, claimed(&store).await);
+        let log = GroupLog::start(store.clone());
+        let (ka, kb) = (next_run_key(), next_run_key());
+        let (chat_a, chat_b) = (current(&a).chat_id, current(&b).chat_id);
+        let start_a = store.get_chat(chat_a).await.unwrap().event_seq;
+        let start_b = store.get_chat(chat_b).await.unwrap().event_seq;
+        log.append(ka, &a, entry(start_a + 1));
+        log.append(kb, &b, entry(start_b + 1));
+        log.append(ka, &a, entry(start_a + 2));
+        let logged = |chat| {
+            let store = store.clone();
+            async move { store.live_parts_after(chat, 0).await.unwrap().len() }
+        };
+        // Only the first part woke the writer; the window it opened writes all three. The
+        // bound is generous: it only stops a writer that never writes from hanging the test.
+        let mut windows = 0;
+        while logged(chat_a).await < 2 || logged(chat_b).await < 1 {
+            windows += 1;
+            assert!(windows < 400, "the parts were never written");
+            tokio::time::sleep(BATCH_WINDOW).await;
+        }
+        assert_eq!(store.get_chat(chat_a).await.unwrap().event_seq, start_a + 2);
+        log.flush(ka).await.unwrap();
         log.flush(kb).await.unwrap();
     }
 
@@ -514,6 +644,45 @@ mod tests {
                 .unwrap()
                 .len(),
             2
+        );
+    }
+
+    #[tokio::test]
+    async fn runs_finished_together_are_one_group_and_a_fenced_one_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b, c) = (
+            claimed(&store).await,
+            claimed(&store).await,
+            claimed(&store).await,
+        );
+        let log = GroupLog::start(store.clone());
+        let chat_b = current(&b).chat_id;
+        let first = store.list_messages(chat_b, None).await.unwrap()[0].id;
+        store
+            .edit_message(chat_b, first, vec![Part::text("again")])
+            .await
+            .unwrap();
+        let (ra, rb, rc) = tokio::join!(
+            log.finish_run(current(&a)),
+            log.finish_run(current(&b)),
+            log.finish_run(current(&c)),
+        );
+        assert_eq!(ra.unwrap(), Next::Idle);
+        assert!(matches!(rb, Err(StoreError::Fenced { .. })), "{rb:?}");
+        assert_eq!(rc.unwrap(), Next::Idle);
+        let status = |chat| {
+            let store = store.clone();
+            async move { store.get_chat(chat).await.unwrap().status }
+        };
+        assert_eq!(
+            status(current(&a).chat_id).await,
+            keel_store::ChatStatus::Waiting
+        );
+        assert_eq!(status(chat_b).await, keel_store::ChatStatus::Running);
+        assert_eq!(
+            status(current(&c).chat_id).await,
+            keel_store::ChatStatus::Waiting
         );
     }
 }
