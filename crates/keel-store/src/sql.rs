@@ -17,6 +17,39 @@ macro_rules! chat_columns {
     };
 }
 
+/// Binds a chat's columns, in [`chat_columns`] order, as one row of a `VALUES` list.
+macro_rules! push_chat_row {
+    ($row:ident, $c:ident) => {
+        $row.push_bind($c.id.as_str())
+            .push_bind($c.owner.as_str())
+            .push_bind($c.title.as_deref())
+            .push_bind($c.model.as_str())
+            .push_bind($c.status.as_str())
+            .push_bind($c.archived)
+            .push_bind($c.max_steps)
+            .push_bind($c.system_prompt.as_deref())
+            .push_bind($c.tools.as_str())
+            .push_bind($c.worker_id.as_deref())
+            .push_bind($c.lease_expires_at)
+            .push_bind($c.version)
+            .push_bind($c.history_version)
+            .push_bind($c.event_seq)
+            .push_bind($c.last_message_id)
+            .push_bind($c.last_error_kind.as_deref())
+            .push_bind($c.last_error_message.as_deref())
+            .push_bind($c.retry_state.as_deref())
+            .push_bind($c.pending_tool_calls.as_str())
+            .push_bind($c.pending_deadline)
+            .push_bind($c.created_at)
+            .push_bind($c.updated_at)
+            .push_bind($c.compact_requested)
+            .push_bind($c.last_error_provider.as_deref())
+            .push_bind($c.last_error_url.as_deref())
+            .push_bind($c.leaf_id)
+            .push_bind($c.branch_seq);
+    };
+}
+
 /// The chat columns in [`crate::rows::FenceCols`] order: what a lease fence and a
 /// live-part notice read.
 macro_rules! fence_columns {
@@ -145,42 +178,15 @@ macro_rules! tx_ops {
                 &mut self,
                 c: &$crate::rows::ChatCols,
             ) -> $crate::error::Result<()> {
-                const SQL: &str = concat!(
+                let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
                     "INSERT INTO chats (",
                     chat_columns!(),
-                    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-                     $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)"
-                );
-                sqlx::query(SQL)
-                    .bind(&c.id)
-                    .bind(&c.owner)
-                    .bind(&c.title)
-                    .bind(&c.model)
-                    .bind(&c.status)
-                    .bind(c.archived)
-                    .bind(c.max_steps)
-                    .bind(&c.system_prompt)
-                    .bind(&c.tools)
-                    .bind(&c.worker_id)
-                    .bind(c.lease_expires_at)
-                    .bind(c.version)
-                    .bind(c.history_version)
-                    .bind(c.event_seq)
-                    .bind(c.last_message_id)
-                    .bind(&c.last_error_kind)
-                    .bind(&c.last_error_message)
-                    .bind(&c.retry_state)
-                    .bind(&c.pending_tool_calls)
-                    .bind(c.pending_deadline)
-                    .bind(c.created_at)
-                    .bind(c.updated_at)
-                    .bind(c.compact_requested)
-                    .bind(&c.last_error_provider)
-                    .bind(&c.last_error_url)
-                    .bind(c.leaf_id)
-                    .bind(c.branch_seq)
-                    .execute(self.conn().await?)
-                    .await?;
+                    ") "
+                ));
+                query.push_values(std::slice::from_ref(c), |mut row, c| {
+                    push_chat_row!(row, c);
+                });
+                query.build().execute(self.conn().await?).await?;
                 Ok(())
             }
 
@@ -422,33 +428,7 @@ macro_rules! tx_ops {
                         ") "
                     ));
                     query.push_values(chunk, |mut row, c| {
-                        row.push_bind(c.id.as_str())
-                            .push_bind(c.owner.as_str())
-                            .push_bind(c.title.as_deref())
-                            .push_bind(c.model.as_str())
-                            .push_bind(c.status.as_str())
-                            .push_bind(c.archived)
-                            .push_bind(c.max_steps)
-                            .push_bind(c.system_prompt.as_deref())
-                            .push_bind(c.tools.as_str())
-                            .push_bind(c.worker_id.as_deref())
-                            .push_bind(c.lease_expires_at)
-                            .push_bind(c.version)
-                            .push_bind(c.history_version)
-                            .push_bind(c.event_seq)
-                            .push_bind(c.last_message_id)
-                            .push_bind(c.last_error_kind.as_deref())
-                            .push_bind(c.last_error_message.as_deref())
-                            .push_bind(c.retry_state.as_deref())
-                            .push_bind(c.pending_tool_calls.as_str())
-                            .push_bind(c.pending_deadline)
-                            .push_bind(c.created_at)
-                            .push_bind(c.updated_at)
-                            .push_bind(c.compact_requested)
-                            .push_bind(c.last_error_provider.as_deref())
-                            .push_bind(c.last_error_url.as_deref())
-                            .push_bind(c.leaf_id)
-                            .push_bind(c.branch_seq);
+                        push_chat_row!(row, c);
                     });
                     query.push(
                         " ON CONFLICT (id) DO UPDATE SET title = excluded.title, \

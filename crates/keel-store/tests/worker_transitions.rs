@@ -3,9 +3,14 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::*;
 use keel_core::{ErrorKind, FinishReason, PartKind, Role};
-use keel_store::{Busy, ChatStatus, Next, StoreError, ToolRecord, ToolState, Transition};
+use keel_store::{
+    Busy, Chat, ChatStatus, Lease, LiveEntry, Next, Store, StoreError, ToolRecord, ToolState,
+    Transition,
+};
 use serde_json::json;
 
 both_backends!(
@@ -142,21 +147,40 @@ async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db
     assert!(again.iter().all(Result::is_err), "{again:?}");
 }
 
-async fn grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {
-    let s = &db.store;
-    let (a, b, c) = (
+/// Chats `a`, `b` and `c` claimed by worker `w`, then `b` edited under its run: the new
+/// history version fences that run out, the other two runs still hold.
+async fn three_claimed_with_b_fenced(s: &Arc<dyn Store>) -> ([Chat; 3], [Lease; 3]) {
+    let chats = [
         create(s, "a").await,
         create(s, "b").await,
         create(s, "c").await,
-    );
+    ];
     let leases = s.acquire("w", 10).await.unwrap();
-    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
-    let (la, lb, lc) = (lease(a.id), lease(b.id), lease(c.id));
-    // Each chat has a logged part and a tool record: the commit voids both.
-    let entry = |seq: i64| keel_store::LiveEntry {
+    let leases = chats.each_ref().map(|chat| {
+        leases
+            .iter()
+            .find(|l| l.chat_id == chat.id)
+            .unwrap()
+            .clone()
+    });
+    let b = chats[1].id;
+    let first = s.list_messages(b, None).await.unwrap()[0].id;
+    s.edit_message(b, first, text("b again")).await.unwrap();
+    (chats, leases)
+}
+
+/// A logged live part numbered `seq`.
+fn entry(seq: i64) -> LiveEntry {
+    LiveEntry {
         seq,
         payload: json!({"event": "part", "data": seq}),
-    };
+    }
+}
+
+async fn grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {
+    let s = &db.store;
+    let ([a, b, c], [la, lb, lc]) = three_claimed_with_b_fenced(s).await;
+    // Each chat has a logged part and a tool record: the commit voids both.
     for (l, chat) in [(&la, &a), (&lc, &c)] {
         let seq = s.get_chat(chat.id).await.unwrap().event_seq + 1;
         s.append_live_entries(l, &[entry(seq)]).await.unwrap();
@@ -177,9 +201,7 @@ async fn grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced
         .await
         .unwrap();
     }
-    // `b` is edited under its run: its step must not land, the others must.
-    let first = s.list_messages(b.id, None).await.unwrap()[0].id;
-    s.edit_message(b.id, first, text("b again")).await.unwrap();
+    // `b` was edited under its run: its step must not land, the others must.
     let before_a = s.get_chat(a.id).await.unwrap();
     let outcomes = s
         .commit_steps(vec![
@@ -262,21 +284,8 @@ async fn a_steps_finish_reason_is_stored_with_its_message(db: TestDb) {
 
 async fn a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one(db: TestDb) {
     let s = &db.store;
-    let (a, b, c) = (
-        create(s, "a").await,
-        create(s, "b").await,
-        create(s, "c").await,
-    );
-    let leases = s.acquire("w", 10).await.unwrap();
-    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
-    let (la, lb, lc) = (lease(a.id), lease(b.id), lease(c.id));
-    // `b` is edited under its run: that run's parts must not land.
-    let first = s.list_messages(b.id, None).await.unwrap()[0].id;
-    s.edit_message(b.id, first, text("b again")).await.unwrap();
-    let entry = |seq: i64| keel_store::LiveEntry {
-        seq,
-        payload: json!({"event": "part", "data": seq}),
-    };
+    let ([a, b, c], [la, lb, lc]) = three_claimed_with_b_fenced(s).await;
+    // `b` was edited under its run: that run's parts must not land.
     let base = |chat: &keel_store::Chat| chat.event_seq;
     let (sa, sb, sc) = (
         base(&s.get_chat(a.id).await.unwrap()),
@@ -380,16 +389,7 @@ async fn a_renewal_is_no_change_a_client_sees(db: TestDb) {
 
 async fn leases_renew_together_and_a_fenced_one_is_refused(db: TestDb) {
     let s = &db.store;
-    let (a, b, c) = (
-        create(s, "a").await,
-        create(s, "b").await,
-        create(s, "c").await,
-    );
-    let leases = s.acquire("w", 10).await.unwrap();
-    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
-    let (la, lb, lc) = (lease(a.id), lease(b.id), lease(c.id));
-    let first = s.list_messages(b.id, None).await.unwrap()[0].id;
-    s.edit_message(b.id, first, text("b again")).await.unwrap();
+    let ([a, _, c], [la, lb, lc]) = three_claimed_with_b_fenced(s).await;
     s.interrupt(c.id).await.unwrap();
     db.clock.advance(chrono::Duration::seconds(20));
     let outcomes = s

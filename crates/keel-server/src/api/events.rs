@@ -23,13 +23,13 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use keel_store::{Chat, ChatId, ChatStatus};
 use serde_json::json;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::api::dto::{EventsQuery, LastErrorView, MessageView, QueuedView};
 use crate::api::error::{ApiError, Code};
 use crate::api::extract::{Caller, parse_id};
 use crate::api::state::AppState;
-use crate::hub::Frame;
+use crate::hub::{Changes, Frame};
 use crate::live::from_log;
 use crate::net::sse_slots::{SlotRefusal, SseSlot};
 
@@ -38,6 +38,20 @@ const CLIENT_BUFFER: usize = 256;
 
 /// Committed messages one catch-up query reads at most.
 const CATCH_UP_PAGE: usize = 200;
+
+/// How long a connection waits for a position that a run on another replica sent the
+/// client but has not yet logged, before it takes the position for one the chat never
+/// reached.
+const AHEAD_PATIENCE: Duration = Duration::from_secs(3);
+
+/// How often a connection waiting for such a position reads the store again when no
+/// change notice wakes it first.
+const AHEAD_RECHECK: Duration = Duration::from_millis(100);
+
+/// How far ahead of what the store shows a position may be and still be waited for: the
+/// parts of a step in progress that are not logged yet. A position further ahead (another
+/// chat's id, one from before a change of branch) is unknown at once.
+const AHEAD_MARGIN: i64 = 100_000;
 
 #[utoipa::path(get, path = "/chats/{id}/events", tag = "chats", summary = "Live events (Server-Sent Events)", params(("id" = String, Path, description = "The chat's id"), EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event (as `after`)")), responses((status = 200, description = "Live events", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
 pub(super) async fn events(
@@ -153,6 +167,20 @@ fn resume_from(requested: Requested, known_end: i64, step_start: i64) -> (i64, b
         Requested::Start => (0, false),
         Requested::At(position) if position <= known_end => (position, false),
         Requested::At(_) | Requested::Unknown => (step_start.min(known_end), true),
+    }
+}
+
+/// Whether a position beyond the highest id this process knows of the chat may still be
+/// one the chat reached: while a run streams, the replica running it sends its parts live
+/// and logs them a window later, so a client that moves to another replica can be ahead of
+/// the store for that long. Reset at once, it would void parts that are not void and be
+/// sent again the committed step it already holds.
+fn may_be_in_flight(requested: Requested, known_end: i64, running: bool) -> bool {
+    match requested {
+        Requested::At(position) => {
+            running && position > known_end && position - known_end <= AHEAD_MARGIN
+        }
+        Requested::Start | Requested::Unknown => false,
     }
 }
 
@@ -388,7 +416,7 @@ async fn where_the_step_starts(
     state: &AppState,
     chat: &Chat,
     backlog: &[Arc<Frame>],
-) -> Result<(i64, i64), keel_store::StoreError> {
+) -> Result<(i64, i64, bool), keel_store::StoreError> {
     let current = state.store.get_chat(chat.id).await?;
     let logged = state.store.live_parts_after(chat.id, 0).await?;
     let live = backlog
@@ -400,7 +428,36 @@ async fn where_the_step_starts(
         Some(seq) => seq - 1,
         None => last_step_start(state, &current).await?,
     };
-    Ok((known_end, step_start))
+    let running = matches!(
+        current.status,
+        ChatStatus::Running | ChatStatus::Interrupting
+    );
+    Ok((known_end, step_start, running))
+}
+
+/// Where a resumed connection starts, and whether it opens with `stream_reset`. A position
+/// that may be a run's parts not logged yet ([`may_be_in_flight`]) is waited for, woken by
+/// the chat's change notices or every [`AHEAD_RECHECK`], for at most [`AHEAD_PATIENCE`].
+async fn locate(
+    state: &AppState,
+    chat: &Chat,
+    backlog: &[Arc<Frame>],
+    requested: Requested,
+    changes: &mut watch::Receiver<Changes>,
+) -> Result<(i64, bool), keel_store::StoreError> {
+    let deadline = tokio::time::Instant::now() + AHEAD_PATIENCE;
+    loop {
+        let (known_end, step_start, running) = where_the_step_starts(state, chat, backlog).await?;
+        let now = tokio::time::Instant::now();
+        if now >= deadline || !may_be_in_flight(requested, known_end, running) {
+            return Ok(resume_from(requested, known_end, step_start));
+        }
+        let wake = deadline.min(now + AHEAD_RECHECK);
+        if let Ok(Err(_)) = tokio::time::timeout_at(wake, changes.changed()).await {
+            // No more notices: the chat's channel is gone. Decide on what was read.
+            return Ok(resume_from(requested, known_end, step_start));
+        }
+    }
 }
 
 /// With nothing in progress, the current step is the last committed one: its assistant
@@ -446,8 +503,8 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
     );
     let (position, reset) = match requested {
         Requested::Start => (0, false),
-        _ => match where_the_step_starts(&state, &chat, &backlog).await {
-            Ok((known_end, step_start)) => resume_from(requested, known_end, step_start),
+        _ => match locate(&state, &chat, &backlog, requested, &mut changes).await {
+            Ok(found) => found,
             Err(error) => {
                 tracing::warn!(chat = %chat.id, %error, "reading the chat's position failed");
                 return;
@@ -600,5 +657,22 @@ mod tests {
         assert_eq!(resume_from(Requested::Unknown, 40, 30), (30, true));
         // Nothing in progress: the step starts at the chat's sequence.
         assert_eq!(resume_from(Requested::Unknown, 40, 40), (40, true));
+    }
+
+    #[test]
+    fn a_position_just_ahead_of_a_running_chat_is_waited_for() {
+        // Parts another replica sent live and logs a window later.
+        assert!(may_be_in_flight(Requested::At(45), 40, true));
+        assert!(may_be_in_flight(Requested::At(40 + AHEAD_MARGIN), 40, true));
+        // Known already, or nothing streams that could reach it, or far beyond any step.
+        assert!(!may_be_in_flight(Requested::At(40), 40, true));
+        assert!(!may_be_in_flight(Requested::At(45), 40, false));
+        assert!(!may_be_in_flight(
+            Requested::At(41 + AHEAD_MARGIN),
+            40,
+            true
+        ));
+        assert!(!may_be_in_flight(Requested::Unknown, 40, true));
+        assert!(!may_be_in_flight(Requested::Start, 40, true));
     }
 }

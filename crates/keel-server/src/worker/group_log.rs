@@ -456,6 +456,8 @@ impl Writer {
         if self.pending.is_empty() {
             return;
         }
+        #[cfg(debug_assertions)]
+        log_pause().await;
         let pending = std::mem::take(&mut self.pending);
         self.index.clear();
         let groups: Vec<(keel_store::Lease, &[LiveEntry])> = pending
@@ -491,12 +493,41 @@ impl Writer {
     }
 }
 
+/// Debug builds only: with `KEEL_DEBUG_LOG_PAUSE_MS` set, every write of the log waits that
+/// long first, so that a test can hold a run's parts live but not yet logged (as another
+/// replica sees them for a window).
+#[cfg(debug_assertions)]
+async fn log_pause() {
+    let pause = std::env::var("KEEL_DEBUG_LOG_PAUSE_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok());
+    if let Some(ms) = pause {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::test_support::{claimed, store};
+    use crate::worker::test_support::{claimed, fenced_out, store};
     use keel_core::{Part, Role};
     use serde_json::json;
+
+    /// A store in `dir`, a group log on it, and `N` claimed chats each with its own run.
+    async fn runs<const N: usize>(
+        dir: &tempfile::TempDir,
+    ) -> (Arc<dyn Store>, GroupLog, [(RunKey, SharedLease); N]) {
+        let store = store(dir).await;
+        let mut runs = Vec::with_capacity(N);
+        for _ in 0..N {
+            runs.push((next_run_key(), claimed(&store).await));
+        }
+        let log = GroupLog::start(store.clone());
+        let Ok(runs) = runs.try_into() else {
+            unreachable!("N runs were pushed")
+        };
+        (store, log, runs)
+    }
 
     fn entry(seq: i64) -> LiveEntry {
         LiveEntry {
@@ -508,10 +539,7 @@ mod tests {
     #[tokio::test]
     async fn one_flush_writes_the_waiting_parts_of_every_run() {
         let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir).await;
-        let (a, b) = (claimed(&store).await, claimed(&store).await);
-        let log = GroupLog::start(store.clone());
-        let (ka, kb) = (next_run_key(), next_run_key());
+        let (store, log, [(ka, a), (kb, b)]) = runs(&dir).await;
         let start_a = store.get_chat(current(&a).chat_id).await.unwrap().event_seq;
         let start_b = store.get_chat(current(&b).chat_id).await.unwrap().event_seq;
         log.append(ka, &a, entry(start_a + 1));
@@ -570,17 +598,9 @@ mod tests {
     #[tokio::test]
     async fn a_run_that_lost_its_chat_is_refused_and_its_commit_fails() {
         let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir).await;
-        let (a, b) = (claimed(&store).await, claimed(&store).await);
-        let log = GroupLog::start(store.clone());
-        let (ka, kb) = (next_run_key(), next_run_key());
+        let (store, log, [(ka, a), (kb, b)]) = runs(&dir).await;
         // `b`'s chat is edited under its run: the history version fences it out.
-        let chat_b = current(&b).chat_id;
-        let first = store.list_messages(chat_b, None).await.unwrap()[0].id;
-        store
-            .edit_message(chat_b, first, vec![Part::text("again")])
-            .await
-            .unwrap();
+        let chat_b = fenced_out(&store, &b).await;
         log.append(ka, &a, entry(1_000));
         log.append(kb, &b, entry(1_000));
         log.flush(ka).await.unwrap();
@@ -601,20 +621,8 @@ mod tests {
     #[tokio::test]
     async fn steps_committed_together_are_one_group_and_a_fenced_one_fails_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir).await;
-        let (a, b, c) = (
-            claimed(&store).await,
-            claimed(&store).await,
-            claimed(&store).await,
-        );
-        let log = GroupLog::start(store.clone());
-        let (ka, kb, kc) = (next_run_key(), next_run_key(), next_run_key());
-        let chat_b = current(&b).chat_id;
-        let first = store.list_messages(chat_b, None).await.unwrap()[0].id;
-        store
-            .edit_message(chat_b, first, vec![Part::text("again")])
-            .await
-            .unwrap();
+        let (store, log, [(ka, a), (kb, b), (kc, c)]) = runs(&dir).await;
+        let chat_b = fenced_out(&store, &b).await;
         let start_a = store.get_chat(current(&a).chat_id).await.unwrap().event_seq;
         log.append(ka, &a, entry(start_a + 1));
         let step = |text: &str| vec![NewMessage::new(Role::Assistant, vec![Part::text(text)])];

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use keel_core::Part;
-use keel_store::{NewChat, Store};
+use keel_store::{ChatId, NewChat, Store};
 
-use crate::worker::sink::SharedLease;
+use crate::worker::sink::{SharedLease, current};
 
 /// A fresh SQLite store in `dir`.
 pub(super) async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
@@ -33,4 +33,16 @@ pub(super) async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
         .find(|l| l.chat_id == chat.id)
         .unwrap();
     Arc::new(Mutex::new(lease))
+}
+
+/// Edits the first message of the chat `run` holds, so that the new history version
+/// fences the run out; returns the chat.
+pub(super) async fn fenced_out(store: &Arc<dyn Store>, run: &SharedLease) -> ChatId {
+    let chat = current(run).chat_id;
+    let first = store.list_messages(chat, None).await.unwrap()[0].id;
+    store
+        .edit_message(chat, first, vec![Part::text("again")])
+        .await
+        .unwrap();
+    chat
 }

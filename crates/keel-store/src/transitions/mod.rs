@@ -387,26 +387,13 @@ fn may(chat: &Chat, transition: Transition) -> Option<Move> {
 /// The worker must own the chat at the history version it claimed. `interrupted_persist`
 /// also lets the partial output of an interrupted step in while the chat is
 /// `interrupting` and was released: the user asked to stop, not to lose what was said.
-fn fence(chat: &Chat, lease: &Lease, interrupted_persist: bool) -> Result<()> {
-    let held = HeldBy {
-        chat_id: chat.id,
-        status: chat.status,
-        worker_id: chat.worker_id.as_deref(),
-        history_version: chat.history_version,
-    };
-    held.admits(lease, interrupted_persist)
-}
-
-/// [`fence`] on the narrow read of a chat ([`TxOps::lock_fences`]): the same decision from
-/// the same columns.
-fn fence_row(chat: &ChatFence, lease: &Lease, interrupted_persist: bool) -> Result<()> {
-    let held = HeldBy {
-        chat_id: chat.id,
-        status: chat.status,
-        worker_id: chat.worker_id.as_deref(),
-        history_version: chat.history_version,
-    };
-    held.admits(lease, interrupted_persist)
+/// Takes a whole chat or the narrow read of one ([`TxOps::lock_fences`]): the same
+/// decision from the same columns.
+fn fence<'a, C>(chat: &'a C, lease: &Lease, interrupted_persist: bool) -> Result<()>
+where
+    HeldBy<'a>: From<&'a C>,
+{
+    HeldBy::from(chat).admits(lease, interrupted_persist)
 }
 
 /// What a fence decides on, however much of the chat was read.
@@ -415,6 +402,28 @@ struct HeldBy<'a> {
     status: ChatStatus,
     worker_id: Option<&'a str>,
     history_version: i64,
+}
+
+impl<'a> From<&'a Chat> for HeldBy<'a> {
+    fn from(chat: &'a Chat) -> Self {
+        Self {
+            chat_id: chat.id,
+            status: chat.status,
+            worker_id: chat.worker_id.as_deref(),
+            history_version: chat.history_version,
+        }
+    }
+}
+
+impl<'a> From<&'a ChatFence> for HeldBy<'a> {
+    fn from(chat: &'a ChatFence) -> Self {
+        Self {
+            chat_id: chat.id,
+            status: chat.status,
+            worker_id: chat.worker_id.as_deref(),
+            history_version: chat.history_version,
+        }
+    }
 }
 
 impl HeldBy<'_> {

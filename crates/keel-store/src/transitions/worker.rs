@@ -68,7 +68,7 @@ pub(crate) async fn renew_leases(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<V
             outcomes.push(Err(StoreError::not_found("chat")));
             continue;
         };
-        if let Err(refused) = fence_row(chat, lease, false)
+        if let Err(refused) = fence(chat, lease, false)
             .and_then(|()| check_status(chat.status, Transition::RenewLease).map(drop))
         {
             outcomes.push(Err(refused));
@@ -152,7 +152,7 @@ pub(crate) async fn append_live_groups(
             outcomes.push(Err(StoreError::not_found("chat")));
             continue;
         };
-        if let Err(refused) = fence_row(chat, lease, false)
+        if let Err(refused) = fence(chat, lease, false)
             .and_then(|()| check_status(chat.status, Transition::AppendLiveParts))
         {
             outcomes.push(Err(refused));

@@ -231,21 +231,7 @@ fn results_per_call(messages: &[Value]) -> Vec<(String, usize)> {
 async fn a_branch_left_while_a_client_tool_waited_comes_back_with_the_call_answered() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
-    let script = json!({"steps": [
-        {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}]},
-        {"text": "never asked for"}
-    ]});
-    let id = client
-        .create_chat(
-            &daemon,
-            json!({
-                "text": format!("weather?\n#mock {script}"),
-                "tools": [{"name": "get_weather", "description": "Weather by city",
-                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
-            }),
-        )
-        .await;
-    client.wait_status(&daemon, &id, "requires_action").await;
+    let id = client.weather_chat(&daemon, "never asked for").await;
     let mut events = client.events(&daemon, &id, None).await;
     let mut watched = Transcript::default();
     watched.follow_until(&mut events, "requires_action").await;
@@ -253,11 +239,7 @@ async fn a_branch_left_while_a_client_tool_waited_comes_back_with_the_call_answe
 
     // The user edits the question instead of answering the call.
     let (status, body) = client
-        .send(
-            reqwest::Method::PUT,
-            &daemon.api(&format!("/chats/{id}/messages/1")),
-            Some(json!({"text": scripted("no tools", 0.0)})),
-        )
+        .edit(&daemon, &id, 1, json!({"text": scripted("no tools", 0.0)}))
         .await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(body["pending_tool_calls"], json!([]), "{body}");

@@ -7,10 +7,6 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-fn sqlite(dir: &std::path::Path) -> String {
-    format!("sqlite://{}/keel.db", dir.display())
-}
-
 /// The next `chat` event of the feed about chat `id` that satisfies `wanted`.
 async fn chat_event(feed: &mut Events, id: &str, wanted: impl Fn(&Value) -> bool) -> Value {
     loop {

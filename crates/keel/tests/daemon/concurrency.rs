@@ -7,26 +7,6 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-/// A chat whose first step calls the client-side tool `get_weather`.
-async fn chat_waiting_for_a_client_tool(client: &Client, daemon: &Daemon) -> String {
-    let script = json!({"steps": [
-        {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}]},
-        {"text": "never asked for"}
-    ]});
-    let id = client
-        .create_chat(
-            daemon,
-            json!({
-                "text": format!("weather?\n#mock {script}"),
-                "tools": [{"name": "get_weather", "description": "Weather by city",
-                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
-            }),
-        )
-        .await;
-    client.wait_status(daemon, &id, "requires_action").await;
-    id
-}
-
 /// Queues `text` behind the chat's activity; returns the queue id.
 async fn queue(client: &Client, daemon: &Daemon, id: &str, text: &str) -> String {
     let (status, body) = client
@@ -49,28 +29,25 @@ async fn wait_for_replies(
     id: &str,
     replies: usize,
 ) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    eventually(async || {
         let chat = client.chat(daemon, id).await;
         let messages = client.messages(daemon, id).await;
         let count = messages.iter().filter(|m| m["role"] == "assistant").count();
         if chat["status"] == "waiting" && count >= replies {
             assert!(chat["queued"].as_array().unwrap().is_empty(), "{chat}");
-            return messages;
+            Ok(messages)
+        } else {
+            Err(format!("{chat}\n{messages:?}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{chat}\n{messages:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
 async fn interrupting_a_chat_waiting_for_client_tools_runs_its_queued_message() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
-    let id = chat_waiting_for_a_client_tool(&client, &daemon).await;
+    let id = client.weather_chat(&daemon, "never asked for").await;
     queue(&client, &daemon, &id, &scripted("queued answer", 0.0)).await;
 
     let (status, body) = client
@@ -100,7 +77,7 @@ async fn an_expired_client_tool_call_runs_the_queued_messages_in_order() {
         "lease_ms = 1000\npending_action_timeout_ms = 1500\n",
     );
     let client = Client::new();
-    let id = chat_waiting_for_a_client_tool(&client, &daemon).await;
+    let id = client.weather_chat(&daemon, "never asked for").await;
     queue(&client, &daemon, &id, &scripted("first queued", 0.0)).await;
     queue(&client, &daemon, &id, &scripted("second queued", 0.0)).await;
 
@@ -217,10 +194,11 @@ async fn an_edit_mid_reply_answers_the_edited_message_at_once() {
 
     let started = tokio::time::Instant::now();
     let (status, body) = client
-        .send(
-            reqwest::Method::PUT,
-            &daemon.api(&format!("/chats/{id}/messages/{user_id}")),
-            Some(json!({"text": scripted("edited reply", 0.0)})),
+        .edit(
+            &daemon,
+            &id,
+            user_id,
+            json!({"text": scripted("edited reply", 0.0)}),
         )
         .await;
     assert_eq!(status, 202, "{body}");
@@ -334,10 +312,11 @@ async fn an_edit_during_a_requested_compaction_is_answered() {
     transcript.follow_parts(&mut events, 1).await;
     let user_id = transcript.messages[0]["id"].as_i64().unwrap();
     let (status, body) = client
-        .send(
-            reqwest::Method::PUT,
-            &daemon.api(&format!("/chats/{id}/messages/{user_id}")),
-            Some(json!({"text": scripted("edited reply", 0.0)})),
+        .edit(
+            &daemon,
+            &id,
+            user_id,
+            json!({"text": scripted("edited reply", 0.0)}),
         )
         .await;
     assert_eq!(status, 202, "{body}");

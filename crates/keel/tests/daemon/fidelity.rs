@@ -167,14 +167,10 @@ async fn a_kill_9_right_after_a_paused_anthropic_turn_carries_it_on_exactly_once
         {"text": "Found it.", "stall": {"after": 0, "ms": 600000, "times": 1}}
     ]});
     let id = f.chat("anthropic", "look it up", &script).await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while f.mock.attempts("paused-kill", 1) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the paused turn was never carried on"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_until("the paused turn was never carried on", async || {
+        f.mock.attempts("paused-kill", 1) > 0
+    })
+    .await;
     f.kill_and_restart();
 
     let messages = f.settle(&id).await;

@@ -12,6 +12,35 @@ use serde_json::{Value, json};
 
 pub const WAIT: Duration = Duration::from_secs(30);
 
+/// How long a wait sleeps between two looks.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Looks with `probe` until it answers `Ok`, for at most [`WAIT`]; then fails the test with
+/// its last `Err`, which says what never came and what was seen instead.
+pub async fn eventually<T>(mut probe: impl AsyncFnMut() -> Result<T, String>) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match probe().await {
+            Ok(found) => return found,
+            Err(seen) => assert!(tokio::time::Instant::now() < deadline, "{seen}"),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`eventually`] for a condition alone: waits until `holds` answers true, or fails the
+/// test with `what`.
+pub async fn wait_until(what: &str, mut holds: impl AsyncFnMut() -> bool) {
+    eventually(async || {
+        if holds().await {
+            Ok(())
+        } else {
+            Err(what.to_owned())
+        }
+    })
+    .await
+}
+
 /// A `keel serve` process.
 pub struct Daemon {
     child: Option<Child>,
@@ -174,14 +203,10 @@ impl Daemon {
     /// Waits for the daemon to exit by itself (a debug build's `KEEL_DEBUG_ABORT` point).
     pub async fn wait_exit(&mut self) {
         let mut child = self.child.take().unwrap();
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while child.try_wait().unwrap().is_none() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "keel serve did not exit"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until("keel serve did not exit", async || {
+            child.try_wait().unwrap().is_some()
+        })
+        .await;
     }
 
     /// SIGTERM, then waits for the exit; returns how long it took.
@@ -337,6 +362,28 @@ impl Client {
         id
     }
 
+    /// A chat that offers the client-side tool `get_weather`: the demo model calls it in
+    /// its first step and says `then` once answered. Returns when the call is pending (the
+    /// chat is `requires_action`).
+    pub async fn weather_chat(&self, daemon: &Daemon, then: &str) -> String {
+        let script = json!({"steps": [
+            {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}]},
+            {"text": then}
+        ]});
+        let id = self
+            .create_chat(
+                daemon,
+                json!({
+                    "text": format!("weather?\n#mock {script}"),
+                    "tools": [{"name": "get_weather", "description": "Weather by city",
+                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+                }),
+            )
+            .await;
+        self.wait_status(daemon, &id, "requires_action").await;
+        id
+    }
+
     pub async fn chat(&self, daemon: &Daemon, id: &str) -> Value {
         let (status, chat) = self.get(&daemon.api(&format!("/chats/{id}"))).await;
         assert_eq!(status, 200, "{chat}");
@@ -388,34 +435,28 @@ impl Client {
         id: &str,
         done: impl Fn(&[Value]) -> bool,
     ) -> Vec<Value> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        eventually(async || {
             let messages = self.messages(daemon, id).await;
             if done(&messages) {
-                return messages;
+                Ok(messages)
+            } else {
+                Err(format!("the messages never came: {messages:?}"))
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the messages never came: {messages:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// Polls until the chat has `status` (bounded by [`WAIT`]).
     pub async fn wait_status(&self, daemon: &Daemon, id: &str, status: &str) -> Value {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        eventually(async || {
             let chat = self.chat(daemon, id).await;
             if chat["status"] == status {
-                return chat;
+                Ok(chat)
+            } else {
+                Err(format!("chat never reached {status}: {chat}"))
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "chat never reached {status}: {chat}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 
     /// Opens the caller's chat-list feed (`GET /events`).

@@ -290,21 +290,8 @@ async fn editing_a_user_message_replaces_the_current_branch() {
 async fn client_side_tools_round_trip() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
-    let script = json!({"steps": [
-        {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}]},
-        {"text": "It is sunny in Oslo."}
-    ]});
-    let id = client
-        .create_chat(
-            &daemon,
-            json!({
-                "text": format!("weather?\n#mock {script}"),
-                "tools": [{"name": "get_weather", "description": "Weather by city",
-                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
-            }),
-        )
-        .await;
-    let chat = client.wait_status(&daemon, &id, "requires_action").await;
+    let id = client.weather_chat(&daemon, "It is sunny in Oslo.").await;
+    let chat = client.chat(&daemon, &id).await;
     let pending = chat["pending_tool_calls"].as_array().unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0]["tool_name"], "get_weather");

@@ -82,18 +82,15 @@ impl Fixture {
     /// Waits until the chat's run has ended (neither `running` nor `interrupting`) and
     /// returns the chat.
     pub async fn ended(&self, id: &str) -> Value {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        eventually(async || {
             let chat = self.client.chat(&self.daemon, id).await;
-            if !matches!(chat["status"].as_str(), Some("running" | "interrupting")) {
-                return chat;
+            if matches!(chat["status"].as_str(), Some("running" | "interrupting")) {
+                Err(format!("the run never ended: {chat}"))
+            } else {
+                Ok(chat)
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the run never ended: {chat}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 
     /// The latest request the mock received on `protocol`'s endpoint.
@@ -137,20 +134,15 @@ impl Fixture {
     /// Waits until the chat is `waiting` and returns its messages; an `error` fails the test
     /// with the chat's error.
     pub async fn settle(&self, id: &str) -> Vec<Value> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        eventually(async || {
             let chat = self.client.chat(&self.daemon, id).await;
             match chat["status"].as_str() {
-                Some("waiting") => return self.client.messages(&self.daemon, id).await,
+                Some("waiting") => Ok(self.client.messages(&self.daemon, id).await),
                 Some("error") => panic!("the chat failed: {}", chat["last_error"]),
-                _ => {}
+                _ => Err(format!("chat never settled: {chat}")),
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "chat never settled: {chat}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 
     /// Waits until the chat is in `error` and returns its `last_error`.

@@ -176,3 +176,60 @@ async fn a_lost_listen_connection_resynchronises_the_owner() {
     client.wait_status(&other, &id, "waiting").await;
     assert_cut(&client, &owner, &id, &long).await;
 }
+
+/// A client that moves to another replica mid-reply resumes from a part the owner sent it
+/// live but has not logged yet (`KEEL_DEBUG_LOG_PAUSE_MS` holds the owner's log back by a
+/// second, debug builds). The other replica waits for the position to reach the store
+/// instead of taking it for one the chat never reached: no `stream_reset`, the parts seen on
+/// both replicas spell the start of the reply without a gap or a repeat, and the reply
+/// arrives once.
+#[tokio::test]
+async fn a_client_ahead_of_the_owners_log_moves_to_another_replica_without_a_reset() {
+    let Some(database) = fresh_database() else {
+        return;
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let owner = Daemon::start_with_env(
+        dir_a.path(),
+        &database,
+        "",
+        &[("KEEL_DEBUG_LOG_PAUSE_MS", "1000")],
+    );
+    let client = Client::new();
+    let reply = words(120);
+    let id = client
+        .create_chat(&owner, json!({"text": scripted(&reply, 20.0)}))
+        .await;
+    let mut on_owner = client.events(&owner, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut on_owner, 3).await;
+    // Claimed by the owner; the second replica starts now. The parts read next are fresh,
+    // so the owner's log (a second behind) does not hold them yet.
+    let other = Daemon::start(dir_b.path(), &database, "");
+    transcript.follow_parts(&mut on_owner, 5).await;
+    drop(on_owner);
+
+    let mut events = client
+        .events(&other, &id, transcript.last_id.as_deref())
+        .await;
+    let mut streamed = None;
+    while let Some(event) = events.next().await {
+        if event.event == "message" && event.data["role"] == "assistant" {
+            streamed.get_or_insert_with(|| transcript.live_text.clone());
+        }
+        transcript.apply(&event);
+        if event.event == "status" && transcript.status.as_deref() == Some("waiting") {
+            break;
+        }
+    }
+    assert_eq!(transcript.resets, 0, "the other replica voided the step");
+    // The parts continue those seen on the owner without a gap or a repeat. The last ones
+    // may come inside the committed message instead: the owner logs and commits them one
+    // right after the other, and a replica that reads after the commit finds the message.
+    let streamed = streamed.expect("the reply was committed");
+    assert!(
+        reply.starts_with(&streamed) && streamed.split(' ').count() > 8,
+        "{streamed:?}"
+    );
+    assert_eq!(transcript.assistant_texts(), vec![reply]);
+}

@@ -329,18 +329,11 @@ async fn ten_thousand_live_event_streams_beyond_the_caps_get_429_and_the_daemon_
 
     // A stream that ends gives its slot back.
     drop(held.pop());
-    let deadline = Instant::now() + WAIT;
-    loop {
+    wait_until("the closed stream's slot never came back", async || {
         let again = open_events(&http, &daemon, &bob, &bob_chat).await;
-        if again.status().as_u16() == 200 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the closed stream's slot never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        again.status().as_u16() == 200
+    })
+    .await;
     let metrics = daemon.metrics().await;
     assert!(
         metrics.contains("keel_http_refused_total{reason=\"sse_user_cap\"} 10000"),
@@ -410,27 +403,18 @@ async fn requests_beyond_the_in_flight_limit_get_503_until_one_finishes() {
         slow.push(stream);
     }
     let healthz = format!("{}/healthz", daemon.url);
-    let deadline = Instant::now() + WAIT;
-    let refused = loop {
-        let (status, body) = Client::new().get(&healthz).await;
-        if status == 503 {
-            break body;
-        }
-        assert!(Instant::now() < deadline, "the limit never applied");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let refused = eventually(async || match Client::new().get(&healthz).await {
+        (503, body) => Ok(body),
+        _ => Err("the limit never applied".to_owned()),
+    })
+    .await;
     assert_eq!(refused["error"]["code"], "unavailable");
     assert_eq!(refused["error"]["reason"], "overloaded");
     drop(slow);
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (status, _) = Client::new().get(&healthz).await;
-        if status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the slots never came back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the slots never came back", async || {
+        Client::new().get(&healthz).await.0 == 200
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -598,14 +582,10 @@ async fn database_failures_show_a_request_id_never_the_error_or_the_password() {
         }
     }
     // The log has the details under the ids, and never the password.
-    let deadline = Instant::now() + WAIT;
-    while !(daemon.logged().contains(&request_id) && daemon.logged().contains(&header_id)) {
-        assert!(
-            Instant::now() < deadline,
-            "the failures were not logged with their ids"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the failures were not logged with their ids", async || {
+        daemon.logged().contains(&request_id) && daemon.logged().contains(&header_id)
+    })
+    .await;
     assert!(!daemon.logged().contains(secret));
 
     // Nor does a daemon that cannot start show it.
@@ -631,19 +611,12 @@ async fn adding_the_first_user_to_a_running_daemon_requires_tokens_and_removing_
     assert_eq!(anonymous.get(&daemon.api("/chats")).await.0, 200);
 
     let token = add_user(dir.path(), &database, "alice");
-    let deadline = Instant::now() + WAIT;
-    loop {
+    wait_until("the daemon never noticed the new user", async || {
         let (status, body) = anonymous.get(&daemon.api("/chats")).await;
-        if status == 401 {
-            break;
-        }
-        assert_eq!(status, 200, "{body}");
-        assert!(
-            Instant::now() < deadline,
-            "the daemon never noticed the new user"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        assert!(status == 200 || status == 401, "{status}: {body}");
+        status == 401
+    })
+    .await;
     let alice = Client::with_token(&token);
     assert_eq!(alice.get(&daemon.api("/chats")).await.0, 200);
 

@@ -118,14 +118,10 @@ async fn interrupting_a_slow_mcp_call_records_an_interrupted_result_and_cancels_
     let id = client
         .create_chat(&daemon, json!({"text": format!("wait\n#mock {script}")}))
         .await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !marks.join("slow-started").exists() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the slow tool never started"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_until("the slow tool never started", async || {
+        marks.join("slow-started").exists()
+    })
+    .await;
     let (status, _) = client
         .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
         .await;
@@ -143,11 +139,8 @@ async fn interrupting_a_slow_mcp_call_records_an_interrupted_result_and_cancels_
         result["result"].as_str().unwrap().contains("interrupted"),
         "{result}"
     );
-    while !marks.join("cancelled-notification").exists() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server never saw the cancellation"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_until("the server never saw the cancellation", async || {
+        marks.join("cancelled-notification").exists()
+    })
+    .await;
 }

@@ -666,7 +666,14 @@ impl User<'_> {
             bail!("{error}");
         }
         if read.view.matches(&messages) {
-            return read.view.check(&messages);
+            if let Err(error) = read.view.check(&messages) {
+                bail!(
+                    "{error:#}; what the client read: {}; the messages' event ids: {:?}",
+                    read.trail.join(" "),
+                    message_event_ids(self.target, &self.chat).await
+                );
+            }
+            return Ok(());
         }
         // A client whose stream falls silent reconnects from its last event id: what that
         // gets decides whether anything was lost.

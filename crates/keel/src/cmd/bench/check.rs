@@ -18,6 +18,10 @@ pub struct EventView {
     pub messages: BTreeMap<i64, Value>,
     /// Ids delivered again unchanged: a message the client was sent twice.
     pub duplicates: Vec<i64>,
+    /// Set by a `stream_reset`: what follows replays the step from its start, so a message
+    /// the client holds unchanged is that replay, not a second delivery. The first message
+    /// it did not hold ends the replay.
+    pub replaying: bool,
 }
 
 impl EventView {
@@ -28,6 +32,10 @@ impl EventView {
             "message" => self.apply(data),
             "branch" => {
                 self.messages.clear();
+                Ok(())
+            }
+            "stream_reset" => {
+                self.replaying = true;
                 Ok(())
             }
             _ => Ok(()),
@@ -42,11 +50,14 @@ impl EventView {
         };
         if let Some(known) = self.messages.get(&id) {
             if known == data {
-                self.duplicates.push(id);
+                if !self.replaying {
+                    self.duplicates.push(id);
+                }
                 return Ok(());
             }
             self.messages.split_off(&id);
         }
+        self.replaying = false;
         self.messages.insert(id, data.clone());
         Ok(())
     }
@@ -272,6 +283,22 @@ mod tests {
         view.apply(&message(1, "user", "hi")).unwrap();
         assert_eq!(view.duplicates, [1]);
         assert!(view.check(&[message(1, "user", "hi")]).is_err());
+    }
+
+    #[test]
+    fn a_reset_replays_the_step_and_only_its_replay_may_repeat_a_message() {
+        let mut view = EventView::default();
+        let reset = json!({});
+        view.apply(&message(1, "user", "hi")).unwrap();
+        view.apply(&message(2, "assistant", "hi")).unwrap();
+        view.apply_event("stream_reset", &reset).unwrap();
+        // The replay of the step from its start: held already, not a second delivery.
+        view.apply(&message(2, "assistant", "hi")).unwrap();
+        view.apply(&message(3, "user", "more")).unwrap();
+        assert!(view.duplicates.is_empty());
+        // The replay ended with the first message the client did not hold.
+        view.apply(&message(3, "user", "more")).unwrap();
+        assert_eq!(view.duplicates, [3]);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! interrupting it and dropping its event stream at random points, then checks its end
 //! state and that the live events delivered exactly its committed messages.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
@@ -98,6 +99,10 @@ pub async fn drive(
         events_on_connection += 1;
         match event.kind.as_str() {
             "message" | "branch" => seen.view.apply_event(&event.kind, &event.data)?,
+            "stream_reset" => {
+                shared.resets.fetch_add(1, Ordering::Relaxed);
+                seen.view.apply_event(&event.kind, &event.data)?;
+            }
             "part" => {
                 deltas += 1;
                 if behaviour.interrupt_after == Some(deltas) && !seen.interrupted {
@@ -205,7 +210,7 @@ async fn catch_up(
         };
         while let Ok(event) = live.next(patience).await {
             position = live.last_id;
-            if matches!(event.kind.as_str(), "message" | "branch") {
+            if matches!(event.kind.as_str(), "message" | "branch" | "stream_reset") {
                 last_progress = Instant::now();
                 seen.view.apply_event(&event.kind, &event.data)?;
             }

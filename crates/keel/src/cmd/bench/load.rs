@@ -1,5 +1,7 @@
 //! `keel bench load`: N concurrent chats against a real daemon and mock provider, measuring
 //! throughput, per-delta latency, CPU and memory, interrupt latency and kill -9 recovery.
+//! With `--replicas N` the chats and their followers are spread over N daemons sharing one
+//! PostgreSQL database, and CPU and memory are reported for each.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -10,7 +12,7 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::live::Live;
-use super::processes::{DaemonSetup, Process, own_cpu, start_mock};
+use super::processes::{DaemonSetup, Process, check_replicas, own_cpu, start_mock};
 use super::stats::{Spread, mib, micros};
 use super::window::{ChatTimes, LiveWindow, Phases, live_window, phases};
 use crate::client::Api;
@@ -36,6 +38,14 @@ pub struct Args {
     /// Database URL; default: a fresh SQLite file in a temporary directory.
     #[arg(long)]
     pub database: Option<String>,
+    /// Daemons sharing the `--database` (PostgreSQL); chat `i` is created, sent to and
+    /// followed on replica `i mod N`, whichever replica runs it.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Each daemon's database pool (`runs.database_connections`); default: the daemon's
+    /// own choice. Replicas on one PostgreSQL server share its connection limit.
+    #[arg(long)]
+    pub database_connections: Option<usize>,
     /// Relay the daemon's and mock's logs.
     #[arg(long)]
     pub verbose: bool,
@@ -59,6 +69,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.rate.is_finite() && args.rate >= 0.0,
         "--rate must be >= 0"
     );
+    check_replicas(args.replicas, args.database.as_deref())?;
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let mock = start_mock(dir.path(), args.verbose, 0.0)?;
     let setup = DaemonSetup {
@@ -71,67 +82,136 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         workers: args.chats.max(args.kills).max(64),
         verbose: args.verbose,
     };
-    let config = setup.write_config(RUNS)?;
-    let (mut daemon, cold_start) = setup.start(&config, "127.0.0.1:0").await?;
-    let api = Api::new(&daemon.url, None)?;
+    let config = setup.write_config(&runs_config(args.database_connections))?;
+    let started = setup.start_replicas(&config, args.replicas).await?;
+    let cold_start = started.first().map(|(_, ready)| *ready).unwrap_or_default();
+    let mut daemons: Vec<Process> = started.into_iter().map(|(daemon, _)| daemon).collect();
+    let apis = daemons
+        .iter()
+        .map(|daemon| Api::new(&daemon.url, None))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let pids: Vec<String> = daemons.iter().map(|d| d.pid().to_string()).collect();
     println!(
         "keel bench load: {} chats x {} tokens at {} tokens/s; daemon pid {}",
         args.chats,
         args.tokens,
         args.rate,
-        daemon.pid()
+        pids.join(", ")
     );
     println!(
         "cold start to ready     {:.1} ms",
         cold_start.as_secs_f64() * 1e3
     );
-    let idle_rss = daemon.rss()?;
+    let idle_rss = daemons
+        .iter()
+        .map(Process::rss)
+        .collect::<anyhow::Result<Vec<_>>>()?;
 
-    let chats = create_chats(&api, args.chats).await?;
-    let throughput = measure_throughput(&api, &daemon, &mock, &chats, &args).await?;
-    throughput.print(idle_rss, args.chats, args.rate);
+    let chats = create_chats(&apis, args.chats).await?;
+    let throughput = measure_throughput(&daemons, &mock, &chats, &args).await?;
+    throughput.print(
+        &idle_rss,
+        &chats_per_replica(args.chats, daemons.len()),
+        args.rate,
+    );
+    // Checked after the report, so that a run that fails still shows what it measured.
+    let expected = u64::from(args.tokens) * chats.len() as u64;
+    ensure!(
+        throughput.parts == expected,
+        "received {} stamped tokens live, expected {expected}",
+        throughput.parts
+    );
 
     if args.interrupts > 0 {
         let mut latencies =
-            interrupt_latencies(&api, &chats[..args.interrupts.min(chats.len())], args.rate)
-                .await?;
+            interrupt_latencies(&chats[..args.interrupts.min(chats.len())], args.rate).await?;
         println!(
             "interrupt -> committed  {} (p50 / p99 / max, n = {})",
             Spread::of(&mut latencies).millis(),
             latencies.len()
         );
     }
-    if args.kills > 0 {
+    if let [daemon] = daemons.as_mut_slice()
+        && args.kills > 0
+    {
         let sample = &chats[..args.kills.min(chats.len())];
-        let recovery = kill_and_resume(&setup, &config, &mut daemon, sample, args.rate).await?;
+        let recovery = kill_and_resume(&setup, &config, daemon, sample, args.rate).await?;
         recovery.print();
+    } else if args.kills > 0 {
+        // A follower on a replica that lives on sees no connection die: the recovery this
+        // measures is that of clients of the killed daemon (see `keel bench soak --kills`).
+        println!("kill -9                 not measured with --replicas above 1");
     }
-    println!(
-        "daemon at the end: rss {:.1} MiB, {} open fds, {} threads",
-        mib(daemon.rss()?),
-        daemon.open_fds()?,
-        daemon.threads()?
-    );
+    for (replica, daemon) in daemons.iter().enumerate() {
+        println!(
+            "{} at the end: rss {:.1} MiB, {} open fds, {} threads",
+            daemon_name(replica, daemons.len()),
+            mib(daemon.rss()?),
+            daemon.open_fds()?,
+            daemon.threads()?
+        );
+    }
     Ok(())
 }
 
-/// Creates `n` chats and waits until each has answered a short first message.
-async fn create_chats(api: &Api, n: usize) -> anyhow::Result<Vec<String>> {
+/// The `[runs]` lines of the benchmark's daemons: [`RUNS`], and the pool size if given.
+fn runs_config(database_connections: Option<usize>) -> String {
+    match database_connections {
+        Some(n) => format!("{RUNS}\ndatabase_connections = {n}"),
+        None => RUNS.to_owned(),
+    }
+}
+
+/// The replica chat `index` is created, sent to and followed on: round robin.
+fn replica_of(index: usize, replicas: usize) -> usize {
+    index % replicas.max(1)
+}
+
+/// How many of `chats` chats each of `replicas` replicas serves.
+fn chats_per_replica(chats: usize, replicas: usize) -> Vec<usize> {
+    let mut counts = vec![0; replicas.max(1)];
+    for index in 0..chats {
+        counts[replica_of(index, replicas)] += 1;
+    }
+    counts
+}
+
+/// How a report line names a daemon: "daemon" alone, "replica N" among several.
+fn daemon_name(replica: usize, replicas: usize) -> String {
+    if replicas > 1 {
+        format!("replica {replica}")
+    } else {
+        "daemon".to_owned()
+    }
+}
+
+/// A chat of the benchmark and the replica its client talks to.
+struct Placed {
+    api: Api,
+    id: String,
+}
+
+/// Creates `n` chats, spread over the replicas of `apis`, and waits until each has
+/// answered a short first message.
+async fn create_chats(apis: &[Api], n: usize) -> anyhow::Result<Vec<Placed>> {
     let mut tasks = JoinSet::new();
     for i in 0..n {
-        let api = api.clone();
+        let api = apis[replica_of(i, apis.len())].clone();
         tasks.spawn(async move {
             let text = Script::new(Step::text("ready").rate(0.0)).message(&format!("chat {i}"));
-            let chat = api.create_chat(&text, None).await?.id;
-            wait_idle(&api, &chat).await?;
-            anyhow::Ok(chat)
+            let id = api.create_chat(&text, None).await?.id;
+            wait_idle(&api, &id).await?;
+            anyhow::Ok((i, Placed { api, id }))
         });
     }
     let mut chats = Vec::with_capacity(n);
     while let Some(chat) = tasks.join_next().await {
         chats.push(chat??);
     }
-    Ok(chats)
+    // In creation order, so that chat `i` is on replica `i mod N` and any prefix of the
+    // chats (the interrupt and kill samples) is spread over the replicas too.
+    chats.sort_by_key(|(i, _)| *i);
+    Ok(chats.into_iter().map(|(_, chat)| chat).collect())
 }
 
 async fn wait_idle(api: &Api, chat: &str) -> anyhow::Result<()> {
@@ -152,10 +232,11 @@ struct Throughput {
     wall: Duration,
     parts: u64,
     latency: Spread,
-    daemon_cpu: Duration,
+    /// Each daemon's CPU time and peak RSS during the measurement.
+    daemon_cpu: Vec<Duration>,
     mock_cpu: Duration,
     client_cpu: Duration,
-    peak_rss: u64,
+    peak_rss: Vec<u64>,
     /// Streams that fell too far behind and resumed from their last id.
     resumes: usize,
     phases: Option<Phases>,
@@ -163,7 +244,8 @@ struct Throughput {
 }
 
 impl Throughput {
-    fn print(&self, idle_rss: u64, chats: usize, rate: f64) {
+    /// `idle_rss` and `chats` are per daemon, as `daemon_cpu` and `peak_rss`.
+    fn print(&self, idle_rss: &[u64], chats: &[usize], rate: f64) {
         let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / self.parts.max(1) as f64;
         println!(
             "parts received          {} in {:.2} s = {:.0} parts/s",
@@ -171,6 +253,50 @@ impl Throughput {
             self.wall.as_secs_f64(),
             self.parts as f64 / self.wall.as_secs_f64()
         );
+        self.print_window(chats.iter().sum::<usize>() as f64 * rate);
+        println!(
+            "added latency per part  {} (p50 / p99 / max)",
+            self.latency.millis()
+        );
+        if self.resumes > 0 {
+            println!(
+                "streams resumed         {} (fell behind and reconnected with their last id)",
+                self.resumes
+            );
+        }
+        let total: Duration = self.daemon_cpu.iter().sum();
+        println!(
+            "daemon CPU per 1k parts {:.3} s (mock provider: {:.3} s, bench clients: {:.3} s)",
+            per_thousand(total),
+            per_thousand(self.mock_cpu),
+            per_thousand(self.client_cpu)
+        );
+        let replicas = self.daemon_cpu.len();
+        for (replica, cpu) in self.daemon_cpu.iter().enumerate().filter(|_| replicas > 1) {
+            println!(
+                "  replica {replica} CPU       {:.2} s over the run = {:.0}% of a core",
+                cpu.as_secs_f64(),
+                100.0 * cpu.as_secs_f64() / self.wall.as_secs_f64()
+            );
+        }
+        for (replica, (peak, idle)) in self.peak_rss.iter().zip(idle_rss).enumerate() {
+            let chats = chats.get(replica).copied().unwrap_or(0).max(1) as u64;
+            let per_chat = peak.saturating_sub(*idle) / chats;
+            println!(
+                "{:<24}idle {:.1} MiB, peak {:.1} MiB, {:.1} KiB per chat",
+                format!("{} RSS", daemon_name(replica, replicas)),
+                mib(*idle),
+                mib(*peak),
+                per_chat as f64 / 1024.0
+            );
+        }
+    }
+}
+
+impl Throughput {
+    /// Where the phase went, and what arrived while every stream was live against what the
+    /// mock sent meanwhile (`nominal`: chats × rate).
+    fn print_window(&self, nominal: f64) {
         let s = |micros: u64| micros as f64 / 1e6;
         if let Some(p) = &self.phases {
             println!(
@@ -189,54 +315,31 @@ impl Throughput {
                 w.delivered_per_second(),
                 w.offered_per_second(),
                 w.share(),
-                rate * chats as f64,
+                nominal,
                 s(w.micros),
             ),
             None => println!(
                 "while all streams live  n/a (the last stream started after the first ended)"
             ),
         }
-        println!(
-            "added latency per part  {} (p50 / p99 / max)",
-            self.latency.millis()
-        );
-        if self.resumes > 0 {
-            println!(
-                "streams resumed         {} (fell behind and reconnected with their last id)",
-                self.resumes
-            );
-        }
-        println!(
-            "daemon CPU per 1k parts {:.3} s (mock provider: {:.3} s, bench clients: {:.3} s)",
-            per_thousand(self.daemon_cpu),
-            per_thousand(self.mock_cpu),
-            per_thousand(self.client_cpu)
-        );
-        let per_chat = self.peak_rss.saturating_sub(idle_rss) / chats.max(1) as u64;
-        println!(
-            "daemon RSS              idle {:.1} MiB, peak {:.1} MiB, {:.1} KiB per chat",
-            mib(idle_rss),
-            mib(self.peak_rss),
-            per_chat as f64 / 1024.0
-        );
     }
 }
 
 /// Every chat streams one stamped reply at once; each delta's latency is its receive time
 /// minus the send time the mock stamped into it.
 async fn measure_throughput(
-    api: &Api,
-    daemon: &Process,
+    daemons: &[Process],
     mock: &Process,
-    chats: &[String],
+    chats: &[Placed],
     args: &Args,
 ) -> anyhow::Result<Throughput> {
     let start = Arc::new(Barrier::new(chats.len() + 1));
     let mut tasks = JoinSet::new();
     let text =
         Script::new(Step::echo().tokens(args.tokens).rate(args.rate).stamped()).message("measure");
-    for chat in chats {
-        let (api, chat, start, text) = (api.clone(), chat.clone(), start.clone(), text.clone());
+    for placed in chats {
+        let (api, chat) = (placed.api.clone(), placed.id.clone());
+        let (start, text) = (start.clone(), text.clone());
         tasks.spawn(async move {
             let mut live = Live::open(&api, &chat, None).await?;
             // Skip the history: the first exchange.
@@ -275,8 +378,19 @@ async fn measure_throughput(
     start.wait().await;
     let began = Instant::now();
     let began_unix = unix_micros();
-    let (cpu_before, mock_before, client_before) = (daemon.cpu()?, mock.cpu()?, own_cpu()?);
-    let mut peak_rss = daemon.rss()?;
+    let client_before = own_cpu()?;
+    let cpu_before = daemons
+        .iter()
+        .map(Process::cpu)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mock_before = mock.cpu()?;
+    let rss = || {
+        daemons
+            .iter()
+            .map(Process::rss)
+            .collect::<anyhow::Result<Vec<_>>>()
+    };
+    let mut peak_rss = rss()?;
     let mut received = Vec::with_capacity(chats.len());
     let mut resumes = 0;
     let mut sampler = tokio::time::interval(Duration::from_millis(100));
@@ -290,38 +404,38 @@ async fn measure_throughput(
                 }
                 None => break,
             },
-            _ = sampler.tick() => peak_rss = peak_rss.max(daemon.rss()?),
+            _ = sampler.tick() => peak_rss = higher(&peak_rss, &rss()?),
         }
     }
     let wall = began.elapsed();
-    let (daemon_cpu, mock_cpu, client_cpu) = (
-        daemon.cpu()?.saturating_sub(cpu_before),
-        mock.cpu()?.saturating_sub(mock_before),
-        own_cpu()?.saturating_sub(client_before),
-    );
+    let client_cpu = own_cpu()?.saturating_sub(client_before);
     let mut latencies: Vec<u64> = received
         .iter()
         .flat_map(|c| &c.parts)
         .map(|&(sent, at)| at.saturating_sub(sent))
         .collect();
     let parts = latencies.len() as u64;
-    let expected = u64::from(args.tokens) * chats.len() as u64;
-    ensure!(
-        parts == expected,
-        "received {parts} stamped tokens live, expected {expected}"
-    );
     Ok(Throughput {
         wall,
         parts,
         latency: Spread::of(&mut latencies),
-        daemon_cpu,
-        mock_cpu,
+        daemon_cpu: daemons
+            .iter()
+            .zip(cpu_before)
+            .map(|(daemon, before)| Ok(daemon.cpu()?.saturating_sub(before)))
+            .collect::<anyhow::Result<_>>()?,
+        mock_cpu: mock.cpu()?.saturating_sub(mock_before),
         client_cpu,
-        peak_rss: peak_rss.max(daemon.rss()?),
+        peak_rss: higher(&peak_rss, &rss()?),
         resumes,
         phases: phases(began_unix, &received),
         window: live_window(&received),
     })
+}
+
+/// The higher of each pair of samples of the same daemons.
+fn higher(peaks: &[u64], now: &[u64]) -> Vec<u64> {
+    peaks.iter().zip(now).map(|(a, b)| *a.max(b)).collect()
 }
 
 fn unix_micros() -> u64 {
@@ -341,12 +455,12 @@ fn stamps(delta: &str) -> impl Iterator<Item = u64> + '_ {
 
 /// Each sample chat starts a long reply; after a few deltas the client interrupts and times
 /// how long until the partial reply arrives committed.
-async fn interrupt_latencies(api: &Api, chats: &[String], rate: f64) -> anyhow::Result<Vec<u64>> {
+async fn interrupt_latencies(chats: &[Placed], rate: f64) -> anyhow::Result<Vec<u64>> {
     let mut tasks = JoinSet::new();
     let text =
         Script::new(Step::echo().tokens(1_000_000).rate(rate.max(20.0))).message("interrupt me");
-    for chat in chats {
-        let (api, chat, text) = (api.clone(), chat.clone(), text.clone());
+    for placed in chats {
+        let (api, chat, text) = (placed.api.clone(), placed.id.clone(), text.clone());
         tasks.spawn(async move {
             let mut live = Live::open(&api, &chat, None).await?;
             let mut committed = 0;
@@ -411,7 +525,7 @@ async fn kill_and_resume(
     setup: &DaemonSetup,
     config: &std::path::Path,
     daemon: &mut Process,
-    chats: &[String],
+    chats: &[Placed],
     rate: f64,
 ) -> anyhow::Result<Recovery> {
     let rate = rate.max(20.0);
@@ -424,8 +538,8 @@ async fn kill_and_resume(
     let killed_at = Arc::new(std::sync::OnceLock::<Instant>::new());
     let streaming = Arc::new(Barrier::new(chats.len() + 1));
     let mut tasks = JoinSet::new();
-    for chat in chats {
-        let (api, chat, expected) = (api.clone(), chat.clone(), expected.clone());
+    for chat in chats.iter().map(|placed| placed.id.clone()) {
+        let (api, expected) = (api.clone(), expected.clone());
         let (killed_at, streaming) = (killed_at.clone(), streaming.clone());
         tasks.spawn(async move {
             let text = Script::new(Step::text(expected.clone()).rate(rate)).message("survive");
@@ -489,6 +603,33 @@ async fn kill_and_resume(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chats_go_round_robin_over_the_replicas() {
+        assert_eq!(
+            (0..5).map(|i| replica_of(i, 2)).collect::<Vec<_>>(),
+            [0, 1, 0, 1, 0]
+        );
+        assert_eq!(replica_of(7, 1), 0);
+        assert_eq!(replica_of(7, 0), 0, "no replicas count as one");
+        assert_eq!(chats_per_replica(5, 2), [3, 2]);
+        assert_eq!(chats_per_replica(500, 1), [500]);
+        assert_eq!(chats_per_replica(1, 3), [1, 0, 0]);
+    }
+
+    #[test]
+    fn a_pool_size_is_a_runs_line() {
+        assert_eq!(runs_config(None), RUNS);
+        assert!(runs_config(Some(8)).ends_with("\ndatabase_connections = 8"));
+        assert!(runs_config(Some(8)).starts_with(RUNS));
+    }
+
+    #[test]
+    fn peaks_are_kept_per_daemon() {
+        assert_eq!(higher(&[5, 9], &[7, 3]), [7, 9]);
+        assert_eq!(daemon_name(0, 1), "daemon");
+        assert_eq!(daemon_name(1, 2), "replica 1");
+    }
 
     #[test]
     fn reads_every_stamp_of_a_delta() {

@@ -221,6 +221,21 @@ workspace = "{workspace}"
         Ok(path)
     }
 
+    /// Starts `n` daemons (at least one) on free ports, one after another, all on this
+    /// setup's database: replicas of one another when it is PostgreSQL (see
+    /// [`check_replicas`]). Each comes with how long it took to become ready.
+    pub async fn start_replicas(
+        &self,
+        config: &Path,
+        n: usize,
+    ) -> anyhow::Result<Vec<(Process, Duration)>> {
+        let mut started = Vec::with_capacity(n.max(1));
+        for _ in 0..n.max(1) {
+            started.push(self.start(config, "127.0.0.1:0").await?);
+        }
+        Ok(started)
+    }
+
     /// `listen` is `127.0.0.1:0` for a free port, or the address of a daemon being restarted.
     pub async fn start(&self, config: &Path, listen: &str) -> anyhow::Result<(Process, Duration)> {
         let started = Instant::now();
@@ -251,6 +266,16 @@ workspace = "{workspace}"
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
+}
+
+/// Several daemons share one database only on PostgreSQL: a SQLite file belongs to one
+/// process.
+pub fn check_replicas(replicas: usize, database: Option<&str>) -> anyhow::Result<()> {
+    let shared = database.is_some_and(|d| d.starts_with("postgres"));
+    if replicas > 1 && !shared {
+        bail!("--replicas above 1 needs a shared PostgreSQL --database");
+    }
+    Ok(())
 }
 
 /// Linux reports CPU times in clock ticks of `USER_HZ`, which is 100 on every architecture
@@ -299,6 +324,16 @@ fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_postgres_takes_several_replicas() {
+        let pg = Some("postgres://u@127.0.0.1/keel");
+        assert!(check_replicas(1, None).is_ok());
+        assert!(check_replicas(1, Some("sqlite:///tmp/keel.db")).is_ok());
+        assert!(check_replicas(2, pg).is_ok());
+        assert!(check_replicas(2, None).is_err());
+        assert!(check_replicas(2, Some("sqlite:///tmp/keel.db")).is_err());
+    }
 
     #[test]
     fn reads_our_own_cpu_and_memory() {

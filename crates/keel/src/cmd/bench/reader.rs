@@ -28,6 +28,9 @@ pub struct Read {
     pub recent: VecDeque<(String, Option<i64>)>,
     /// When the last event arrived, and from which replica.
     pub last_event: Option<(Instant, usize)>,
+    /// Every connection and every event that changes history or position (`message`,
+    /// `branch`, `stream_reset`), in order, to explain a message delivered twice.
+    pub trail: Vec<String>,
 }
 
 /// How many events [`Read::recent`] keeps.
@@ -81,6 +84,10 @@ async fn follow(
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
+        read.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .trail
+            .push(format!("open@{position:?}/r{replica}"));
         let mut on_connection = 0;
         while let Ok(event) = live.next(Duration::from_secs(20)).await {
             on_connection += 1;
@@ -92,7 +99,17 @@ async fn follow(
             read.recent.push_back((event.kind.clone(), live.last_id));
             read.last_event = Some((Instant::now(), replica));
             match event.kind.as_str() {
-                "message" | "branch" => {
+                "message" | "branch" | "stream_reset" => {
+                    let trail = match event.data["id"].as_i64() {
+                        Some(message) => format!("{}@{:?}=m{message}", event.kind, live.last_id),
+                        None => format!("{}@{:?}", event.kind, live.last_id),
+                    };
+                    read.trail.push(trail);
+                    if event.kind == "stream_reset" {
+                        target
+                            .resets
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if let Err(error) = read.view.apply_event(&event.kind, &event.data) {
                         read.error.get_or_insert(format!("{error:#}"));
                     }
@@ -153,7 +170,7 @@ pub async fn resumed(
         };
         while let Ok(event) = live.next(patience).await {
             position = live.last_id;
-            if matches!(event.kind.as_str(), "message" | "branch") {
+            if matches!(event.kind.as_str(), "message" | "branch" | "stream_reset") {
                 view.apply_event(&event.kind, &event.data)?;
                 if view.matches(committed) {
                     break;

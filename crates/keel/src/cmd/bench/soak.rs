@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use super::actions::{self, Program};
 use super::actor;
 use super::follower::{self, Behaviour};
-use super::processes::{DaemonSetup, Process, start_mock};
+use super::processes::{DaemonSetup, Process, check_replicas, start_mock};
 use super::scenario;
 use super::stats::mib;
 use super::target::{Replica, Restarts, Target};
@@ -79,14 +79,7 @@ const ACTION_RUNS: &str = "pending_action_timeout_ms = 5000";
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     ensure!(args.chats > 0, "--chats must be at least 1");
-    ensure!(
-        args.replicas == 1
-            || args
-                .database
-                .as_deref()
-                .is_some_and(|d| d.starts_with("postgres")),
-        "--replicas above 1 needs a shared PostgreSQL --database"
-    );
+    check_replicas(args.replicas, args.database.as_deref())?;
     let seed = args.seed.unwrap_or_else(rand::random);
     println!(
         "keel bench soak: {} chats, {} kills, {} replica(s), user actions in {:.0}% of chats, seed {seed}",
@@ -135,8 +128,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     };
     let config = Arc::new(setup.write_config(&runs)?);
     let mut replicas = Vec::new();
-    for _ in 0..args.replicas.max(1) {
-        let (daemon, _) = setup.start(&config, "127.0.0.1:0").await?;
+    for (daemon, _) in setup.start_replicas(&config, args.replicas).await? {
         println!("wave 0: {}", vitals(&daemon)?);
         replicas.push(Replica {
             api: Api::new(&daemon.url, None)?,
@@ -149,6 +141,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         server_errors: AtomicUsize::new(0),
         compacting: AtomicUsize::new(0),
         stalls: AtomicUsize::new(0),
+        resets: AtomicUsize::new(0),
         deadline: Instant::now() + Duration::from_secs(args.timeout_secs),
         restarts: Restarts::default(),
     });
@@ -254,6 +247,10 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
             "{stalls} event streams fell silent before their chat's last message (a reconnect delivered it)"
         );
     }
+    let resets = shared.resets.load(Ordering::Relaxed);
+    println!(
+        "{resets} stream resets (a position the chat never reached: parts a killed owner sent live but never logged)"
+    );
     let server_errors = shared.server_errors.load(Ordering::Relaxed);
     println!("{server_errors} 5xx answers");
     if server_errors > 0 {

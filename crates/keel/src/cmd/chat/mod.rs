@@ -54,12 +54,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.once {
         return once(&api, &args).await;
     }
-    Prompt::new(api, args).run().await
+    Prompt::new(api, args)?.run().await
 }
 
 /// Forwards Ctrl-C presses; the handler stays installed so a press never kills the process.
-fn ctrl_c_presses() -> mpsc::UnboundedReceiver<()> {
+///
+/// The handler is registered before this returns, and so before the line editor first
+/// reads: the editor puts back whatever SIGINT disposition it found when a read ends, so a
+/// handler registered after that first read could be replaced by the default one, and a
+/// press in the middle of a reply would end the process.
+fn ctrl_c_presses() -> std::io::Result<mpsc::UnboundedReceiver<()>> {
     let (tx, rx) = mpsc::unbounded_channel();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut presses = signal(SignalKind::interrupt())?;
+        tokio::spawn(async move {
+            while presses.recv().await.is_some() {
+                if tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
     tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
             if tx.send(()).is_err() {
@@ -67,7 +85,7 @@ fn ctrl_c_presses() -> mpsc::UnboundedReceiver<()> {
             }
         }
     });
-    rx
+    Ok(rx)
 }
 
 /// `--once`: one question from standard input, the final reply on standard output.
@@ -93,7 +111,7 @@ async fn once(api: &Api, args: &Args) -> anyhow::Result<()> {
     };
     let (tx, mut feed) = mpsc::unbounded_channel();
     let follower = client::follow(api.clone(), chat.clone(), tx);
-    let mut presses = ctrl_c_presses();
+    let mut presses = ctrl_c_presses().context("cannot listen for Ctrl-C")?;
     let mut transcript = Transcript::new();
     let outcome = loop {
         tokio::select! {
@@ -152,6 +170,8 @@ struct Prompt {
     transcript: Transcript,
     renderer: Renderer,
     tty: bool,
+    /// Ctrl-C presses while no line is being edited (the editor reports its own).
+    presses: mpsc::UnboundedReceiver<()>,
     keyboard: Keyboard,
     spinner: Option<usize>,
     last_ctrl_c: Option<Instant>,
@@ -167,10 +187,12 @@ enum Step {
 }
 
 impl Prompt {
-    fn new(api: Api, args: Args) -> Self {
+    fn new(api: Api, args: Args) -> anyhow::Result<Self> {
         let tty = std::io::stdout().is_terminal();
         let (feed_tx, feed) = mpsc::unbounded_channel();
-        Self {
+        // Registered before the line editor starts: see `ctrl_c_presses`.
+        let presses = ctrl_c_presses().context("cannot listen for Ctrl-C")?;
+        Ok(Self {
             api,
             args,
             chat: None,
@@ -183,13 +205,14 @@ impl Prompt {
                 std::env::var_os("NO_COLOR").as_deref(),
             )),
             tty,
+            presses,
             keyboard: Keyboard::start(std::io::stdin().is_terminal(), history::default_path()),
             spinner: None,
             last_ctrl_c: None,
             was_busy: false,
             quit_when_idle: false,
             listed: None,
-        }
+        })
     }
 
     fn write(&mut self, text: &str) {
@@ -233,7 +256,6 @@ impl Prompt {
             self.api.chats().await?;
         }
         self.notice(commands::HELP);
-        let mut presses = ctrl_c_presses();
         let mut ticker = tokio::time::interval(SPINNER_TICK);
         let mut stdin_open = true;
         if self.chat.is_none() {
@@ -254,7 +276,7 @@ impl Prompt {
                     }
                 }
                 Some(item) = self.feed.recv() => self.feed_item(item),
-                Some(()) = presses.recv() => self.ctrl_c().await,
+                Some(()) = self.presses.recv() => self.ctrl_c().await,
                 _ = ticker.tick() => {
                     self.tick();
                     Step::Continue
