@@ -24,7 +24,7 @@ use crate::transitions::{self as t, Ctx};
 use crate::tree::{Tree, siblings_by_parent};
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, MessageKind,
-    NewChat, NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage, RemoteNotice, RunStart,
+    NewChat, NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage, RemoteNotice,
     SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
@@ -177,21 +177,6 @@ async fn with_siblings(
             .unwrap_or_else(|| vec![message.id]);
     }
     Ok(messages)
-}
-
-/// The entries of stored live-part batches numbered above `after_seq`.
-fn entries_after(batches: Vec<(i64, String)>, after_seq: i64) -> Result<Vec<LiveEntry>> {
-    let mut entries = Vec::new();
-    for (first_seq, payloads) in batches {
-        let payloads: Vec<Value> = from_json("live_parts.payloads", &payloads)?;
-        entries.extend(
-            (first_seq..)
-                .zip(payloads)
-                .filter(|(seq, _)| *seq > after_seq)
-                .map(|(seq, payload)| LiveEntry { seq, payload }),
-        );
-    }
-    Ok(entries)
 }
 
 fn token_hash(token: &str) -> String {
@@ -419,35 +404,17 @@ impl Store for SqlStore {
             Self::require_chat(ops, chat).await?;
             ops.live_after(&chat.to_string(), after_seq).await
         })?;
-        entries_after(batches, after_seq)
-    }
-
-    async fn run_start(&self, chat: ChatId, recent: usize) -> Result<RunStart> {
-        let limit = i64::try_from(recent).unwrap_or(i64::MAX);
-        let (chat, batches, recent, messages, records) = in_read!(self, |ops| async {
-            let chat = Self::read_chat(ops, chat).await?;
-            let id = chat.id.to_string();
-            let batches = ops.live_after(&id, 0).await?;
-            let recent = Self::all_messages(ops.recent_messages(&id, limit).await?)?;
-            let recent = with_siblings(ops, &id, recent).await?;
-            let messages = Self::all_messages(ops.messages(&id, 0).await?)?;
-            let records = ops.tool_records(&id).await?;
-            Ok::<_, StoreError>((chat, batches, recent, messages, records))
+        let mut entries = Vec::new();
+        for (first_seq, payloads) in batches {
+            let payloads: Vec<Value> = from_json("live_parts.payloads", &payloads)?;
+            entries.extend(
+                (first_seq..)
+                    .zip(payloads)
+                    .filter(|(seq, _)| *seq > after_seq)
+                    .map(|(seq, payload)| LiveEntry { seq, payload }),
+            );
         }
-        .await)?;
-        Ok(RunStart {
-            chat,
-            log: entries_after(batches, 0)?,
-            recent,
-            prompt: Prompt {
-                chain_from: chain_anchor(&messages),
-                messages: repair_orphans(prompt_messages(&messages)),
-            },
-            tool_records: records
-                .into_iter()
-                .map(ToolRecordCols::into_record)
-                .collect::<Result<_>>()?,
-        })
+        Ok(entries)
     }
 
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>> {

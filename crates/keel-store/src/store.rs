@@ -13,8 +13,8 @@ use tokio::sync::broadcast;
 use crate::error::Result;
 use crate::types::{
     Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat, NewMessage,
-    NewSummary, Next, Prompt, QueueId, RemoteNotice, RunStart, SendOutcome, StoredMessage,
-    ToolRecord, ToolResultInput, User,
+    NewSummary, Next, Prompt, QueueId, RemoteNotice, SendOutcome, StoredMessage, ToolRecord,
+    ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
@@ -120,11 +120,6 @@ pub trait Store: Send + Sync {
     /// [`Self::load_prompt_history`] with, from the same read, the stored response a
     /// chained prompt continues from ([`crate::chain_anchor`]).
     async fn load_prompt(&self, chat: ChatId) -> Result<Prompt>;
-    /// Everything a worker reads to start a run of `chat`, in one read transaction: the
-    /// chat, its whole live-part log, its last `recent` messages
-    /// ([`Self::recent_messages`]), its prompt ([`Self::load_prompt`]) and its tool
-    /// records — what those reads give one by one, with one chat read instead of five.
-    async fn run_start(&self, chat: ChatId, recent: usize) -> Result<RunStart>;
 
     // ---- worker ----------------------------------------------------------------
     /// Claims up to `limit` runnable chats (running or interrupting, and unowned or with

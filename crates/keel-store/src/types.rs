@@ -92,19 +92,6 @@ pub struct Prompt {
     pub chain_from: Option<String>,
 }
 
-/// What starting a run of a claimed chat reads, from one read transaction
-/// ([`crate::Store::run_start`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunStart {
-    pub chat: Chat,
-    /// The live-part log of the step in progress.
-    pub log: Vec<LiveEntry>,
-    /// The last messages clients see, as [`crate::Store::recent_messages`] reads them.
-    pub recent: Vec<StoredMessage>,
-    pub prompt: Prompt,
-    pub tool_records: Vec<ToolRecord>,
-}
-
 /// A committed message as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredMessage {

@@ -29,54 +29,7 @@ both_backends!(
     a_steps_finish_reason_is_stored_with_its_message,
     grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced,
     grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced,
-    a_run_start_reads_in_one_go_what_the_single_reads_read,
 );
-
-async fn a_run_start_reads_in_one_go_what_the_single_reads_read(db: TestDb) {
-    let s = &db.store;
-    let chat = create(s, "hello").await;
-    let lease = claim(s, "w", chat.id).await;
-    s.commit_step(&lease, vec![assistant("one")]).await.unwrap();
-    s.send_message(chat.id, text("and then?"), Busy::Queue, None)
-        .await
-        .unwrap();
-    let seq = s.get_chat(chat.id).await.unwrap().event_seq;
-    let entries: Vec<_> = (1..=3)
-        .map(|i| keel_store::LiveEntry {
-            seq: seq + i,
-            payload: json!({"event": "part", "data": i}),
-        })
-        .collect();
-    s.append_live_entries(&lease, &entries).await.unwrap();
-    s.record_tool(
-        &lease,
-        ToolRecord {
-            chat_id: chat.id,
-            tool_call_id: "call_1".into(),
-            tool_name: "t".into(),
-            args: "{}".into(),
-            state: ToolState::Started,
-            result: None,
-            is_error: false,
-            started_at: chrono::Utc::now(),
-            finished_at: None,
-        },
-    )
-    .await
-    .unwrap();
-    let start = s.run_start(chat.id, 2).await.unwrap();
-    assert_eq!(start.chat, s.get_chat(chat.id).await.unwrap());
-    assert_eq!(start.chat.queued.len(), 1);
-    assert_eq!(start.log, s.live_parts_after(chat.id, 0).await.unwrap());
-    assert_eq!(start.log.len(), 3);
-    assert_eq!(start.recent, s.recent_messages(chat.id, 2).await.unwrap());
-    assert_eq!(start.recent.len(), 2);
-    assert_eq!(start.prompt, s.load_prompt(chat.id).await.unwrap());
-    assert_eq!(start.tool_records, s.tool_records(chat.id).await.unwrap());
-    assert_eq!(start.tool_records.len(), 1);
-    let missing = s.run_start(uuid::Uuid::new_v4(), 2).await.unwrap_err();
-    assert!(matches!(missing, StoreError::NotFound { .. }), "{missing}");
-}
 
 async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {
     let s = &db.store;

@@ -9,7 +9,7 @@ use keel_agent::{
     RunOptions, RunOutcome, StreamTimeouts, Tool,
 };
 use keel_core::{Cancel, CancelCause, ErrorKind, Part, Role, ToolDefinition};
-use keel_store::{Chat, ChatStatus, Lease, NewMessage, Prompt, StoredMessage, ToolRecord};
+use keel_store::{Chat, ChatStatus, Lease, NewMessage, StoredMessage};
 
 use crate::api::dto::ClientTool;
 use crate::metrics::RetryLabels;
@@ -70,41 +70,18 @@ async fn run_once(
     stop: &Arc<Mutex<StopReason>>,
 ) -> Option<Lease> {
     let chat_id = current(lease).chat_id;
-    // Everything the run starts from in one read; when that fails, one read at a time, so
-    // each failure keeps its own handling (no chat: no run; no log: start over; no prompt:
-    // the run fails).
-    let (chat, recovered_log, read_recent, read_for_prompt) = match shared
-        .store
-        .run_start(chat_id, RECENT)
-        .await
-    {
-        Ok(start) => (
-            start.chat,
-            start.log,
-            Some(start.recent),
-            Some((start.prompt, start.tool_records)),
-        ),
-        Err(error @ keel_store::StoreError::NotFound { .. }) => {
+    let chat = match shared.store.get_chat(chat_id).await {
+        Ok(chat) => chat,
+        Err(error) => {
             tracing::warn!(chat = %chat_id, %error, "loading the claimed chat failed");
             return None;
         }
+    };
+    let recovered_log = match shared.store.live_parts_after(chat_id, 0).await {
+        Ok(entries) => entries,
         Err(error) => {
-            tracing::warn!(chat = %chat_id, %error, "reading the claimed chat in one go failed; reading it part by part");
-            let chat = match shared.store.get_chat(chat_id).await {
-                Ok(chat) => chat,
-                Err(error) => {
-                    tracing::warn!(chat = %chat_id, %error, "loading the claimed chat failed");
-                    return None;
-                }
-            };
-            let recovered_log = match shared.store.live_parts_after(chat_id, 0).await {
-                Ok(entries) => entries,
-                Err(error) => {
-                    tracing::warn!(chat = %chat_id, %error, "reading the live-part log failed");
-                    Vec::new()
-                }
-            };
-            (chat, recovered_log, None, None)
+            tracing::warn!(chat = %chat_id, %error, "reading the live-part log failed");
+            Vec::new()
         }
     };
     // A log a compaction summary streamed into is not a reply to resume: it is voided for
@@ -153,10 +130,10 @@ async fn run_once(
     // continuation may have been cut by a crash). One read serves both.
     let needs_recent =
         !chat.compact_requested && (from_log.is_none() || chat.status == ChatStatus::Running);
-    let recent = match (needs_recent, read_recent) {
-        (false, _) => Vec::new(),
-        (true, Some(recent)) => recent,
-        (true, None) => recent_messages(shared, &chat).await,
+    let recent = if needs_recent {
+        recent_messages(shared, &chat).await
+    } else {
+        Vec::new()
     };
     let stopped = stopped_reply_at_end(&chat, &recent);
     // A stopped reply to carry on is not a final one: the model is called. After a summary
@@ -181,7 +158,7 @@ async fn run_once(
         commit_recovered_interruption(&sink, from_log.as_ref()).await;
         Ok(RunOutcome::Interrupted)
     } else {
-        match prepare(shared, &chat, lease, &sink, from_log, read_for_prompt).await {
+        match prepare(shared, &chat, lease, &sink, from_log).await {
             Ok(mut options) => {
                 options.paused_turn = last == LastStep::Paused;
                 options.continue_reply = stopped;
@@ -222,13 +199,10 @@ async fn run_guarded(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, 
     }
 }
 
-/// How many of the last committed messages decide how a run starts.
-const RECENT: usize = 2;
-
 /// The last two committed messages (of the branch in view); none when reading fails, which
 /// the callers take as "nothing special at the end".
 async fn recent_messages(shared: &Arc<Shared>, chat: &Chat) -> Vec<StoredMessage> {
-    match shared.store.recent_messages(chat.id, RECENT).await {
+    match shared.store.recent_messages(chat.id, 2).await {
         Ok(messages) => messages,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "reading history failed");
@@ -263,15 +237,13 @@ fn stopped_reply_at_end(chat: &Chat, recent: &[StoredMessage]) -> Option<String>
         .and_then(|m| keel_store::stopped_reply(m.role, m.interrupted, &m.parts))
 }
 
-/// Builds the loop's options for a chat, from its prompt and tool records when the run's
-/// start read them already.
+/// Builds the loop's options for a chat.
 async fn prepare(
     shared: &Arc<Shared>,
     chat: &Chat,
     lease: &SharedLease,
     sink: &Arc<LiveSink>,
     from_log: Option<keel_agent::StreamSnapshot>,
-    read: Option<(Prompt, Vec<ToolRecord>)>,
 ) -> Result<RunOptions, RunError> {
     let Some(model) = shared.models.get(&chat.model).cloned() else {
         return Err(RunError::Provider(keel_core::ProviderError::new(
@@ -279,20 +251,14 @@ async fn prepare(
             format!("model `{}` is not configured", chat.model),
         )));
     };
-    let (prompt, records) = match read {
-        Some((prompt, records)) => (prompt, Ok(records)),
-        None => (
-            shared
-                .store
-                .load_prompt(chat.id)
-                .await
-                .map_err(|e| RunError::Persist(PersistError::other(e)))?,
-            shared.store.tool_records(chat.id).await,
-        ),
-    };
+    let prompt = shared
+        .store
+        .load_prompt(chat.id)
+        .await
+        .map_err(|e| RunError::Persist(PersistError::other(e)))?;
     let mut history = prompt.messages;
     with_system(&mut history, chat.system.as_deref());
-    let prior = match records {
+    let prior = match shared.store.tool_records(chat.id).await {
         Ok(records) => records
             .into_iter()
             .map(|r| (r.tool_call_id.clone(), r))
