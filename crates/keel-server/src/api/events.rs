@@ -298,7 +298,8 @@ impl Follower {
     /// that next step's parts would be sent without the message committed before them, and
     /// the position would pass that message for good. Read this way, the parts read are
     /// those of the step in progress at the first read, which the messages read later
-    /// either leave in progress or commit (then they are skipped as below the position).
+    /// either leave in progress or commit. Everything goes out in sequence order, so parts
+    /// of a step committed in between still reach the client before their message.
     async fn catch_up(
         &mut self,
         backlog: &[Arc<Frame>],
@@ -310,6 +311,22 @@ impl Follower {
             .await?;
         #[cfg(debug_assertions)]
         debug_pause("KEEL_DEBUG_CATCH_UP_PAUSE_MS").await;
+        let mut parts: Vec<(i64, &'static str, String)> = logged
+            .iter()
+            .filter_map(|entry| {
+                from_log(&entry.payload).map(|(event, data)| (entry.seq, event, data.to_string()))
+            })
+            .collect();
+        parts.extend(backlog.iter().map(|f| {
+            (
+                i64::try_from(f.seq).unwrap_or(i64::MAX),
+                f.event,
+                f.data.clone(),
+            )
+        }));
+        parts.sort_by_key(|(seq, _, _)| *seq);
+        parts.dedup_by_key(|(seq, _, _)| *seq);
+        let mut parts = parts.into_iter().peekable();
         let mut replayed = 0u64;
         // Page by page: a long history is never held in memory at once.
         let chat = loop {
@@ -326,6 +343,19 @@ impl Follower {
                 if message.event_seq > chat.branch_seq && !self.branch(&chat).await {
                     return Ok(None);
                 }
+                // Everything in sequence order: the parts read before a step committed
+                // come before the message that commits them. The message first, they would
+                // fall below the position and the client would never see them live.
+                while let Some((seq, event, data)) =
+                    parts.next_if(|(seq, _, _)| *seq < message.event_seq)
+                {
+                    if seq > self.position {
+                        replayed += 1;
+                    }
+                    if !self.durable(seq, event, data).await {
+                        return Ok(None);
+                    }
+                }
                 let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
                 if !self.durable(message.event_seq, "message", data).await {
                     return Ok(None);
@@ -339,21 +369,6 @@ impl Follower {
                 break chat;
             }
         };
-        let mut parts: Vec<(i64, &'static str, String)> = logged
-            .iter()
-            .filter_map(|entry| {
-                from_log(&entry.payload).map(|(event, data)| (entry.seq, event, data.to_string()))
-            })
-            .collect();
-        parts.extend(backlog.iter().map(|f| {
-            (
-                i64::try_from(f.seq).unwrap_or(i64::MAX),
-                f.event,
-                f.data.clone(),
-            )
-        }));
-        parts.sort_by_key(|(seq, _, _)| *seq);
-        parts.dedup_by_key(|(seq, _, _)| *seq);
         for (seq, event, data) in parts {
             if seq > self.position {
                 replayed += 1;

@@ -390,3 +390,48 @@ async fn a_queued_message_the_run_starts_is_never_skipped_by_its_parts() {
     assert_eq!(messages.len(), 4, "{messages:?}");
     assert_eq!(transcript.messages, messages);
 }
+
+#[tokio::test]
+async fn parts_read_before_their_step_commits_reach_a_resuming_client_before_its_message() {
+    // Every catch-up waits 3 s between reading the live parts and reading the messages
+    // (debug builds). The reply streams its first tokens at once, stalls 4.5 s, then ends:
+    // the first connection's catch-up is over before the commit, the second one's spans
+    // it, so the messages it reads hold the reply whose first parts it read.
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start_with_env(
+        dir.path(),
+        &sqlite(dir.path()),
+        "",
+        &[("KEEL_DEBUG_CATCH_UP_PAUSE_MS", "3000")],
+    );
+    let client = Client::new();
+    let reply = words(60);
+    let script = json!({"text": reply, "rate": 200, "stall": {"after": 20, "ms": 4500}});
+    let id = client
+        .create_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
+        .await;
+    let mut first = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut first, 3).await;
+    drop(first);
+
+    let mut events = client
+        .events(&daemon, &id, transcript.last_id.as_deref())
+        .await;
+    let mut parts_after_reconnecting = 0;
+    let streamed = loop {
+        let event = events.next().await.expect("the stream ended");
+        if event.event == "part" {
+            parts_after_reconnecting += 1;
+        }
+        if event.event == "message" && event.data["role"] == "assistant" {
+            break transcript.live_text.clone();
+        }
+        transcript.apply(&event);
+    };
+    // Sent in order: the parts the catch-up read, then the message that commits them.
+    // Message first, the parts would fall below the client's position and be dropped.
+    assert!(parts_after_reconnecting > 0, "{streamed:?}");
+    assert!(reply.starts_with(&streamed), "{streamed:?}");
+    client.wait_status(&daemon, &id, "waiting").await;
+}
