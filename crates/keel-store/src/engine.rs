@@ -548,6 +548,15 @@ impl Store for SqlStore {
         in_tx!(self, |cx| t::finish_run(&mut cx, lease).await)
     }
 
+    async fn finish_runs(&self, leases: &[Lease]) -> Result<Vec<Result<Next>>> {
+        // One run alone is cheaper on the single-chat path (fewer round trips).
+        match leases {
+            [] => Ok(Vec::new()),
+            [lease] => Ok(vec![self.finish_run(lease).await]),
+            _ => in_tx!(self, |cx| t::finish_runs(&mut cx, leases).await),
+        }
+    }
+
     async fn fail_run(&self, lease: &Lease, error: LastError) -> Result<()> {
         in_tx!(self, |cx| t::fail_run(&mut cx, lease, error.clone()).await)
     }

@@ -19,6 +19,24 @@ pub(crate) type LiveRow = (String, i64, i64, String);
 /// One message of a chat's tree as stored: id, parent id, role and kind.
 pub(crate) type TreeRow = (i64, Option<i64>, String, String);
 
+/// A table of per-chat state a transition of several chats empties for each of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Voided {
+    LiveParts,
+    Checkpoints,
+    ToolRecords,
+}
+
+impl Voided {
+    pub(crate) fn table(self) -> &'static str {
+        match self {
+            Voided::LiveParts => "live_parts",
+            Voided::Checkpoints => "checkpoints",
+            Voided::ToolRecords => "tool_records",
+        }
+    }
+}
+
 #[async_trait]
 pub(crate) trait TxOps: Send {
     /// Reads a chat row, locking it until the transaction ends.
@@ -62,13 +80,14 @@ pub(crate) trait TxOps: Send {
         self.delete_checkpoint(&chat.id).await?;
         self.update_chat(chat).await
     }
-    /// Writes the committed steps of several chats: their messages (in order), the
-    /// emptied live-part logs, tool records and checkpoints, and each chat row (every
-    /// mutable column, as [`TxOps::update_chat`]; one row per chat) — a few multi-row
-    /// statements whatever the number of chats.
+    /// Writes the transitions of several chats: their new messages (in order), the chats'
+    /// rows of each of `voided` emptied, and each chat row (every mutable column, as
+    /// [`TxOps::update_chat`]; one row per chat) — a few multi-row statements whatever the
+    /// number of chats.
     async fn commit_group_writes(
         &mut self,
         messages: &[MessageCols],
+        voided: &[Voided],
         chats: &[ChatCols],
     ) -> Result<()>;
     /// Messages of the current branch with an id above `after`, in id order.
@@ -104,6 +123,8 @@ pub(crate) trait TxOps: Send {
     async fn recent_messages(&mut self, chat: &str, limit: i64) -> Result<Vec<MessageCols>>;
 
     async fn queue(&mut self, chat: &str) -> Result<Vec<QueuedCols>>;
+    /// Which of these chats have queued messages.
+    async fn queued_chats(&mut self, chats: &[String]) -> Result<Vec<String>>;
     async fn insert_queued(&mut self, q: &QueuedCols) -> Result<()>;
     async fn set_queued_position(&mut self, id: &str, position: i64) -> Result<()>;
     async fn delete_queued(&mut self, id: &str) -> Result<()>;

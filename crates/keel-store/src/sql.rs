@@ -376,6 +376,7 @@ macro_rules! tx_ops {
             async fn commit_group_writes(
                 &mut self,
                 messages: &[$crate::rows::MessageCols],
+                voided: &[$crate::ops::Voided],
                 chats: &[$crate::rows::ChatCols],
             ) -> $crate::error::Result<()> {
                 // 15 parameters a row, well below SQLite's limit per statement.
@@ -406,10 +407,10 @@ macro_rules! tx_ops {
                     });
                     query.build().execute(self.conn().await?).await?;
                 }
-                for table in ["live_parts", "checkpoints", "tool_records"] {
+                for table in voided {
                     for chunk in chats.chunks(2000) {
                         let mut query = sqlx::QueryBuilder::<$db>::new("DELETE FROM ");
-                        query.push(table).push(" WHERE chat_id IN (");
+                        query.push(table.table()).push(" WHERE chat_id IN (");
                         let mut list = query.separated(", ");
                         for chat in chunk {
                             list.push_bind(chat.id.as_str());
@@ -652,6 +653,30 @@ macro_rules! tx_ops {
                 .bind(chat)
                 .fetch_all(self.conn().await?)
                 .await?)
+            }
+
+            async fn queued_chats(
+                &mut self,
+                chats: &[String],
+            ) -> $crate::error::Result<Vec<String>> {
+                let mut found = Vec::new();
+                for chunk in chats.chunks(2000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "SELECT DISTINCT chat_id FROM queued_messages WHERE chat_id IN (",
+                    );
+                    let mut list = query.separated(", ");
+                    for chat in chunk {
+                        list.push_bind(chat.as_str());
+                    }
+                    query.push(")");
+                    found.extend(
+                        query
+                            .build_query_scalar::<String>()
+                            .fetch_all(self.conn().await?)
+                            .await?,
+                    );
+                }
+                Ok(found)
             }
 
             async fn insert_queued(

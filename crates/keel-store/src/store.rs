@@ -171,6 +171,11 @@ pub trait Store: Send + Sync {
     async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()>;
     async fn finish_interruption(&self, lease: &Lease) -> Result<Next>;
     async fn finish_run(&self, lease: &Lease) -> Result<Next>;
+    /// Finishes the runs of several chats in one transaction, each checked, fenced on its
+    /// own lease and moved as [`Self::finish_run`] moves it: one outcome per lease, in
+    /// order, so a refused run holds back none of the others. `Err` means nothing was
+    /// written.
+    async fn finish_runs(&self, leases: &[Lease]) -> Result<Vec<Result<Next>>>;
     async fn fail_run(&self, lease: &Lease, error: LastError) -> Result<()>;
     async fn enter_requires_action(
         &self,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::*;
 use keel_core::{ErrorKind, FinishReason, PartKind, Role};
 use keel_store::{
-    Busy, Chat, ChatStatus, JsonText, Lease, NewLiveEntry, Store, StoreError, ToolRecord,
+    Busy, Chat, ChatStatus, JsonText, Lease, NewLiveEntry, Next, Store, StoreError, ToolRecord,
     ToolState, Transition,
 };
 use serde_json::json;
@@ -28,7 +28,73 @@ both_backends!(
     a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one,
     a_steps_finish_reason_is_stored_with_its_message,
     grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced,
+    grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced,
 );
+
+async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {
+    let s = &db.store;
+    let (a, b, c, d) = (
+        create(s, "a").await,
+        create(s, "b").await,
+        create(s, "c").await,
+        create(s, "d").await,
+    );
+    let leases = s.acquire("w", 10).await.unwrap();
+    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
+    let (la, lb, lc, ld) = (lease(a.id), lease(b.id), lease(c.id), lease(d.id));
+    for l in [&la, &lb, &lc, &ld] {
+        s.commit_step(l, vec![assistant("done")]).await.unwrap();
+    }
+    // `a` has a logged part and a checkpoint left: the finish voids both.
+    let seq = s.get_chat(a.id).await.unwrap().event_seq + 1;
+    s.append_live_entries(&la, &[entry(seq)]).await.unwrap();
+    s.put_checkpoint(&la, json!({"partial": true}))
+        .await
+        .unwrap();
+    // `b` is edited under its run: it must not end. `c` has a message queued: it runs next.
+    let first = s.list_messages(b.id, None).await.unwrap()[0].id;
+    s.edit_message(b.id, first, text("b again")).await.unwrap();
+    send(s, c.id, "next, please", Busy::Queue).await;
+    let before_a = s.get_chat(a.id).await.unwrap();
+    let before_c = s.get_chat(c.id).await.unwrap();
+    let outcomes = s
+        .finish_runs(&[la.clone(), lb.clone(), lc.clone(), ld.clone()])
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), 4);
+    assert!(matches!(outcomes[0], Ok(Next::Idle)), "{outcomes:?}");
+    assert!(
+        matches!(outcomes[1], Err(StoreError::Fenced { .. })),
+        "{outcomes:?}"
+    );
+    let Ok(Next::Continue { lease: next_c, .. }) = &outcomes[2] else {
+        panic!("{outcomes:?}");
+    };
+    assert!(matches!(outcomes[3], Ok(Next::Idle)), "{outcomes:?}");
+    // As a single finish moves it: waiting, released, one new version and event number.
+    let after_a = s.get_chat(a.id).await.unwrap();
+    assert_eq!(after_a.status, ChatStatus::Waiting);
+    assert_eq!(after_a.worker_id, None);
+    assert_eq!(after_a.version, before_a.version + 1);
+    assert_eq!(after_a.event_seq, before_a.event_seq + 1);
+    assert!(s.live_parts_after(a.id, 0).await.unwrap().is_empty());
+    assert!(s.get_checkpoint(a.id).await.unwrap().is_none());
+    assert_eq!(s.get_chat(d.id).await.unwrap().status, ChatStatus::Waiting);
+    // The queue head is in history and runs on the same worker's renewed lease.
+    let after_c = s.get_chat(c.id).await.unwrap();
+    assert_eq!(after_c.status, ChatStatus::Running);
+    assert!(after_c.queued.is_empty());
+    assert_eq!(after_c.last_message_id, before_c.last_message_id + 1);
+    assert_eq!(next_c.granted_version, after_c.version);
+    s.commit_step(next_c, vec![assistant("next done")])
+        .await
+        .unwrap();
+    // `b` runs on for whoever claims its edit; the old lease ends nothing.
+    assert_eq!(s.get_chat(b.id).await.unwrap().status, ChatStatus::Running);
+    // A finished run's lease finishes nothing again.
+    let again = s.finish_runs(&[la.clone(), ld.clone()]).await.unwrap();
+    assert!(again.iter().all(Result::is_err), "{again:?}");
+}
 
 /// Chats `a`, `b` and `c` claimed by worker `w`, then `b` edited under its run: the new
 /// history version fences that run out, the other two runs still hold.

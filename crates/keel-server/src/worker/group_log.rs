@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use keel_store::{Lease, MessageId, NewLiveEntry, NewMessage, Store, StoreError};
+use keel_store::{Lease, MessageId, NewLiveEntry, NewMessage, Next, Store, StoreError};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -56,6 +56,12 @@ enum Command {
         lease: Lease,
         messages: Vec<NewMessage>,
         reply: oneshot::Sender<Result<Vec<MessageId>, StoreError>>,
+    },
+    /// The run completed and its parts were flushed: finish it (with the runs of other
+    /// chats that finish meanwhile).
+    Finish {
+        lease: Lease,
+        reply: oneshot::Sender<Result<Next, StoreError>>,
     },
     /// The run ended: forget what is kept for it.
     Forget { run: RunKey },
@@ -143,6 +149,18 @@ impl GroupLog {
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
+    /// Finishes a completed run whose parts were flushed — in one transaction with the
+    /// runs of other chats that finish while the writer is busy ([`Store::finish_runs`]),
+    /// each fenced on its own lease.
+    pub(crate) async fn finish_run(&self, lease: Lease) -> Result<Next, StoreError> {
+        let stopped = || StoreError::InvalidInput("the live-part log writer stopped".into());
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Finish { lease, reply })
+            .map_err(|_| stopped())?;
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
     /// The run ended; nothing more comes from it.
     pub(crate) fn forget(&self, run: RunKey) {
         let _ = self.tx.send(Command::Forget { run });
@@ -157,19 +175,21 @@ struct Pending {
 
 type FlushReply = oneshot::Sender<Result<(), StoreError>>;
 type CommitReply = oneshot::Sender<Result<Vec<MessageId>, StoreError>>;
+type FinishReply = oneshot::Sender<Result<Next, StoreError>>;
 
-/// The flushes and commits one write answers.
+/// The flushes, commits and finishes one write answers.
 #[derive(Default)]
 struct Settle {
     flushes: Vec<(RunKey, FlushReply)>,
     commits: Vec<(RunKey, Lease, Vec<NewMessage>, CommitReply)>,
+    finishes: Vec<(Lease, FinishReply)>,
 }
 
 impl Settle {
     fn flush(run: RunKey, reply: FlushReply) -> Self {
         Self {
             flushes: vec![(run, reply)],
-            commits: Vec::new(),
+            ..Self::default()
         }
     }
 }
@@ -246,6 +266,12 @@ impl Writer {
                     self.settle(&mut rx, settle).await;
                     deadline = self.next_deadline();
                 }
+                Some(Command::Finish { lease, reply }) => {
+                    let mut settle = Settle::default();
+                    settle.finishes.push((lease, reply));
+                    self.settle(&mut rx, settle).await;
+                    deadline = self.next_deadline();
+                }
                 Some(Command::Forget { run }) => {
                     // Its parts published before it are written first, as any others.
                     self.take_inbox();
@@ -271,6 +297,7 @@ impl Writer {
                     messages,
                     reply,
                 } => settle.commits.push((run, lease, messages, reply)),
+                Command::Finish { lease, reply } => settle.finishes.push((lease, reply)),
                 Command::Forget { run } => forgotten.push(run),
             }
         }
@@ -297,9 +324,31 @@ impl Writer {
         for (reply, outcome) in replies.into_iter().zip(self.commit_steps(steps).await) {
             let _ = reply.send(outcome);
         }
+        let (leases, replies): (Vec<_>, Vec<_>) = settle.finishes.into_iter().unzip();
+        for (reply, outcome) in replies.into_iter().zip(self.finish_runs(leases).await) {
+            let _ = reply.send(outcome);
+        }
         for run in forgotten {
             self.forget(run);
         }
+    }
+
+    /// Finishes the runs in one transaction; when that fails as a whole, each alone, so
+    /// every run gets the store's own answer.
+    async fn finish_runs(&self, leases: Vec<Lease>) -> Vec<Result<Next, StoreError>> {
+        if leases.len() > 1 {
+            match self.store.finish_runs(&leases).await {
+                Ok(outcomes) => return outcomes,
+                Err(error) => {
+                    tracing::warn!(%error, runs = leases.len(), "a grouped finish of runs failed; finishing each alone");
+                }
+            }
+        }
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for lease in &leases {
+            outcomes.push(self.store.finish_run(lease).await);
+        }
+        outcomes
     }
 
     /// Commits the steps in one transaction; when that fails as a whole, each alone, so
@@ -586,6 +635,75 @@ mod tests {
                 .unwrap()
                 .len(),
             2
+        );
+    }
+
+    #[tokio::test]
+    async fn appended_parts_are_written_when_their_window_closes_without_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b) = (claimed(&store).await, claimed(&store).await);
+        let log = GroupLog::start(store.clone(), Arc::new(crate::hub::Hub::new()));
+        let (ka, kb) = (next_run_key(), next_run_key());
+        let (chat_a, chat_b) = (current(&a).chat_id, current(&b).chat_id);
+        let start_a = store.get_chat(chat_a).await.unwrap().event_seq;
+        let start_b = store.get_chat(chat_b).await.unwrap().event_seq;
+        log.append(ka, &a, entry(start_a + 1));
+        log.append(kb, &b, entry(start_b + 1));
+        log.append(ka, &a, entry(start_a + 2));
+        let logged = |chat| {
+            let store = store.clone();
+            async move { store.live_parts_after(chat, 0).await.unwrap().len() }
+        };
+        // Only the first part woke the writer; the window it opened writes all three. The
+        // bound is generous: it only stops a writer that never writes from hanging the test.
+        let mut windows = 0;
+        while logged(chat_a).await < 2 || logged(chat_b).await < 1 {
+            windows += 1;
+            assert!(windows < 400, "the parts were never written");
+            tokio::time::sleep(BATCH_WINDOW).await;
+        }
+        assert_eq!(store.get_chat(chat_a).await.unwrap().event_seq, start_a + 2);
+        log.flush(ka).await.unwrap();
+        log.flush(kb).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn runs_finished_together_are_one_group_and_a_fenced_one_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let (a, b, c) = (
+            claimed(&store).await,
+            claimed(&store).await,
+            claimed(&store).await,
+        );
+        let log = GroupLog::start(store.clone(), Arc::new(crate::hub::Hub::new()));
+        let chat_b = current(&b).chat_id;
+        let first = store.list_messages(chat_b, None).await.unwrap()[0].id;
+        store
+            .edit_message(chat_b, first, vec![Part::text("again")])
+            .await
+            .unwrap();
+        let (ra, rb, rc) = tokio::join!(
+            log.finish_run(current(&a)),
+            log.finish_run(current(&b)),
+            log.finish_run(current(&c)),
+        );
+        assert_eq!(ra.unwrap(), Next::Idle);
+        assert!(matches!(rb, Err(StoreError::Fenced { .. })), "{rb:?}");
+        assert_eq!(rc.unwrap(), Next::Idle);
+        let status = |chat| {
+            let store = store.clone();
+            async move { store.get_chat(chat).await.unwrap().status }
+        };
+        assert_eq!(
+            status(current(&a).chat_id).await,
+            keel_store::ChatStatus::Waiting
+        );
+        assert_eq!(status(chat_b).await, keel_store::ChatStatus::Running);
+        assert_eq!(
+            status(current(&c).chat_id).await,
+            keel_store::ChatStatus::Waiting
         );
     }
 }

@@ -86,7 +86,8 @@ pub(super) async fn end(
     let next = match outcome {
         Ok(RunOutcome::Completed { .. }) => {
             count("completed");
-            shared.store.finish_run(held).await
+            // With the runs of other chats that complete meanwhile, in one transaction.
+            shared.log.finish_run(held.clone()).await
         }
         Ok(RunOutcome::Interrupted) => {
             count("interrupted");

@@ -3,13 +3,27 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::ops::Voided;
 
+/// Claims up to `limit` runnable chats: one locking read of their rows and one multi-row
+/// write of the claimed ones, each chat checked and leased exactly as a claim of it alone.
 pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> Result<Vec<Lease>> {
     let limit = i64::try_from(limit).unwrap_or(SWEEP_LIMIT).min(SWEEP_LIMIT);
     let ids = cx.ops.claimable_chats(ms(cx.now), limit).await?;
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut locked: Vec<String> = ids.clone();
+    locked.sort();
+    let mut chats: HashMap<String, ChatCols> = HashMap::with_capacity(ids.len());
+    for cols in cx.ops.lock_chats(&locked).await? {
+        chats.insert(cols.id.clone(), cols);
+    }
     let mut leases = Vec::with_capacity(ids.len());
+    let mut rows = Vec::with_capacity(ids.len());
+    // In the order the chats became runnable, as they are claimed.
     for id in ids {
-        let Some(cols) = cx.ops.lock_chat(&id).await? else {
+        let Some(cols) = chats.remove(&id) else {
             continue;
         };
         let mut chat = cols.into_chat()?;
@@ -28,9 +42,15 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
         }
         let owner = format!("{worker_id}.{}", Uuid::new_v4().simple());
         let mut lease = cx.renewed_lease(&mut chat, &owner);
-        cx.save(&mut chat, mv, false).await?;
+        // What `Ctx::save` does, with the row written below together with the others'.
+        cx.stamp(&mut chat, mv, false)?;
+        cx.notice_with(&chat, false, chat.status != mv.from);
         lease.granted_version = chat.version;
+        rows.push(ChatCols::from_chat(&chat)?);
         leases.push(lease);
+    }
+    if !rows.is_empty() {
+        cx.ops.commit_group_writes(&[], &[], &rows).await?;
     }
     Ok(leases)
 }
@@ -270,7 +290,10 @@ pub(crate) async fn commit_steps(
             chat_rows.push(ChatCols::from_chat(chat)?);
         }
     }
-    cx.ops.commit_group_writes(&rows, &chat_rows).await?;
+    let voided = [Voided::LiveParts, Voided::Checkpoints, Voided::ToolRecords];
+    cx.ops
+        .commit_group_writes(&rows, &voided, &chat_rows)
+        .await?;
     Ok(outcomes)
 }
 
@@ -355,25 +378,96 @@ pub(crate) async fn set_retry_state(
 /// Ends a run: the queue head starts next (same worker, chat stays `running`), or the
 /// chat goes `waiting` and is released.
 async fn end_run(cx: &mut Ctx<'_>, lease: &Lease, transition: Transition) -> Result<Next> {
-    let chat = cx.load(lease.chat_id).await?;
+    let mut chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
     let mv = check(&chat, transition)?;
-    end_loaded_run(cx, chat, mv, lease).await
+    end_loaded_run(cx, &mut chat, mv, lease).await
+}
+
+/// Ends the runs of several chats in one transaction, each chat locked, fenced and moved
+/// exactly as [`finish_run`] does it alone: the queue head starts next on the same lease,
+/// or the chat waits, released. A refused run (fence, status) is left out with its error
+/// and the others end; a chat that waits (the common end) is written with the others in a
+/// few multi-row statements, one whose queue head starts is written as alone. `Err` means
+/// nothing was written.
+pub(crate) async fn finish_runs(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Vec<Result<Next>>> {
+    let mut ids: Vec<String> = leases.iter().map(|l| l.chat_id.to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut chats: HashMap<ChatId, Chat> = HashMap::with_capacity(ids.len());
+    for cols in cx.ops.lock_chats(&ids).await? {
+        let chat = cols.into_chat()?;
+        chats.insert(chat.id, chat);
+    }
+    let mut queued: Vec<ChatId> = Vec::new();
+    for id in cx.ops.queued_chats(&ids).await? {
+        queued.push(crate::rows::uuid("queued_messages.chat_id", &id)?);
+    }
+    let mut outcomes = Vec::with_capacity(leases.len());
+    // Chats that now wait, in the order they ended; their rows are written together.
+    let mut idle: Vec<ChatId> = Vec::new();
+    for lease in leases {
+        let Some(chat) = chats.get_mut(&lease.chat_id) else {
+            outcomes.push(Err(StoreError::not_found("chat")));
+            continue;
+        };
+        let mv = match fence(chat, lease, false).and_then(|()| check(chat, Transition::FinishRun)) {
+            Ok(mv) => mv,
+            Err(refused) => {
+                outcomes.push(Err(refused));
+                continue;
+            }
+        };
+        if queued.contains(&chat.id) {
+            // Rare at scale: the queue head moves into history and runs next.
+            outcomes.push(Ok(end_loaded_run(cx, chat, mv, lease).await?));
+            queued.retain(|id| *id != chat.id);
+            continue;
+        }
+        chat.retry_state = None;
+        chat.compact_requested = false;
+        chat.status = ChatStatus::Waiting;
+        chat.worker_id = None;
+        chat.lease_expires_at = None;
+        cx.stamp(chat, mv, false)?;
+        cx.notice_with(chat, false, chat.status != mv.from);
+        if !idle.contains(&chat.id) {
+            idle.push(chat.id);
+        }
+        outcomes.push(Ok(Next::Idle));
+    }
+    let mut rows = Vec::with_capacity(idle.len());
+    for id in &idle {
+        if let Some(chat) = chats.get(id) {
+            rows.push(ChatCols::from_chat(chat)?);
+        }
+    }
+    if !rows.is_empty() {
+        cx.ops
+            .commit_group_writes(&[], &[Voided::LiveParts, Voided::Checkpoints], &rows)
+            .await?;
+    }
+    Ok(outcomes)
 }
 
 /// Ends the run of a loaded, fenced chat: the live-part log and checkpoint are void, and the
 /// queue head starts the next run, or the chat waits.
-async fn end_loaded_run(cx: &mut Ctx<'_>, mut chat: Chat, mv: Move, lease: &Lease) -> Result<Next> {
+async fn end_loaded_run(
+    cx: &mut Ctx<'_>,
+    chat: &mut Chat,
+    mv: Move,
+    lease: &Lease,
+) -> Result<Next> {
     let id = chat.id.to_string();
     cx.ops.clear_live(&id).await?;
     cx.ops.delete_checkpoint(&id).await?;
     chat.retry_state = None;
     chat.compact_requested = false;
-    let mut next = match cx.start_queue_head(&mut chat).await? {
+    let mut next = match cx.start_queue_head(chat).await? {
         Some(message_id) => {
             chat.status = ChatStatus::Running;
             Next::Continue {
-                lease: cx.renewed_lease(&mut chat, &lease.worker_id),
+                lease: cx.renewed_lease(chat, &lease.worker_id),
                 message_id,
             }
         }
@@ -385,7 +479,7 @@ async fn end_loaded_run(cx: &mut Ctx<'_>, mut chat: Chat, mv: Move, lease: &Leas
         }
     };
     let queue_changed = matches!(next, Next::Continue { .. });
-    cx.save(&mut chat, mv, queue_changed).await?;
+    cx.save(chat, mv, queue_changed).await?;
     if let Next::Continue { lease, .. } = &mut next {
         lease.granted_version = chat.version;
     }
@@ -435,7 +529,7 @@ pub(crate) async fn enter_requires_action(
         chat.pending_tool_calls = calls;
         cx.answer_pending_with_errors(&mut chat, INTERRUPTED_BY_USER)
             .await?;
-        return end_loaded_run(cx, chat, mv, lease).await;
+        return end_loaded_run(cx, &mut chat, mv, lease).await;
     }
     chat.status = ChatStatus::RequiresAction;
     chat.pending_tool_calls = calls;

@@ -12,8 +12,9 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::live::Live;
-use super::processes::{DaemonSetup, Process, check_replicas, start_mock};
+use super::processes::{DaemonSetup, Process, check_replicas, own_cpu, start_mock};
 use super::stats::{Spread, mib, micros};
+use super::window::{ChatTimes, LiveWindow, Phases, live_window, phases};
 use crate::client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -108,7 +109,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let chats = create_chats(&apis, args.chats).await?;
     let throughput = measure_throughput(&daemons, &mock, &chats, &args).await?;
-    throughput.print(&idle_rss, &chats_per_replica(args.chats, daemons.len()));
+    throughput.print(
+        &idle_rss,
+        &chats_per_replica(args.chats, daemons.len()),
+        args.rate,
+    );
     // Checked after the report, so that a run that fails still shows what it measured.
     let expected = u64::from(args.tokens) * chats.len() as u64;
     ensure!(
@@ -230,14 +235,17 @@ struct Throughput {
     /// Each daemon's CPU time and peak RSS during the measurement.
     daemon_cpu: Vec<Duration>,
     mock_cpu: Duration,
+    client_cpu: Duration,
     peak_rss: Vec<u64>,
     /// Streams that fell too far behind and resumed from their last id.
     resumes: usize,
+    phases: Option<Phases>,
+    window: Option<LiveWindow>,
 }
 
 impl Throughput {
     /// `idle_rss` and `chats` are per daemon, as `daemon_cpu` and `peak_rss`.
-    fn print(&self, idle_rss: &[u64], chats: &[usize]) {
+    fn print(&self, idle_rss: &[u64], chats: &[usize], rate: f64) {
         let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / self.parts.max(1) as f64;
         println!(
             "parts received          {} in {:.2} s = {:.0} parts/s",
@@ -245,6 +253,7 @@ impl Throughput {
             self.wall.as_secs_f64(),
             self.parts as f64 / self.wall.as_secs_f64()
         );
+        self.print_window(chats.iter().sum::<usize>() as f64 * rate);
         println!(
             "added latency per part  {} (p50 / p99 / max)",
             self.latency.millis()
@@ -257,9 +266,10 @@ impl Throughput {
         }
         let total: Duration = self.daemon_cpu.iter().sum();
         println!(
-            "daemon CPU per 1k parts {:.3} s (mock provider: {:.3} s)",
+            "daemon CPU per 1k parts {:.3} s (mock provider: {:.3} s, bench clients: {:.3} s)",
             per_thousand(total),
-            per_thousand(self.mock_cpu)
+            per_thousand(self.mock_cpu),
+            per_thousand(self.client_cpu)
         );
         let replicas = self.daemon_cpu.len();
         for (replica, cpu) in self.daemon_cpu.iter().enumerate().filter(|_| replicas > 1) {
@@ -279,6 +289,38 @@ impl Throughput {
                 mib(*peak),
                 per_chat as f64 / 1024.0
             );
+        }
+    }
+}
+
+impl Throughput {
+    /// Where the phase went, and what arrived while every stream was live against what the
+    /// mock sent meanwhile (`nominal`: chats × rate).
+    fn print_window(&self, nominal: f64) {
+        let s = |micros: u64| micros as f64 / 1e6;
+        if let Some(p) = &self.phases {
+            println!(
+                "phase (s from start)    last posted {:.2}, all streams live {:.2}, first stream done {:.2}, last token sent {:.2}, last reply committed {:.2}; stream p50 {:.2} s",
+                s(p.last_posted),
+                s(p.last_first_token),
+                s(p.first_last_token),
+                s(p.last_token),
+                s(p.last_committed),
+                s(p.stream_p50),
+            );
+        }
+        match &self.window {
+            Some(w) => println!(
+                "while all streams live  {:.0} parts/s received, {:.0} sent by the mock ({:.1} %; nominal {:.0}) over {:.2} s",
+                w.delivered_per_second(),
+                w.offered_per_second(),
+                w.share(),
+                nominal,
+                s(w.micros),
+            ),
+            None => println!(
+                "while all streams live  n/a (the last stream started after the first ended)"
+            ),
         }
     }
 }
@@ -303,8 +345,11 @@ async fn measure_throughput(
             // Skip the history: the first exchange.
             while !live.next(PATIENCE).await?.is_assistant_message() {}
             start.wait().await;
+            let mut times = ChatTimes {
+                posted: unix_micros(),
+                ..ChatTimes::default()
+            };
             api.send_message(&chat, &text, "queue").await?;
-            let mut latencies = Vec::new();
             let mut resumes = 0;
             loop {
                 let event = match live.next(PATIENCE).await {
@@ -322,15 +367,18 @@ async fn measure_throughput(
                 };
                 if let Some(delta) = event.text_delta() {
                     let now = unix_micros();
-                    latencies.extend(stamps(delta).map(|sent| now.saturating_sub(sent)));
+                    times.parts.extend(stamps(delta).map(|sent| (sent, now)));
                 } else if event.is_assistant_message() {
-                    return anyhow::Ok((latencies, resumes));
+                    times.committed = unix_micros();
+                    return anyhow::Ok((times, resumes));
                 }
             }
         });
     }
     start.wait().await;
     let began = Instant::now();
+    let began_unix = unix_micros();
+    let client_before = own_cpu()?;
     let cpu_before = daemons
         .iter()
         .map(Process::cpu)
@@ -343,15 +391,15 @@ async fn measure_throughput(
             .collect::<anyhow::Result<Vec<_>>>()
     };
     let mut peak_rss = rss()?;
-    let mut latencies = Vec::new();
+    let mut received = Vec::with_capacity(chats.len());
     let mut resumes = 0;
     let mut sampler = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
             joined = tasks.join_next() => match joined {
                 Some(result) => {
-                    let (received, resumed) = result??;
-                    latencies.extend(received);
+                    let (times, resumed) = result??;
+                    received.push(times);
                     resumes += resumed;
                 }
                 None => break,
@@ -360,6 +408,12 @@ async fn measure_throughput(
         }
     }
     let wall = began.elapsed();
+    let client_cpu = own_cpu()?.saturating_sub(client_before);
+    let mut latencies: Vec<u64> = received
+        .iter()
+        .flat_map(|c| &c.parts)
+        .map(|&(sent, at)| at.saturating_sub(sent))
+        .collect();
     let parts = latencies.len() as u64;
     Ok(Throughput {
         wall,
@@ -371,8 +425,11 @@ async fn measure_throughput(
             .map(|(daemon, before)| Ok(daemon.cpu()?.saturating_sub(before)))
             .collect::<anyhow::Result<_>>()?,
         mock_cpu: mock.cpu()?.saturating_sub(mock_before),
+        client_cpu,
         peak_rss: higher(&peak_rss, &rss()?),
         resumes,
+        phases: phases(began_unix, &received),
+        window: live_window(&received),
     })
 }
 

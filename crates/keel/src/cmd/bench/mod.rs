@@ -17,6 +17,7 @@ mod scenario;
 mod soak;
 mod stats;
 mod target;
+mod window;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

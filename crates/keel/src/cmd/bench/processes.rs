@@ -282,6 +282,12 @@ pub fn check_replicas(replicas: usize, database: Option<&str>) -> anyhow::Result
 /// Linux supports (it is part of the kernel ABI, independent of the kernel's own HZ).
 const TICKS_PER_SECOND: u64 = 100;
 
+/// CPU time (user + system) this benchmark process has used so far: its clients share the
+/// machine with the daemon and the mock.
+pub fn own_cpu() -> anyhow::Result<Duration> {
+    cpu_time(std::process::id())
+}
+
 fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The command name may contain spaces; the fields after it are space separated.
