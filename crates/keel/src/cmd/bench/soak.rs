@@ -249,7 +249,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     }
     let resets = shared.resets.load(Ordering::Relaxed);
     println!(
-        "{resets} stream resets (a position the chat never reached: parts a killed owner sent live but never logged)"
+        "{resets} stream resets (a daemon answered a position it could not find with a reset and a replay of the step)"
     );
     let server_errors = shared.server_errors.load(Ordering::Relaxed);
     println!("{server_errors} 5xx answers");

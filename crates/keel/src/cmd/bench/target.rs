@@ -32,9 +32,8 @@ pub struct Target {
     /// Chats whose open event stream fell silent before delivering their last messages,
     /// which a reconnect then delivered: a stall, not a loss.
     pub stalls: AtomicUsize,
-    /// `stream_reset` events the clients were sent: a replica took a client's position for
-    /// one the chat never reached (after a kill, the parts the killed owner sent live and
-    /// never logged).
+    /// `stream_reset` events the clients were sent: a daemon took a client's position for
+    /// one the chat never reached, and replayed the step from its start.
     pub resets: AtomicUsize,
     pub deadline: Instant,
     /// Restarts under way and when the last one ended: a check's patience counts only
