@@ -393,45 +393,53 @@ async fn a_queued_message_the_run_starts_is_never_skipped_by_its_parts() {
 
 #[tokio::test]
 async fn parts_read_before_their_step_commits_reach_a_resuming_client_before_its_message() {
-    // Every catch-up waits 3 s between reading the live parts and reading the messages
-    // (debug builds). The reply streams its first tokens at once, stalls 4.5 s, then ends:
-    // the first connection's catch-up is over before the commit, the second one's spans
-    // it, so the messages it reads hold the reply whose first parts it read.
+    // Every catch-up waits 4 s between reading the live parts and reading the messages
+    // (debug builds). The reply streams its first tokens and stalls; a client resumes after
+    // its third part, and an interrupt commits the partial reply while that catch-up waits,
+    // so the messages it reads hold the step whose parts it read.
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start_with_env(
         dir.path(),
         &sqlite(dir.path()),
         "",
-        &[("KEEL_DEBUG_CATCH_UP_PAUSE_MS", "3000")],
+        &[("KEEL_DEBUG_CATCH_UP_PAUSE_MS", "4000")],
     );
     let client = Client::new();
     let reply = words(60);
-    let script = json!({"text": reply, "rate": 200, "stall": {"after": 20, "ms": 4500}});
+    let script = json!({"text": reply, "rate": 200, "stall": {"after": 20, "ms": 30000}});
     let id = client
         .create_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
         .await;
-    let mut first = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
-    transcript.follow_parts(&mut first, 3).await;
-    drop(first);
-
-    let mut events = client
-        .events(&daemon, &id, transcript.last_id.as_deref())
+    // A fresh chat numbers its first message 1 and its reply's parts from 2: event 4 is the
+    // third part. The first 20 tokens go out at once and are logged within a window.
+    client.wait_status(&daemon, &id, "running").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut transcript = Transcript {
+        live_text: "w1 w2 w3".to_owned(),
+        ..Transcript::default()
+    };
+    let mut events = client.events(&daemon, &id, Some("4")).await;
+    // Half-way through the catch-up's wait (the stream is open, its log read done).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = client
+        .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
         .await;
+    assert_eq!(status, 202, "{body}");
     let mut parts_after_reconnecting = 0;
-    let streamed = loop {
+    let (streamed, committed) = loop {
         let event = events.next().await.expect("the stream ended");
         if event.event == "part" {
             parts_after_reconnecting += 1;
         }
         if event.event == "message" && event.data["role"] == "assistant" {
-            break transcript.live_text.clone();
+            break (transcript.live_text.clone(), text_of(&event.data));
         }
         transcript.apply(&event);
     };
     // Sent in order: the parts the catch-up read, then the message that commits them.
     // Message first, the parts would fall below the client's position and be dropped.
     assert!(parts_after_reconnecting > 0, "{streamed:?}");
-    assert!(reply.starts_with(&streamed), "{streamed:?}");
+    assert_eq!(streamed, committed);
+    assert!(reply.starts_with(&committed), "{committed:?}");
     client.wait_status(&daemon, &id, "waiting").await;
 }
