@@ -128,6 +128,10 @@ pub struct Subscription {
 pub struct Live {
     pub frames: Option<broadcast::Receiver<Arc<Frame>>>,
     pub backlog: Vec<Arc<Frame>>,
+    /// Durable frames of the channel were published that the backlog no longer holds
+    /// (logged, or committed messages, which it never holds): the receiver missed them and
+    /// the store has them.
+    pub incomplete: bool,
     /// [`Changes::runs`] when the receiver was taken.
     pub runs: u64,
 }
@@ -145,6 +149,8 @@ struct Channel {
     /// Runs of this process streaming into the channel (a superseded run may still be
     /// finishing while the next one starts).
     running: usize,
+    /// See [`Live::incomplete`].
+    incomplete: bool,
 }
 
 impl Channel {
@@ -154,6 +160,7 @@ impl Channel {
             changes: watch::channel(Changes::default()).0,
             backlog: Vec::new(),
             running: 0,
+            incomplete: false,
         }
     }
 
@@ -161,6 +168,7 @@ impl Channel {
         Live {
             frames: self.sender.as_ref().map(broadcast::Sender::subscribe),
             backlog: self.backlog.clone(),
+            incomplete: self.incomplete,
             runs: self.changes.borrow().runs,
         }
     }
@@ -207,6 +215,7 @@ impl Hub {
             Live {
                 frames: None,
                 backlog: Vec::new(),
+                incomplete: false,
                 runs: 0,
             },
             Channel::live,
@@ -237,9 +246,11 @@ impl Hub {
             .entry(chat_id.to_owned())
             .or_insert_with(Channel::new);
         channel.running += 1;
+        channel.incomplete |= !channel.backlog.is_empty();
         channel.backlog.clear();
         if channel.sender.is_none() {
             channel.sender = Some(broadcast::channel(SUBSCRIBER_BUFFER).0);
+            channel.incomplete = false;
             channel
                 .changes
                 .send_modify(|changes| changes.runs = changes.runs.wrapping_add(1));
@@ -267,7 +278,9 @@ impl Hub {
     /// part, and a long step no longer keeps all its frames in memory until its commit.
     pub fn logged(&self, chat_id: &str, seq: u64) {
         if let Some(channel) = self.lock().get_mut(chat_id) {
+            let before = channel.backlog.len();
             channel.backlog.retain(|frame| frame.seq > seq);
+            channel.incomplete |= channel.backlog.len() < before;
             if channel.backlog.is_empty() {
                 channel.backlog = Vec::new();
             }
@@ -277,6 +290,7 @@ impl Hub {
     /// A step was committed: its live frames are superseded by the committed messages.
     pub fn commit(&self, chat_id: &str) {
         if let Some(channel) = self.lock().get_mut(chat_id) {
+            channel.incomplete |= !channel.backlog.is_empty();
             channel.backlog = Vec::new();
         }
     }
@@ -297,6 +311,8 @@ impl Hub {
         let frame = Arc::new(frame);
         if frame.durable && frame.event != "message" {
             channel.backlog.push(frame.clone());
+        } else if frame.durable {
+            channel.incomplete = true;
         }
         // No receiver is no error: a late subscriber takes the backlog.
         let _ = sender.send(frame);
@@ -472,6 +488,7 @@ mod tests {
             deleted: false,
             owner: String::new(),
             listing: false,
+            unowned: false,
         }
     }
 

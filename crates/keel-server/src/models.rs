@@ -36,12 +36,13 @@ pub enum ModelsError {
     Demo(std::io::Error),
 }
 
-/// Every model by id, and the default one.
+/// Every model by id, and the default one. Cloning it is cheap: the HTTP state is cloned
+/// for every request.
 #[derive(Clone)]
 pub struct ModelRegistry {
-    models: HashMap<String, ModelHandle>,
-    order: Vec<String>,
-    default: String,
+    models: Arc<HashMap<String, ModelHandle>>,
+    order: Arc<[String]>,
+    default: Arc<str>,
     /// Keeps the in-process demo server alive as long as the registry lives.
     _demo: Option<Arc<keel_mock::MockServer>>,
 }
@@ -113,9 +114,9 @@ impl ModelRegistry {
     ) -> Self {
         let order = handles.iter().map(|h| h.id.clone()).collect();
         Self {
-            models: handles.into_iter().map(|h| (h.id.clone(), h)).collect(),
+            models: Arc::new(handles.into_iter().map(|h| (h.id.clone(), h)).collect()),
             order,
-            default: default.to_owned(),
+            default: default.into(),
             _demo: demo,
         }
     }

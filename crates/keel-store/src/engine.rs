@@ -23,9 +23,10 @@ use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::tree::{Tree, siblings_by_parent};
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, MessageKind,
-    NewChat, NewLiveEntry, NewMessage, NewSummary, Next, Prompt, QueueId, QueuedMessage,
-    RemoteNotice, SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput, User,
+    Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId,
+    MessageKind, NewChat, NewLiveEntry, NewMessage, NewSummary, Next, Prompt, QueueId,
+    QueuedMessage, RemoteNotice, SendOutcome, StoreOptions, StoredMessage, ToolRecord,
+    ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
@@ -143,6 +144,17 @@ impl SqlStore {
         }
     }
 
+    /// `rows` of the chat `id`, or its not-found error. Rows that came back prove the chat
+    /// is there in the read's snapshot (a chat's rows go with it: `ON DELETE CASCADE`), so
+    /// the chat row is read only to tell "none" from "no such chat": one statement less for
+    /// every read that finds something.
+    async fn of_chat<T>(ops: &mut dyn TxOps, id: ChatId, rows: Vec<T>) -> Result<Vec<T>> {
+        if rows.is_empty() {
+            Self::require_chat(ops, id).await?;
+        }
+        Ok(rows)
+    }
+
     /// The messages clients see: everything but summaries.
     fn messages(rows: Vec<MessageCols>) -> Result<Vec<StoredMessage>> {
         let mut messages = Self::all_messages(rows)?;
@@ -156,6 +168,21 @@ impl SqlStore {
 }
 
 /// Fills in each message's siblings (the listed messages with the same parent).
+/// The entries of the live-part log's batches numbered above `after_seq`.
+fn live_entries(batches: Vec<(i64, String)>, after_seq: i64) -> Result<Vec<LiveEntry>> {
+    let mut entries = Vec::new();
+    for (first_seq, payloads) in batches {
+        let payloads: Vec<Value> = from_json("live_parts.payloads", &payloads)?;
+        entries.extend(
+            (first_seq..)
+                .zip(payloads)
+                .filter(|(seq, _)| *seq > after_seq)
+                .map(|(seq, payload)| LiveEntry { seq, payload }),
+        );
+    }
+    Ok(entries)
+}
+
 async fn with_siblings(
     ops: &mut dyn TxOps,
     chat: &str,
@@ -321,18 +348,18 @@ impl Store for SqlStore {
         after: Option<MessageId>,
     ) -> Result<Vec<StoredMessage>> {
         in_read!(self, |ops| {
-            Self::require_chat(ops, chat).await?;
             let id = chat.to_string();
-            let messages = Self::messages(ops.messages(&id, after.unwrap_or(0)).await?)?;
+            let rows = ops.messages(&id, after.unwrap_or(0)).await?;
+            let messages = Self::messages(Self::of_chat(ops, chat, rows).await?)?;
             with_siblings(ops, &id, messages).await
         })
     }
 
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>> {
         in_read!(self, |ops| {
-            Self::require_chat(ops, chat).await?;
             let id = chat.to_string();
-            let messages = Self::messages(ops.messages_after_seq(&id, after_seq).await?)?;
+            let rows = ops.messages_after_seq(&id, after_seq).await?;
+            let messages = Self::messages(Self::of_chat(ops, chat, rows).await?)?;
             with_siblings(ops, &id, messages).await
         })
     }
@@ -346,9 +373,9 @@ impl Store for SqlStore {
     ) -> Result<Vec<StoredMessage>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         in_read!(self, |ops| {
-            Self::require_chat(ops, chat).await?;
             let id = chat.to_string();
-            let messages = Self::all_messages(ops.visible_page(&id, after, by_seq, limit).await?)?;
+            let rows = ops.visible_page(&id, after, by_seq, limit).await?;
+            let messages = Self::all_messages(Self::of_chat(ops, chat, rows).await?)?;
             with_siblings(ops, &id, messages).await
         })
     }
@@ -392,43 +419,51 @@ impl Store for SqlStore {
     async fn recent_messages(&self, chat: ChatId, limit: usize) -> Result<Vec<StoredMessage>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         in_read!(self, |ops| {
-            Self::require_chat(ops, chat).await?;
             let id = chat.to_string();
-            let messages = Self::all_messages(ops.recent_messages(&id, limit).await?)?;
+            let rows = ops.recent_messages(&id, limit).await?;
+            let messages = Self::all_messages(Self::of_chat(ops, chat, rows).await?)?;
             with_siblings(ops, &id, messages).await
         })
     }
 
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>> {
         let batches = in_read!(self, |ops| {
-            Self::require_chat(ops, chat).await?;
-            ops.live_after(&chat.to_string(), after_seq).await
+            let batches = ops.live_after(&chat.to_string(), after_seq).await?;
+            Self::of_chat(ops, chat, batches).await
         })?;
-        let mut entries = Vec::new();
-        for (first_seq, payloads) in batches {
-            let payloads: Vec<Value> = from_json("live_parts.payloads", &payloads)?;
-            entries.extend(
-                (first_seq..)
-                    .zip(payloads)
-                    .filter(|(seq, _)| *seq > after_seq)
-                    .map(|(seq, payload)| LiveEntry { seq, payload }),
-            );
-        }
-        Ok(entries)
+        live_entries(batches, after_seq)
+    }
+
+    async fn catch_up(&self, chat: ChatId, after: i64, limit: usize) -> Result<CatchUp> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (batches, messages, chat) = in_read!(self, |ops| {
+            // The chat first: it is the one read that tells a missing chat.
+            let chat = Self::read_chat(ops, chat).await?;
+            let id = chat.id.to_string();
+            let batches = ops.live_after(&id, after).await?;
+            let messages = Self::all_messages(ops.visible_page(&id, after, true, limit).await?)?;
+            let messages = with_siblings(ops, &id, messages).await?;
+            Ok((batches, messages, chat))
+        })?;
+        Ok(CatchUp {
+            parts: live_entries(batches, after)?,
+            messages,
+            chat,
+        })
     }
 
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>> {
         let messages = in_read!(self, |ops| {
-            Self::require_chat(ops, chat).await?;
-            Self::all_messages(ops.messages(&chat.to_string(), 0).await?)
+            let rows = ops.messages(&chat.to_string(), 0).await?;
+            Self::all_messages(Self::of_chat(ops, chat, rows).await?)
         })?;
         Ok(repair_orphans(prompt_messages(&messages)))
     }
 
     async fn load_prompt(&self, chat: ChatId) -> Result<Prompt> {
         let messages = in_read!(self, |ops| {
-            Self::require_chat(ops, chat).await?;
-            Self::all_messages(ops.messages(&chat.to_string(), 0).await?)
+            let rows = ops.messages(&chat.to_string(), 0).await?;
+            Self::all_messages(Self::of_chat(ops, chat, rows).await?)
         })?;
         Ok(Prompt {
             chain_from: chain_anchor(&messages),
@@ -530,8 +565,8 @@ impl Store for SqlStore {
 
     async fn tool_records(&self, chat: ChatId) -> Result<Vec<ToolRecord>> {
         let rows = in_read!(self, |ops| {
-            Self::require_chat(ops, chat).await?;
-            ops.tool_records(&chat.to_string()).await
+            let rows = ops.tool_records(&chat.to_string()).await?;
+            Self::of_chat(ops, chat, rows).await
         })?;
         rows.into_iter().map(ToolRecordCols::into_record).collect()
     }

@@ -155,7 +155,14 @@ impl Backend for PgBackend {
     }
 
     async fn begin_read(&self) -> Result<Box<dyn TxOps>> {
-        Ok(Box::new(PgTx(self.pool.begin().await?)))
+        // One snapshot for the whole read, as SQLite's read transactions give: a read of
+        // several statements (a catch-up's log, messages and chat) sees one state. A
+        // read-only transaction never fails to serialise.
+        Ok(Box::new(PgTx(
+            self.pool
+                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .await?,
+        )))
     }
 
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>> {

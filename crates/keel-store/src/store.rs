@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat,
+    Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat,
     NewLiveEntry, NewMessage, NewSummary, Next, Prompt, QueueId, RemoteNotice, SendOutcome,
     StoredMessage, ToolRecord, ToolResultInput, User,
 };
@@ -114,6 +114,10 @@ pub trait Store: Send + Sync {
     async fn recent_messages(&self, chat: ChatId, limit: usize) -> Result<Vec<StoredMessage>>;
     /// The live parts of the step in progress after `after_seq`.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
+    /// What a client at event sequence `after` is owed, in one read: the live parts after
+    /// it, the first `limit` committed messages after it (as [`Self::messages_page`] by
+    /// sequence; later pages through that), and the chat.
+    async fn catch_up(&self, chat: ChatId, after: i64, limit: usize) -> Result<CatchUp>;
     /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired
     /// with [`crate::repair_orphans`], ready for a prompt.
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>>;

@@ -291,6 +291,18 @@ pub struct LiveEntry {
     pub payload: Value,
 }
 
+/// What a client resuming after a position is owed, read in one snapshot
+/// ([`crate::Store::catch_up`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatchUp {
+    /// The live parts of the step in progress after the position.
+    pub parts: Vec<LiveEntry>,
+    /// The first page of committed messages after the position, by event sequence.
+    pub messages: Vec<StoredMessage>,
+    /// The chat as it stands, queue included.
+    pub chat: Chat,
+}
+
 /// An entry for the live-part log, its payload already serialised: the worker shapes each
 /// part once, and the log stores that text as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,6 +377,15 @@ pub struct ChangeNotice {
     /// leave those alone do not set it, so the list's followers skip them without a read.
     #[serde(default)]
     pub listing: bool,
+    /// The chat waits for a worker to claim it (runnable, no owner): the notice wakes the
+    /// claim loops. The notices of a run in progress (its claim, its commits, its live
+    /// parts) do not. A notice without the field (from an older replica) is taken as one.
+    #[serde(default = "unowned_unless_said")]
+    pub unowned: bool,
+}
+
+fn unowned_unless_said() -> bool {
+    true
 }
 
 /// What `update_chat` changes; a field left `None` stays as it is.

@@ -312,27 +312,26 @@ impl Follower {
 
     /// Sends committed messages and logged live parts after the position, with the
     /// `branch` event before the messages of a branch made current after it. Returns the
-    /// chat as read after the messages, or `None` when the client is gone.
+    /// chat as read with the messages, or `None` when the client is gone.
     ///
-    /// The log is read before the messages: between two reads a step may be committed (its
-    /// parts leave the log) and the next step's parts logged. Read the other way round,
-    /// that next step's parts would be sent without the message committed before them, and
-    /// the position would pass that message for good. Read this way, the parts read are
-    /// those of the step in progress at the first read, which the messages read later
-    /// either leave in progress or commit. Everything goes out in sequence order, so parts
-    /// of a step committed in between still reach the client before their message.
+    /// The log, the first page of messages and the chat are one read of one snapshot: the
+    /// parts read are those of the step in progress then, which the messages leave in
+    /// progress, and a branch change the page shows is the chat's. Everything goes out in
+    /// sequence order, `backlog` (frames of this process's run not logged yet) merged in, so
+    /// parts of a step committed since still reach the client before its message.
     async fn catch_up(
         &mut self,
         backlog: &[Arc<Frame>],
     ) -> Result<Option<Chat>, keel_store::StoreError> {
-        let logged = self
+        let first = self
             .state
             .store
-            .live_parts_after(self.chat_id, self.position)
+            .catch_up(self.chat_id, self.position, CATCH_UP_PAGE)
             .await?;
         #[cfg(debug_assertions)]
         debug_pause("KEEL_DEBUG_CATCH_UP_PAUSE_MS").await;
-        let mut parts: Vec<LiveItem> = logged
+        let mut parts: Vec<LiveItem> = first
+            .parts
             .iter()
             .filter_map(|entry| {
                 from_log(&entry.payload)
@@ -344,16 +343,9 @@ impl Follower {
         parts.dedup_by_key(|item| item.id);
         let mut parts = parts.into_iter().peekable();
         let mut replayed = 0u64;
+        let (mut page, mut chat) = (first.messages, first.chat);
         // Page by page: a long history is never held in memory at once.
-        let chat = loop {
-            let page = self
-                .state
-                .store
-                .messages_page(self.chat_id, self.position, true, CATCH_UP_PAGE)
-                .await?;
-            // Read after the page, so a branch change the page shows is known: the messages
-            // of a new branch are numbered above its `branch_seq`.
-            let chat = self.state.store.get_chat(self.chat_id).await?;
+        loop {
             self.history_version = self.history_version.max(chat.history_version);
             for message in &page {
                 if message.event_seq > chat.branch_seq && !self.branch(&chat).await {
@@ -383,9 +375,17 @@ impl Follower {
                 return Ok(None);
             }
             if page.len() < CATCH_UP_PAGE {
-                break chat;
+                break;
             }
-        };
+            page = self
+                .state
+                .store
+                .messages_page(self.chat_id, self.position, true, CATCH_UP_PAGE)
+                .await?;
+            // Read after the page, so a branch change the page shows is known: the messages
+            // of a new branch are numbered above its `branch_seq`.
+            chat = self.state.store.get_chat(self.chat_id).await?;
+        }
         for item in parts {
             if item.id > self.position {
                 replayed += 1;
@@ -395,6 +395,20 @@ impl Follower {
             }
         }
         self.state.metrics.replayed_events.inc_by(replayed);
+        Ok(Some(chat))
+    }
+
+    /// What a notice that numbered nothing past the position needs: the chat row, for its
+    /// status and queue. The step a run of this process commits reaches its followers as
+    /// frames, so the notices of a run (claimed, committed, finished) come to a follower
+    /// that has sent everything they numbered; reading the log and the messages for them
+    /// would find nothing. A chat read that does show more (a notice still on its way)
+    /// falls back to the whole catch-up.
+    async fn refresh(&mut self) -> Result<Option<Chat>, keel_store::StoreError> {
+        let chat = self.state.store.get_chat(self.chat_id).await?;
+        if chat.event_seq > self.position || chat.history_version > self.history_version {
+            return self.catch_up(&[]).await;
+        }
         Ok(Some(chat))
     }
 
@@ -427,8 +441,8 @@ impl Follower {
 
 /// Debug builds only: a pause of as many milliseconds as the environment variable `name`
 /// says, so that a test of the running daemon can land changes inside a window.
-/// `KEEL_DEBUG_CATCH_UP_PAUSE_MS`: a catch-up waits between reading the live-part log and
-/// reading the messages (a commit and the next step's parts land in between).
+/// `KEEL_DEBUG_CATCH_UP_PAUSE_MS`: a catch-up waits between its read of the store and
+/// sending what it read (a commit and the next step's parts land in between).
 /// `KEEL_DEBUG_NOTICE_PAUSE_MS`: a follower woken by a change notice waits before it
 /// handles it (the run publishes meanwhile, and its frames are queued before the read).
 #[cfg(debug_assertions)]
@@ -556,6 +570,9 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
     );
     let (position, reset) = match requested {
         Requested::Start => (0, false),
+        // Numbers only grow: a position the chat had reached when it was read is known, and
+        // where its step starts does not matter.
+        Requested::At(position) if position <= chat.event_seq => (position, false),
         _ => match locate(&state, &chat, &backlog, requested, &mut changes).await {
             Ok(found) => found,
             Err(error) => {
@@ -643,22 +660,34 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
         }
         // A run started: take its channel, and the frames it published before, which the
         // catch-up below merges with the store's messages in sequence order.
-        let backlog = if news.runs == runs {
-            Vec::new()
+        let (backlog, incomplete) = if news.runs == runs {
+            (Vec::new(), false)
         } else {
             let current = state.hub.live(&chat_key);
             runs = current.runs;
             live = current.frames;
-            current.backlog
+            (current.backlog, current.incomplete)
         };
         if backlog.is_empty()
+            && !incomplete
             && !news.news_for(follower.position, follower.version, follower.resyncs)
         {
             continue;
         }
+        // Everything is read for frames the new channel carried before it was taken, for
+        // notices that may have been lost, and for events numbered past the position.
+        let whole = !backlog.is_empty()
+            || incomplete
+            || news.resyncs != follower.resyncs
+            || news.event_seq > follower.position;
         follower.resyncs = news.resyncs;
         state.metrics.sse_catch_ups.inc();
-        match follower.catch_up(&backlog).await {
+        let read = if whole {
+            follower.catch_up(&backlog).await
+        } else {
+            follower.refresh().await
+        };
+        match read {
             Ok(Some(current)) => {
                 follower.version = follower.version.max(current.version);
                 if !follower.announce(&current).await {

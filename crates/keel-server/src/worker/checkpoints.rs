@@ -8,6 +8,7 @@
 //! never the partial text.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use keel_agent::checkpoint::CheckpointError;
@@ -27,6 +28,8 @@ pub(super) struct StoreCheckpoints {
     pub from_log: Option<StreamSnapshot>,
     pub run_id: String,
     pub model: String,
+    /// This run wrote a checkpoint (see [`StoreCheckpoints::delete`]).
+    pub saved: AtomicBool,
 }
 
 fn failed(error: impl std::error::Error + Send + Sync + 'static) -> CheckpointError {
@@ -57,6 +60,7 @@ impl CheckpointStore for StoreCheckpoints {
             ..checkpoint.clone()
         };
         let data = serde_json::to_value(&kept).map_err(failed)?;
+        self.saved.store(true, Ordering::Relaxed);
         self.store
             .put_checkpoint(&current(&self.lease), data)
             .await
@@ -64,34 +68,39 @@ impl CheckpointStore for StoreCheckpoints {
     }
 
     async fn load(&self, _chat_id: &str) -> Result<Option<StreamCheckpoint>, CheckpointError> {
+        // Nothing in the log: nothing of the step reached a client, so it starts over, and
+        // there is no reasoning to take from a checkpoint.
+        let Some(snapshot) = &self.from_log else {
+            return Ok(None);
+        };
         let stored = match self.store.get_checkpoint(self.chat_id).await {
             Ok(value) => value.and_then(|v| serde_json::from_value::<StreamCheckpoint>(v).ok()),
-            // The log alone still resumes the step; only signatures would be missing.
-            Err(error) if self.from_log.is_some() => {
+            Err(error) => {
                 tracing::warn!(%error, "reading the checkpoint failed; resuming from the log");
                 None
             }
-            Err(error) => return Err(failed(error)),
         };
-        if let Some(snapshot) = &self.from_log {
-            let checkpointed = stored.map(|c| c.reasoning).unwrap_or_default();
-            return Ok(Some(StreamCheckpoint {
-                run_id: self.run_id.clone(),
-                chat_id: self.chat_id.to_string(),
-                model: self.model.clone(),
-                reasoning: signed_reasoning(&snapshot.reasoning, &checkpointed),
-                partial_text: snapshot.partial_text.clone(),
-                completed_calls: snapshot.completed_calls.clone(),
-                in_flight: snapshot.in_flight.clone(),
-                refused: snapshot.refused,
-                saved_at: chrono::Utc::now(),
-            }));
-        }
-        // Nothing in the log: nothing of the step reached a client, so it starts over.
-        Ok(None)
+        let checkpointed = stored.map(|c| c.reasoning).unwrap_or_default();
+        Ok(Some(StreamCheckpoint {
+            run_id: self.run_id.clone(),
+            chat_id: self.chat_id.to_string(),
+            model: self.model.clone(),
+            reasoning: signed_reasoning(&snapshot.reasoning, &checkpointed),
+            partial_text: snapshot.partial_text.clone(),
+            completed_calls: snapshot.completed_calls.clone(),
+            in_flight: snapshot.in_flight.clone(),
+            refused: snapshot.refused,
+            saved_at: chrono::Utc::now(),
+        }))
     }
 
+    /// A checkpoint exists only if this run wrote one or the crashed step it resumes did
+    /// (a committed step's transaction deletes the chat's checkpoint anyway): otherwise
+    /// there is nothing to delete, and no write transaction is spent on it.
     async fn delete(&self, _chat_id: &str) -> Result<(), CheckpointError> {
+        if !self.saved.load(Ordering::Relaxed) && self.from_log.is_none() {
+            return Ok(());
+        }
         self.store
             .delete_checkpoint(self.chat_id)
             .await

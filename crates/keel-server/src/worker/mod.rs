@@ -196,7 +196,7 @@ async fn route_notices(shared: Arc<Shared>) {
             },
         };
         shared.runs.route(&notice);
-        if notice.status.is_runnable() {
+        if notice.status.is_runnable() && notice.unowned {
             shared.wake.notify_one();
         }
     }
@@ -216,6 +216,7 @@ async fn resync(shared: &Shared) {
                 history_version: chat.history_version,
                 event_seq: chat.event_seq,
                 deleted: false,
+                unowned: chat.worker_id.is_none(),
                 owner: chat.owner,
                 listing: false,
             },
@@ -228,6 +229,7 @@ async fn resync(shared: &Shared) {
                 deleted: true,
                 owner: String::new(),
                 listing: false,
+                unowned: false,
             },
             Err(error) => {
                 tracing::warn!(chat = %chat_id, %error, "reading a running chat to resync failed");

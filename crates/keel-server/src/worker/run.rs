@@ -1,6 +1,7 @@
 //! Running one chat: from a claimed lease to the transition that ends the run.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -358,6 +359,7 @@ async fn prepare(
             from_log,
             run_id: run_id.clone(),
             model: model.model.model().to_owned(),
+            saved: AtomicBool::new(false),
         }),
         run_id,
         chat_id: chat.id.to_string(),

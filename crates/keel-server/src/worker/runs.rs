@@ -207,6 +207,7 @@ mod tests {
             deleted: false,
             owner: String::new(),
             listing: false,
+            unowned: false,
         }
     }
 

@@ -131,6 +131,7 @@ impl<'a> Ctx<'a> {
             deleted,
             owner: chat.owner.clone(),
             listing,
+            unowned: chat.worker_id.is_none(),
         });
     }
 

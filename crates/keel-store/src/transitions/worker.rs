@@ -194,6 +194,7 @@ pub(crate) async fn append_live_groups(
                 owner: chat.owner.clone(),
                 // Live parts leave the chat list as it is.
                 listing: false,
+                unowned: chat.worker_id.is_none(),
             });
         }
     }

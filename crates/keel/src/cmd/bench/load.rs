@@ -46,7 +46,7 @@ pub struct Args {
     /// own choice. Replicas on one PostgreSQL server share its connection limit.
     #[arg(long)]
     pub database_connections: Option<usize>,
-    /// Relay the daemon's and mock's logs.
+    /// Relay the daemon's and mock's logs, at the level `RUST_LOG` sets (default `info`).
     #[arg(long)]
     pub verbose: bool,
 }
@@ -376,6 +376,8 @@ async fn measure_throughput(
         });
     }
     start.wait().await;
+    // On standard error, so that a profiler can be attached to the measured phase alone.
+    eprintln!("measured phase started: every chat sends its message");
     let began = Instant::now();
     let began_unix = unix_micros();
     let client_before = own_cpu()?;

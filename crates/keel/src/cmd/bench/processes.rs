@@ -19,6 +19,18 @@ pub struct Process {
     pub url: String,
 }
 
+/// The children's log filter. Keel's own `info` lines stay on: the bench reads the
+/// addresses the children listen on from them. With `verbose`, the bench's own `RUST_LOG`
+/// is added when set (say, `sqlx::query=debug` to see every statement).
+fn log_filter(verbose: bool) -> String {
+    const KEEL: &str = "keel=info,keel_mock=info,keel_server=info";
+    match std::env::var("RUST_LOG") {
+        Ok(user) if verbose => format!("{user},{KEEL}"),
+        _ if verbose => "info".to_owned(),
+        _ => format!("warn,{KEEL}"),
+    }
+}
+
 impl Process {
     /// Starts `keel ARGS...` and waits for the log line carrying `marker` followed by its
     /// address. Later log lines are relayed to our stderr only when `verbose`.
@@ -27,14 +39,7 @@ impl Process {
         let mut child = Command::new(exe)
             .args(args)
             .current_dir(dir)
-            .env(
-                "RUST_LOG",
-                if verbose {
-                    "info"
-                } else {
-                    "warn,keel=info,keel_server=info"
-                },
-            )
+            .env("RUST_LOG", log_filter(verbose))
             .env_remove("KEEL_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
