@@ -176,6 +176,7 @@ mod tests {
             deleted: false,
             owner: owner.to_owned(),
             listing,
+            unowned: false,
         }
     }
 
