@@ -3,6 +3,7 @@
 //! fail. Their leases are kept alive (and interrupts heard through renewals) by
 //! [`super::leases`], for all runs of the process together.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ pub(super) async fn claim(shared: &Arc<Shared>) {
         .workers
         .saturating_sub(shared.active_count());
     if free == 0 {
+        shared.claims_deferred.store(true, Ordering::Relaxed);
         return;
     }
     let leases = match shared.store.acquire(&shared.worker_id, free).await {
@@ -31,6 +33,10 @@ pub(super) async fn claim(shared: &Arc<Shared>) {
             return;
         }
     };
+    if leases.len() >= free {
+        // There may be more than the workers took.
+        shared.claims_deferred.store(true, Ordering::Relaxed);
+    }
     for lease in leases {
         // A run of this chat that an edit superseded may still be unwinding here: the new
         // run takes the chat's place at once (notices reach it, its lease is renewed) and

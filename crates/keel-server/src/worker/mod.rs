@@ -24,6 +24,7 @@ mod titles;
 mod tools;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -71,6 +72,9 @@ pub(crate) struct Shared {
     pub shutdown: Cancel,
     runs: ActiveRuns,
     wake: Notify,
+    /// A claim found every worker busy, or filled the last ones: chats may be waiting that
+    /// only a freed worker will take, so the next run to end looks for them.
+    claims_deferred: AtomicBool,
 }
 
 impl Shared {
@@ -83,7 +87,11 @@ impl Shared {
     /// Forgets a finished run, unless a later run of the chat already took its place.
     fn forget(&self, chat: ChatId, run: u64) {
         self.runs.forget(chat, run);
-        self.wake.notify_one();
+        // A freed worker is news only to a claim that was turned away, or to a shutdown
+        // waiting for the runs to end; any other runnable chat's notice woke the claims.
+        if self.claims_deferred.swap(false, Ordering::Relaxed) || self.shutdown.is_cancelled() {
+            self.wake.notify_one();
+        }
     }
 
     /// Runs of this process right now.
@@ -125,6 +133,7 @@ impl WorkerPool {
                 shutdown,
                 runs: ActiveRuns::default(),
                 wake: Notify::new(),
+                claims_deferred: AtomicBool::new(false),
             }),
         }
     }
