@@ -451,6 +451,8 @@ async fn debug_pause(name: &str) {
         .ok()
         .and_then(|ms| ms.parse::<u64>().ok());
     if let Some(ms) = pause {
+        // Announced, so that a test acts inside the window once it opens, not after a guess.
+        tracing::info!(variable = name, ms, "debug pause begins");
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }

@@ -90,14 +90,21 @@ pub(crate) async fn renew_leases(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<V
     Ok(outcomes)
 }
 
+/// The ids of these chats, each once, in the order their rows are locked: every grouped
+/// transaction locks in this one order, so that two of them never wait on each other.
+fn lock_order(chats: impl Iterator<Item = ChatId>) -> Vec<String> {
+    let mut ids: Vec<String> = chats.map(|id| id.to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 /// Locks the rows of these chats, read only as far as their fences, in one statement.
 async fn lock_fences(
     cx: &mut Ctx<'_>,
     chats: impl Iterator<Item = ChatId>,
 ) -> Result<HashMap<ChatId, ChatFence>> {
-    let mut ids: Vec<String> = chats.map(|id| id.to_string()).collect();
-    ids.sort();
-    ids.dedup();
+    let ids = lock_order(chats);
     let mut fences = HashMap::with_capacity(ids.len());
     for cols in cx.ops.lock_fences(&ids).await? {
         let fence = cols.into_fence()?;
@@ -250,14 +257,8 @@ pub(crate) async fn commit_steps(
     cx: &mut Ctx<'_>,
     steps: Vec<(Lease, Vec<NewMessage>)>,
 ) -> Result<Vec<Result<Vec<MessageId>>>> {
-    let mut ids: Vec<String> = steps.iter().map(|(l, _)| l.chat_id.to_string()).collect();
-    ids.sort();
-    ids.dedup();
-    let mut chats: HashMap<ChatId, Chat> = HashMap::with_capacity(ids.len());
-    for cols in cx.ops.lock_chats(&ids).await? {
-        let chat = cols.into_chat()?;
-        chats.insert(chat.id, chat);
-    }
+    let ids = lock_order(steps.iter().map(|(l, _)| l.chat_id));
+    let mut chats = lock_chats(cx, &ids).await?;
     let mut outcomes = Vec::with_capacity(steps.len());
     let mut rows = Vec::new();
     // Chats with an admitted step, in the order of their first one.
@@ -285,17 +286,31 @@ pub(crate) async fn commit_steps(
     if committed.is_empty() {
         return Ok(outcomes);
     }
-    let mut chat_rows = Vec::with_capacity(committed.len());
-    for id in &committed {
-        if let Some(chat) = chats.get(id) {
-            chat_rows.push(ChatCols::from_chat(chat)?);
-        }
-    }
+    let chat_rows = chat_rows(&chats, &committed)?;
     let voided = [Voided::LiveParts, Voided::Checkpoints, Voided::ToolRecords];
     cx.ops
         .commit_group_writes(&rows, &voided, &chat_rows)
         .await?;
     Ok(outcomes)
+}
+
+/// Locks the rows of these chats (ids in [`lock_order`]), read whole, in one statement.
+async fn lock_chats(cx: &mut Ctx<'_>, ids: &[String]) -> Result<HashMap<ChatId, Chat>> {
+    let mut chats = HashMap::with_capacity(ids.len());
+    for cols in cx.ops.lock_chats(ids).await? {
+        let chat = cols.into_chat()?;
+        chats.insert(chat.id, chat);
+    }
+    Ok(chats)
+}
+
+/// The rows a grouped transaction writes back: those of the chats `changed`, in that order.
+fn chat_rows(chats: &HashMap<ChatId, Chat>, changed: &[ChatId]) -> Result<Vec<ChatCols>> {
+    changed
+        .iter()
+        .filter_map(|id| chats.get(id))
+        .map(ChatCols::from_chat)
+        .collect()
 }
 
 /// The checks and numbering of a step commit, before anything is written: the step's
@@ -392,14 +407,8 @@ async fn end_run(cx: &mut Ctx<'_>, lease: &Lease, transition: Transition) -> Res
 /// few multi-row statements, one whose queue head starts is written as alone. `Err` means
 /// nothing was written.
 pub(crate) async fn finish_runs(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Vec<Result<Next>>> {
-    let mut ids: Vec<String> = leases.iter().map(|l| l.chat_id.to_string()).collect();
-    ids.sort();
-    ids.dedup();
-    let mut chats: HashMap<ChatId, Chat> = HashMap::with_capacity(ids.len());
-    for cols in cx.ops.lock_chats(&ids).await? {
-        let chat = cols.into_chat()?;
-        chats.insert(chat.id, chat);
-    }
+    let ids = lock_order(leases.iter().map(|l| l.chat_id));
+    let mut chats = lock_chats(cx, &ids).await?;
     let mut queued: Vec<ChatId> = Vec::new();
     for id in cx.ops.queued_chats(&ids).await? {
         queued.push(crate::rows::uuid("queued_messages.chat_id", &id)?);
@@ -437,12 +446,7 @@ pub(crate) async fn finish_runs(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Ve
         }
         outcomes.push(Ok(Next::Idle));
     }
-    let mut rows = Vec::with_capacity(idle.len());
-    for id in &idle {
-        if let Some(chat) = chats.get(id) {
-            rows.push(ChatCols::from_chat(chat)?);
-        }
-    }
+    let rows = chat_rows(&chats, &idle)?;
     if !rows.is_empty() {
         cx.ops
             .commit_group_writes(&[], &[Voided::LiveParts, Voided::Checkpoints], &rows)

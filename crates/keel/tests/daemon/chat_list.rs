@@ -155,13 +155,7 @@ async fn the_list_feed_reports_chats_created_renamed_archived_and_deleted_elsewh
 async fn a_change_right_after_the_list_feed_opens_is_reported() {
     // The feed waits 1.5 s before reading its first notice (debug builds): a change made in
     // that window must still reach it, since a page reads the list once the feed is open.
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start_with_env(
-        dir.path(),
-        &sqlite(dir.path()),
-        "",
-        &[("KEEL_DEBUG_FEED_PAUSE_MS", "1500")],
-    );
+    let (_dir, daemon) = demo_daemon_with_env("", &[("KEEL_DEBUG_FEED_PAUSE_MS", "1500")]);
     let page = Client::new();
     let id = page.create_chat(&daemon, json!({"text": "hi"})).await;
     page.wait_status(&daemon, &id, "waiting").await;

@@ -361,18 +361,11 @@ async fn a_queued_message_the_run_starts_is_never_skipped_by_its_parts() {
     // finishes its reply, starts the queued message (a message no frame carries) and
     // streams its answer meanwhile, so the answer's parts are queued for the follower
     // before it reads the store.
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start_with_env(
-        dir.path(),
-        &sqlite(dir.path()),
-        "",
-        &[("KEEL_DEBUG_NOTICE_PAUSE_MS", "1500")],
-    );
+    let (_dir, daemon) = demo_daemon_with_env("", &[("KEEL_DEBUG_NOTICE_PAUSE_MS", "1500")]);
     let client = Client::new();
-    let id = client
-        .create_chat(&daemon, json!({"text": scripted(&words(20), 40.0)}))
+    let (id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": scripted(&words(20), 40.0)}))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
     let (status, body) = client
         .post(
             &daemon.api(&format!("/chats/{id}/messages")),
@@ -381,7 +374,6 @@ async fn a_queued_message_the_run_starts_is_never_skipped_by_its_parts() {
         .await;
     assert_eq!(status, 202, "{body}");
     assert!(body["queue_id"].is_string(), "{body}");
-    let mut transcript = Transcript::default();
     while transcript.messages.len() < 4 {
         transcript.apply(&events.next().await.expect("the stream ended"));
     }
@@ -394,16 +386,11 @@ async fn a_queued_message_the_run_starts_is_never_skipped_by_its_parts() {
 #[tokio::test]
 async fn parts_read_before_their_step_commits_reach_a_resuming_client_before_its_message() {
     // Every catch-up waits 4 s between reading the live parts and reading the messages
-    // (debug builds). The reply streams its first tokens and stalls; a client resumes after
-    // its third part, and an interrupt commits the partial reply while that catch-up waits,
-    // so the messages it reads hold the step whose parts it read.
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start_with_env(
-        dir.path(),
-        &sqlite(dir.path()),
-        "",
-        &[("KEEL_DEBUG_CATCH_UP_PAUSE_MS", "4000")],
-    );
+    // (debug builds), and logs when its wait begins. The reply streams its first tokens and
+    // stalls; a client resumes after its third part, and an interrupt commits the partial
+    // reply while that catch-up waits, so the messages it reads hold the step whose parts it
+    // read.
+    let (_dir, daemon) = demo_daemon_with_env("", &[("KEEL_DEBUG_CATCH_UP_PAUSE_MS", "4000")]);
     let client = Client::new();
     let reply = words(60);
     let script = json!({"text": reply, "rate": 200, "stall": {"after": 20, "ms": 30000}});
@@ -419,8 +406,13 @@ async fn parts_read_before_their_step_commits_reach_a_resuming_client_before_its
         ..Transcript::default()
     };
     let mut events = client.events(&daemon, &id, Some("4")).await;
-    // Half-way through the catch-up's wait (the stream is open, its log read done).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The catch-up read the log and waits.
+    wait_until("the catch-up's wait never began", async || {
+        daemon
+            .logged()
+            .contains("variable=\"KEEL_DEBUG_CATCH_UP_PAUSE_MS\"")
+    })
+    .await;
     let (status, body) = client
         .post(&daemon.api(&format!("/chats/{id}/interrupt")), json!({}))
         .await;

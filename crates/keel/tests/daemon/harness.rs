@@ -261,8 +261,14 @@ pub fn demo_daemon() -> (tempfile::TempDir, Daemon) {
 
 /// [`demo_daemon`] with `config` as extra TOML under `[runs]` (and any later tables).
 pub fn demo_daemon_with(config: &str) -> (tempfile::TempDir, Daemon) {
+    demo_daemon_with_env(config, &[])
+}
+
+/// [`demo_daemon_with`] with extra environment variables: the pauses and faults of debug
+/// builds (`KEEL_DEBUG_*`) that land a test's change inside a window.
+pub fn demo_daemon_with_env(config: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, Daemon) {
     let (dir, database) = scratch();
-    let daemon = Daemon::start(dir.path(), &database, config);
+    let daemon = Daemon::start_with_env(dir.path(), &database, config, env);
     (dir, daemon)
 }
 
@@ -404,6 +410,22 @@ impl Client {
         let id = self.create_chat(daemon, body).await;
         let events = self.events(daemon, &id, None).await;
         (id, events, Transcript::default())
+    }
+
+    /// A chat whose scripted reply `text` streams at `rate` words a second on `daemon`,
+    /// followed until `parts` of its text parts arrived: the reply is under way.
+    pub async fn streaming_chat(
+        &self,
+        daemon: &Daemon,
+        text: &str,
+        rate: f64,
+        parts: usize,
+    ) -> (String, Events, Transcript) {
+        let (id, mut events, mut transcript) = self
+            .watched_chat(daemon, json!({"text": scripted(text, rate)}))
+            .await;
+        transcript.follow_parts(&mut events, parts).await;
+        (id, events, transcript)
     }
 
     /// `POST .../messages` with `body`.

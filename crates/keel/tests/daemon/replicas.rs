@@ -36,24 +36,51 @@ fn fresh_database() -> Option<String> {
     Some(format!("{prefix}/{name}"))
 }
 
+/// Replicas on one fresh database: `owner` starts first, so that it claims the chats
+/// created on it, and another one can start later with the same configuration.
+struct Replicas {
+    database: String,
+    config: String,
+    owner: Daemon,
+    client: Client,
+    _owner_dir: tempfile::TempDir,
+    other_dir: tempfile::TempDir,
+}
+
+impl Replicas {
+    /// The owner, started with `config` (extra TOML under `[runs]`) and the environment
+    /// `env`; `None` when no PostgreSQL server is configured ([`fresh_database`]).
+    fn start(config: &str, env: &[(&str, &str)]) -> Option<Self> {
+        let database = fresh_database()?;
+        let (owner_dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let owner = Daemon::start_with_env(owner_dir.path(), &database, config, env);
+        Some(Self {
+            database,
+            config: config.to_owned(),
+            owner,
+            client: Client::new(),
+            _owner_dir: owner_dir,
+            other_dir,
+        })
+    }
+
+    /// A second replica, with the owner's configuration but none of its environment.
+    fn other(&self) -> Daemon {
+        Daemon::start(self.other_dir.path(), &self.database, &self.config)
+    }
+}
+
 #[tokio::test]
 async fn a_client_on_the_non_owner_sees_everything_and_can_interrupt() {
-    let Some(database) = fresh_database() else {
+    let Some(replicas) = Replicas::start("", &[]) else {
         return;
     };
-    let dir_a = tempfile::tempdir().unwrap();
-    let dir_b = tempfile::tempdir().unwrap();
-    let owner = Daemon::start(dir_a.path(), &database, "");
-    let client = Client::new();
+    let Replicas { owner, client, .. } = &replicas;
     let reply = words(80);
-    let id = client
-        .create_chat(&owner, json!({"text": scripted(&reply, 40.0)}))
-        .await;
-    let mut on_owner = client.events(&owner, &id, None).await;
-    Transcript::default().follow_parts(&mut on_owner, 5).await;
+    let (id, _, _) = client.streaming_chat(owner, &reply, 40.0, 5).await;
 
     // The chat is owned by the first replica; the second starts now and serves the client.
-    let other = Daemon::start(dir_b.path(), &database, "");
+    let other = replicas.other();
     let mut events = client.events(&other, &id, None).await;
     let mut transcript = Transcript::default();
     transcript.follow_until(&mut events, "waiting").await;
@@ -77,30 +104,26 @@ async fn a_client_on_the_non_owner_sees_everything_and_can_interrupt() {
         .await;
     assert_eq!(status, 202);
     client.wait_status(&other, &id, "waiting").await;
-    let messages = client.messages(&owner, &id).await;
+    let messages = client.messages(owner, &id).await;
     let last = messages.last().unwrap();
     assert_eq!(last["interrupted"], true, "{messages:?}");
     let partial = text_of(last);
     assert!(!partial.is_empty() && long.starts_with(&partial) && partial.len() < long.len());
 }
 
-/// A chat streaming a long reply on `owner`, a daemon that hears no other replica's
-/// notices (`KEEL_DEBUG_DROP_NOTICES`, debug builds), interrupted through `other`, which
-/// starts after the chat was claimed so that `owner` runs it. Returns the chat and the
-/// reply it would have streamed whole.
-async fn interrupted_behind_the_owners_back(
-    client: &Client,
-    owner: &Daemon,
-    other: impl FnOnce() -> Daemon,
-) -> (String, String, Daemon) {
+/// A chat streaming a long reply on the owner, a daemon that hears no other replica's
+/// notices (`KEEL_DEBUG_DROP_NOTICES`, debug builds), interrupted through the other
+/// replica, which starts after the chat was claimed so that the owner runs it. Returns the
+/// chat, the reply it would have streamed whole and the other replica.
+async fn interrupted_behind_the_owners_back(replicas: &Replicas) -> (String, String, Daemon) {
     let long = words(400);
-    let id = client
-        .create_chat(owner, json!({"text": scripted(&long, 20.0)}))
+    let (id, _, _) = replicas
+        .client
+        .streaming_chat(&replicas.owner, &long, 20.0, 3)
         .await;
-    let mut events = client.events(owner, &id, None).await;
-    Transcript::default().follow_parts(&mut events, 3).await;
-    let other = other();
-    let (status, body) = client
+    let other = replicas.other();
+    let (status, body) = replicas
+        .client
         .post(&other.api(&format!("/chats/{id}/interrupt")), json!({}))
         .await;
     assert_eq!(status, 202, "{body}");
@@ -118,47 +141,34 @@ async fn assert_cut(client: &Client, daemon: &Daemon, id: &str, long: &str) {
 
 #[tokio::test]
 async fn an_interrupt_reaches_the_owner_through_its_lease_renewal_when_every_notice_is_lost() {
-    let Some(database) = fresh_database() else {
+    let Some(replicas) = Replicas::start("lease_ms = 3000\n", &[("KEEL_DEBUG_DROP_NOTICES", "1")])
+    else {
         return;
     };
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let owner = Daemon::start_with_env(
-        dir_a.path(),
-        &database,
-        "lease_ms = 3000\n",
-        &[("KEEL_DEBUG_DROP_NOTICES", "1")],
-    );
-    let client = Client::new();
-    let (id, long, other) = interrupted_behind_the_owners_back(&client, &owner, || {
-        Daemon::start(dir_b.path(), &database, "lease_ms = 3000\n")
-    })
-    .await;
+    let (id, long, other) = interrupted_behind_the_owners_back(&replicas).await;
     // Renewals every second read the chat's status: the run stops long before its reply
     // (20 s of streaming) would end.
+    let Replicas { owner, client, .. } = &replicas;
     client.wait_status(&other, &id, "waiting").await;
-    assert_cut(&client, &owner, &id, &long).await;
+    assert_cut(client, owner, &id, &long).await;
 }
 
 #[tokio::test]
 async fn a_lost_listen_connection_resynchronises_the_owner() {
-    let Some(database) = fresh_database() else {
+    // A ten-minute lease: no renewal reads the chat within the test.
+    let Some(replicas) =
+        Replicas::start("lease_ms = 600000\n", &[("KEEL_DEBUG_DROP_NOTICES", "1")])
+    else {
         return;
     };
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    // A ten-minute lease: no renewal reads the chat within the test.
-    let runs = "lease_ms = 600000\n";
-    let owner = Daemon::start_with_env(
-        dir_a.path(),
-        &database,
-        runs,
-        &[("KEEL_DEBUG_DROP_NOTICES", "1")],
-    );
-    let client = Client::new();
-    let (id, long, other) = interrupted_behind_the_owners_back(&client, &owner, || {
-        Daemon::start(dir_b.path(), &database, runs)
-    })
-    .await;
-    assert_eq!(client.chat(&owner, &id).await["status"], "interrupting");
+    let (id, long, other) = interrupted_behind_the_owners_back(&replicas).await;
+    let Replicas {
+        database,
+        owner,
+        client,
+        ..
+    } = &replicas;
+    assert_eq!(client.chat(owner, &id).await["status"], "interrupting");
 
     // The database drops every LISTEN connection: each replica listens again and reads
     // the chats it runs, which tells the owner of the interrupt it never heard.
@@ -174,7 +184,7 @@ async fn a_lost_listen_connection_resynchronises_the_owner() {
         .expect("psql runs");
     assert!(status.success());
     client.wait_status(&other, &id, "waiting").await;
-    assert_cut(&client, &owner, &id, &long).await;
+    assert_cut(client, owner, &id, &long).await;
 }
 
 /// A client that moves to another replica mid-reply resumes from a part the owner sent it
@@ -185,27 +195,15 @@ async fn a_lost_listen_connection_resynchronises_the_owner() {
 /// arrives once.
 #[tokio::test]
 async fn a_client_ahead_of_the_owners_log_moves_to_another_replica_without_a_reset() {
-    let Some(database) = fresh_database() else {
+    let Some(replicas) = Replicas::start("", &[("KEEL_DEBUG_LOG_PAUSE_MS", "1000")]) else {
         return;
     };
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let owner = Daemon::start_with_env(
-        dir_a.path(),
-        &database,
-        "",
-        &[("KEEL_DEBUG_LOG_PAUSE_MS", "1000")],
-    );
-    let client = Client::new();
+    let Replicas { owner, client, .. } = &replicas;
     let reply = words(120);
-    let id = client
-        .create_chat(&owner, json!({"text": scripted(&reply, 20.0)}))
-        .await;
-    let mut on_owner = client.events(&owner, &id, None).await;
-    let mut transcript = Transcript::default();
-    transcript.follow_parts(&mut on_owner, 3).await;
+    let (id, mut on_owner, mut transcript) = client.streaming_chat(owner, &reply, 20.0, 3).await;
     // Claimed by the owner; the second replica starts now. The parts read next are fresh,
     // so the owner's log (a second behind) does not hold them yet.
-    let other = Daemon::start(dir_b.path(), &database, "");
+    let other = replicas.other();
     transcript.follow_parts(&mut on_owner, 5).await;
     drop(on_owner);
 

@@ -6,18 +6,20 @@
 //! terminal stays in its ordinary (cooked) mode, so Ctrl-C reaches the process as SIGINT
 //! and interrupts the reply, and a line typed then (`/queue TEXT`) is read as it is
 //! completed. Both run on one thread of their own: the editor blocks, and the runtime must
-//! not.
+//! not. A Ctrl-C pressed while the prompt is being put up comes either way: as a SIGINT
+//! while the terminal is still cooked, as a key once the editor made it raw.
 //!
 //! The editor's history is kept across runs ([`super::history`]): loaded when the editor
 //! starts, each line appended as it is entered.
 //!
 //! When standard input is not a terminal, lines are read one by one with no editing.
 
-use std::io::BufRead as _;
+use std::io::{BufRead as _, Write as _};
 use std::os::fd::AsFd as _;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
+use nix::sys::termios::{self, Termios};
 use rustyline::error::ReadlineError;
 use tokio::sync::mpsc;
 
@@ -34,6 +36,9 @@ pub enum Typed {
     Eof,
 }
 
+/// What turns the terminal's bracketed paste off (xterm's private mode 2004).
+const BRACKETED_PASTE_OFF: &[u8] = b"\x1b[?2004l";
+
 /// How often the thread looks for a prompt request while it waits for typed lines.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -43,6 +48,9 @@ pub struct Keyboard {
     requests: Option<std_mpsc::Sender<String>>,
     /// A prompt is on screen (or asked for) and has not answered yet.
     prompting: bool,
+    /// The terminal's settings before the editor first ran: a Ctrl-C that arrives as a
+    /// signal can end the client in the middle of a read, with the terminal raw.
+    saved: Option<Termios>,
     pub typed: mpsc::UnboundedReceiver<Typed>,
 }
 
@@ -56,17 +64,36 @@ impl Keyboard {
             return Self {
                 requests: None,
                 prompting: false,
+                saved: None,
                 typed,
             };
         }
+        let saved = termios::tcgetattr(std::io::stdin()).ok();
         let (requests, rx) = std_mpsc::channel();
         let history = history.map(History::at);
         std::thread::spawn(move || edit_loop(&rx, &tx, history.as_ref()));
         Self {
             requests: Some(requests),
             prompting: false,
+            saved,
             typed,
         }
+    }
+
+    /// Puts the terminal back as it was before the editor ran, if a read was cut short.
+    pub fn restore_terminal(&self) {
+        let Some(saved) = &self.saved else {
+            return;
+        };
+        let stdin = std::io::stdin();
+        if termios::tcgetattr(&stdin).is_ok_and(|now| now == *saved) {
+            return;
+        }
+        let _ = termios::tcsetattr(&stdin, termios::SetArg::TCSANOW, saved);
+        // The editor turns bracketed paste on for each read and off at its end.
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(BRACKETED_PASTE_OFF);
+        let _ = stdout.flush();
     }
 
     /// Whether the line editor shows the prompt itself.

@@ -60,9 +60,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Forwards Ctrl-C presses; the handler stays installed so a press never kills the process.
 ///
 /// The handler is registered before this returns, and so before the line editor first
-/// reads: the editor puts back whatever SIGINT disposition it found when a read ends, so a
-/// handler registered after that first read could be replaced by the default one, and a
-/// press in the middle of a reply would end the process.
+/// reads. The editor never replaces it (its `signal-hook` feature): while it reads, the
+/// terminal is raw and Ctrl-C reaches it as a key; at any other moment the press is a
+/// SIGINT and comes here, even when the editor starts a read before the signal is handled.
 fn ctrl_c_presses() -> std::io::Result<mpsc::UnboundedReceiver<()>> {
     let (tx, rx) = mpsc::unbounded_channel();
     #[cfg(unix)]
@@ -291,6 +291,7 @@ impl Prompt {
         if let Some(follower) = self.follower.take() {
             follower.abort();
         }
+        self.keyboard.restore_terminal();
         Ok(())
     }
 
