@@ -15,42 +15,50 @@ use crate::metrics::StepLabels;
 use crate::worker::run;
 use crate::worker::{Shared, StopReason};
 
-/// Claims as many runnable chats as there are free workers and starts them.
+/// Claims as many runnable chats as there are free workers and starts them. The store
+/// hands out a bounded batch per claim, and a burst of new messages wakes the claims only
+/// once: it claims again until nothing is left or every worker is busy.
 pub(super) async fn claim(shared: &Arc<Shared>) {
-    let free = shared
-        .config
-        .runs
-        .workers
-        .saturating_sub(shared.active_count());
-    if free == 0 {
-        shared.claims_deferred.store(true, Ordering::Relaxed);
-        return;
-    }
-    let leases = match shared.store.acquire(&shared.worker_id, free).await {
-        Ok(leases) => leases,
-        Err(error) => {
-            tracing::warn!(%error, "claiming runnable chats failed");
+    loop {
+        let free = shared
+            .config
+            .runs
+            .workers
+            .saturating_sub(shared.active_count());
+        if free == 0 {
+            shared.claims_deferred.store(true, Ordering::Relaxed);
             return;
         }
-    };
-    if leases.len() >= free {
-        // There may be more than the workers took.
-        shared.claims_deferred.store(true, Ordering::Relaxed);
+        let leases = match shared.store.acquire(&shared.worker_id, free).await {
+            Ok(leases) => leases,
+            Err(error) => {
+                tracing::warn!(%error, "claiming runnable chats failed");
+                return;
+            }
+        };
+        if leases.is_empty() {
+            return;
+        }
+        for lease in leases {
+            start(shared, lease);
+        }
     }
-    for lease in leases {
-        // A run of this chat that an edit superseded may still be unwinding here: the new
-        // run takes the chat's place at once (notices reach it, its lease is renewed) and
-        // starts streaming once the old one is gone.
-        let (finished, _) = tokio::sync::watch::channel(());
-        let (slot, previous) = shared.register(&lease, &finished);
-        tokio::spawn(run::run_chat(
-            shared.clone(),
-            lease,
-            slot,
-            finished,
-            previous,
-        ));
-    }
+}
+
+/// Starts the run of a claimed chat in a task of its own.
+fn start(shared: &Arc<Shared>, lease: Lease) {
+    // A run of this chat that an edit superseded may still be unwinding here: the new run
+    // takes the chat's place at once (notices reach it, its lease is renewed) and starts
+    // streaming once the old one is gone.
+    let (finished, _) = tokio::sync::watch::channel(());
+    let (slot, previous) = shared.register(&lease, &finished);
+    tokio::spawn(run::run_chat(
+        shared.clone(),
+        lease,
+        slot,
+        finished,
+        previous,
+    ));
 }
 
 /// Ends a run with the transition its outcome calls for: finish (the queue head may start
