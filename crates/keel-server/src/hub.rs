@@ -464,6 +464,28 @@ mod tests {
     }
 
     #[test]
+    fn a_receiver_taken_after_frames_left_the_backlog_is_told_to_read_the_store() {
+        let hub = Hub::new();
+        let _watching = hub.subscribe("c");
+        hub.begin_run("c");
+        // Nothing published yet, or everything still in the backlog: the receiver and the
+        // backlog hold it all.
+        assert!(!hub.live("c").incomplete);
+        hub.publish("c", frame(1));
+        assert!(!hub.live("c").incomplete);
+        // Logged and dropped from the backlog: only the store has it now.
+        hub.logged("c", 1);
+        assert!(hub.live("c").incomplete);
+        hub.end_run("c");
+        // A new channel starts complete; a committed message is never in the backlog.
+        hub.begin_run("c");
+        assert!(!hub.live("c").incomplete);
+        hub.publish("c", Frame::new(2, "message", "{}", true, 1));
+        assert!(hub.live("c").incomplete);
+        hub.end_run("c");
+    }
+
+    #[test]
     fn a_finished_chat_keeps_no_channel_once_its_last_subscriber_leaves() {
         let hub = Hub::new();
         let rx = hub.subscribe("c");

@@ -29,7 +29,79 @@ both_backends!(
     a_steps_finish_reason_is_stored_with_its_message,
     grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced,
     grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced,
+    a_catch_up_reads_the_log_the_messages_and_the_chat_after_a_position,
+    only_a_chat_waiting_for_a_worker_is_noticed_as_unowned,
 );
+
+async fn a_catch_up_reads_the_log_the_messages_and_the_chat_after_a_position(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let first = s.list_messages(chat.id, None).await.unwrap()[0].clone();
+    let lease = claim(s, "a", chat.id).await;
+    let parts = s
+        .append_live_parts(&lease, &[json!({"t": "a"}), json!({"t": "b"})])
+        .await
+        .unwrap();
+    // From the start: the user message, both parts, the running chat.
+    let all = s.catch_up(chat.id, 0, 10).await.unwrap();
+    assert_eq!(all.messages.len(), 1);
+    assert_eq!(all.messages[0].id, first.id);
+    assert_eq!(
+        all.parts.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        parts.clone().collect::<Vec<_>>()
+    );
+    assert_eq!(all.chat.status, ChatStatus::Running);
+    assert_eq!(all.chat.id, chat.id);
+    // After the first part: only the second, and no message.
+    let later = s.catch_up(chat.id, *parts.start(), 10).await.unwrap();
+    assert!(later.messages.is_empty());
+    assert_eq!(later.parts.len(), 1);
+    assert_eq!(later.parts[0].payload, json!({"t": "b"}));
+    // The commit replaces the parts with its message; a page holds at most `limit`.
+    s.commit_step(&lease, vec![assistant("ab")]).await.unwrap();
+    let committed = s.catch_up(chat.id, *parts.end(), 10).await.unwrap();
+    assert!(committed.parts.is_empty());
+    assert_eq!(committed.messages.len(), 1);
+    assert!(committed.messages[0].event_seq > *parts.end());
+    assert_eq!(s.catch_up(chat.id, 0, 1).await.unwrap().messages.len(), 1);
+    // Nothing after the end is nothing, and a chat that is not there is not found.
+    let end = committed.chat.event_seq;
+    let none = s.catch_up(chat.id, end, 10).await.unwrap();
+    assert!(none.parts.is_empty() && none.messages.is_empty());
+    assert!(matches!(
+        s.catch_up(uuid::Uuid::new_v4(), 0, 10).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    // Reads that find nothing still tell a missing chat from an empty one.
+    assert!(matches!(
+        s.live_parts_after(uuid::Uuid::new_v4(), 0).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+    assert!(matches!(
+        s.tool_records(uuid::Uuid::new_v4()).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+async fn only_a_chat_waiting_for_a_worker_is_noticed_as_unowned(db: TestDb) {
+    let s = &db.store;
+    let mut notices = s.subscribe();
+    let chat = create(s, "hi").await;
+    let created = notices.recv().await.unwrap();
+    assert_eq!(created.chat_id, chat.id);
+    assert!(created.unowned, "a new chat waits for a worker: {created:?}");
+    let lease = claim(s, "a", chat.id).await;
+    let claimed = notices.recv().await.unwrap();
+    assert!(!claimed.unowned, "{claimed:?}");
+    s.commit_step(&lease, vec![assistant("done")]).await.unwrap();
+    let committed = notices.recv().await.unwrap();
+    assert!(!committed.unowned, "{committed:?}");
+    // A message queued behind the run starts on the same lease: still owned.
+    send(s, chat.id, "next", Busy::Queue).await;
+    let queued = notices.recv().await.unwrap();
+    assert!(!queued.unowned, "{queued:?}");
+}
 
 async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {
     let s = &db.store;
