@@ -90,11 +90,16 @@ async fn only_a_chat_waiting_for_a_worker_is_noticed_as_unowned(db: TestDb) {
     let chat = create(s, "hi").await;
     let created = notices.recv().await.unwrap();
     assert_eq!(created.chat_id, chat.id);
-    assert!(created.unowned, "a new chat waits for a worker: {created:?}");
+    assert!(
+        created.unowned,
+        "a new chat waits for a worker: {created:?}"
+    );
     let lease = claim(s, "a", chat.id).await;
     let claimed = notices.recv().await.unwrap();
     assert!(!claimed.unowned, "{claimed:?}");
-    s.commit_step(&lease, vec![assistant("done")]).await.unwrap();
+    s.commit_step(&lease, vec![assistant("done")])
+        .await
+        .unwrap();
     let committed = notices.recv().await.unwrap();
     assert!(!committed.unowned, "{committed:?}");
     // A message queued behind the run starts on the same lease: still owned.
