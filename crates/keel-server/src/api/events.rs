@@ -400,10 +400,10 @@ impl Follower {
 
     /// What a notice that numbered nothing past the position needs: the chat row, for its
     /// status and queue. The step a run of this process commits reaches its followers as
-    /// frames, so the notices of a run (claimed, committed, finished) come to a follower
-    /// that has sent everything they numbered; reading the log and the messages for them
-    /// would find nothing. A chat read that does show more (a notice still on its way)
-    /// falls back to the whole catch-up.
+    /// frames, so such notices (a claim, the commit of a step whose message frames the
+    /// follower already sent) would find nothing in the log or the messages. A status
+    /// change takes a number of its own, so it reads everything. A chat read that does show
+    /// more (a notice still on its way) falls back to the whole catch-up.
     async fn refresh(&mut self) -> Result<Option<Chat>, keel_store::StoreError> {
         let chat = self.state.store.get_chat(self.chat_id).await?;
         if chat.event_seq > self.position || chat.history_version > self.history_version {
