@@ -22,8 +22,7 @@ struct Daemon {
 }
 
 /// The terminal sessions run one at a time: eleven daemons and clients at once on a small
-/// machine delay a client's redraws and signals enough that a Ctrl-C sent after a streamed
-/// word sometimes found the client exited (not yet understood; see `ctrl_c` in the client).
+/// machine slow every client's redraws, and each test's waits for its output with them.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Daemon {
