@@ -234,3 +234,48 @@ fn failure_of(error: &RunError) -> LastError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use keel_core::Cancel;
+
+    use super::claim;
+    use crate::config::{Config, FileConfig, Overrides, ProcessEnv};
+    use crate::hub::Hub;
+    use crate::metrics::Metrics;
+    use crate::models::ModelRegistry;
+    use crate::tools::ToolSet;
+    use crate::worker::WorkerPool;
+    use crate::worker::test_support::{new_chat, store};
+
+    #[tokio::test]
+    async fn one_wake_up_claims_every_runnable_chat_batch_after_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        // More chats than the store hands out in one claim.
+        for _ in 0..250 {
+            new_chat(&store).await;
+        }
+        let mut file: FileConfig =
+            toml::from_str("[runs]\nworkers = 1000\ntitles = false").unwrap();
+        file.tools.workspace = dir.path().join("workspace");
+        let config =
+            Arc::new(Config::resolve(file, None, &Overrides::default(), &ProcessEnv).unwrap());
+        let metrics = Arc::new(Metrics::new());
+        let tools = Arc::new(ToolSet::build(&config, &metrics, false).await.unwrap());
+        let pool = WorkerPool::new(
+            store.clone(),
+            Arc::new(Hub::new()),
+            metrics,
+            ModelRegistry::from_handles(Vec::new(), "m", None),
+            tools,
+            config,
+            Cancel::new(),
+        );
+        claim(&pool.shared).await;
+        // Every chat went to this worker; none is left for another.
+        assert!(store.acquire("other", 1000).await.unwrap().is_empty());
+    }
+}

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use keel_core::Part;
-use keel_store::{ChatId, NewChat, Store};
+use keel_store::{Chat, ChatId, NewChat, Store};
 
 use crate::worker::sink::{SharedLease, current};
 
@@ -14,9 +14,9 @@ pub(super) async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
     keel_store::open(&url).await.unwrap()
 }
 
-/// A new chat, claimed by worker `w`, as a run holds its lease.
-pub(super) async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
-    let chat = store
+/// A new chat of alice's, waiting for a worker.
+pub(super) async fn new_chat(store: &Arc<dyn Store>) -> Chat {
+    store
         .create_chat(NewChat {
             owner: "alice".into(),
             model: "m".into(),
@@ -24,7 +24,12 @@ pub(super) async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
             ..NewChat::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A new chat, claimed by worker `w`, as a run holds its lease.
+pub(super) async fn claimed(store: &Arc<dyn Store>) -> SharedLease {
+    let chat = new_chat(store).await;
     let lease = store
         .acquire("w", 10)
         .await
