@@ -440,7 +440,7 @@ impl Store for SqlStore {
             // The chat first: it is the one read that tells a missing chat.
             let chat = Self::read_chat(ops, chat).await?;
             let id = chat.id.to_string();
-            let batches = ops.live_after(&id, after).await?;
+            let batches = ops.logged_after(&id, after).await?;
             let messages = Self::all_messages(ops.visible_page(&id, after, true, limit).await?)?;
             let messages = with_siblings(ops, &id, messages).await?;
             Ok((batches, messages, chat))
@@ -706,6 +706,10 @@ impl Store for SqlStore {
 
     async fn purge_tool_records(&self) -> Result<u64> {
         in_tx!(self, |cx| t::purge_tool_records(&mut cx).await)
+    }
+
+    async fn purge_settled_logs(&self) -> Result<u64> {
+        in_tx!(self, |cx| t::purge_settled_logs(&mut cx).await)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeNotice> {

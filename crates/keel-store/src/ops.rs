@@ -19,10 +19,34 @@ pub(crate) type LiveRow = (String, i64, i64, String);
 /// One message of a chat's tree as stored: id, parent id, role and kind.
 pub(crate) type TreeRow = (i64, Option<i64>, String, String);
 
-/// A table of per-chat state a transition of several chats empties for each of them.
+/// The condition of [`Voided::OlderSteps`], a literal for statements built with `concat!`.
+macro_rules! older_steps {
+    () => {
+        " AND live_parts.last_seq < (SELECT MAX(m.event_seq) FROM messages m \
+         WHERE m.chat_id = live_parts.chat_id AND m.event_seq < \
+         (SELECT MAX(p.first_seq) FROM live_parts p WHERE p.chat_id = live_parts.chat_id))"
+    };
+}
+pub(crate) use older_steps;
+
+/// Per-chat state a transition empties: a whole table's rows of the chat, or the part of
+/// its live-part log a condition picks.
+///
+/// The log keeps the parts of the newest committed step after its commit, and after the
+/// run's end, for as long as [`TxOps::purge_settled_logs`] allows: a follower on another
+/// replica may read the log only after the commit, and the parts must still be there for it
+/// to send them before the message. What resumes a step reads only the parts numbered after
+/// the chat's last message (the step in progress).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Voided {
+    /// The whole live-part log.
     LiveParts,
+    /// The log's parts of steps older than the newest step logged: those numbered before
+    /// the last message that comes before the newest batch. A step commit drops them.
+    OlderSteps,
+    /// The log's parts numbered after the chat's last message: a step no message commits.
+    /// A run's end drops them; the committed step's parts stay.
+    UncommittedParts,
     Checkpoints,
     ToolRecords,
 }
@@ -30,9 +54,23 @@ pub(crate) enum Voided {
 impl Voided {
     pub(crate) fn table(self) -> &'static str {
         match self {
-            Voided::LiveParts => "live_parts",
+            Voided::LiveParts | Voided::OlderSteps | Voided::UncommittedParts => "live_parts",
             Voided::Checkpoints => "checkpoints",
             Voided::ToolRecords => "tool_records",
+        }
+    }
+
+    /// The condition, beside the chat's id, a row must meet to be deleted (SQL of both
+    /// backends; `live_parts` names the row). Batches never straddle a message: a step's
+    /// parts are all logged before its commit numbers its messages.
+    pub(crate) fn condition(self) -> &'static str {
+        match self {
+            Voided::OlderSteps => older_steps!(),
+            Voided::UncommittedParts => {
+                " AND live_parts.last_seq > COALESCE((SELECT MAX(m.event_seq) FROM messages m \
+                 WHERE m.chat_id = live_parts.chat_id), 0)"
+            }
+            Voided::LiveParts | Voided::Checkpoints | Voided::ToolRecords => "",
         }
     }
 }
@@ -71,12 +109,12 @@ pub(crate) trait TxOps: Send {
     async fn expired_actions(&mut self, now: i64, limit: i64) -> Result<Vec<String>>;
 
     async fn insert_messages(&mut self, messages: &[MessageCols]) -> Result<()>;
-    /// Writes a committed step: its messages, the emptied live-part log, the dropped
-    /// checkpoint (superseded by what is committed) and the chat row. A backend may send
-    /// these as one round trip.
+    /// Writes a committed step: its messages, the log without the parts of older steps
+    /// ([`Voided::OlderSteps`]), the dropped checkpoint (superseded by what is committed) and
+    /// the chat row. A backend may send these as one round trip.
     async fn commit_writes(&mut self, messages: &[MessageCols], chat: &ChatCols) -> Result<()> {
         self.insert_messages(messages).await?;
-        self.clear_live(&chat.id).await?;
+        self.void(&chat.id, Voided::OlderSteps).await?;
         self.delete_checkpoint(&chat.id).await?;
         self.update_chat(chat).await
     }
@@ -149,9 +187,20 @@ pub(crate) trait TxOps: Send {
     async fn set_event_seqs(&mut self, seqs: &[(String, i64)]) -> Result<()>;
     /// Sets the lease expiry (ms since the epoch) of several chats in one statement.
     async fn set_lease_expiries(&mut self, expiries: &[(String, i64)]) -> Result<()>;
-    async fn clear_live(&mut self, chat: &str) -> Result<()>;
-    /// Batches holding entries after `after`, as `(first_seq, payloads JSON array)`.
+    async fn clear_live(&mut self, chat: &str) -> Result<()> {
+        self.void(chat, Voided::LiveParts).await
+    }
+    /// Deletes the chat's rows that `what` picks.
+    async fn void(&mut self, chat: &str, what: Voided) -> Result<()>;
+    /// Batches of the step in progress (numbered after the chat's last message) holding
+    /// entries after `after`, as `(first_seq, payloads JSON array)`.
     async fn live_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;
+    /// Every logged batch holding entries after `after`, the committed step's kept parts
+    /// included, like [`TxOps::live_after`].
+    async fn logged_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;
+    /// Deletes the logs of chats no run holds that have not changed since `before` (ms since
+    /// the epoch): the parts kept for followers of a committed step ([`Voided`]).
+    async fn purge_settled_logs(&mut self, before: i64) -> Result<u64>;
 
     async fn upsert_tool_record(&mut self, r: &ToolRecordCols) -> Result<()>;
     async fn tool_records(&mut self, chat: &str) -> Result<Vec<ToolRecordCols>>;

@@ -415,7 +415,7 @@ macro_rules! tx_ops {
                         for chat in chunk {
                             list.push_bind(chat.id.as_str());
                         }
-                        query.push(")");
+                        query.push(")").push(table.condition());
                         query.build().execute(self.conn().await?).await?;
                     }
                 }
@@ -794,15 +794,39 @@ macro_rules! tx_ops {
                 set_by_id!(self, $db, "lease_expires_at", expiries)
             }
 
-            async fn clear_live(&mut self, chat: &str) -> $crate::error::Result<()> {
-                sqlx::query("DELETE FROM live_parts WHERE chat_id = $1")
-                    .bind(chat)
-                    .execute(self.conn().await?)
-                    .await?;
+            async fn void(
+                &mut self,
+                chat: &str,
+                what: $crate::ops::Voided,
+            ) -> $crate::error::Result<()> {
+                let mut query = sqlx::QueryBuilder::<$db>::new("DELETE FROM ");
+                query
+                    .push(what.table())
+                    .push(" WHERE chat_id = ")
+                    .push_bind(chat)
+                    .push(what.condition());
+                query.build().execute(self.conn().await?).await?;
                 Ok(())
             }
 
             async fn live_after(
+                &mut self,
+                chat: &str,
+                after: i64,
+            ) -> $crate::error::Result<Vec<(i64, String)>> {
+                Ok(sqlx::query_as(
+                    "SELECT first_seq, payloads FROM live_parts \
+                     WHERE chat_id = $1 AND last_seq > $2 AND last_seq > COALESCE(\
+                     (SELECT MAX(event_seq) FROM messages WHERE chat_id = $1), 0) \
+                     ORDER BY first_seq",
+                )
+                .bind(chat)
+                .bind(after)
+                .fetch_all(self.conn().await?)
+                .await?)
+            }
+
+            async fn logged_after(
                 &mut self,
                 chat: &str,
                 after: i64,
@@ -815,6 +839,18 @@ macro_rules! tx_ops {
                 .bind(after)
                 .fetch_all(self.conn().await?)
                 .await?)
+            }
+
+            async fn purge_settled_logs(&mut self, before: i64) -> $crate::error::Result<u64> {
+                Ok(sqlx::query(
+                    "DELETE FROM live_parts WHERE chat_id IN (SELECT c.id FROM chats c \
+                     WHERE c.id IN (SELECT DISTINCT chat_id FROM live_parts) \
+                     AND c.status NOT IN ('running', 'interrupting') AND c.updated_at < $1)",
+                )
+                .bind(before)
+                .execute(self.conn().await?)
+                .await?
+                .rows_affected())
             }
 
             async fn upsert_tool_record(

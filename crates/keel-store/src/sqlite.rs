@@ -16,7 +16,7 @@ use sqlx::{Connection, Executor, Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::{Result, StoreError};
-use crate::ops::{Backend, TxOps};
+use crate::ops::{Backend, TxOps, Voided, older_steps};
 use crate::rows::{ChatCols, MessageCols};
 use crate::types::{ChangeNotice, RemoteNotice, StoreOptions};
 
@@ -106,7 +106,7 @@ tx_ops!(
             // trips, not SQLite, dominate a commit. `$n` numbers the shared arguments.
             let [m] = messages else {
                 self.insert_messages(messages).await?;
-                self.clear_live(&c.id).await?;
+                self.void(&c.id, Voided::OlderSteps).await?;
                 self.delete_checkpoint(&c.id).await?;
                 return self.update_chat(c).await;
             };
@@ -115,7 +115,9 @@ tx_ops!(
                 message_columns!(),
                 ", deleted, on_branch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
                  $32, $34, $37, FALSE, TRUE); \
-                 DELETE FROM live_parts WHERE chat_id = $1; \
+                 DELETE FROM live_parts WHERE chat_id = $1",
+                older_steps!(),
+                "; \
                  DELETE FROM checkpoints WHERE chat_id = $1; \
                  UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
                  max_steps = $17, system_prompt = $18, tools = $19, worker_id = $20, \

@@ -112,10 +112,11 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<StoredMessage>>;
     /// The last `limit` messages [`Self::list_messages`] lists, in order.
     async fn recent_messages(&self, chat: ChatId, limit: usize) -> Result<Vec<StoredMessage>>;
-    /// The live parts of the step in progress after `after_seq`.
+    /// The live parts of the step in progress (numbered after the chat's last message)
+    /// after `after_seq`: what a run resumes from.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
-    /// What a client at event sequence `after` is owed, in one read: the live parts after
-    /// it, the first `limit` committed messages after it (as [`Self::messages_page`] by
+    /// What a client at event sequence `after` is owed, in one read: the logged parts after
+    /// it (the step in progress, and the last committed step's while they are kept), the first `limit` committed messages after it (as [`Self::messages_page`] by
     /// sequence; later pages through that), and the chat.
     async fn catch_up(&self, chat: ChatId, after: i64, limit: usize) -> Result<CatchUp>;
     /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired
@@ -228,6 +229,10 @@ pub trait Store: Send + Sync {
     /// Forgets records of tool calls that finished longer ago than the idempotency time to
     /// live, in chats that are not running.
     async fn purge_tool_records(&self) -> Result<u64>;
+    /// Drops the live-part logs of chats no run holds that have not changed for a lease
+    /// period: the parts of a last committed step, kept so that followers on other replicas
+    /// could still send them before its message. Returns the batches deleted.
+    async fn purge_settled_logs(&self) -> Result<u64>;
 
     // ---- notices ---------------------------------------------------------------
     /// Notices of changes committed by this process.

@@ -295,7 +295,9 @@ pub struct LiveEntry {
 /// ([`crate::Store::catch_up`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CatchUp {
-    /// The live parts of the step in progress after the position.
+    /// The logged parts after the position: the step in progress, and the parts of the
+    /// last committed step while they are kept (numbered before its message; a follower
+    /// sends them in sequence order with the messages, as a live client got them).
     pub parts: Vec<LiveEntry>,
     /// The first page of committed messages after the position, by event sequence.
     pub messages: Vec<StoredMessage>,

@@ -31,7 +31,124 @@ both_backends!(
     grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced,
     a_catch_up_reads_the_log_the_messages_and_the_chat_after_a_position,
     only_a_chat_waiting_for_a_worker_is_noticed_as_unowned,
+    a_committed_steps_parts_stay_logged_for_followers_until_a_newer_step_or_the_sweep,
+    a_grouped_commit_keeps_the_newest_step_and_a_finish_drops_what_no_message_commits,
 );
+
+fn seqs_of(entries: &[keel_store::LiveEntry]) -> Vec<i64> {
+    entries.iter().map(|e| e.seq).collect()
+}
+
+async fn a_committed_steps_parts_stay_logged_for_followers_until_a_newer_step_or_the_sweep(
+    db: TestDb,
+) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let user_seq = s.get_chat(chat.id).await.unwrap().event_seq;
+    let lease = claim(s, "a", chat.id).await;
+    let first = s
+        .append_live_parts(&lease, &[json!({"t": "a"}), json!({"t": "b"})])
+        .await
+        .unwrap();
+    s.commit_step(&lease, vec![assistant("ab")]).await.unwrap();
+    // Nothing is in progress, but a follower still at the user message gets the parts, then
+    // the message that commits them.
+    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+    let behind = s.catch_up(chat.id, user_seq, 10).await.unwrap();
+    assert_eq!(seqs_of(&behind.parts), first.clone().collect::<Vec<_>>());
+    assert_eq!(behind.messages.len(), 1);
+    assert!(behind.messages[0].event_seq > *first.end());
+    // The next step's parts are the step in progress; the committed step's stay.
+    let second = s
+        .append_live_parts(&lease, &[json!({"t": "c"})])
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs_of(&s.live_parts_after(chat.id, 0).await.unwrap()),
+        second.clone().collect::<Vec<_>>()
+    );
+    let both = s.catch_up(chat.id, user_seq, 10).await.unwrap();
+    assert_eq!(both.parts.len(), 3);
+    // Its commit drops the older step's parts and keeps its own, past the run's end.
+    s.commit_step(&lease, vec![assistant("c")]).await.unwrap();
+    assert_eq!(s.finish_run(&lease).await.unwrap(), Next::Idle);
+    let after_end = s.catch_up(chat.id, user_seq, 10).await.unwrap();
+    assert_eq!(
+        seqs_of(&after_end.parts),
+        second.clone().collect::<Vec<_>>()
+    );
+    assert_eq!(after_end.messages.len(), 2);
+    assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+    // The sweep leaves them until the chat has been settled for a lease period.
+    assert_eq!(s.purge_settled_logs().await.unwrap(), 0);
+    db.clock.advance(chrono::Duration::seconds(31));
+    assert_eq!(s.purge_settled_logs().await.unwrap(), 1);
+    assert!(
+        s.catch_up(chat.id, user_seq, 10)
+            .await
+            .unwrap()
+            .parts
+            .is_empty()
+    );
+    // A running chat's log is never swept, however old.
+    send(s, chat.id, "again", Busy::Queue).await;
+    let lease = claim(s, "a", chat.id).await;
+    s.append_live_parts(&lease, &[json!({"t": "d"})])
+        .await
+        .unwrap();
+    db.clock.advance(chrono::Duration::seconds(120));
+    assert_eq!(s.purge_settled_logs().await.unwrap(), 0);
+    assert_eq!(s.live_parts_after(chat.id, 0).await.unwrap().len(), 1);
+}
+
+async fn a_grouped_commit_keeps_the_newest_step_and_a_finish_drops_what_no_message_commits(
+    db: TestDb,
+) {
+    let s = &db.store;
+    let (a, b) = (create(s, "a").await, create(s, "b").await);
+    let user_seq = s.get_chat(a.id).await.unwrap().event_seq;
+    let leases = s.acquire("w", 10).await.unwrap();
+    let lease = |id| {
+        leases
+            .iter()
+            .find(|l: &&Lease| l.chat_id == id)
+            .unwrap()
+            .clone()
+    };
+    let (la, lb) = (lease(a.id), lease(b.id));
+    let a1 = s.append_live_parts(&la, &[json!({"t": 1})]).await.unwrap();
+    s.append_live_parts(&lb, &[json!({"t": 1})]).await.unwrap();
+    s.commit_steps(vec![
+        (la.clone(), vec![assistant("1")]),
+        (lb.clone(), vec![assistant("1")]),
+    ])
+    .await
+    .unwrap();
+    let a2 = s.append_live_parts(&la, &[json!({"t": 2})]).await.unwrap();
+    // A step with no parts of its own (here: one of b) keeps the newest step logged.
+    let outcomes = s
+        .commit_steps(vec![
+            (la.clone(), vec![assistant("2")]),
+            (lb.clone(), vec![assistant("2")]),
+        ])
+        .await
+        .unwrap();
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    let logged = |id| async move { seqs_of(&s.catch_up(id, 0, 10).await.unwrap().parts) };
+    assert_eq!(logged(a.id).await, a2.clone().collect::<Vec<_>>());
+    assert_eq!(logged(b.id).await.len(), 1);
+    assert!(!logged(a.id).await.contains(a1.start()));
+    // Parts no message commits are void at the run's end; the committed step's stay.
+    s.append_live_parts(&la, &[json!({"t": "void"})])
+        .await
+        .unwrap();
+    for outcome in s.finish_runs(&[la, lb]).await.unwrap() {
+        assert_eq!(outcome.unwrap(), Next::Idle);
+    }
+    assert_eq!(logged(a.id).await, a2.collect::<Vec<_>>());
+    assert!(s.live_parts_after(a.id, 0).await.unwrap().is_empty());
+    assert!(user_seq < s.get_chat(a.id).await.unwrap().event_seq);
+}
 
 async fn a_catch_up_reads_the_log_the_messages_and_the_chat_after_a_position(db: TestDb) {
     let s = &db.store;

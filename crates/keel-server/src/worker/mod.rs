@@ -301,7 +301,7 @@ async fn purge(shared: &Shared) {
 }
 
 /// Every lease period: release chats whose owner died; expire overdue client-side calls;
-/// every [`PURGE_EVERY`] (and at start): purge what only grows.
+/// drop the logs of chats that settled a lease period ago; every [`PURGE_EVERY`] (and at start): purge what only grows.
 async fn sweep(shared: Arc<Shared>) {
     let period = shared.config.runs.lease();
     let mut last_purge: Option<tokio::time::Instant> = None;
@@ -321,6 +321,9 @@ async fn sweep(shared: Arc<Shared>) {
         }
         if let Err(error) = shared.store.expire_pending_actions().await {
             tracing::warn!(%error, "expiring overdue client-side calls failed");
+        }
+        if let Err(error) = shared.store.purge_settled_logs().await {
+            tracing::warn!(%error, "dropping the logs of settled chats failed");
         }
         tokio::time::sleep(period).await;
     }

@@ -101,3 +101,9 @@ pub(crate) async fn purge_tool_records(cx: &mut Ctx<'_>) -> Result<u64> {
     let before = ms(cx.now - cx.opts.idempotency_ttl);
     cx.ops.purge_tool_records(before).await
 }
+
+/// A lease period is ample for a follower woken by the commit to read what it missed.
+pub(crate) async fn purge_settled_logs(cx: &mut Ctx<'_>) -> Result<u64> {
+    let before = ms(cx.now - cx.opts.lease_ttl);
+    cx.ops.purge_settled_logs(before).await
+}

@@ -231,7 +231,7 @@ fn json_array<'a>(documents: impl Iterator<Item = &'a str>) -> String {
     out
 }
 
-/// Commits a step's messages and voids the live-part log in the same transaction.
+/// Commits a step's messages and drops the logged parts of older steps, in one transaction.
 pub(crate) async fn commit_step(
     cx: &mut Ctx<'_>,
     lease: &Lease,
@@ -287,7 +287,7 @@ pub(crate) async fn commit_steps(
         return Ok(outcomes);
     }
     let chat_rows = chat_rows(&chats, &committed)?;
-    let voided = [Voided::LiveParts, Voided::Checkpoints, Voided::ToolRecords];
+    let voided = [Voided::OlderSteps, Voided::Checkpoints, Voided::ToolRecords];
     cx.ops
         .commit_group_writes(&rows, &voided, &chat_rows)
         .await?;
@@ -363,6 +363,8 @@ pub(crate) async fn commit_summary(
     cx.ops
         .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
         .await?;
+    // The summary's text is never a reply: no follower is sent its parts.
+    cx.ops.clear_live(&chat.id.to_string()).await?;
     cx.notice(&chat, false);
     Ok(ids)
 }
@@ -449,7 +451,7 @@ pub(crate) async fn finish_runs(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Ve
     let rows = chat_rows(&chats, &idle)?;
     if !rows.is_empty() {
         cx.ops
-            .commit_group_writes(&[], &[Voided::LiveParts, Voided::Checkpoints], &rows)
+            .commit_group_writes(&[], &[Voided::UncommittedParts, Voided::Checkpoints], &rows)
             .await?;
     }
     Ok(outcomes)
@@ -464,7 +466,8 @@ async fn end_loaded_run(
     lease: &Lease,
 ) -> Result<Next> {
     let id = chat.id.to_string();
-    cx.ops.clear_live(&id).await?;
+    // The committed step's parts stay for followers on other replicas ([`Voided`]).
+    cx.ops.void(&id, Voided::UncommittedParts).await?;
     cx.ops.delete_checkpoint(&id).await?;
     chat.retry_state = None;
     chat.compact_requested = false;

@@ -66,8 +66,44 @@ impl Replicas {
 
     /// A second replica, with the owner's configuration but none of its environment.
     fn other(&self) -> Daemon {
-        Daemon::start(self.other_dir.path(), &self.database, &self.config)
+        self.other_with_env(&[])
     }
+
+    /// A second replica, with the owner's configuration and the environment `env`.
+    fn other_with_env(&self, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_with_env(self.other_dir.path(), &self.database, &self.config, env)
+    }
+}
+
+#[tokio::test]
+async fn a_follower_on_another_replica_that_reads_after_the_commit_still_gets_every_part() {
+    // The owner claims the chat and its reply stalls before the first token. The other
+    // replica starts meanwhile; its followers wait 1.5 s after each notice before they read
+    // the store (debug builds). The reply then streams whole at once, is logged and
+    // committed, and the run ends: the follower reads only after all that, and must still
+    // send every part before the message, as a client of the owner gets them.
+    let Some(replicas) = Replicas::start("", &[]) else {
+        return;
+    };
+    let Replicas { owner, client, .. } = &replicas;
+    let reply = words(30);
+    let script = json!({"text": reply, "rate": 0, "stall": {"after": 0, "ms": 3000}});
+    let id = client
+        .create_chat(owner, json!({"text": format!("go\n#mock {script}")}))
+        .await;
+    client.wait_status(owner, &id, "running").await;
+    let other = replicas.other_with_env(&[("KEEL_DEBUG_NOTICE_PAUSE_MS", "1500")]);
+    let mut events = client.events(&other, &id, None).await;
+    let mut transcript = Transcript::default();
+    loop {
+        let event = events.next().await.expect("the stream ended");
+        if event.event == "message" && event.data["role"] == "assistant" {
+            assert_eq!(transcript.live_text, reply, "the parts before the message");
+            break;
+        }
+        transcript.apply(&event);
+    }
+    client.wait_status(&other, &id, "waiting").await;
 }
 
 #[tokio::test]
