@@ -13,7 +13,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
-use crate::chain::chain_anchor;
 use crate::compaction::prompt_messages;
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps};
@@ -24,9 +23,9 @@ use crate::transitions::{self as t, Ctx};
 use crate::tree::{Tree, siblings_by_parent};
 use crate::types::{
     Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId,
-    MessageKind, NewChat, NewLiveEntry, NewMessage, NewSummary, Next, Prompt, QueueId,
-    QueuedMessage, RemoteNotice, SendOutcome, StoreOptions, StoredMessage, ToolRecord,
-    ToolResultInput, User,
+    MessageKind, NewChat, NewLiveEntry, NewMessage, NewSummary, Next, QueueId, QueuedMessage,
+    RemoteNotice, RunStart, SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput,
+    User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
@@ -434,6 +433,26 @@ impl Store for SqlStore {
         live_entries(batches, after_seq)
     }
 
+    async fn start_run(&self, chat: ChatId) -> Result<RunStart> {
+        let (chat, batches, rows, records) = in_read!(self, |ops| {
+            let chat = Self::read_chat(ops, chat).await?;
+            let id = chat.id.to_string();
+            let batches = ops.live_after(&id, 0).await?;
+            let rows = ops.messages(&id, 0).await?;
+            let records = ops.tool_records(&id).await?;
+            Ok((chat, batches, rows, records))
+        })?;
+        Ok(RunStart {
+            chat,
+            log: live_entries(batches, 0)?,
+            history: Self::all_messages(rows)?,
+            tool_records: records
+                .into_iter()
+                .map(ToolRecordCols::into_record)
+                .collect::<Result<_>>()?,
+        })
+    }
+
     async fn catch_up(&self, chat: ChatId, after: i64, limit: usize) -> Result<CatchUp> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let (batches, messages, chat) = in_read!(self, |ops| {
@@ -458,17 +477,6 @@ impl Store for SqlStore {
             Self::all_messages(Self::of_chat(ops, chat, rows).await?)
         })?;
         Ok(repair_orphans(prompt_messages(&messages)))
-    }
-
-    async fn load_prompt(&self, chat: ChatId) -> Result<Prompt> {
-        let messages = in_read!(self, |ops| {
-            let rows = ops.messages(&chat.to_string(), 0).await?;
-            Self::all_messages(Self::of_chat(ops, chat, rows).await?)
-        })?;
-        Ok(Prompt {
-            chain_from: chain_anchor(&messages),
-            messages: repair_orphans(prompt_messages(&messages)),
-        })
     }
 
     async fn acquire(&self, worker_id: &str, limit: usize) -> Result<Vec<Lease>> {

@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 use crate::error::Result;
 use crate::types::{
     Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat,
-    NewLiveEntry, NewMessage, NewSummary, Next, Prompt, QueueId, RemoteNotice, SendOutcome,
+    NewLiveEntry, NewMessage, NewSummary, Next, QueueId, RemoteNotice, RunStart, SendOutcome,
     StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
@@ -115,6 +115,9 @@ pub trait Store: Send + Sync {
     /// The live parts of the step in progress (numbered after the chat's last message)
     /// after `after_seq`: what a run resumes from.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
+    /// What a claimed chat's run starts from, in one read: the chat, the step in progress,
+    /// the current branch and the tool records.
+    async fn start_run(&self, chat: ChatId) -> Result<RunStart>;
     /// What a client at event sequence `after` is owed, in one read: the logged parts after
     /// it (the step in progress, and the last committed step's while they are kept), the first `limit` committed messages after it (as [`Self::messages_page`] by
     /// sequence; later pages through that), and the chat.
@@ -122,9 +125,6 @@ pub trait Store: Send + Sync {
     /// Stored history from the latest summary on (see [`crate::prompt_messages`]), repaired
     /// with [`crate::repair_orphans`], ready for a prompt.
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>>;
-    /// [`Self::load_prompt_history`] with, from the same read, the stored response a
-    /// chained prompt continues from ([`crate::chain_anchor`]).
-    async fn load_prompt(&self, chat: ChatId) -> Result<Prompt>;
 
     // ---- worker ----------------------------------------------------------------
     /// Claims up to `limit` runnable chats (running or interrupting, and unowned or with

@@ -291,6 +291,43 @@ pub struct LiveEntry {
     pub payload: Value,
 }
 
+/// What a run reads when it starts, in one snapshot ([`crate::Store::start_run`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunStart {
+    pub chat: Chat,
+    /// The live parts of the step in progress, as [`crate::Store::live_parts_after`] `0`.
+    pub log: Vec<LiveEntry>,
+    /// The current branch, first message first, summaries included (no siblings listed).
+    pub history: Vec<StoredMessage>,
+    /// The records of the tool calls of the step in progress.
+    pub tool_records: Vec<ToolRecord>,
+}
+
+impl RunStart {
+    /// The last `n` messages clients see (no summaries), oldest first: the end of the
+    /// history [`crate::Store::recent_messages`] lists.
+    pub fn recent(&self, n: usize) -> Vec<&StoredMessage> {
+        let mut recent: Vec<&StoredMessage> = self
+            .history
+            .iter()
+            .rev()
+            .filter(|m| m.kind != MessageKind::Summary)
+            .take(n)
+            .collect();
+        recent.reverse();
+        recent
+    }
+
+    /// The prompt the history makes: from the latest summary on, orphans repaired, and the
+    /// response a chained provider continues from.
+    pub fn prompt(&self) -> Prompt {
+        Prompt {
+            chain_from: crate::chain_anchor(&self.history),
+            messages: crate::repair_orphans(crate::prompt_messages(&self.history)),
+        }
+    }
+}
+
 /// What a client resuming after a position is owed, read in one snapshot
 /// ([`crate::Store::catch_up`]).
 #[derive(Debug, Clone, PartialEq)]

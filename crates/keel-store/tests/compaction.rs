@@ -86,6 +86,11 @@ async fn a_summary_becomes_the_prompt_boundary(db: TestDb) {
         ]
     );
     assert_eq!(prompt[0].role, Role::User);
+    // A run starts from the same prompt, and sees the same end of history clients see.
+    let start = s.start_run(chat.id).await.unwrap();
+    assert_eq!(start.prompt().messages, prompt);
+    let recent: Vec<i64> = start.recent(3).iter().map(|m| m.id).collect();
+    assert_eq!(recent, vec![2, 4, 5]);
 }
 
 async fn unanswered_user_messages_survive_a_summary(db: TestDb) {

@@ -33,7 +33,56 @@ both_backends!(
     only_a_chat_waiting_for_a_worker_is_noticed_as_unowned,
     a_committed_steps_parts_stay_logged_for_followers_until_a_newer_step_or_the_sweep,
     a_grouped_commit_keeps_the_newest_step_and_a_finish_drops_what_no_message_commits,
+    a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_tool_records,
 );
+
+async fn a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_tool_records(
+    db: TestDb,
+) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "a", chat.id).await;
+    s.append_live_parts(&lease, &[json!({"t": "a"})])
+        .await
+        .unwrap();
+    s.commit_step(&lease, vec![assistant("first")])
+        .await
+        .unwrap();
+    let step = s
+        .append_live_parts(&lease, &[json!({"t": "b"}), json!({"t": "c"})])
+        .await
+        .unwrap();
+    let record = ToolRecord {
+        chat_id: chat.id,
+        tool_call_id: "call_1".into(),
+        tool_name: "t".into(),
+        args: "{}".into(),
+        state: ToolState::Started,
+        result: None,
+        is_error: false,
+        started_at: chrono::Utc::now(),
+        finished_at: None,
+    };
+    s.record_tool(&lease, record).await.unwrap();
+    let start = s.start_run(chat.id).await.unwrap();
+    assert_eq!(start.chat, s.get_chat(chat.id).await.unwrap());
+    // Only the step in progress: the committed step's kept parts are not resumed.
+    assert_eq!(seqs_of(&start.log), step.collect::<Vec<_>>());
+    assert_eq!(start.log, s.live_parts_after(chat.id, 0).await.unwrap());
+    let roles: Vec<Role> = start.history.iter().map(|m| m.role).collect();
+    assert_eq!(roles, vec![Role::User, Role::Assistant]);
+    let recent: Vec<i64> = start.recent(2).iter().map(|m| m.id).collect();
+    let listed = s.recent_messages(chat.id, 2).await.unwrap();
+    assert_eq!(recent, listed.iter().map(|m| m.id).collect::<Vec<_>>());
+    assert_eq!(start.recent(5).len(), 2);
+    assert_eq!(start.prompt().messages.len(), 2);
+    assert_eq!(start.tool_records.len(), 1);
+    assert_eq!(start.tool_records[0].tool_call_id, "call_1");
+    assert!(matches!(
+        s.start_run(uuid::Uuid::new_v4()).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
 
 fn seqs_of(entries: &[keel_store::LiveEntry]) -> Vec<i64> {
     entries.iter().map(|e| e.seq).collect()

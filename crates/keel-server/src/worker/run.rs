@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use keel_agent::{
-    ChainHooks, Checkpointing, Compaction, PersistError, ReloadHistory, RetryPolicy, RunError,
-    RunOptions, RunOutcome, StreamTimeouts, Tool,
+    ChainHooks, Checkpointing, Compaction, ReloadHistory, RetryPolicy, RunError, RunOptions,
+    RunOutcome, StreamTimeouts, Tool,
 };
 use keel_core::{Cancel, CancelCause, ErrorKind, Part, Role, ToolDefinition};
-use keel_store::{Chat, ChatStatus, Lease, NewMessage, StoredMessage};
+use keel_store::{Chat, ChatStatus, Lease, NewMessage, RunStart, StoredMessage};
 
 use crate::api::dto::ClientTool;
 use crate::metrics::RetryLabels;
@@ -71,20 +71,16 @@ async fn run_once(
     stop: &Arc<Mutex<StopReason>>,
 ) -> Option<Lease> {
     let chat_id = current(lease).chat_id;
-    let chat = match shared.store.get_chat(chat_id).await {
-        Ok(chat) => chat,
+    // The chat, the step in progress, the history and the tool records: one read.
+    let start = match shared.store.start_run(chat_id).await {
+        Ok(start) => start,
         Err(error) => {
-            tracing::warn!(chat = %chat_id, %error, "loading the claimed chat failed");
+            tracing::warn!(chat = %chat_id, %error, "reading the claimed chat failed");
             return None;
         }
     };
-    let recovered_log = match shared.store.live_parts_after(chat_id, 0).await {
-        Ok(entries) => entries,
-        Err(error) => {
-            tracing::warn!(chat = %chat_id, %error, "reading the live-part log failed");
-            Vec::new()
-        }
-    };
+    let chat = &start.chat;
+    let recovered_log = &start.log;
     // A log a compaction summary streamed into is not a reply to resume: it is voided for
     // clients, and the committed history says where the run stands.
     let payloads: Vec<&serde_json::Value> = recovered_log.iter().map(|e| &e.payload).collect();
@@ -128,21 +124,15 @@ async fn run_once(
     }
     // The end of the committed history decides what a run with nothing to resume from its
     // log does, and whether a running chat carries on a stopped reply (log or not: a
-    // continuation may have been cut by a crash). One read serves both.
-    let needs_recent =
-        !chat.compact_requested && (from_log.is_none() || chat.status == ChatStatus::Running);
-    let recent = if needs_recent {
-        recent_messages(shared, &chat).await
-    } else {
-        Vec::new()
-    };
-    let stopped = stopped_reply_at_end(&chat, &recent);
+    // continuation may have been cut by a crash).
+    let recent = start.recent(2);
+    let stopped = stopped_reply_at_end(chat, &recent);
     // A stopped reply to carry on is not a final one: the model is called. After a summary
     // of the final reply, calling the model would answer that reply again.
     let last = if stopped.is_some() {
         LastStep::Continue
     } else if from_log.is_none() && !chat.compact_requested {
-        last_committed_step(&chat, &recent)
+        last_committed_step(chat, &recent)
     } else {
         LastStep::Continue
     };
@@ -159,7 +149,7 @@ async fn run_once(
         commit_recovered_interruption(&sink, from_log.as_ref()).await;
         Ok(RunOutcome::Interrupted)
     } else {
-        match prepare(shared, &chat, lease, &sink, from_log).await {
+        match prepare(shared, &start, lease, &sink, from_log) {
             Ok(mut options) => {
                 options.paused_turn = last == LastStep::Paused;
                 options.continue_reply = stopped;
@@ -200,20 +190,8 @@ async fn run_guarded(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, 
     }
 }
 
-/// The last two committed messages (of the branch in view); none when reading fails, which
-/// the callers take as "nothing special at the end".
-async fn recent_messages(shared: &Arc<Shared>, chat: &Chat) -> Vec<StoredMessage> {
-    match shared.store.recent_messages(chat.id, 2).await {
-        Ok(messages) => messages,
-        Err(error) => {
-            tracing::warn!(chat = %chat.id, %error, "reading history failed");
-            Vec::new()
-        }
-    }
-}
-
 /// What the end of the committed history says the run should do (see [`last_step`]).
-fn last_committed_step(chat: &Chat, recent: &[StoredMessage]) -> LastStep {
+fn last_committed_step(chat: &Chat, recent: &[&StoredMessage]) -> LastStep {
     let client_tools: Vec<ClientTool> =
         serde_json::from_value(chat.tools.clone()).unwrap_or_default();
     let names: Vec<String> = client_tools.into_iter().map(|t| t.name).collect();
@@ -229,7 +207,7 @@ fn last_committed_step(chat: &Chat, recent: &[StoredMessage]) -> LastStep {
 /// Every other move that starts a run adds a message after it, and a run that is
 /// interrupted ends `waiting`, so a running chat ending in a stopped reply was asked to
 /// continue it.
-fn stopped_reply_at_end(chat: &Chat, recent: &[StoredMessage]) -> Option<String> {
+fn stopped_reply_at_end(chat: &Chat, recent: &[&StoredMessage]) -> Option<String> {
     if chat.compact_requested || chat.status != ChatStatus::Running {
         return None;
     }
@@ -238,37 +216,29 @@ fn stopped_reply_at_end(chat: &Chat, recent: &[StoredMessage]) -> Option<String>
         .and_then(|m| keel_store::stopped_reply(m.role, m.interrupted, &m.parts))
 }
 
-/// Builds the loop's options for a chat.
-async fn prepare(
+/// Builds the loop's options for a chat, from what its run read when it started.
+fn prepare(
     shared: &Arc<Shared>,
-    chat: &Chat,
+    start: &RunStart,
     lease: &SharedLease,
     sink: &Arc<LiveSink>,
     from_log: Option<keel_agent::StreamSnapshot>,
 ) -> Result<RunOptions, RunError> {
+    let chat = &start.chat;
     let Some(model) = shared.models.get(&chat.model).cloned() else {
         return Err(RunError::Provider(keel_core::ProviderError::new(
             ErrorKind::InvalidRequest,
             format!("model `{}` is not configured", chat.model),
         )));
     };
-    let prompt = shared
-        .store
-        .load_prompt(chat.id)
-        .await
-        .map_err(|e| RunError::Persist(PersistError::other(e)))?;
+    let prompt = start.prompt();
     let mut history = prompt.messages;
     with_system(&mut history, chat.system.as_deref());
-    let prior = match shared.store.tool_records(chat.id).await {
-        Ok(records) => records
-            .into_iter()
-            .map(|r| (r.tool_call_id.clone(), r))
-            .collect::<HashMap<_, _>>(),
-        Err(error) => {
-            tracing::warn!(chat = %chat.id, %error, "reading tool records failed");
-            HashMap::new()
-        }
-    };
+    let prior: HashMap<_, _> = start
+        .tool_records
+        .iter()
+        .map(|r| (r.tool_call_id.clone(), r.clone()))
+        .collect();
     let prior = Arc::new(prior);
     let budget = keel_tools::budget_for(model.context_limit);
     // A workspace that cannot be opened fails the run with a message saying why, rather
