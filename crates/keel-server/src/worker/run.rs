@@ -155,13 +155,13 @@ async fn run_once(
                 options.continue_reply = stopped;
                 run_guarded(options, cancel.clone()).await
             }
-            Err(failure) => Err(failure),
+            Err(failure) => Err(RunError::Provider(*failure)),
         }
     };
     sink.finish().await;
     drop(sink);
 
-    lifecycle::end(shared, &chat, &current(lease), outcome, stop).await
+    lifecycle::end(shared, chat, &current(lease), outcome, stop).await
 }
 
 /// The loop in a task of its own, so that a panic anywhere in it (an adapter, a tool, a
@@ -223,10 +223,10 @@ fn prepare(
     lease: &SharedLease,
     sink: &Arc<LiveSink>,
     from_log: Option<keel_agent::StreamSnapshot>,
-) -> Result<RunOptions, RunError> {
+) -> Result<RunOptions, Box<keel_core::ProviderError>> {
     let chat = &start.chat;
     let Some(model) = shared.models.get(&chat.model).cloned() else {
-        return Err(RunError::Provider(keel_core::ProviderError::new(
+        return Err(Box::new(keel_core::ProviderError::new(
             ErrorKind::InvalidRequest,
             format!("model `{}` is not configured", chat.model),
         )));
@@ -244,7 +244,7 @@ fn prepare(
     // A workspace that cannot be opened fails the run with a message saying why, rather
     // than running without the tools the model expects.
     let offered = shared.tools.for_owner(&chat.owner).map_err(|e| {
-        RunError::Provider(keel_core::ProviderError::new(
+        Box::new(keel_core::ProviderError::new(
             ErrorKind::InvalidRequest,
             format!("the tools' workspace cannot be used: {e}"),
         ))
