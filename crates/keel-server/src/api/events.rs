@@ -343,6 +343,7 @@ impl Follower {
         parts.dedup_by_key(|item| item.id);
         let mut parts = parts.into_iter().peekable();
         let mut replayed = 0u64;
+        let snapshot_seq = first.chat.event_seq;
         let (mut page, mut chat) = (first.messages, first.chat);
         // Page by page: a long history is never held in memory at once.
         loop {
@@ -394,6 +395,11 @@ impl Follower {
                 return Ok(None);
             }
         }
+        // Every event the snapshot numbered is sent: its messages (all pages), its logged
+        // parts and its branch. A number up to its end that carried none is a status change
+        // or a skipped range; the position moves past it, so that the next frame of the run
+        // follows the position and notices of it find nothing new to read.
+        self.position = self.position.max(snapshot_seq);
         self.state.metrics.replayed_events.inc_by(replayed);
         Ok(Some(chat))
     }
@@ -669,6 +675,20 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
             runs = current.runs;
             live = current.frames;
             (current.backlog, current.incomplete)
+        };
+        // A backlog that holds every frame the run published goes out as live frames do:
+        // `forward` reads the store first only when a frame does not follow the position
+        // (something numbered in between that no frame carried), so the common start of a
+        // run, right after what the follower sent, costs no read.
+        let backlog = if incomplete {
+            backlog
+        } else {
+            for frame in backlog {
+                if !follower.forward(Ok(frame), &state).await {
+                    return;
+                }
+            }
+            Vec::new()
         };
         if backlog.is_empty()
             && !incomplete
