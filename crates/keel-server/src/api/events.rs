@@ -404,6 +404,29 @@ impl Follower {
         Ok(Some(chat))
     }
 
+    /// Sends the parts of the step in progress logged after the position, in one read of
+    /// the log alone; false when the client is gone. A step committed meanwhile leaves
+    /// nothing in progress: its commit's notice, a new version, reads everything.
+    async fn logged_parts(&mut self) -> Result<bool, keel_store::StoreError> {
+        let entries = self
+            .state
+            .store
+            .live_parts_after(self.chat_id, self.position)
+            .await?;
+        for entry in entries {
+            let Some((event, data)) = from_log(&entry.payload) else {
+                continue;
+            };
+            if !self
+                .durable(LiveItem::new(entry.seq, event, data.to_string()))
+                .await
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// What a notice that numbered nothing past the position needs: the chat row, for its
     /// status and queue. The step a run of this process commits reaches its followers as
     /// frames, so such notices (a claim, the commit of a step whose message frames the
@@ -702,8 +725,25 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
             || incomplete
             || news.resyncs != follower.resyncs
             || news.event_seq > follower.position;
-        follower.resyncs = news.resyncs;
         state.metrics.sse_catch_ups.inc();
+        // Every change but logged parts takes a new version: when the version is one the
+        // follower read, the log alone has something new (a run of another replica).
+        let parts_only = whole
+            && backlog.is_empty()
+            && !incomplete
+            && news.resyncs == follower.resyncs
+            && news.version <= follower.version;
+        if parts_only {
+            match follower.logged_parts().await {
+                Ok(true) => continue,
+                Ok(false) | Err(keel_store::StoreError::NotFound { .. }) => return,
+                Err(error) => {
+                    tracing::warn!(chat = %chat.id, %error, "reading logged parts failed");
+                    return;
+                }
+            }
+        }
+        follower.resyncs = news.resyncs;
         let read = if whole {
             follower.catch_up(&backlog).await
         } else {
