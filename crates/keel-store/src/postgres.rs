@@ -8,7 +8,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
-use sqlx::{PgConnection, Postgres};
+use sqlx::{Connection, PgConnection, Postgres};
 use tokio::sync::broadcast;
 
 use crate::error::Result;
@@ -135,10 +135,25 @@ async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<Remot
     }
 }
 
+/// How long a pooled connection may have been idle and still be used without a ping.
+const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend> {
     let options = PgConnectOptions::from_str(url)?;
     let pool = PgPoolOptions::new()
         .max_connections(opts.max_connections.max(2))
+        // A connection in use moments ago is not checked again: the check is a round trip
+        // of its own before every transaction. One idle for longer is, so a server restart
+        // costs no failed transaction once the pool has been quiet.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > IDLE_BEFORE_PING {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_with(options)
         .await?;
     MIGRATOR.run(&pool).await?;
