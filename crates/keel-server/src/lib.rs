@@ -10,6 +10,7 @@
 //! * [`api`] — HTTP API v1 and the compatible protocols (AI SDK, OpenAI Responses), its
 //!   OpenAPI document derived from the routes;
 //! * [`hub`] — live event fan-out to subscribers; `live` — the contract's live events;
+//!   [`log_reads`] — the log reads of followers of other replicas' runs, gathered;
 //! * `worker` — claiming runnable chats and running them; `resume` — rebuilding a step in
 //!   progress after a crash;
 //! * [`models`], `tools` — the models and tools built from configuration;
@@ -25,6 +26,7 @@ pub mod config;
 mod config_docs;
 pub mod hub;
 mod live;
+pub mod log_reads;
 pub mod metrics;
 pub mod models;
 mod net;

@@ -433,6 +433,32 @@ impl Store for SqlStore {
         live_entries(batches, after_seq)
     }
 
+    async fn live_parts_of(
+        &self,
+        positions: &[(ChatId, i64)],
+    ) -> Result<Vec<(ChatId, Vec<LiveEntry>)>> {
+        if positions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: Vec<(String, i64)> = positions
+            .iter()
+            .map(|(chat, after)| (chat.to_string(), *after))
+            .collect();
+        let rows = in_read!(self, |ops| ops.live_after_many(&wanted).await)?;
+        let after_of: std::collections::HashMap<ChatId, i64> = positions.iter().copied().collect();
+        let mut found: Vec<(ChatId, Vec<LiveEntry>)> = Vec::new();
+        for (chat, first_seq, payloads) in rows {
+            let chat = crate::rows::uuid("live_parts.chat_id", &chat)?;
+            let after = after_of.get(&chat).copied().unwrap_or(i64::MAX);
+            let entries = live_entries(vec![(first_seq, payloads)], after)?;
+            match found.last_mut() {
+                Some((last, batch)) if *last == chat => batch.extend(entries),
+                _ => found.push((chat, entries)),
+            }
+        }
+        Ok(found)
+    }
+
     async fn start_run(&self, chat: ChatId) -> Result<RunStart> {
         let (chat, batches, rows, records) = in_read!(self, |ops| {
             let chat = Self::read_chat(ops, chat).await?;

@@ -16,6 +16,10 @@ use crate::types::{ChangeNotice, RemoteNotice};
 /// and the payloads as a JSON array.
 pub(crate) type LiveRow = (String, i64, i64, String);
 
+/// One batch of a chat's live parts as read for several chats: chat id, first sequence
+/// number and the payloads as a JSON array.
+pub(crate) type ChatLiveRow = (String, i64, String);
+
 /// One message of a chat's tree as stored: id, parent id, role and kind.
 pub(crate) type TreeRow = (i64, Option<i64>, String, String);
 
@@ -195,6 +199,10 @@ pub(crate) trait TxOps: Send {
     /// Batches of the step in progress (numbered after the chat's last message) holding
     /// entries after `after`, as `(first_seq, payloads JSON array)`.
     async fn live_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;
+    /// Batches of the steps in progress of several chats holding entries after a position
+    /// each (`(chat, after)`, each chat once), as `(chat, first_seq, payloads)`, by chat and
+    /// sequence: one statement whatever the number of chats.
+    async fn live_after_many(&mut self, positions: &[(String, i64)]) -> Result<Vec<ChatLiveRow>>;
     /// Every logged batch holding entries after `after`, the committed step's kept parts
     /// included, like [`TxOps::live_after`].
     async fn logged_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;

@@ -826,6 +826,40 @@ macro_rules! tx_ops {
                 .await?)
             }
 
+            async fn live_after_many(
+                &mut self,
+                positions: &[(String, i64)],
+            ) -> $crate::error::Result<Vec<$crate::ops::ChatLiveRow>> {
+                let mut rows = Vec::new();
+                // Two parameters a chat, well below SQLite's limit per statement.
+                for chunk in positions.chunks(1000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "WITH wanted (chat_id, since) AS (VALUES ",
+                    );
+                    let mut list = query.separated(", ");
+                    for (chat, after) in chunk {
+                        list.push("(CAST(")
+                            .push_bind_unseparated(chat.as_str())
+                            .push_unseparated(" AS TEXT), CAST(")
+                            .push_bind_unseparated(*after)
+                            .push_unseparated(" AS BIGINT))");
+                    }
+                    query.push(
+                        ") SELECT l.chat_id, l.first_seq, l.payloads FROM live_parts l \
+                         JOIN wanted w ON l.chat_id = w.chat_id WHERE l.last_seq > w.since \
+                         AND l.last_seq > COALESCE((SELECT MAX(m.event_seq) FROM messages m \
+                         WHERE m.chat_id = l.chat_id), 0) ORDER BY l.chat_id, l.first_seq",
+                    );
+                    rows.extend(
+                        query
+                            .build_query_as::<$crate::ops::ChatLiveRow>()
+                            .fetch_all(self.conn().await?)
+                            .await?,
+                    );
+                }
+                Ok(rows)
+            }
+
             async fn logged_after(
                 &mut self,
                 chat: &str,

@@ -115,6 +115,13 @@ pub trait Store: Send + Sync {
     /// The live parts of the step in progress (numbered after the chat's last message)
     /// after `after_seq`: what a run resumes from.
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>>;
+    /// [`Self::live_parts_after`] for several chats at once (each `(chat, after)` once), in
+    /// one read: what the followers of runs on other replicas are sent. A chat with nothing
+    /// after its position, or that is gone, is left out.
+    async fn live_parts_of(
+        &self,
+        positions: &[(ChatId, i64)],
+    ) -> Result<Vec<(ChatId, Vec<LiveEntry>)>>;
     /// What a claimed chat's run starts from, in one read: the chat, the step in progress,
     /// the current branch and the tool records.
     async fn start_run(&self, chat: ChatId) -> Result<RunStart>;

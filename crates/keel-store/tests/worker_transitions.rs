@@ -34,7 +34,56 @@ both_backends!(
     a_committed_steps_parts_stay_logged_for_followers_until_a_newer_step_or_the_sweep,
     a_grouped_commit_keeps_the_newest_step_and_a_finish_drops_what_no_message_commits,
     a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_tool_records,
+    the_steps_in_progress_of_many_chats_are_one_read,
 );
+
+async fn the_steps_in_progress_of_many_chats_are_one_read(db: TestDb) {
+    let s = &db.store;
+    let (a, b, c) = (
+        create(s, "a").await,
+        create(s, "b").await,
+        create(s, "c").await,
+    );
+    let leases = s.acquire("w", 10).await.unwrap();
+    let lease = |id| {
+        leases
+            .iter()
+            .find(|l: &&Lease| l.chat_id == id)
+            .unwrap()
+            .clone()
+    };
+    let a1 = s
+        .append_live_parts(&lease(a.id), &[json!({"t": 1}), json!({"t": 2})])
+        .await
+        .unwrap();
+    let a2 = s
+        .append_live_parts(&lease(a.id), &[json!({"t": 3})])
+        .await
+        .unwrap();
+    // b's step is committed: nothing of it is in progress any more.
+    s.append_live_parts(&lease(b.id), &[json!({"t": 1})])
+        .await
+        .unwrap();
+    s.commit_step(&lease(b.id), vec![assistant("b")])
+        .await
+        .unwrap();
+    let gone = uuid::Uuid::new_v4();
+    let found = s
+        .live_parts_of(&[(a.id, *a1.start()), (b.id, 0), (c.id, 0), (gone, 0)])
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, a.id);
+    // After the position, across batches, as `live_parts_after` reads them one chat alone.
+    let mut expected: Vec<i64> = a1.skip(1).collect();
+    expected.extend(a2);
+    assert_eq!(seqs_of(&found[0].1), expected);
+    assert_eq!(
+        found[0].1,
+        s.live_parts_after(a.id, expected[0] - 1).await.unwrap()
+    );
+    assert!(s.live_parts_of(&[]).await.unwrap().is_empty());
+}
 
 async fn a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_tool_records(
     db: TestDb,

@@ -404,15 +404,19 @@ impl Follower {
         Ok(Some(chat))
     }
 
-    /// Sends the parts of the step in progress logged after the position, in one read of
-    /// the log alone; false when the client is gone. A step committed meanwhile leaves
-    /// nothing in progress: its commit's notice, a new version, reads everything.
-    async fn logged_parts(&mut self) -> Result<bool, keel_store::StoreError> {
-        let entries = self
+    /// Sends the parts of the step in progress logged after the position, read with those
+    /// of the other followers woken with it ([`crate::log_reads`]); false when the client is
+    /// gone or the read failed. A step committed meanwhile leaves nothing in progress: its
+    /// commit's notice, a new version, reads everything.
+    async fn logged_parts(&mut self) -> bool {
+        let Some(entries) = self
             .state
-            .store
-            .live_parts_after(self.chat_id, self.position)
-            .await?;
+            .log_reads
+            .after(self.chat_id, self.position)
+            .await
+        else {
+            return false;
+        };
         for entry in entries {
             let Some((event, data)) = from_log(&entry.payload) else {
                 continue;
@@ -421,10 +425,10 @@ impl Follower {
                 .durable(LiveItem::new(entry.seq, event, data.to_string()))
                 .await
             {
-                return Ok(false);
+                return false;
             }
         }
-        Ok(true)
+        true
     }
 
     /// What a notice that numbered nothing past the position needs: the chat row, for its
@@ -734,14 +738,10 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
             && news.resyncs == follower.resyncs
             && news.version <= follower.version;
         if parts_only {
-            match follower.logged_parts().await {
-                Ok(true) => continue,
-                Ok(false) | Err(keel_store::StoreError::NotFound { .. }) => return,
-                Err(error) => {
-                    tracing::warn!(chat = %chat.id, %error, "reading logged parts failed");
-                    return;
-                }
+            if !follower.logged_parts().await {
+                return;
             }
+            continue;
         }
         follower.resyncs = news.resyncs;
         let read = if whole {

@@ -11,6 +11,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::Caller;
 use crate::config::Config;
 use crate::hub::Hub;
+use crate::log_reads::LogReads;
 use crate::metrics::Metrics;
 use crate::models::ModelRegistry;
 use crate::net::hosts::AllowedHosts;
@@ -93,6 +94,8 @@ pub struct AppState {
     pub allowed_hosts: Arc<AllowedHosts>,
     /// Open live event streams, capped per user and in all.
     pub sse_slots: Arc<SseSlots>,
+    /// The log reads of followers of runs on other replicas, gathered into one.
+    pub log_reads: LogReads,
 }
 
 impl AppState {
@@ -108,6 +111,7 @@ impl AppState {
         listen: SocketAddr,
     ) -> Self {
         Self {
+            log_reads: LogReads::start(store.clone()),
             store,
             hub,
             models,
