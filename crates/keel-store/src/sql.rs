@@ -91,22 +91,23 @@ macro_rules! lock_rows {
 /// 2,000 chats.
 macro_rules! set_by_id {
     ($self:ident, $db:ty, $column:literal, $pairs:expr) => {{
+        // Joined with a table of the values, each row finds its own in one lookup; a
+        // `CASE id WHEN ...` with a branch per chat made each row try them all.
         for chunk in $pairs.chunks(2000) {
-            let mut query =
-                sqlx::QueryBuilder::<$db>::new(concat!("UPDATE chats SET ", $column, " = CASE id"));
-            for (id, value) in chunk {
-                query
-                    .push(" WHEN ")
-                    .push_bind(id.as_str())
-                    .push(" THEN ")
-                    .push_bind(*value);
-            }
-            query.push(concat!(" ELSE ", $column, " END WHERE id IN ("));
+            let mut query = sqlx::QueryBuilder::<$db>::new("WITH v (id, value) AS (VALUES ");
             let mut list = query.separated(", ");
-            for (id, _) in chunk {
-                list.push_bind(id.as_str());
+            for (id, value) in chunk {
+                list.push("(CAST(")
+                    .push_bind_unseparated(id.as_str())
+                    .push_unseparated(" AS TEXT), CAST(")
+                    .push_bind_unseparated(*value)
+                    .push_unseparated(" AS BIGINT))");
             }
-            query.push(")");
+            query.push(concat!(
+                ") UPDATE chats SET ",
+                $column,
+                " = v.value FROM v WHERE chats.id = v.id"
+            ));
             query.build().execute($self.conn().await?).await?;
         }
         Ok(())
