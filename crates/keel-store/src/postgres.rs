@@ -163,21 +163,39 @@ pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend>
     })
 }
 
+/// Opens a transaction on a task of its own, so that dropping the caller cannot cut its
+/// `BEGIN` short. sqlx (0.8) counts a transaction as open only once the server has answered
+/// `BEGIN`: a future dropped while it is in flight (a client that disconnects in the middle
+/// of a read) leaves the pooled connection inside a transaction nothing ends, and the next
+/// borrower's statements run in it — a write in a stale read-only transaction fails, one in
+/// a stale write transaction shares its fate. On its own task the `BEGIN` completes, and a
+/// transaction nobody takes any more is dropped, which rolls it back.
+async fn begin_detached(pool: &PgPool, statement: &'static str) -> Result<PgTx> {
+    let pool = pool.clone();
+    let begun = tokio::spawn(async move { pool.begin_with(statement).await })
+        .await
+        // Only a panic in sqlx or a runtime shutting down ends the task early.
+        .map_err(|_| sqlx::Error::WorkerCrashed)??;
+    Ok(PgTx(begun))
+}
+
 #[async_trait]
 impl Backend for PgBackend {
     async fn begin_write(&self) -> Result<Box<dyn TxOps>> {
-        Ok(Box::new(PgTx(self.pool.begin().await?)))
+        Ok(Box::new(begin_detached(&self.pool, "BEGIN").await?))
     }
 
     async fn begin_read(&self) -> Result<Box<dyn TxOps>> {
         // One snapshot for the whole read, as SQLite's read transactions give: a read of
         // several statements (a catch-up's log, messages and chat) sees one state. A
         // read-only transaction never fails to serialise.
-        Ok(Box::new(PgTx(
-            self.pool
-                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .await?,
-        )))
+        Ok(Box::new(
+            begin_detached(
+                &self.pool,
+                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            )
+            .await?,
+        ))
     }
 
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>> {

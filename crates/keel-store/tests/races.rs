@@ -22,7 +22,39 @@ both_backends!(
     an_edit_of_an_owned_chat_numbers_above_its_unflushed_parts,
     old_idempotency_keys_and_finished_tool_records_are_purged,
     the_queue_heads_lease_is_granted_after_the_interrupt_of_the_run_before,
+    a_read_dropped_while_it_opens_leaves_no_transaction_behind,
 );
+
+/// A reader that goes away while its read opens (a client that disconnects): the pooled
+/// connection it took must not stay inside that read's transaction, or the next write on
+/// it runs in a read-only transaction and fails.
+async fn a_read_dropped_while_it_opens_leaves_no_transaction_behind(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    for round in 0..32 {
+        // The reader is polled a little longer each round, so that in some round it goes
+        // away with its BEGIN sent and not yet answered.
+        let mut read = Box::pin(s.get_chat(chat.id));
+        for _ in 0..=round {
+            if futures::poll!(read.as_mut()).is_ready() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        drop(read);
+        // Writes only: a read would run in the stale transaction unharmed and end it. Each
+        // pooled connection is taken by one of them.
+        for write in 0..4 {
+            let title = format!("round {round}, write {write}");
+            let update = keel_store::ChatUpdate {
+                title: Some(title.clone()),
+                model: None,
+            };
+            let named = s.update_chat(chat.id, update).await;
+            assert_eq!(named.map(|c| c.title).ok().flatten(), Some(title));
+        }
+    }
+}
 
 /// Claims `chat` and leaves it `requires_action` with one pending call `c1`.
 async fn waiting_for_a_client_call(db: &TestDb, chat: keel_store::ChatId) -> Lease {
