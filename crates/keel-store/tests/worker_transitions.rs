@@ -101,18 +101,7 @@ async fn a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_too
         .append_live_parts(&lease, &[json!({"t": "b"}), json!({"t": "c"})])
         .await
         .unwrap();
-    let record = ToolRecord {
-        chat_id: chat.id,
-        tool_call_id: "call_1".into(),
-        tool_name: "t".into(),
-        args: "{}".into(),
-        state: ToolState::Started,
-        result: None,
-        is_error: false,
-        started_at: chrono::Utc::now(),
-        finished_at: None,
-    };
-    s.record_tool(&lease, record).await.unwrap();
+    s.record_tool(&lease, started_call(chat.id)).await.unwrap();
     let start = s.start_run(chat.id).await.unwrap();
     assert_eq!(start.chat, s.get_chat(chat.id).await.unwrap());
     // Only the step in progress: the committed step's kept parts are not resumed.
@@ -131,6 +120,21 @@ async fn a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_too
         s.start_run(uuid::Uuid::new_v4()).await,
         Err(StoreError::NotFound { .. })
     ));
+}
+
+/// The record of a call `call_1` of tool `t` that started now.
+fn started_call(chat: keel_store::ChatId) -> ToolRecord {
+    ToolRecord {
+        chat_id: chat,
+        tool_call_id: "call_1".into(),
+        tool_name: "t".into(),
+        args: "{}".into(),
+        state: ToolState::Started,
+        result: None,
+        is_error: false,
+        started_at: chrono::Utc::now(),
+        finished_at: None,
+    }
 }
 
 fn seqs_of(entries: &[keel_store::LiveEntry]) -> Vec<i64> {
@@ -425,22 +429,7 @@ async fn grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced
     for (l, chat) in [(&la, &a), (&lc, &c)] {
         let seq = s.get_chat(chat.id).await.unwrap().event_seq + 1;
         s.append_live_entries(l, &[entry(seq)]).await.unwrap();
-        s.record_tool(
-            l,
-            ToolRecord {
-                chat_id: chat.id,
-                tool_call_id: "call_1".into(),
-                tool_name: "t".into(),
-                args: "{}".into(),
-                state: ToolState::Started,
-                result: None,
-                is_error: false,
-                started_at: chrono::Utc::now(),
-                finished_at: None,
-            },
-        )
-        .await
-        .unwrap();
+        s.record_tool(l, started_call(chat.id)).await.unwrap();
     }
     // `b` was edited under its run: its step must not land, the others must.
     let before_a = s.get_chat(a.id).await.unwrap();

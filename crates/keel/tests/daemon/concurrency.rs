@@ -435,3 +435,42 @@ async fn parts_read_before_their_step_commits_reach_a_resuming_client_before_its
     assert!(reply.starts_with(&committed), "{committed:?}");
     client.wait_status(&daemon, &id, "waiting").await;
 }
+
+/// The text of the `part` events a client reading from the start gets before the reply's
+/// `message`.
+async fn parts_before_the_reply(client: &Client, daemon: &Daemon, id: &str) -> String {
+    let mut events = client.events(daemon, id, None).await;
+    let mut text = String::new();
+    loop {
+        let event = events.next().await.expect("the stream ended");
+        if event.event == "message" && event.data["role"] == "assistant" {
+            return text;
+        }
+        if event.event == "part" {
+            text.push_str(event.data["part"]["text"].as_str().unwrap_or_default());
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_finished_replys_parts_are_replayed_until_the_sweep_drops_them() {
+    // The sweeper runs every lease period and drops the kept parts of a chat idle that long.
+    let (_dir, daemon) = demo_daemon_with("lease_ms = 3000\n");
+    let client = Client::new();
+    let reply = words(12);
+    let id = client.replied_chat(&daemon, &reply).await;
+    // Right after the reply, its parts are still stored: a client reading from the start
+    // gets them before the message, as a client that stayed connected did.
+    assert_eq!(parts_before_the_reply(&client, &daemon, &id).await, reply);
+    wait_until("the sweep never dropped the reply's parts", async || {
+        parts_before_the_reply(&client, &daemon, &id)
+            .await
+            .is_empty()
+    })
+    .await;
+    // Only the parts go: the committed reply stays.
+    assert_eq!(
+        assistant_texts(&client.messages(&daemon, &id).await),
+        vec![reply]
+    );
+}
