@@ -38,37 +38,58 @@ impl Default for CommentMarker {
 
 impl CommentMarker {
     /// The chunk with a keep-alive event before every comment line between events.
+    ///
+    /// Only line starts and line ends change the state, so the scan jumps from one line end
+    /// to the next and the chunk is copied in spans (nearly every chunk holds no comment
+    /// and is copied whole).
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(chunk.len());
-        for &byte in chunk {
+        // `chunk[..copied]` is in `out` already.
+        let mut copied = 0;
+        let mut at = 0;
+        while let Some(&byte) = chunk.get(at) {
             if self.after_cr && byte == b'\n' {
+                // Completes a CRLF line end already counted at the CR.
                 self.after_cr = false;
-                out.push(byte);
+                at += 1;
                 continue;
             }
-            self.after_cr = byte == b'\r';
-            match byte {
-                b'\n' | b'\r' => {
-                    if self.line_start {
+            if self.line_start {
+                match byte {
+                    b'\n' | b'\r' => {
                         // A blank line ends the event being built.
                         self.between_events = true;
-                    } else if !self.comment_line {
-                        self.between_events = false;
+                        self.after_cr = byte == b'\r';
+                        at += 1;
+                        continue;
                     }
-                    self.line_start = true;
-                    self.comment_line = false;
-                }
-                b':' if self.line_start => {
-                    if self.between_events {
-                        out.extend_from_slice(MARK);
+                    b':' => {
+                        if self.between_events {
+                            out.extend_from_slice(&chunk[copied..at]);
+                            out.extend_from_slice(MARK);
+                            copied = at;
+                        }
+                        self.comment_line = true;
                     }
-                    self.comment_line = true;
-                    self.line_start = false;
+                    _ => {}
                 }
-                _ => self.line_start = false,
+                self.line_start = false;
             }
-            out.push(byte);
+            self.after_cr = false;
+            let Some(end) = chunk[at..].iter().position(|&b| b == b'\n' || b == b'\r') else {
+                // The line goes on in the next chunk.
+                break;
+            };
+            let end = at + end;
+            if !self.comment_line {
+                self.between_events = false;
+            }
+            self.line_start = true;
+            self.comment_line = false;
+            self.after_cr = chunk[end] == b'\r';
+            at = end + 1;
         }
+        out.extend_from_slice(&chunk[copied..]);
         out
     }
 }
@@ -105,6 +126,56 @@ mod tests {
         assert_eq!(feed_all(&[input]), input);
         let crlf = "data: 1\r\n: note\r\n\r\n";
         assert_eq!(feed_all(&[crlf]), crlf);
+    }
+
+    /// The marker's rules one byte at a time, the plainest statement of them: the oracle
+    /// the line-skipping [`CommentMarker::feed`] is checked against.
+    fn reference(state: &mut CommentMarker, chunk: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &byte in chunk {
+            if state.after_cr && byte == b'\n' {
+                state.after_cr = false;
+                out.push(byte);
+                continue;
+            }
+            state.after_cr = byte == b'\r';
+            match byte {
+                b'\n' | b'\r' => {
+                    if state.line_start {
+                        state.between_events = true;
+                    } else if !state.comment_line {
+                        state.between_events = false;
+                    }
+                    state.line_start = true;
+                    state.comment_line = false;
+                }
+                b':' if state.line_start => {
+                    if state.between_events {
+                        out.extend_from_slice(MARK);
+                    }
+                    state.comment_line = true;
+                    state.line_start = false;
+                }
+                _ => state.line_start = false,
+            }
+            out.push(byte);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn skipping_to_line_ends_changes_nothing(
+            chunks in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(b"\r\n:d a".to_vec()), 0..24),
+                0..8),
+        ) {
+            let (mut fast, mut slow) = (CommentMarker::default(), CommentMarker::default());
+            for chunk in &chunks {
+                proptest::prop_assert_eq!(fast.feed(chunk), reference(&mut slow, chunk));
+            }
+        }
     }
 
     #[test]
