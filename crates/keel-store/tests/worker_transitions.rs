@@ -45,13 +45,7 @@ async fn the_steps_in_progress_of_many_chats_are_one_read(db: TestDb) {
         create(s, "c").await,
     );
     let leases = s.acquire("w", 10).await.unwrap();
-    let lease = |id| {
-        leases
-            .iter()
-            .find(|l: &&Lease| l.chat_id == id)
-            .unwrap()
-            .clone()
-    };
+    let lease = |id| lease_for(&leases, id);
     let a1 = s
         .append_live_parts(&lease(a.id), &[json!({"t": 1}), json!({"t": 2})])
         .await
@@ -210,13 +204,7 @@ async fn a_grouped_commit_keeps_the_newest_step_and_a_finish_drops_what_no_messa
     let (a, b) = (create(s, "a").await, create(s, "b").await);
     let user_seq = s.get_chat(a.id).await.unwrap().event_seq;
     let leases = s.acquire("w", 10).await.unwrap();
-    let lease = |id| {
-        leases
-            .iter()
-            .find(|l: &&Lease| l.chat_id == id)
-            .unwrap()
-            .clone()
-    };
+    let lease = |id| lease_for(&leases, id);
     let (la, lb) = (lease(a.id), lease(b.id));
     let a1 = s.append_live_parts(&la, &[json!({"t": 1})]).await.unwrap();
     s.append_live_parts(&lb, &[json!({"t": 1})]).await.unwrap();
@@ -336,7 +324,7 @@ async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db
         create(s, "d").await,
     );
     let leases = s.acquire("w", 10).await.unwrap();
-    let lease = |id| leases.iter().find(|l| l.chat_id == id).unwrap().clone();
+    let lease = |id| lease_for(&leases, id);
     let (la, lb, lc, ld) = (lease(a.id), lease(b.id), lease(c.id), lease(d.id));
     for l in [&la, &lb, &lc, &ld] {
         s.commit_step(l, vec![assistant("done")]).await.unwrap();
@@ -401,13 +389,7 @@ async fn three_claimed_with_b_fenced(s: &Arc<dyn Store>) -> ([Chat; 3], [Lease; 
         create(s, "c").await,
     ];
     let leases = s.acquire("w", 10).await.unwrap();
-    let leases = chats.each_ref().map(|chat| {
-        leases
-            .iter()
-            .find(|l| l.chat_id == chat.id)
-            .unwrap()
-            .clone()
-    });
+    let leases = chats.each_ref().map(|chat| lease_for(&leases, chat.id));
     let b = chats[1].id;
     let first = s.list_messages(b, None).await.unwrap()[0].id;
     s.edit_message(b, first, text("b again")).await.unwrap();

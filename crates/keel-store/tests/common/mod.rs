@@ -177,6 +177,15 @@ pub async fn claim(store: &Arc<dyn Store>, worker: &str, chat: ChatId) -> Lease 
         .unwrap_or_else(|| panic!("{worker} could not claim {chat}"))
 }
 
+/// The lease of `chat` among those one claim returned, failing the test if it has none.
+pub fn lease_for(leases: &[Lease], chat: ChatId) -> Lease {
+    leases
+        .iter()
+        .find(|l| l.chat_id == chat)
+        .unwrap_or_else(|| panic!("no lease for {chat}"))
+        .clone()
+}
+
 /// A chat back at `waiting` after its first run.
 pub async fn idle(store: &Arc<dyn Store>, s: &str) -> Chat {
     let chat = create(store, s).await;
