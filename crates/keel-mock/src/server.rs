@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -51,6 +52,12 @@ async fn serve_state(
         shutdown.await;
         streams.cancel();
     };
+    // Each token leaves at once, as a real provider's does: with Nagle's algorithm a token
+    // written while the previous one is unacknowledged would wait for the peer's delayed
+    // acknowledgement (up to 40 ms on Linux) and show as the daemon's latency.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app(state))
         .with_graceful_shutdown(signal)
         .await

@@ -166,7 +166,6 @@ impl SqlStore {
     }
 }
 
-/// Fills in each message's siblings (the listed messages with the same parent).
 /// The entries of the live-part log's batches numbered above `after_seq`.
 fn live_entries(batches: Vec<(i64, String)>, after_seq: i64) -> Result<Vec<LiveEntry>> {
     let mut entries = Vec::new();
@@ -182,6 +181,7 @@ fn live_entries(batches: Vec<(i64, String)>, after_seq: i64) -> Result<Vec<LiveE
     Ok(entries)
 }
 
+/// Fills in each message's siblings (the listed messages with the same parent).
 async fn with_siblings(
     ops: &mut dyn TxOps,
     chat: &str,

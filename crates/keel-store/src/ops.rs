@@ -24,11 +24,14 @@ pub(crate) type ChatLiveRow = (String, i64, String);
 pub(crate) type TreeRow = (i64, Option<i64>, String, String);
 
 /// The condition of [`Voided::OlderSteps`], a literal for statements built with `concat!`.
+/// The newest batch is found by its last number, which SQLite's index of the log ends in:
+/// no message lies between a batch's first and last number, so the last message before
+/// either is the same.
 macro_rules! older_steps {
     () => {
         " AND live_parts.last_seq < (SELECT MAX(m.event_seq) FROM messages m \
          WHERE m.chat_id = live_parts.chat_id AND m.event_seq < \
-         (SELECT MAX(p.first_seq) FROM live_parts p WHERE p.chat_id = live_parts.chat_id))"
+         (SELECT MAX(p.last_seq) FROM live_parts p WHERE p.chat_id = live_parts.chat_id))"
     };
 }
 pub(crate) use older_steps;

@@ -200,6 +200,9 @@ fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
         // drop the last commits, never corrupt the file.
         .synchronous(SqliteSynchronous::Normal)
         .foreign_keys(true)
+        // A statement's undo journal in memory, not in a temporary file: a multi-row write
+        // inside a transaction journals every page it changes.
+        .pragma("temp_store", "memory")
         .busy_timeout(Duration::from_secs(10)))
 }
 

@@ -141,6 +141,22 @@ fn an_edited_chat_of_the_first_release(id: &str) -> String {
     )
 }
 
+/// A waiting chat whose last step was logged but never committed (the daemon stopped
+/// mid-reply): the parts numbered 2 to 4 wait in the live-part log for the resume.
+fn a_chat_with_a_logged_step_of_the_first_release(id: &str) -> String {
+    let user = serde_json::to_string(&vec![Part::text("question")]).unwrap();
+    format!(
+        "INSERT INTO chats (id, owner, model, status, archived, version, history_version, \
+         event_seq, last_message_id, created_at, updated_at) \
+         VALUES ('{id}', 'alice', 'm', 'waiting', FALSE, 2, 1, 4, 1, 1000, 1000); \
+         INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
+         event_seq, created_at) VALUES ('{id}', 1, 'user', '{user}', 1, FALSE, 1, 1000); \
+         INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) \
+         VALUES ('{id}', 2, 3, '[{{\"n\":2}},{{\"n\":3}}]'), \
+         ('{id}', 4, 4, '[{{\"n\":4}}]');"
+    )
+}
+
 async fn upgrade_and_continue(url: &str, migrator: &Migrator) {
     let mut conn = Conn::first_release(url, migrator).await;
     let id = uuid::Uuid::new_v4();
@@ -149,6 +165,11 @@ async fn upgrade_and_continue(url: &str, migrator: &Migrator) {
     let edited = uuid::Uuid::new_v4();
     conn.execute(&an_edited_chat_of_the_first_release(&edited.to_string()))
         .await;
+    let logged = uuid::Uuid::new_v4();
+    conn.execute(&a_chat_with_a_logged_step_of_the_first_release(
+        &logged.to_string(),
+    ))
+    .await;
     drop(conn);
 
     let store = keel_store::open(url).await.unwrap();
@@ -181,6 +202,19 @@ async fn upgrade_and_continue(url: &str, migrator: &Migrator) {
         store.switch_branch(edited, 2).await.unwrap_err(),
         keel_store::StoreError::NotFound { .. }
     ));
+    // The log of a step in progress survives the upgrade, read from any position.
+    let entries = store.live_parts_after(logged, 0).await.unwrap();
+    let seqs: Vec<_> = entries.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![2, 3, 4]);
+    assert_eq!(entries[1].payload, serde_json::json!({ "n": 3 }));
+    let after: Vec<_> = store
+        .live_parts_after(logged, 3)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(after, vec![4]);
 }
 
 #[tokio::test]

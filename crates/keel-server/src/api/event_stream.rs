@@ -5,6 +5,12 @@
 //! from the run's channel to the socket without waking a task of its own. Events that are
 //! ready together leave in one write: a frame encoded by the hub is written as it is (its
 //! bytes are shared with every other subscriber), several are copied into one buffer.
+//!
+//! A busy stream is paced ([`Pacing`]): an event that is ready sooner than the write
+//! interval (`[server] sse_write_interval_ms`) after the last write waits for the rest of
+//! it, and leaves with whatever came meanwhile. A fast model's deltas then cost one system
+//! call per interval rather than one each; a stream whose events are further apart than the
+//! interval writes each one the moment it is ready.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -30,18 +36,19 @@ pub(crate) const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 const WRITE_BYTES: usize = 16 * 1024;
 
 /// The `text/event-stream` response of `events`, fed by `follower` (which ends when the
-/// stream should), holding `guard` as long as it is open.
-pub(crate) fn response<F, G>(events: mpsc::Receiver<LiveItem>, follower: F, guard: G) -> Response
+/// stream should), holding `guard` as long as it is open, writing at most once per
+/// `write_interval` while events keep coming (zero: as soon as each is ready).
+pub(crate) fn response<F, G>(
+    events: mpsc::Receiver<LiveItem>,
+    follower: F,
+    guard: G,
+    write_interval: Duration,
+) -> Response
 where
     F: Future<Output = ()> + Send + 'static,
     G: Send + Unpin + 'static,
 {
-    let stream = EventStream {
-        follower: Some(Box::pin(follower)),
-        events,
-        keep_alive: Box::pin(tokio::time::sleep(KEEP_ALIVE_EVERY)),
-        _guard: guard,
-    };
+    let stream = EventStream::new(events, Box::pin(follower), guard, write_interval);
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -57,7 +64,102 @@ struct EventStream<G> {
     follower: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     events: mpsc::Receiver<LiveItem>,
     keep_alive: Pin<Box<Sleep>>,
+    pacing: Pacing,
     _guard: G,
+}
+
+/// When the next write of a stream may leave.
+struct Pacing {
+    interval: Duration,
+    /// The last write, while it counts: not after a write that left events behind (a
+    /// backlog, such as a catch-up, is written as fast as the socket takes it).
+    last_write: Option<Instant>,
+    /// The event that came too soon, and the timer it waits on (allocated on the first
+    /// wait, then reused).
+    held: Option<LiveItem>,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl Pacing {
+    fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            last_write: None,
+            held: None,
+            timer: None,
+        }
+    }
+
+    /// When an event ready at `now` may leave, if not at once.
+    fn not_before(&self, now: Instant) -> Option<Instant> {
+        let due = self.last_write? + self.interval;
+        (now < due).then_some(due)
+    }
+
+    /// Holds `item` until `due`: `Ready` gives it back when that has already passed.
+    fn hold(&mut self, item: LiveItem, due: Instant, cx: &mut Context<'_>) -> Poll<LiveItem> {
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        timer.as_mut().reset(due);
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(item),
+            Poll::Pending => {
+                self.held = Some(item);
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The held event once its time has come.
+    fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<Option<LiveItem>> {
+        if self.held.is_none() {
+            return Poll::Ready(None);
+        }
+        if let Some(timer) = self.timer.as_mut() {
+            ready!(timer.as_mut().poll(cx));
+        }
+        Poll::Ready(self.held.take())
+    }
+
+    fn wrote(&mut self, at: Instant, drained: bool) {
+        self.last_write = (drained && !self.interval.is_zero()).then_some(at);
+    }
+}
+
+impl<G> EventStream<G> {
+    fn new(
+        events: mpsc::Receiver<LiveItem>,
+        follower: Pin<Box<dyn Future<Output = ()> + Send>>,
+        guard: G,
+        write_interval: Duration,
+    ) -> Self {
+        Self {
+            follower: Some(follower),
+            events,
+            keep_alive: Box::pin(tokio::time::sleep(KEEP_ALIVE_EVERY)),
+            pacing: Pacing::new(write_interval),
+            _guard: guard,
+        }
+    }
+
+    fn poll_follower(&mut self, cx: &mut Context<'_>) {
+        if let Some(follower) = self.follower.as_mut()
+            && follower.as_mut().poll(cx).is_ready()
+        {
+            // What it sent is still read; the channel then ends the stream.
+            self.follower = None;
+        }
+    }
+
+    /// `first` and what is ready behind it, as one write leaving now.
+    fn write(&mut self, first: LiveItem) -> Bytes {
+        let (bytes, drained) = join_ready(first, &mut self.events);
+        let now = Instant::now();
+        self.pacing.wrote(now, drained);
+        self.keep_alive.as_mut().reset(now + KEEP_ALIVE_EVERY);
+        bytes
+    }
 }
 
 impl<G: Unpin> Stream for EventStream<G> {
@@ -65,19 +167,20 @@ impl<G: Unpin> Stream for EventStream<G> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if let Some(follower) = this.follower.as_mut()
-            && follower.as_mut().poll(cx).is_ready()
-        {
-            // What it sent is still read below; the channel then ends the stream.
-            this.follower = None;
+        // While an event waits, the follower is left alone: what the run publishes
+        // meanwhile waits in the chat's channel and is taken in one go when the time comes.
+        if let Some(held) = ready!(this.pacing.poll_held(cx)) {
+            this.poll_follower(cx);
+            return Poll::Ready(Some(Ok(this.write(held))));
         }
+        this.poll_follower(cx);
         match this.events.poll_recv(cx) {
             Poll::Ready(Some(item)) => {
-                let bytes = join_ready(item, &mut this.events);
-                this.keep_alive
-                    .as_mut()
-                    .reset(Instant::now() + KEEP_ALIVE_EVERY);
-                Poll::Ready(Some(Ok(bytes)))
+                let item = match this.pacing.not_before(Instant::now()) {
+                    Some(due) => ready!(this.pacing.hold(item, due, cx)),
+                    None => item,
+                };
+                Poll::Ready(Some(Ok(this.write(item))))
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
@@ -91,12 +194,12 @@ impl<G: Unpin> Stream for EventStream<G> {
     }
 }
 
-/// `first` and the events already waiting behind it, as one write: `first`'s own bytes
-/// when nothing waits.
-fn join_ready(first: LiveItem, events: &mut mpsc::Receiver<LiveItem>) -> Bytes {
+/// `first` and the events already waiting behind it, as one write (`first`'s own bytes
+/// when nothing waits), and whether that took every waiting event.
+fn join_ready(first: LiveItem, events: &mut mpsc::Receiver<LiveItem>) -> (Bytes, bool) {
     let first = first.into_sse();
     let Ok(second) = events.try_recv() else {
-        return first;
+        return (first, true);
     };
     let second = second.into_sse();
     let mut out = BytesMut::with_capacity((first.len() + second.len()) * 2);
@@ -105,10 +208,10 @@ fn join_ready(first: LiveItem, events: &mut mpsc::Receiver<LiveItem>) -> Bytes {
     while out.len() < WRITE_BYTES {
         match events.try_recv() {
             Ok(item) => out.extend_from_slice(&item.into_sse()),
-            Err(_) => break,
+            Err(_) => return (out.freeze(), true),
         }
     }
-    out.freeze()
+    (out.freeze(), events.is_empty())
 }
 
 #[cfg(test)]
@@ -117,12 +220,28 @@ mod tests {
     use crate::hub::Frame;
     use futures::StreamExt;
 
+    const INTERVAL: Duration = Duration::from_millis(10);
+
+    fn part(seq: u64) -> LiveItem {
+        LiveItem::frame(&Frame::new(seq, "part", "{}", true, 1))
+    }
+
+    fn stream_of(events: mpsc::Receiver<LiveItem>, interval: Duration) -> EventStream<()> {
+        EventStream::new(events, Box::pin(std::future::pending()), (), interval)
+    }
+
+    async fn next_text(stream: &mut EventStream<()>) -> String {
+        let bytes = stream.next().await.unwrap().unwrap();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
     #[test]
     fn a_lone_frame_is_written_from_the_hubs_own_bytes() {
         let frame = Frame::new(7, "part", r#"{"x":1}"#, true, 1);
         let (tx, mut rx) = mpsc::channel(4);
-        let written = join_ready(LiveItem::frame(&frame), &mut rx);
+        let (written, drained) = join_ready(LiveItem::frame(&frame), &mut rx);
         drop(tx);
+        assert!(drained);
         assert_eq!(written.as_ptr(), frame.sse().as_ptr(), "not copied");
         assert_eq!(&written[..], b"id: 7\nevent: part\ndata: {\"x\":1}\n\n");
     }
@@ -131,13 +250,12 @@ mod tests {
     fn ready_events_leave_in_one_write_in_order() {
         let (tx, mut rx) = mpsc::channel(8);
         for seq in 2..5 {
-            tx.try_send(LiveItem::frame(&Frame::new(seq, "part", "{}", true, 1)))
-                .unwrap();
+            tx.try_send(part(seq)).unwrap();
         }
         tx.try_send(LiveItem::new(4, "status", "{\"status\":\"waiting\"}"))
             .unwrap();
-        let first = LiveItem::frame(&Frame::new(1, "part", "{}", true, 1));
-        let written = join_ready(first, &mut rx);
+        let (written, drained) = join_ready(part(1), &mut rx);
+        assert!(drained);
         assert_eq!(
             String::from_utf8_lossy(&written),
             "id: 1\nevent: part\ndata: {}\n\n\
@@ -150,6 +268,87 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_busy_stream_writes_once_an_interval_with_what_came_meanwhile() {
+        let (tx, rx) = mpsc::channel(8);
+        let mut stream = stream_of(rx, INTERVAL);
+        let start = Instant::now();
+        tx.send(part(1)).await.unwrap();
+        assert_eq!(
+            next_text(&mut stream).await,
+            "id: 1\nevent: part\ndata: {}\n\n"
+        );
+        assert_eq!(Instant::now(), start, "the first event leaves at once");
+
+        tx.send(part(2)).await.unwrap();
+        assert!(
+            futures::poll!(stream.next()).is_pending(),
+            "the second came sooner than the interval"
+        );
+        tx.send(part(3)).await.unwrap();
+        assert_eq!(
+            next_text(&mut stream).await,
+            "id: 2\nevent: part\ndata: {}\n\nid: 3\nevent: part\ndata: {}\n\n"
+        );
+        assert_eq!(Instant::now(), start + INTERVAL);
+        drop(tx);
+        assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_further_apart_than_the_interval_leave_the_moment_they_are_ready() {
+        let (tx, rx) = mpsc::channel(8);
+        let mut stream = stream_of(rx, INTERVAL);
+        for seq in 1..4 {
+            tx.send(part(seq)).await.unwrap();
+            let ready_at = Instant::now();
+            assert_eq!(
+                next_text(&mut stream).await,
+                format!("id: {seq}\nevent: part\ndata: {{}}\n\n")
+            );
+            assert_eq!(Instant::now(), ready_at);
+            tokio::time::advance(INTERVAL * 3).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backlog_is_written_as_fast_as_it_is_taken() {
+        let (tx, rx) = mpsc::channel(64);
+        let mut stream = stream_of(rx, INTERVAL);
+        let data = format!("{{\"text\":\"{}\"}}", "x".repeat(1000));
+        for seq in 1..=40 {
+            tx.send(LiveItem::new(seq, "message", data.clone()))
+                .await
+                .unwrap();
+        }
+        drop(tx);
+        let start = Instant::now();
+        let mut written = 0;
+        let mut writes = 0;
+        while let Some(bytes) = stream.next().await {
+            written += bytes.unwrap().len();
+            writes += 1;
+        }
+        assert!(writes > 1, "more than one write's worth");
+        assert!(written > 40 * 1000);
+        assert_eq!(Instant::now(), start, "no write waited");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_interval_writes_each_event_when_it_is_ready() {
+        let (tx, rx) = mpsc::channel(8);
+        let mut stream = stream_of(rx, Duration::ZERO);
+        let start = Instant::now();
+        for seq in 1..4 {
+            tx.send(part(seq)).await.unwrap();
+            assert_eq!(
+                next_text(&mut stream).await,
+                format!("id: {seq}\nevent: part\ndata: {{}}\n\n")
+            );
+        }
+        assert_eq!(Instant::now(), start);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_quiet_stream_gets_a_keep_alive_and_ends_with_its_follower() {
         let (tx, rx) = mpsc::channel(4);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -157,14 +356,11 @@ mod tests {
             tx.send(LiveItem::new(1, "part", "{}")).await.unwrap();
             let _ = stopped.await;
         };
-        let mut stream = EventStream {
-            follower: Some(Box::pin(follower)),
-            events: rx,
-            keep_alive: Box::pin(tokio::time::sleep(KEEP_ALIVE_EVERY)),
-            _guard: (),
-        };
-        let first = stream.next().await.unwrap().unwrap();
-        assert_eq!(&first[..], b"id: 1\nevent: part\ndata: {}\n\n");
+        let mut stream = EventStream::new(rx, Box::pin(follower), (), INTERVAL);
+        assert_eq!(
+            next_text(&mut stream).await,
+            "id: 1\nevent: part\ndata: {}\n\n"
+        );
         // Paused time runs ahead to the keep-alive.
         let second = stream.next().await.unwrap().unwrap();
         assert_eq!(&second[..], KEEP_ALIVE);

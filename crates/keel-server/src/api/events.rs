@@ -92,8 +92,9 @@ pub(super) async fn events(
     let prune = PruneOnDrop::new(&state, &chat);
     Ok(event_stream::response(
         rx,
-        feed(state, chat, position, tx),
+        feed(state.clone(), chat, position, tx),
         (slot, prune),
+        state.config.server.sse_write_interval(),
     ))
 }
 

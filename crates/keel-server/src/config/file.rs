@@ -187,6 +187,9 @@ pub struct ServerConfig {
     /// Requests being handled at once; beyond it a request is answered `503` at once.
     /// A live event stream counts only until its headers are sent.
     pub max_requests_in_flight: usize,
+    /// A live event stream writes at most once per this while its events keep coming;
+    /// what is ready meanwhile leaves in one write. Zero writes every event alone.
+    pub sse_write_interval_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -197,6 +200,7 @@ impl Default for ServerConfig {
             sse_max_total: 1024,
             header_read_timeout_ms: 30_000,
             max_requests_in_flight: 1024,
+            sse_write_interval_ms: 10,
         }
     }
 }
@@ -204,6 +208,10 @@ impl Default for ServerConfig {
 impl ServerConfig {
     pub fn header_read_timeout(&self) -> Duration {
         Duration::from_millis(self.header_read_timeout_ms)
+    }
+
+    pub fn sse_write_interval(&self) -> Duration {
+        Duration::from_millis(self.sse_write_interval_ms)
     }
 }
 

@@ -169,6 +169,7 @@ mod tests {
         "sse_max_total",
         "header_read_timeout_ms",
         "max_requests_in_flight",
+        "sse_write_interval_ms",
     ];
 
     /// Lines a config file is made of, so generated files get past the TOML parser and into

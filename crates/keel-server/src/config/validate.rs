@@ -305,8 +305,17 @@ pub(super) fn server(server: &ServerConfig) -> Result<(), ConfigError> {
             "must be positive",
         ));
     }
+    if server.sse_write_interval_ms > MAX_SSE_WRITE_INTERVAL_MS {
+        return Err(ConfigError::invalid(
+            "server.sse_write_interval_ms",
+            format!("must be at most {MAX_SSE_WRITE_INTERVAL_MS} (a delay people would see)"),
+        ));
+    }
     Ok(())
 }
+
+/// Longer than this, pacing a stream's writes would show as stutter.
+const MAX_SSE_WRITE_INTERVAL_MS: u64 = 250;
 
 pub(super) fn users(users: &[UserEntry]) -> Result<(), ConfigError> {
     let mut names = HashSet::new();
@@ -382,6 +391,10 @@ mod tests {
             (
                 "[server]\nheader_read_timeout_ms = 0",
                 "server.header_read_timeout_ms",
+            ),
+            (
+                "[server]\nsse_write_interval_ms = 251",
+                "server.sse_write_interval_ms",
             ),
             (
                 "[[users]]\nname = \"a\"\ntoken_sha256 = \"zz\"",

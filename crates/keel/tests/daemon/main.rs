@@ -52,6 +52,39 @@ async fn create_follow_and_complete() {
 }
 
 #[tokio::test]
+async fn a_busy_stream_is_written_once_an_interval_and_still_spells_the_reply() {
+    use futures::StreamExt;
+    let (_dir, daemon) = demo_daemon_with("[server]\nsse_write_interval_ms = 200\n");
+    let client = Client::new();
+    let reply = words(300);
+    let id = client
+        .create_chat(&daemon, json!({"text": scripted(&reply, 300.0)}))
+        .await;
+    let response = http_client()
+        .get(daemon.api(&format!("/chats/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let (mut reads, mut text) = (0, String::new());
+    while !text.contains("\"status\":\"waiting\"") {
+        let chunk = tokio::time::timeout(WAIT, body.next())
+            .await
+            .expect("the stream went quiet before the reply ended")
+            .unwrap()
+            .unwrap();
+        reads += 1;
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    // A second of deltas, 300 a second: one write every 200 ms, not one a delta.
+    let parts = text.matches("event: part\n").count();
+    assert!(parts >= 100, "{parts} parts streamed live:\n{text}");
+    assert!(reads * 4 < parts, "{reads} writes carried {parts} parts");
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(text_of(&messages[1]), reply);
+}
+
+#[tokio::test]
 async fn history_pages_with_after_and_limit() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
