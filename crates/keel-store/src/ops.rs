@@ -23,15 +23,20 @@ pub(crate) type ChatLiveRow = (String, i64, String);
 /// One message of a chat's tree as stored: id, parent id, role and kind.
 pub(crate) type TreeRow = (i64, Option<i64>, String, String);
 
-/// The condition of [`Voided::OlderSteps`], a literal for statements built with `concat!`.
-/// The newest batch is found by its last number, which SQLite's index of the log ends in:
-/// no message lies between a batch's first and last number, so the last message before
-/// either is the same.
+/// The condition of [`Voided::OlderSteps`], a literal for statements built with `concat!`,
+/// finding the newest batch by `$newest` (`first_seq` or `last_seq`, whichever the backend's
+/// index of the log ends in: the correlated subquery then seeks instead of scanning the
+/// chat's batches for every row). No message lies between a batch's first and last number,
+/// so the last message before either is the same.
 macro_rules! older_steps {
-    () => {
-        " AND live_parts.last_seq < (SELECT MAX(m.event_seq) FROM messages m \
-         WHERE m.chat_id = live_parts.chat_id AND m.event_seq < \
-         (SELECT MAX(p.last_seq) FROM live_parts p WHERE p.chat_id = live_parts.chat_id))"
+    ($newest:literal) => {
+        concat!(
+            " AND live_parts.last_seq < (SELECT MAX(m.event_seq) FROM messages m \
+             WHERE m.chat_id = live_parts.chat_id AND m.event_seq < \
+             (SELECT MAX(p.",
+            $newest,
+            ") FROM live_parts p WHERE p.chat_id = live_parts.chat_id))"
+        )
     };
 }
 pub(crate) use older_steps;
@@ -68,11 +73,12 @@ impl Voided {
     }
 
     /// The condition, beside the chat's id, a row must meet to be deleted (SQL of both
-    /// backends; `live_parts` names the row). Batches never straddle a message: a step's
-    /// parts are all logged before its commit numbers its messages.
-    pub(crate) fn condition(self) -> &'static str {
+    /// backends; `live_parts` names the row), with the backend's [`older_steps!`] text.
+    /// Batches never straddle a message: a step's parts are all logged before its commit
+    /// numbers its messages.
+    pub(crate) fn condition(self, older_steps: &'static str) -> &'static str {
         match self {
-            Voided::OlderSteps => older_steps!(),
+            Voided::OlderSteps => older_steps,
             Voided::UncommittedParts => {
                 " AND live_parts.last_seq > COALESCE((SELECT MAX(m.event_seq) FROM messages m \
                  WHERE m.chat_id = live_parts.chat_id), 0)"

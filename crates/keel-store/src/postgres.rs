@@ -48,6 +48,7 @@ tx_ops!(
     lock = " FOR UPDATE",
     begin = "",
     skip_locked = " FOR UPDATE SKIP LOCKED",
+    newest_batch = "first_seq",
     notify = notify_replicas,
     extra = {
         async fn notify_all(&mut self, notices: &[ChangeNotice]) -> Result<()> {

@@ -126,7 +126,8 @@ macro_rules! message_columns {
 /// `async fn conn(&mut self) -> Result<&mut <$db as sqlx::Database>::Connection>`,
 /// `fn begin_with_next(&mut self) -> bool` (the next statement must open the transaction
 /// with `$begin`), `async fn finish(self: Box<Self>) -> Result<()>` (commit) and `abort`
-/// (rollback).
+/// (rollback). `$newest` is the column the backend's index of the live-part log ends in
+/// ([`crate::ops::older_steps`]).
 macro_rules! tx_ops {
     (
         $name:ident,
@@ -134,6 +135,7 @@ macro_rules! tx_ops {
         lock = $lock:literal,
         begin = $begin:literal,
         skip_locked = $skip:literal,
+        newest_batch = $newest:literal,
         notify = $notify:path,
         extra = { $($extra:tt)* } $(,)?
     ) => {
@@ -416,7 +418,9 @@ macro_rules! tx_ops {
                         for chat in chunk {
                             list.push_bind(chat.id.as_str());
                         }
-                        query.push(")").push(table.condition());
+                        query
+                            .push(")")
+                            .push(table.condition($crate::ops::older_steps!($newest)));
                         query.build().execute(self.conn().await?).await?;
                     }
                 }
@@ -805,7 +809,7 @@ macro_rules! tx_ops {
                     .push(what.table())
                     .push(" WHERE chat_id = ")
                     .push_bind(chat)
-                    .push(what.condition());
+                    .push(what.condition($crate::ops::older_steps!($newest)));
                 query.build().execute(self.conn().await?).await?;
                 Ok(())
             }

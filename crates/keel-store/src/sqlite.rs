@@ -98,6 +98,7 @@ tx_ops!(
     lock = "",
     begin = "BEGIN IMMEDIATE; ",
     skip_locked = "",
+    newest_batch = "last_seq",
     notify = no_remote_notice,
     extra = {
         async fn commit_writes(&mut self, messages: &[MessageCols], c: &ChatCols) -> Result<()> {
@@ -116,7 +117,7 @@ tx_ops!(
                 ", deleted, on_branch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
                  $32, $34, $37, FALSE, TRUE); \
                  DELETE FROM live_parts WHERE chat_id = $1",
-                older_steps!(),
+                older_steps!("last_seq"), // `newest_batch` above
                 "; \
                  DELETE FROM checkpoints WHERE chat_id = $1; \
                  UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
