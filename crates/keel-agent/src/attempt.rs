@@ -219,6 +219,10 @@ impl Runner {
         let mut first_event = true;
         let mut checkpointed_at = (acc.content_events, acc.metadata_events);
         let mut seam = seam.map(SeamCheck::new);
+        // One wait for cancellation and one watchdog timer for the whole stream, moved on
+        // with every event: a delta costs no timer or waiter of its own.
+        let mut cancelled = std::pin::pin!(self.cancel.cancelled_owned());
+        let mut watchdog = std::pin::pin!(tokio::time::sleep(startup));
         loop {
             let (limit, kind) = if first_event {
                 (
@@ -228,11 +232,12 @@ impl Runner {
             } else {
                 (idle, ErrorKind::IdleStall)
             };
+            watchdog.as_mut().reset(Instant::now() + limit);
             let event = tokio::select! {
                 biased;
-                _ = self.cancel.cancelled() => return AttemptEnd::Cancelled,
+                () = cancelled.as_mut() => return AttemptEnd::Cancelled,
                 event = stream.next() => event,
-                _ = tokio::time::sleep(limit) => {
+                () = watchdog.as_mut() => {
                     attempt_cancel.cancel(CancelCause::Shutdown);
                     let waited = if first_event { startup } else { idle };
                     return AttemptEnd::Failed(self.watchdog_error(kind, waited));

@@ -5,6 +5,7 @@
 //! server is shutting down (hand the chat to another worker). [`Cancel`] is a cloneable token
 //! whose first cancellation fixes the cause; later cancellations keep the first cause.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
@@ -89,6 +90,13 @@ impl Cancel {
         self.token.cancelled().await
     }
 
+    /// Completes when cancelled, owning what it waits on: a loop pins it once and polls it
+    /// on every turn, where a fresh [`Self::cancelled`] each turn would register and drop a
+    /// waiter every time.
+    pub fn cancelled_owned(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.token.clone().cancelled_owned()
+    }
+
     /// The underlying token, for libraries that take one.
     pub fn token(&self) -> &CancellationToken {
         &self.token
@@ -98,6 +106,17 @@ impl Cancel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_owned_wait_completes_when_an_ancestor_is_cancelled() {
+        let parent = Cancel::new();
+        let child = parent.child();
+        let mut wait = std::pin::pin!(child.cancelled_owned());
+        assert!(futures::poll!(wait.as_mut()).is_pending());
+        parent.cancel(CancelCause::Interrupted);
+        wait.await;
+        assert_eq!(child.cause(), Some(CancelCause::Interrupted));
+    }
 
     #[test]
     fn first_cause_wins() {

@@ -6,6 +6,7 @@
 //! error or terminal event, and drops the underlying response as soon as `cancel` fires.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 
 use eventsource_stream::{EventStream, EventStreamError};
@@ -52,7 +53,8 @@ struct Driver<S, D> {
     framed: Option<Framed<S>>,
     decoder: D,
     queue: VecDeque<StreamEvent>,
-    cancel: Cancel,
+    /// Completes when the call is cancelled; made once and polled with every chunk.
+    cancelled: Pin<Box<dyn Future<Output = ()> + Send>>,
     ctx: ErrorContext,
 }
 
@@ -85,7 +87,7 @@ where
         framed: Some(Box::pin(EventStream::new(bytes))),
         decoder,
         queue: VecDeque::new(),
-        cancel,
+        cancelled: Box::pin(cancel.cancelled_owned()),
         ctx,
     };
     Box::pin(futures::stream::unfold(driver, |mut d| async move {
@@ -96,7 +98,7 @@ where
             let framed = d.framed.as_mut()?;
             let step = tokio::select! {
                 biased;
-                () = d.cancel.cancelled() => Step::Cancelled,
+                () = d.cancelled.as_mut() => Step::Cancelled,
                 next = framed.next() => Step::Next(next),
             };
             let mut out = Vec::new();

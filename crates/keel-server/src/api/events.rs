@@ -647,11 +647,15 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
     }
     // Notices that arrived while the connection was being set up are looked at first.
     let mut recheck = true;
+    // Made once, polled on every turn: a frame costs no waiter of its own.
+    let client = follower.tx.clone();
+    let mut client_gone = std::pin::pin!(client.closed());
+    let mut shutdown = std::pin::pin!(state.shutdown.cancelled_owned());
     loop {
         if !recheck {
             tokio::select! {
-                _ = follower.tx.closed() => return,
-                _ = state.shutdown.cancelled() => return,
+                () = client_gone.as_mut() => return,
+                () = shutdown.as_mut() => return,
                 frame = next_frame(&mut live) => {
                     if matches!(frame, Err(broadcast::error::RecvError::Closed)) {
                         // The run ended and its frames were all sent: wait for the next.
