@@ -109,51 +109,65 @@ impl Conn {
     }
 }
 
-/// A waiting chat with a question and its answer, in the first release's columns.
-fn a_chat_of_the_first_release(id: &str) -> String {
-    let user = serde_json::to_string(&vec![Part::text("question")]).unwrap();
-    let reply = serde_json::to_string(&vec![Part::text("answer")]).unwrap();
+/// The parts column of a message holding `text`.
+fn text_parts(text: &str) -> String {
+    serde_json::to_string(&vec![Part::text(text)]).unwrap()
+}
+
+/// The insert of a waiting chat of alice's in the first release's columns, with its
+/// counters.
+fn a_waiting_chat_row(
+    id: &str,
+    version: i64,
+    history_version: i64,
+    event_seq: i64,
+    last_message_id: i64,
+) -> String {
     format!(
         "INSERT INTO chats (id, owner, model, status, archived, version, history_version, \
          event_seq, last_message_id, created_at, updated_at) \
-         VALUES ('{id}', 'alice', 'm', 'waiting', FALSE, 3, 1, 2, 2, 1000, 1000); \
-         INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
+         VALUES ('{id}', 'alice', 'm', 'waiting', FALSE, {version}, {history_version}, \
+         {event_seq}, {last_message_id}, 1000, 1000);"
+    )
+}
+
+/// A waiting chat with a question and its answer, in the first release's columns.
+fn a_chat_of_the_first_release(id: &str) -> String {
+    let (user, reply) = (text_parts("question"), text_parts("answer"));
+    format!(
+        "{} INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
          event_seq, created_at) VALUES \
          ('{id}', 1, 'user', '{user}', 1, FALSE, 1, 1000), \
-         ('{id}', 2, 'assistant', '{reply}', 1, FALSE, 2, 1000);"
+         ('{id}', 2, 'assistant', '{reply}', 1, FALSE, 2, 1000);",
+        a_waiting_chat_row(id, 3, 1, 2, 2)
     )
 }
 
 /// A chat whose question was edited before branches existed: the first reply was
 /// soft-deleted, the second answers the edited question.
 fn an_edited_chat_of_the_first_release(id: &str) -> String {
-    let user = serde_json::to_string(&vec![Part::text("question, edited")]).unwrap();
-    let reply = serde_json::to_string(&vec![Part::text("answer")]).unwrap();
+    let (user, reply) = (text_parts("question, edited"), text_parts("answer"));
     format!(
-        "INSERT INTO chats (id, owner, model, status, archived, version, history_version, \
-         event_seq, last_message_id, created_at, updated_at) \
-         VALUES ('{id}', 'alice', 'm', 'waiting', FALSE, 6, 2, 4, 3, 1000, 1000); \
-         INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
+        "{} INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
          event_seq, created_at, deleted) VALUES \
          ('{id}', 1, 'user', '{user}', 2, FALSE, 3, 1000, FALSE), \
          ('{id}', 2, 'assistant', '{reply}', 1, FALSE, 2, 1000, TRUE), \
-         ('{id}', 3, 'assistant', '{reply}', 1, FALSE, 4, 1000, FALSE);"
+         ('{id}', 3, 'assistant', '{reply}', 1, FALSE, 4, 1000, FALSE);",
+        a_waiting_chat_row(id, 6, 2, 4, 3)
     )
 }
 
 /// A waiting chat whose last step was logged but never committed (the daemon stopped
 /// mid-reply): the parts numbered 2 to 4 wait in the live-part log for the resume.
 fn a_chat_with_a_logged_step_of_the_first_release(id: &str) -> String {
-    let user = serde_json::to_string(&vec![Part::text("question")]).unwrap();
+    let user = text_parts("question");
     format!(
-        "INSERT INTO chats (id, owner, model, status, archived, version, history_version, \
-         event_seq, last_message_id, created_at, updated_at) \
-         VALUES ('{id}', 'alice', 'm', 'waiting', FALSE, 2, 1, 4, 1, 1000, 1000); \
-         INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
+        "{} INSERT INTO messages (chat_id, id, role, parts, content_version, interrupted, \
          event_seq, created_at) VALUES ('{id}', 1, 'user', '{user}', 1, FALSE, 1, 1000); \
          INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) \
          VALUES ('{id}', 2, 3, '[{{\"n\":2}},{{\"n\":3}}]'), \
-         ('{id}', 4, 4, '[{{\"n\":4}}]');"
+         ('{id}', 4, 4, '[{{\"n\":4}}]');",
+        a_waiting_chat_row(id, 2, 1, 4, 1)
     )
 }
 

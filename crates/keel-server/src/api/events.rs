@@ -90,11 +90,12 @@ pub(super) async fn events(
     // The slot lives as long as the stream: dropping it (the client left) frees it. The
     // follower is dropped first, then the chat's hub entry it held may go.
     let prune = PruneOnDrop::new(&state, &chat);
+    let write_interval = state.config.server.sse_write_interval();
     Ok(event_stream::response(
         rx,
-        feed(state.clone(), chat, position, tx),
+        feed(state, chat, position, tx),
         (slot, prune),
-        state.config.server.sse_write_interval(),
+        write_interval,
     ))
 }
 
