@@ -134,6 +134,10 @@ pub struct Live {
     pub incomplete: bool,
     /// [`Changes::runs`] when the receiver was taken.
     pub runs: u64,
+    /// The run's latest `retry`, while it is the chat's current state (no durable frame
+    /// followed it): a `retry` is state, so it reaches a follower that took the receiver
+    /// after it was published.
+    pub retry: Option<Arc<Frame>>,
 }
 
 /// One chat's entry: its change notices, and while a run streams, its channel and the
@@ -151,6 +155,9 @@ struct Channel {
     running: usize,
     /// See [`Live::incomplete`].
     incomplete: bool,
+    /// See [`Live::retry`]. Kept after the run ends, for its followers that have not yet
+    /// taken the receiver; a new run's channel drops it.
+    retry: Option<Arc<Frame>>,
 }
 
 impl Channel {
@@ -161,15 +168,21 @@ impl Channel {
             backlog: Vec::new(),
             running: 0,
             incomplete: false,
+            retry: None,
         }
     }
 
-    fn live(&self) -> Live {
+    /// The current channel. `ended_runs_retry`: whether a `retry` of a run that has ended
+    /// comes too — for a follower that was there while it ran, not for a new connection,
+    /// to which the chat's status says how the run ended.
+    fn live(&self, ended_runs_retry: bool) -> Live {
+        let streaming = self.sender.is_some();
         Live {
             frames: self.sender.as_ref().map(broadcast::Sender::subscribe),
             backlog: self.backlog.clone(),
             incomplete: self.incomplete,
             runs: self.changes.borrow().runs,
+            retry: self.retry.clone().filter(|_| streaming || ended_runs_retry),
         }
     }
 
@@ -203,7 +216,7 @@ impl Hub {
             .entry(chat_id.to_owned())
             .or_insert_with(Channel::new);
         Subscription {
-            live: channel.live(),
+            live: channel.live(false),
             changes: channel.changes.subscribe(),
         }
     }
@@ -217,8 +230,9 @@ impl Hub {
                 backlog: Vec::new(),
                 incomplete: false,
                 runs: 0,
+                retry: None,
             },
-            Channel::live,
+            |channel| channel.live(true),
         )
     }
 
@@ -251,6 +265,7 @@ impl Hub {
         if channel.sender.is_none() {
             channel.sender = Some(broadcast::channel(SUBSCRIBER_BUFFER).0);
             channel.incomplete = false;
+            channel.retry = None;
             channel
                 .changes
                 .send_modify(|changes| changes.runs = changes.runs.wrapping_add(1));
@@ -309,6 +324,11 @@ impl Hub {
             return;
         };
         let frame = Arc::new(frame);
+        if frame.durable {
+            channel.retry = None;
+        } else if frame.event == "retry" {
+            channel.retry = Some(frame.clone());
+        }
         if frame.durable && frame.event != "message" {
             channel.backlog.push(frame.clone());
         } else if frame.durable {
@@ -590,5 +610,45 @@ mod tests {
         drop(idle);
         hub.prune("c");
         assert_eq!(hub.channel_count(), 0);
+    }
+
+    fn retry(seq: u64) -> Frame {
+        Frame::new(seq, "retry", r#"{"attempt":2}"#, false, 1)
+    }
+
+    fn retry_seq(live: &Live) -> Option<u64> {
+        live.retry.as_ref().map(|f| f.seq)
+    }
+
+    #[test]
+    fn a_follower_late_for_a_run_still_gets_its_retry_after_the_run_ended() {
+        let hub = Hub::new();
+        let _idle = hub.subscribe("c");
+        hub.begin_run("c");
+        hub.publish("c", retry(4));
+        hub.end_run("c");
+        assert_eq!(retry_seq(&hub.live("c")), Some(4), "the follower was there");
+        assert_eq!(
+            retry_seq(&hub.subscribe("c").live),
+            None,
+            "a new connection reads how the run ended instead"
+        );
+        hub.begin_run("c");
+        assert_eq!(retry_seq(&hub.live("c")), None, "a new run starts clean");
+    }
+
+    #[test]
+    fn a_retry_is_the_state_until_the_attempt_streams() {
+        let hub = Hub::new();
+        hub.begin_run("c");
+        hub.publish("c", retry(4));
+        assert_eq!(
+            retry_seq(&hub.subscribe("c").live),
+            Some(4),
+            "re-sent on connect"
+        );
+        hub.publish("c", frame(5));
+        assert_eq!(retry_seq(&hub.subscribe("c").live), None, "old news");
+        assert_eq!(retry_seq(&hub.live("c")), None);
     }
 }

@@ -29,7 +29,7 @@ use crate::api::error::{ApiError, Code};
 use crate::api::event_stream;
 use crate::api::extract::{Caller, parse_id};
 use crate::api::state::AppState;
-use crate::hub::{Changes, Frame};
+use crate::hub::{Changes, Frame, Subscription};
 use crate::live::from_log;
 use crate::net::sse_slots::{SlotRefusal, SseSlot};
 use crate::sse;
@@ -90,10 +90,13 @@ pub(super) async fn events(
     // The slot lives as long as the stream: dropping it (the client left) frees it. The
     // follower is dropped first, then the chat's hub entry it held may go.
     let prune = PruneOnDrop::new(&state, &chat);
+    // Subscribed before the response goes out: a client that has its headers misses
+    // nothing that happens next, however late the stream is first polled.
+    let subscription = state.hub.subscribe(&chat.id.to_string());
     let write_interval = state.config.server.sse_write_interval();
     Ok(event_stream::response(
         rx,
-        feed(state, chat, position, tx),
+        feed(state, chat, subscription, position, tx),
         (slot, prune),
         write_interval,
     ))
@@ -175,7 +178,8 @@ pub(super) fn follow_chat(state: AppState, chat: Chat, position: i64) -> mpsc::R
     } else {
         Requested::At(position)
     };
-    tokio::spawn(follow(state, chat, requested, tx));
+    let subscription = state.hub.subscribe(&chat.id.to_string());
+    tokio::spawn(follow(state, chat, subscription, requested, tx));
     rx
 }
 
@@ -566,9 +570,15 @@ async fn next_frame(
 }
 
 /// Feeds one connection until the client leaves, falls behind, or the chat is deleted.
-async fn follow(state: AppState, chat: Chat, position: Requested, tx: mpsc::Sender<LiveItem>) {
+async fn follow(
+    state: AppState,
+    chat: Chat,
+    subscription: Subscription,
+    position: Requested,
+    tx: mpsc::Sender<LiveItem>,
+) {
     let prune = PruneOnDrop::new(&state, &chat);
-    feed(state, chat, position, tx).await;
+    feed(state, chat, subscription, position, tx).await;
     // The connection's receiver is gone now; the chat's channel may be too.
     drop(prune);
 }
@@ -595,11 +605,20 @@ impl Drop for PruneOnDrop {
     }
 }
 
-async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sender<LiveItem>) {
+/// Feeds one connection from `subscription`, taken when the connection was accepted.
+async fn feed(
+    state: AppState,
+    chat: Chat,
+    subscription: Subscription,
+    requested: Requested,
+    tx: mpsc::Sender<LiveItem>,
+) {
     let chat_key = chat.id.to_string();
-    let subscription = state.hub.subscribe(&chat_key);
     // Runs started before the subscription are the receiver it already holds.
     let mut runs = subscription.live.runs;
+    // A `retry` the client has not seen that is still the chat's state: sent once the
+    // events before it are, ahead of the frames the receiver holds (all of them later).
+    let mut retry_due = subscription.live.retry;
     let (mut live, backlog, mut changes) = (
         subscription.live.frames,
         subscription.live.backlog,
@@ -653,6 +672,11 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
     let mut client_gone = std::pin::pin!(client.closed());
     let mut shutdown = std::pin::pin!(state.shutdown.cancelled_owned());
     loop {
+        if let Some(retry) = retry_due.take()
+            && !follower.forward(Ok(retry), &state).await
+        {
+            return;
+        }
         if !recheck {
             tokio::select! {
                 () = client_gone.as_mut() => return,
@@ -707,6 +731,7 @@ async fn feed(state: AppState, chat: Chat, requested: Requested, tx: mpsc::Sende
             let current = state.hub.live(&chat_key);
             runs = current.runs;
             live = current.frames;
+            retry_due = current.retry;
             (current.backlog, current.incomplete)
         };
         // A backlog that holds every frame the run published goes out as live frames do:

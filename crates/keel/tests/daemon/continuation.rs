@@ -67,27 +67,26 @@ async fn a_continuation_that_restarts_the_reply_is_replaced_by_a_whole_restart()
         "id": "restarting", "text": reply, "cut": {"after": 6, "times": 1},
         "restart_on_continue": true
     });
-    let id = client
-        .create_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
+    // The reset is only seen by a stream open before the turn starts.
+    let (id, mut events, mut transcript) = client
+        .watched_turn(&daemon, &format!("go\n#mock {script}"))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
-    let mut transcript = Transcript::default();
     transcript.follow_until(&mut events, "waiting").await;
+    while transcript.assistant_texts().len() < 2 {
+        transcript.follow_until(&mut events, "waiting").await;
+    }
 
     assert_eq!(
         transcript.assistant_texts(),
-        vec![reply],
+        vec!["ready", reply],
         "never the stitched restart"
     );
     assert!(transcript.resets >= 1, "the step was reset");
     let messages = client.messages(&daemon, &id).await;
     assert_eq!(text_of(messages.last().unwrap()), reply);
     let requests = chat_requests(&mock);
-    assert_eq!(
-        requests.len(),
-        3,
-        "cut, restarted continuation, whole restart"
-    );
-    let last = requests[2]["messages"].as_array().unwrap().last().unwrap();
+    let turn = &requests[1..];
+    assert_eq!(turn.len(), 3, "cut, restarted continuation, whole restart");
+    let last = turn[2]["messages"].as_array().unwrap().last().unwrap();
     assert_eq!(last["role"], "user", "the restart is not a continuation");
 }

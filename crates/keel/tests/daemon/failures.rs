@@ -46,23 +46,13 @@ async fn a_provider_404_names_the_provider_and_the_address() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_500_names_the_provider_and_the_address_live_and_when_it_fails() {
-    let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "retry_max_attempts = 2\nretry_initial_delay_ms = 10\n\
-         [[providers]]\nname = \"flaky\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\
-         [[models]]\nid = \"m\"\nprovider = \"flaky\"\nmodel = \"mock\"\ndefault = true\n",
-        mock.addr()
-    );
-    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), &config);
+    let (mock, _dir, daemon) = flaky_daemon("retry_initial_delay_ms = 10").await;
     let client = Client::new();
     let script = json!({"id": "always-500", "error": {"status": 500, "message": "upstream exploded", "times": 10}});
-    let id = client
-        .create_chat(&daemon, json!({"text": format!("hi\n#mock {script}")}))
+    // A `retry` is state: a stream that connects after the run failed never sees it.
+    let (id, mut events, _) = client
+        .watched_turn(&daemon, &format!("hi\n#mock {script}"))
         .await;
-    let mut events = client.events(&daemon, &id, None).await;
     let mut retries = Vec::new();
     let mut status_error = serde_json::Value::Null;
     while let Some(event) = events.next().await {
@@ -92,4 +82,55 @@ async fn a_retried_500_names_the_provider_and_the_address_live_and_when_it_fails
     assert_eq!(&status_error, stored, "the live status says what is stored");
     assert_eq!(stored["provider"], retry["provider"], "{stored}");
     assert_eq!(stored["url"], retry["url"], "{stored}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_connects_while_a_retry_waits_is_told_of_it() {
+    // The retry waits far longer than the test: it is the chat's state throughout.
+    let (_mock, _dir, daemon) =
+        flaky_daemon("retry_initial_delay_ms = 600000\nretry_max_delay_ms = 600000").await;
+    let client = Client::new();
+    let script = json!({"id": "once-500", "error": {"status": 500, "message": "upstream exploded", "times": 1}});
+    let (id, mut first, _) = client
+        .watched_turn(&daemon, &format!("hi\n#mock {script}"))
+        .await;
+    let seen = loop {
+        let event = first.next().await.expect("the stream stays open");
+        if event.event == "retry" {
+            break event;
+        }
+    };
+
+    let mut second = client.events(&daemon, &id, Some(&seen.id)).await;
+    let mut resent = Vec::new();
+    while resent.len() < 2 {
+        let event = second.next().await.expect("the stream stays open");
+        resent.push(event);
+    }
+    assert_eq!(resent[0].event, "status", "{resent:?}");
+    assert_eq!(resent[0].data["status"], "running");
+    assert_eq!(resent[1].event, "retry", "the state is re-sent on connect");
+    assert_eq!(resent[1].data, seen.data);
+    assert_eq!(resent[1].id, seen.id, "state carries the current position");
+
+    let (status, _) = client.interrupt(&daemon, &id).await;
+    assert_eq!(status, 202);
+    client.wait_status(&daemon, &id, "waiting").await;
+}
+
+/// A daemon whose default model `m` is served by the mock as provider `flaky`, two attempts
+/// per step, with `retry` settings added.
+async fn flaky_daemon(retry: &str) -> (keel_mock::MockServer, tempfile::TempDir, Daemon) {
+    let mock = keel_mock::spawn(keel_mock::MockConfig::fast())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "retry_max_attempts = 2\n{retry}\n\
+         [[providers]]\nname = \"flaky\"\nkind = \"openai-chat\"\nbase_url = \"http://{}/v1\"\n\
+         [[models]]\nid = \"m\"\nprovider = \"flaky\"\nmodel = \"mock\"\ndefault = true\n",
+        mock.addr()
+    );
+    let daemon = Daemon::start(dir.path(), &sqlite(dir.path()), &config);
+    (mock, dir, daemon)
 }

@@ -412,6 +412,17 @@ impl Client {
         (id, events, Transcript::default())
     }
 
+    /// A chat that answered `"ready"` and then got `text` as its second turn, with its live
+    /// events opened (from the start) before that turn was sent: no event of the turn can
+    /// be over before the stream connects, however fast the provider.
+    pub async fn watched_turn(&self, daemon: &Daemon, text: &str) -> (String, Events, Transcript) {
+        let id = self.replied_chat(daemon, "ready").await;
+        let events = self.events(daemon, &id, None).await;
+        let (status, body) = self.send_message(daemon, &id, json!({"text": text})).await;
+        assert_eq!(status, 202, "{body}");
+        (id, events, Transcript::default())
+    }
+
     /// A chat whose scripted reply `text` streams at `rate` words a second on `daemon`,
     /// followed until `parts` of its text parts arrived: the reply is under way.
     pub async fn streaming_chat(
