@@ -10,6 +10,8 @@ use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::on_wake::on_wake;
+
 /// Why a run was cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CancelCause {
@@ -92,9 +94,10 @@ impl Cancel {
 
     /// Completes when cancelled, owning what it waits on: a loop pins it once and polls it
     /// on every turn, where a fresh [`Self::cancelled`] each turn would register and drop a
-    /// waiter every time.
+    /// waiter every time. A turn that was not woken by the cancellation costs an atomic
+    /// load, not a look at the token's state under its lock ([`on_wake`]).
     pub fn cancelled_owned(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.token.clone().cancelled_owned()
+        on_wake(self.token.clone().cancelled_owned())
     }
 
     /// The underlying token, for libraries that take one.

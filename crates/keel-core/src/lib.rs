@@ -11,7 +11,8 @@
 //!   receives;
 //! * [`clock`]: where time comes from, so tests can move it by hand;
 //! * [`cancel`]: cancellation that carries a *cause*, so a user interrupt can be told apart
-//!   from a server shutdown;
+//!   from a server shutdown, and [`on_wake`], the wait for it that a busy loop polls for
+//!   free;
 //! * [`error`] and [`classify`]: provider failures and the one function that sorts them into
 //!   kinds with a retryable flag.
 
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod error;
 pub mod message;
 pub mod model;
+pub mod on_wake;
 pub mod stream;
 pub mod usage;
 

@@ -94,6 +94,11 @@ pub(crate) trait TxOps: Send {
     async fn lock_chat(&mut self, id: &str) -> Result<Option<ChatCols>>;
     /// Reads a chat row without locking it.
     async fn read_chat(&mut self, id: &str) -> Result<Option<ChatCols>>;
+    /// Reads a chat row and its queue, in position order, in one statement.
+    async fn read_chat_and_queue(
+        &mut self,
+        id: &str,
+    ) -> Result<Option<(ChatCols, Vec<QueuedCols>)>>;
     async fn insert_chat(&mut self, chat: &ChatCols) -> Result<()>;
     /// Writes every mutable column of the chat.
     async fn update_chat(&mut self, chat: &ChatCols) -> Result<()>;

@@ -324,6 +324,41 @@ pub(crate) fn tree_node((id, parent, role, kind): crate::ops::TreeRow) -> Result
     })
 }
 
+/// A row of a chat joined with its queue: the chat's columns and one queued message, if
+/// the chat has any.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ChatAndQueued {
+    #[sqlx(flatten)]
+    chat: ChatCols,
+    q_id: Option<String>,
+    q_position: Option<i64>,
+    q_parts: Option<String>,
+    q_created_at: Option<i64>,
+}
+
+impl ChatAndQueued {
+    /// The chat and its queue from the join's rows (none: no such chat).
+    pub(crate) fn gather(rows: Vec<Self>) -> Option<(ChatCols, Vec<QueuedCols>)> {
+        let mut queue = Vec::with_capacity(rows.len());
+        let mut chat = None;
+        for row in rows {
+            if let (Some(id), Some(position), Some(parts), Some(created_at)) =
+                (row.q_id, row.q_position, row.q_parts, row.q_created_at)
+            {
+                queue.push(QueuedCols {
+                    id,
+                    chat_id: row.chat.id.clone(),
+                    position,
+                    parts,
+                    created_at,
+                });
+            }
+            chat.get_or_insert(row.chat);
+        }
+        chat.map(|chat| (chat, queue))
+    }
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct QueuedCols {
     pub id: String,

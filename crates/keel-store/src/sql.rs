@@ -177,6 +177,28 @@ macro_rules! tx_ops {
                     .await?)
             }
 
+            async fn read_chat_and_queue(
+                &mut self,
+                id: &str,
+            ) -> $crate::error::Result<
+                Option<($crate::rows::ChatCols, Vec<$crate::rows::QueuedCols>)>,
+            > {
+                // One row per queued message, or one with no message: the chat's columns
+                // come from a subquery, so the join's names never clash.
+                const SQL: &str = concat!(
+                    "SELECT c.*, q.id AS q_id, q.position AS q_position, q.parts AS q_parts, \
+                     q.created_at AS q_created_at FROM (SELECT ",
+                    chat_columns!(),
+                    " FROM chats WHERE id = $1) c \
+                     LEFT JOIN queued_messages q ON q.chat_id = c.id ORDER BY q.position"
+                );
+                let rows: Vec<$crate::rows::ChatAndQueued> = sqlx::query_as(SQL)
+                    .bind(id)
+                    .fetch_all(self.conn().await?)
+                    .await?;
+                Ok($crate::rows::ChatAndQueued::gather(rows))
+            }
+
             async fn insert_chat(
                 &mut self,
                 c: &$crate::rows::ChatCols,

@@ -667,9 +667,9 @@ async fn feed(
     }
     // Notices that arrived while the connection was being set up are looked at first.
     let mut recheck = true;
-    // Made once, polled on every turn: a frame costs no waiter of its own.
+    // Made once, and looked at only when woken: a frame costs no waiter of its own.
     let client = follower.tx.clone();
-    let mut client_gone = std::pin::pin!(client.closed());
+    let mut client_gone = std::pin::pin!(keel_core::on_wake::on_wake(client.closed()));
     let mut shutdown = std::pin::pin!(state.shutdown.cancelled_owned());
     loop {
         if let Some(retry) = retry_due.take()
