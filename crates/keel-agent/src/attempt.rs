@@ -375,14 +375,16 @@ impl Runner {
         if let Some(hook) = &self.options.on_retry {
             hook(&notice);
         }
-        self.options.sink.publish(LiveEvent::Retry {
+        let retry = LiveEvent::Retry {
             attempt,
             delay,
             kind: error.kind,
             message: error.message.clone(),
             provider: Some(error.provider.clone()).filter(|p| !p.is_empty()),
             url: error.url.clone(),
-        });
+        };
+        self.options.sink.publish(retry.clone());
+        self.options.persister.record_retry(&retry).await;
         tokio::select! {
             biased;
             _ = self.cancel.cancelled() => false,

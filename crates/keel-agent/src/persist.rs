@@ -5,6 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use keel_core::{Cancel, FinishReason, Message, PendingToolCall, Usage};
 
+use crate::sink::LiveEvent;
+
 /// Everything one model step produced, ready to be stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PersistedStep {
@@ -50,4 +52,10 @@ pub trait StepPersister: Send + Sync {
     /// never-cancelled token for an interrupted step, so an interrupt cannot also abort
     /// saving the partial output.
     async fn persist_step(&self, step: PersistedStep, cancel: Cancel) -> Result<(), PersistError>;
+
+    /// The loop published `retry` (a [`LiveEvent::Retry`]) and is about to wait before the
+    /// next attempt: records it as the chat's state, for clients that were not there to see
+    /// it live. Awaited before the wait, so that it lands ahead of the step the next attempt
+    /// commits. A failure is the implementor's to report; the run goes on.
+    async fn record_retry(&self, _retry: &LiveEvent) {}
 }

@@ -415,6 +415,16 @@ async fn rate_limit_waits_for_retry_after() {
     assert!(waited >= Duration::from_secs(30), "{waited:?}");
     assert!(waited < Duration::from_secs(31), "{waited:?}");
     assert_eq!(model.calls().len(), 2);
+    // The retry is recorded as the chat's state, as published.
+    let retries = persister.retries();
+    assert!(
+        matches!(
+            retries.as_slice(),
+            [LiveEvent::Retry { attempt: 2, delay, kind: ErrorKind::RateLimit, .. }]
+                if *delay == Duration::from_secs(30)
+        ),
+        "{retries:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

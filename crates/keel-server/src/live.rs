@@ -2,7 +2,9 @@
 //!
 //! Durable events (`part`, `stream_reset`, `tool_call_cancel`) take a number from the chat's
 //! event sequence and go to the live-part log, so a reconnecting client or a new owner after
-//! a crash sees exactly what was streamed. `retry` is ephemeral: it is only sent live.
+//! a crash sees exactly what was streamed. `retry` is ephemeral: it is sent live, and kept
+//! as the chat's retry state ([`retry_state`]) until the step commits or the run ends, for
+//! clients that connect during the wait and for the followers of other replicas.
 //!
 //! The deltas that make up nearly every event of a reply (text, reasoning, refusal, tool
 //! call arguments) are serialised straight from borrowed structs, once for clients and once
@@ -165,6 +167,17 @@ fn part_json(part: &Part) -> Value {
     serde_json::to_value(part).unwrap_or(Value::Null)
 }
 
+/// A chat's stored retry state: the `retry` event's data and the position it carried.
+pub(crate) fn retry_state(seq: i64, data: &str) -> Value {
+    let data = serde_json::from_str::<Value>(data).unwrap_or(Value::Null);
+    json!({"seq": seq, "data": data})
+}
+
+/// Reads back a stored retry state: the position the `retry` event carried, and its data.
+pub(crate) fn from_retry_state(state: &Value) -> Option<(i64, Value)> {
+    Some((state.get("seq")?.as_i64()?, state.get("data")?.clone()))
+}
+
 /// Reads back a logged payload.
 pub(crate) fn from_log(value: &Value) -> Option<(&'static str, Value)> {
     let event = match value.get("event")?.as_str()? {
@@ -188,6 +201,21 @@ mod tests {
     /// The log entry as the log reads it back.
     fn logged(p: &LivePayload) -> Value {
         serde_json::from_str(p.logged.as_ref().unwrap().as_str()).unwrap()
+    }
+
+    #[test]
+    fn a_retry_state_reads_back_as_its_position_and_data() {
+        let p = payload(&LiveEvent::Retry {
+            attempt: 2,
+            delay: Duration::from_millis(250),
+            kind: keel_core::ErrorKind::Server,
+            message: "boom".into(),
+            provider: Some("p".into()),
+            url: None,
+        });
+        let state = retry_state(41, &p.data);
+        assert_eq!(from_retry_state(&state), Some((41, data(&p))));
+        assert_eq!(from_retry_state(&json!({"data": {}})), None);
     }
 
     #[test]

@@ -869,4 +869,9 @@ async fn checkpoints_users_and_tool_records(db: TestDb) {
         s.get_chat(chat.id).await.unwrap().retry_state,
         Some(json!({"attempt": 2}))
     );
+    // A retry is the state of its step: the step's commit ends it.
+    s.commit_step(&lease, vec![assistant("after the retry")])
+        .await
+        .unwrap();
+    assert_eq!(s.get_chat(chat.id).await.unwrap().retry_state, None);
 }

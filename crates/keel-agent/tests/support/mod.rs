@@ -247,11 +247,13 @@ pub enum PersistAnswer {
     Fail(&'static str),
 }
 
-/// Records every persisted step and whether its cancel token was already cancelled.
+/// Records every persisted step and whether its cancel token was already cancelled, and
+/// every retry recorded as the chat's state.
 #[derive(Default)]
 pub struct RecordingPersister {
     pub steps: Mutex<Vec<(PersistedStep, bool)>>,
     answers: Mutex<VecDeque<PersistAnswer>>,
+    retries: Mutex<Vec<LiveEvent>>,
 }
 
 impl RecordingPersister {
@@ -261,9 +263,13 @@ impl RecordingPersister {
 
     pub fn answering(answers: Vec<PersistAnswer>) -> Arc<Self> {
         Arc::new(Self {
-            steps: Mutex::default(),
             answers: Mutex::new(answers.into()),
+            ..Self::default()
         })
+    }
+
+    pub fn retries(&self) -> Vec<LiveEvent> {
+        self.retries.lock().unwrap().clone()
     }
 
     pub fn steps(&self) -> Vec<PersistedStep> {
@@ -292,6 +298,10 @@ impl StepPersister for RecordingPersister {
             Some(PersistAnswer::Interrupted) => Err(PersistError::Interrupted),
             Some(PersistAnswer::Fail(message)) => Err(PersistError::other(message)),
         }
+    }
+
+    async fn record_retry(&self, retry: &LiveEvent) {
+        self.retries.lock().unwrap().push(retry.clone());
     }
 }
 

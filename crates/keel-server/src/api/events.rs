@@ -21,7 +21,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 use keel_store::{Chat, ChatId, ChatStatus};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::api::dto::{EventsQuery, LastErrorView, MessageView, QueuedView};
@@ -30,7 +30,7 @@ use crate::api::event_stream;
 use crate::api::extract::{Caller, parse_id};
 use crate::api::state::AppState;
 use crate::hub::{Changes, Frame, Subscription};
-use crate::live::from_log;
+use crate::live::{from_log, from_retry_state};
 use crate::net::sse_slots::{SlotRefusal, SseSlot};
 use crate::sse;
 
@@ -242,6 +242,9 @@ struct Follower {
     position: i64,
     status: Option<(ChatStatus, Option<String>)>,
     queue: Option<String>,
+    /// The last `retry` sent: the position it was published at and its data. It reaches a
+    /// follower live, as the chat's stored state, or both; it is sent once.
+    retry: Option<(i64, Value)>,
     /// The chat's snapshot version when it was last read.
     version: i64,
     /// The chat's history version when it was last read: a run's frame of a newer one
@@ -292,6 +295,11 @@ impl Follower {
                 }
                 self.durable(LiveItem::frame(&frame)).await
             }
+            Ok(frame) if frame.event == "retry" => {
+                let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
+                let data = serde_json::from_slice(frame.data_bytes()).unwrap_or(Value::Null);
+                self.retry(seq, data).await
+            }
             Ok(frame) => self.ephemeral(frame.event, frame.data()).await,
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 state.metrics.sse_lagged_disconnects.inc();
@@ -303,6 +311,21 @@ impl Follower {
 
     async fn ephemeral(&self, name: &'static str, data: impl Into<Bytes>) -> bool {
         self.send(LiveItem::new(self.position, name, data)).await
+    }
+
+    /// Sends the `retry` published at position `seq`, unless it was sent already.
+    async fn retry(&mut self, seq: i64, data: Value) -> bool {
+        let retry = Some((seq, data));
+        if self.retry == retry {
+            return true;
+        }
+        self.retry = retry;
+        let data = self
+            .retry
+            .as_ref()
+            .map(|(_, d)| d.to_string())
+            .unwrap_or_default();
+        self.ephemeral("retry", data).await
     }
 
     /// Sends the `branch` event of the chat's last change of its current branch, unless
@@ -463,6 +486,12 @@ impl Follower {
             if !self.ephemeral("status", data).await {
                 return false;
             }
+        }
+        // A retry another process published, or one published before this connection.
+        if let Some((seq, data)) = chat.retry_state.as_ref().and_then(from_retry_state)
+            && !self.retry(seq, data).await
+        {
+            return false;
         }
         let queued: Vec<QueuedView> = chat.queued.iter().map(QueuedView::from).collect();
         let queue = json!({ "queued": queued }).to_string();
@@ -650,6 +679,7 @@ async fn feed(
         position,
         status: None,
         queue: None,
+        retry: None,
         version: chat.version,
         history_version: chat.history_version,
         resyncs: changes.borrow_and_update().resyncs,

@@ -3,12 +3,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use keel_agent::{PersistError, PersistedStep, StepPersister};
+use keel_agent::{LiveEvent, PersistError, PersistedStep, StepPersister};
 use keel_core::{Cancel, Role};
 use keel_store::{ChatId, MessageId, NewMessage, Store};
 
 use crate::api::dto::MessageView;
 use crate::hub::{Frame, Hub};
+use crate::live::{payload, retry_state};
 use crate::worker::sink::LiveSink;
 
 /// Commits each step as one transaction that also clears the live-part log, then publishes
@@ -56,6 +57,16 @@ impl StepPersister for StorePersister {
             publish_committed(&self.store, &self.hub, &self.sink, self.chat_id, *first).await;
         }
         Ok(())
+    }
+
+    async fn record_retry(&self, retry: &LiveEvent) {
+        let shaped = payload(retry);
+        let state = retry_state(self.sink.last_seq(), &shaped.data);
+        let lease = self.sink.lease();
+        if let Err(error) = self.store.set_retry_state(&lease, Some(state)).await {
+            // The clients of this process saw it live; a lost lease ends the run anyway.
+            tracing::warn!(chat = %self.chat_id, %error, "recording the retry as the chat's state failed");
+        }
     }
 }
 

@@ -134,6 +134,11 @@ impl LiveSink {
             .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 
+    /// The run's lease as renewed so far.
+    pub(super) fn lease(&self) -> Lease {
+        current(&self.lease)
+    }
+
     pub(super) fn last_seq(&self) -> i64 {
         self.last_seq.load(Ordering::SeqCst)
     }

@@ -328,6 +328,8 @@ fn admit_step(
         return Err(StoreError::invalid("a committed message needs a role"));
     }
     let numbered = cx.number_messages(chat, messages)?;
+    // A retry is the state of the step it retried: the committed step ends it.
+    chat.retry_state = None;
     cx.stamp(chat, mv, false)?;
     Ok(numbered)
 }

@@ -115,7 +115,12 @@ async fn a_client_that_connects_while_a_retry_waits_is_told_of_it() {
 
     let (status, _) = client.interrupt(&daemon, &id).await;
     assert_eq!(status, 202);
-    client.wait_status(&daemon, &id, "waiting").await;
+    let mut rest = Transcript::default();
+    rest.follow_until(&mut second, "waiting").await;
+    assert_eq!(
+        rest.retries, 0,
+        "the retry is sent once, although it is both live and stored"
+    );
 }
 
 /// A daemon whose default model `m` is served by the mock as provider `flaky`, two attempts

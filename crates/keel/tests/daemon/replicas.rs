@@ -267,3 +267,42 @@ async fn a_client_ahead_of_the_owners_log_moves_to_another_replica_without_a_res
     );
     assert_eq!(transcript.assistant_texts(), vec![reply]);
 }
+
+#[tokio::test]
+async fn a_client_of_the_other_replica_is_told_of_a_retry_while_it_waits() {
+    // The retry waits far longer than the test: it is the chat's state throughout.
+    let Some(replicas) = Replicas::start(
+        "retry_max_attempts = 2\nretry_initial_delay_ms = 600000\nretry_max_delay_ms = 600000\n",
+        &[],
+    ) else {
+        return;
+    };
+    let Replicas { owner, client, .. } = &replicas;
+    let script = json!({"id": "once-500", "error": {"status": 500, "message": "upstream exploded", "times": 1}});
+    let (id, mut on_owner, _) = client
+        .watched_turn(owner, &format!("hi\n#mock {script}"))
+        .await;
+    let other = replicas.other();
+    let mut on_other = client.events(&other, &id, None).await;
+    let live = loop {
+        let event = on_owner.next().await.expect("the stream stays open");
+        if event.event == "retry" {
+            break event;
+        }
+    };
+    let mut transcript = Transcript::default();
+    let told = loop {
+        let event = on_other.next().await.expect("the stream stays open");
+        transcript.apply(&event);
+        if event.event == "retry" {
+            break event;
+        }
+    };
+    assert_eq!(told.data, live.data, "the same retry on both replicas");
+    assert_eq!(transcript.status.as_deref(), Some("running"));
+
+    let (status, _) = client.interrupt(&other, &id).await;
+    assert_eq!(status, 202);
+    transcript.follow_until(&mut on_other, "waiting").await;
+    assert_eq!(transcript.retries, 1, "told once");
+}
