@@ -232,6 +232,9 @@ struct Throughput {
     wall: Duration,
     parts: u64,
     latency: Spread,
+    /// The p99 of the added latency of the parts the mock sent in each second of the phase:
+    /// where in the run the tail is (the start of every stream at once, or throughout).
+    p99_by_second: Vec<u64>,
     /// Each daemon's CPU time and peak RSS during the measurement.
     daemon_cpu: Vec<Duration>,
     mock_cpu: Duration,
@@ -258,6 +261,12 @@ impl Throughput {
             "added latency per part  {} (p50 / p99 / max)",
             self.latency.millis()
         );
+        let by_second: Vec<String> = self
+            .p99_by_second
+            .iter()
+            .map(|p99| format!("{:.0}", *p99 as f64 / 1000.0))
+            .collect();
+        println!("  p99 by second sent    {} ms", by_second.join(" "));
         if self.resumes > 0 {
             println!(
                 "streams resumed         {} (fell behind and reconnected with their last id)",
@@ -417,10 +426,15 @@ async fn measure_throughput(
         .map(|&(sent, at)| at.saturating_sub(sent))
         .collect();
     let parts = latencies.len() as u64;
+    let p99_by_second = p99_by_second(
+        received.iter().flat_map(|c| c.parts.iter().copied()),
+        began_unix,
+    );
     Ok(Throughput {
         wall,
         parts,
         latency: Spread::of(&mut latencies),
+        p99_by_second,
         daemon_cpu: daemons
             .iter()
             .zip(cpu_before)
@@ -433,6 +447,23 @@ async fn measure_throughput(
         phases: phases(began_unix, &received),
         window: live_window(&received),
     })
+}
+
+/// The p99 added latency (µs) of the parts sent in each second after `began_unix`, from
+/// each part's `(sent, received)` unix times.
+fn p99_by_second(parts: impl Iterator<Item = (u64, u64)>, began_unix: u64) -> Vec<u64> {
+    let mut seconds: Vec<Vec<u64>> = Vec::new();
+    for (sent, at) in parts {
+        let second = usize::try_from(sent.saturating_sub(began_unix) / 1_000_000).unwrap_or(0);
+        if seconds.len() <= second {
+            seconds.resize_with(second + 1, Vec::new);
+        }
+        seconds[second].push(at.saturating_sub(sent));
+    }
+    seconds
+        .iter_mut()
+        .map(|latencies| Spread::of(latencies).p99)
+        .collect()
 }
 
 /// The higher of each pair of samples of the same daemons.
@@ -624,6 +655,22 @@ mod tests {
         assert_eq!(runs_config(None), RUNS);
         assert!(runs_config(Some(8)).ends_with("\ndatabase_connections = 8"));
         assert!(runs_config(Some(8)).starts_with(RUNS));
+    }
+
+    #[test]
+    fn the_tail_is_told_second_by_second() {
+        let began = 10_000_000;
+        let parts = [
+            (began + 100, began + 1_100),
+            (began + 1_500_000, began + 1_900_000),
+            (began + 1_600_000, began + 1_601_000),
+            (began + 3_000_000, began + 3_000_500),
+        ];
+        assert_eq!(
+            p99_by_second(parts.into_iter(), began),
+            [1_000, 400_000, 0, 500],
+            "a second without parts shows 0"
+        );
     }
 
     #[test]
