@@ -134,9 +134,10 @@ pub struct Live {
     pub incomplete: bool,
     /// [`Changes::runs`] when the receiver was taken.
     pub runs: u64,
-    /// The run's latest `retry`, while it is the chat's current state (no durable frame
-    /// followed it): a `retry` is state, so it reaches a follower that took the receiver
-    /// after it was published.
+    /// For a follower told that a run started ([`Hub::live`]): the run's latest `retry`
+    /// while no durable frame followed it, though the run may have ended since. A follower
+    /// that takes the receiver late still sends it, before it reads how the run ended. (A
+    /// new connection learns of a retry from the chat's stored state instead.)
     pub retry: Option<Arc<Frame>>,
 }
 
@@ -156,7 +157,7 @@ struct Channel {
     /// See [`Live::incomplete`].
     incomplete: bool,
     /// See [`Live::retry`]. Kept after the run ends, for its followers that have not yet
-    /// taken the receiver; a new run's channel drops it.
+    /// taken the receiver; a durable frame or a new run's channel drops it.
     retry: Option<Arc<Frame>>,
 }
 
@@ -172,17 +173,14 @@ impl Channel {
         }
     }
 
-    /// The current channel. `ended_runs_retry`: whether a `retry` of a run that has ended
-    /// comes too — for a follower that was there while it ran, not for a new connection,
-    /// to which the chat's status says how the run ended.
-    fn live(&self, ended_runs_retry: bool) -> Live {
-        let streaming = self.sender.is_some();
+    /// The current channel, with the run's `retry` when `with_retry` ([`Live::retry`]).
+    fn live(&self, with_retry: bool) -> Live {
         Live {
             frames: self.sender.as_ref().map(broadcast::Sender::subscribe),
             backlog: self.backlog.clone(),
             incomplete: self.incomplete,
             runs: self.changes.borrow().runs,
-            retry: self.retry.clone().filter(|_| streaming || ended_runs_retry),
+            retry: self.retry.clone().filter(|_| with_retry),
         }
     }
 
@@ -631,7 +629,7 @@ mod tests {
         assert_eq!(
             retry_seq(&hub.subscribe("c").live),
             None,
-            "a new connection reads how the run ended instead"
+            "a new connection reads the chat's state instead"
         );
         hub.begin_run("c");
         assert_eq!(retry_seq(&hub.live("c")), None, "a new run starts clean");
@@ -642,13 +640,8 @@ mod tests {
         let hub = Hub::new();
         hub.begin_run("c");
         hub.publish("c", retry(4));
-        assert_eq!(
-            retry_seq(&hub.subscribe("c").live),
-            Some(4),
-            "re-sent on connect"
-        );
+        assert_eq!(retry_seq(&hub.live("c")), Some(4));
         hub.publish("c", frame(5));
-        assert_eq!(retry_seq(&hub.subscribe("c").live), None, "old news");
-        assert_eq!(retry_seq(&hub.live("c")), None);
+        assert_eq!(retry_seq(&hub.live("c")), None, "old news");
     }
 }

@@ -315,17 +315,16 @@ impl Follower {
 
     /// Sends the `retry` published at position `seq`, unless it was sent already.
     async fn retry(&mut self, seq: i64, data: Value) -> bool {
-        let retry = Some((seq, data));
-        if self.retry == retry {
-            return true;
-        }
-        self.retry = retry;
-        let data = self
+        if self
             .retry
             .as_ref()
-            .map(|(_, d)| d.to_string())
-            .unwrap_or_default();
-        self.ephemeral("retry", data).await
+            .is_some_and(|(sent, sent_data)| *sent == seq && *sent_data == data)
+        {
+            return true;
+        }
+        let text = data.to_string();
+        self.retry = Some((seq, data));
+        self.ephemeral("retry", text).await
     }
 
     /// Sends the `branch` event of the chat's last change of its current branch, unless
@@ -645,9 +644,6 @@ async fn feed(
     let chat_key = chat.id.to_string();
     // Runs started before the subscription are the receiver it already holds.
     let mut runs = subscription.live.runs;
-    // A `retry` the client has not seen that is still the chat's state: sent once the
-    // events before it are, ahead of the frames the receiver holds (all of them later).
-    let mut retry_due = subscription.live.retry;
     let (mut live, backlog, mut changes) = (
         subscription.live.frames,
         subscription.live.backlog,
@@ -702,11 +698,6 @@ async fn feed(
     let mut client_gone = std::pin::pin!(keel_core::on_wake::on_wake(client.closed()));
     let mut shutdown = std::pin::pin!(state.shutdown.cancelled_owned());
     loop {
-        if let Some(retry) = retry_due.take()
-            && !follower.forward(Ok(retry), &state).await
-        {
-            return;
-        }
         if !recheck {
             tokio::select! {
                 () = client_gone.as_mut() => return,
@@ -755,14 +746,13 @@ async fn feed(
         }
         // A run started: take its channel, and the frames it published before, which the
         // catch-up below merges with the store's messages in sequence order.
-        let (backlog, incomplete) = if news.runs == runs {
-            (Vec::new(), false)
+        let (backlog, incomplete, retry) = if news.runs == runs {
+            (Vec::new(), false, None)
         } else {
             let current = state.hub.live(&chat_key);
             runs = current.runs;
             live = current.frames;
-            retry_due = current.retry;
-            (current.backlog, current.incomplete)
+            (current.backlog, current.incomplete, current.retry)
         };
         // A backlog that holds every frame the run published goes out as live frames do:
         // `forward` reads the store first only when a frame does not follow the position
@@ -778,6 +768,13 @@ async fn feed(
             }
             Vec::new()
         };
+        // A retry the run published before the receiver was taken: after the frames that
+        // came before it, and before a read that may find the run already over.
+        if let Some(retry) = retry
+            && !follower.forward(Ok(retry), &state).await
+        {
+            return;
+        }
         if backlog.is_empty()
             && !incomplete
             && !news.news_for(follower.position, follower.version, follower.resyncs)
