@@ -20,7 +20,7 @@ use crate::orphans::repair_orphans;
 use crate::rows::{MessageCols, QueuedCols, ToolRecordCols, from_json, from_ms, tree_node};
 use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
-use crate::tree::{Tree, siblings_by_parent};
+use crate::tree::Tree;
 use crate::types::{
     Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId,
     MessageKind, NewChat, NewLiveEntry, NewMessage, NewSummary, Next, QueueId, QueuedMessage,
@@ -80,8 +80,11 @@ macro_rules! in_tx {
 /// locks until the pool gets round to rolling it back.
 macro_rules! in_read {
     ($store:expr, |$ops:ident| $body:expr) => {
+        in_read!($store, begin_read, |$ops| $body)
+    };
+    ($store:expr, $begin:ident, |$ops:ident| $body:expr) => {
         async {
-            let mut boxed = $store.backend.begin_read().await?;
+            let mut boxed = $store.backend.$begin().await?;
             let out = {
                 let $ops: &mut dyn TxOps = &mut *boxed;
                 $body
@@ -97,6 +100,14 @@ macro_rules! in_read {
             Ok::<_, StoreError>(out)
         }
         .await
+    };
+}
+
+/// Runs `$body`, which reads with one statement (or, when that finds nothing, a second
+/// that only tells "none" from "no such chat"), on a connection without a transaction.
+macro_rules! in_single_read {
+    ($store:expr, |$ops:ident| $body:expr) => {
+        in_read!($store, begin_single_read, |$ops| $body)
     };
 }
 
@@ -149,7 +160,9 @@ impl SqlStore {
     /// `rows` of the chat `id`, or its not-found error. Rows that came back prove the chat
     /// is there in the read's snapshot (a chat's rows go with it: `ON DELETE CASCADE`), so
     /// the chat row is read only to tell "none" from "no such chat": one statement less for
-    /// every read that finds something.
+    /// every read that finds something. Outside a transaction ([`in_single_read!`]) the
+    /// check is a moment later than the rows: a chat deleted in between is reported gone,
+    /// which it is.
     async fn of_chat<T>(ops: &mut dyn TxOps, id: ChatId, rows: Vec<T>) -> Result<Vec<T>> {
         if rows.is_empty() {
             Self::require_chat(ops, id).await?;
@@ -184,30 +197,6 @@ fn live_entries(batches: Vec<(i64, String)>, after_seq: i64) -> Result<Vec<LiveE
     Ok(entries)
 }
 
-/// Fills in each message's siblings (the listed messages with the same parent).
-async fn with_siblings(
-    ops: &mut dyn TxOps,
-    chat: &str,
-    mut messages: Vec<StoredMessage>,
-) -> Result<Vec<StoredMessage>> {
-    if messages.is_empty() {
-        return Ok(messages);
-    }
-    let mut parents: Vec<MessageId> = messages.iter().filter_map(|m| m.parent_id).collect();
-    parents.sort_unstable();
-    parents.dedup();
-    let roots = messages.iter().any(|m| m.parent_id.is_none());
-    let links = ops.children_of(chat, &parents, roots).await?;
-    let groups = siblings_by_parent(&links);
-    for message in &mut messages {
-        message.siblings = groups
-            .get(&message.parent_id)
-            .cloned()
-            .unwrap_or_else(|| vec![message.id]);
-    }
-    Ok(messages)
-}
-
 fn token_hash(token: &str) -> String {
     let digest = Sha256::digest(token.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
@@ -232,7 +221,7 @@ impl Store for SqlStore {
     }
 
     async fn get_chat(&self, id: ChatId) -> Result<Chat> {
-        in_read!(self, |ops| Self::read_chat(ops, id).await)
+        in_single_read!(self, |ops| Self::read_chat(ops, id).await)
     }
 
     async fn list_chats(
@@ -351,9 +340,8 @@ impl Store for SqlStore {
     ) -> Result<Vec<StoredMessage>> {
         in_read!(self, |ops| {
             let id = chat.to_string();
-            let rows = ops.messages(&id, after.unwrap_or(0)).await?;
-            let messages = Self::messages(Self::of_chat(ops, chat, rows).await?)?;
-            with_siblings(ops, &id, messages).await
+            let rows = ops.messages(&id, after.unwrap_or(0), true).await?;
+            Self::messages(Self::of_chat(ops, chat, rows).await?)
         })
     }
 
@@ -361,8 +349,7 @@ impl Store for SqlStore {
         in_read!(self, |ops| {
             let id = chat.to_string();
             let rows = ops.messages_after_seq(&id, after_seq).await?;
-            let messages = Self::messages(Self::of_chat(ops, chat, rows).await?)?;
-            with_siblings(ops, &id, messages).await
+            Self::messages(Self::of_chat(ops, chat, rows).await?)
         })
     }
 
@@ -377,8 +364,7 @@ impl Store for SqlStore {
         in_read!(self, |ops| {
             let id = chat.to_string();
             let rows = ops.visible_page(&id, after, by_seq, limit).await?;
-            let messages = Self::all_messages(Self::of_chat(ops, chat, rows).await?)?;
-            with_siblings(ops, &id, messages).await
+            Self::all_messages(Self::of_chat(ops, chat, rows).await?)
         })
     }
 
@@ -413,8 +399,7 @@ impl Store for SqlStore {
                 .filter(|m| tree.get(*m).is_some_and(|n| n.kind != MessageKind::Summary))
                 .take(limit.unwrap_or(usize::MAX))
                 .collect();
-            let messages = Self::all_messages(ops.messages_by_ids(&id, &ids).await?)?;
-            with_siblings(ops, &id, messages).await
+            Self::all_messages(ops.messages_by_ids(&id, &ids).await?)
         })
     }
 
@@ -423,13 +408,12 @@ impl Store for SqlStore {
         in_read!(self, |ops| {
             let id = chat.to_string();
             let rows = ops.recent_messages(&id, limit).await?;
-            let messages = Self::all_messages(Self::of_chat(ops, chat, rows).await?)?;
-            with_siblings(ops, &id, messages).await
+            Self::all_messages(Self::of_chat(ops, chat, rows).await?)
         })
     }
 
     async fn live_parts_after(&self, chat: ChatId, after_seq: i64) -> Result<Vec<LiveEntry>> {
-        let batches = in_read!(self, |ops| {
+        let batches = in_single_read!(self, |ops| {
             let batches = ops.live_after(&chat.to_string(), after_seq).await?;
             Self::of_chat(ops, chat, batches).await
         })?;
@@ -447,7 +431,7 @@ impl Store for SqlStore {
             .iter()
             .map(|(chat, after)| (chat.to_string(), *after))
             .collect();
-        let rows = in_read!(self, |ops| ops.live_after_many(&wanted).await)?;
+        let rows = in_single_read!(self, |ops| ops.live_after_many(&wanted).await)?;
         let after_of: std::collections::HashMap<ChatId, i64> = positions.iter().copied().collect();
         let mut found: Vec<(ChatId, Vec<LiveEntry>)> = Vec::new();
         for (chat, first_seq, payloads) in rows {
@@ -467,7 +451,7 @@ impl Store for SqlStore {
             let chat = Self::read_chat(ops, chat).await?;
             let id = chat.id.to_string();
             let batches = ops.live_after(&id, 0).await?;
-            let rows = ops.messages(&id, 0).await?;
+            let rows = ops.messages(&id, 0, false).await?;
             let records = ops.tool_records(&id).await?;
             Ok((chat, batches, rows, records))
         })?;
@@ -490,7 +474,6 @@ impl Store for SqlStore {
             let id = chat.id.to_string();
             let batches = ops.logged_after(&id, after).await?;
             let messages = Self::all_messages(ops.visible_page(&id, after, true, limit).await?)?;
-            let messages = with_siblings(ops, &id, messages).await?;
             Ok((batches, messages, chat))
         })?;
         Ok(CatchUp {
@@ -502,7 +485,7 @@ impl Store for SqlStore {
 
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>> {
         let messages = in_read!(self, |ops| {
-            let rows = ops.messages(&chat.to_string(), 0).await?;
+            let rows = ops.messages(&chat.to_string(), 0, false).await?;
             Self::all_messages(Self::of_chat(ops, chat, rows).await?)
         })?;
         Ok(repair_orphans(prompt_messages(&messages)))
@@ -601,7 +584,7 @@ impl Store for SqlStore {
     }
 
     async fn tool_records(&self, chat: ChatId) -> Result<Vec<ToolRecord>> {
-        let rows = in_read!(self, |ops| {
+        let rows = in_single_read!(self, |ops| {
             let rows = ops.tool_records(&chat.to_string()).await?;
             Self::of_chat(ops, chat, rows).await
         })?;
@@ -701,7 +684,7 @@ impl Store for SqlStore {
 
     async fn user_by_token(&self, token: &str) -> Result<Option<User>> {
         let hash = token_hash(token);
-        let row = in_read!(self, |ops| ops.user_by_token(&hash).await)?;
+        let row = in_single_read!(self, |ops| ops.user_by_token(&hash).await)?;
         Ok(row.map(|(name, created)| User {
             name,
             created_at: from_ms(created),
@@ -709,7 +692,7 @@ impl Store for SqlStore {
     }
 
     async fn has_users(&self) -> Result<bool> {
-        Ok(in_read!(self, |ops| ops.count_users().await)? > 0)
+        Ok(in_single_read!(self, |ops| ops.count_users().await)? > 0)
     }
 
     async fn remove_user(&self, name: &str) -> Result<bool> {
@@ -717,7 +700,7 @@ impl Store for SqlStore {
     }
 
     async fn list_users(&self) -> Result<Vec<User>> {
-        let rows = in_read!(self, |ops| ops.list_users().await)?;
+        let rows = in_single_read!(self, |ops| ops.list_users().await)?;
         Ok(rows
             .into_iter()
             .map(|(name, created)| User {
@@ -728,7 +711,7 @@ impl Store for SqlStore {
     }
 
     async fn chat_by_alias(&self, owner: &str, alias: &str) -> Result<Option<ChatId>> {
-        let id = in_read!(self, |ops| ops.alias_get(owner, alias).await)?;
+        let id = in_single_read!(self, |ops| ops.alias_get(owner, alias).await)?;
         id.map(|id| crate::rows::uuid("chat_aliases.chat_id", &id))
             .transpose()
     }

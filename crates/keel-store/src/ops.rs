@@ -146,9 +146,17 @@ pub(crate) trait TxOps: Send {
         voided: &[Voided],
         chats: &[ChatCols],
     ) -> Result<()>;
-    /// Messages of the current branch with an id above `after`, in id order.
-    async fn messages(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
+    /// Messages of the current branch with an id above `after`, in id order; with their
+    /// siblings when `siblings` (for clients; the prompt needs none).
+    async fn messages(
+        &mut self,
+        chat: &str,
+        after: i64,
+        siblings: bool,
+    ) -> Result<Vec<MessageCols>>;
     /// Messages of the current branch numbered above `after`, in sequence order.
+    ///
+    /// This and the reads below, which clients see, read each message's siblings with it.
     async fn messages_after_seq(&mut self, chat: &str, after: i64) -> Result<Vec<MessageCols>>;
     /// At most `limit` messages clients see (on the current branch, no summaries) after
     /// `after`: by id, or by event sequence when `by_seq`.
@@ -162,14 +170,6 @@ pub(crate) trait TxOps: Send {
     /// Every message of the chat's tree, in id order (rows an edit soft-deleted before
     /// branches existed are not part of it).
     async fn tree(&mut self, chat: &str) -> Result<Vec<TreeRow>>;
-    /// `(id, parent)` of the listed messages (no summaries) whose parent is one of
-    /// `parents`, or that have none when `roots`, in id order.
-    async fn children_of(
-        &mut self,
-        chat: &str,
-        parents: &[i64],
-        roots: bool,
-    ) -> Result<Vec<(i64, Option<i64>)>>;
     /// Makes `path` (`(id, event sequence)`, from the first message on) the current
     /// branch, numbering its messages anew.
     async fn set_branch(&mut self, chat: &str, path: &[(i64, i64)]) -> Result<()>;
@@ -282,6 +282,10 @@ pub(crate) trait Backend: Send + Sync {
     /// A transaction that may write; writers are serialised per chat (or globally).
     async fn begin_write(&self) -> Result<Box<dyn TxOps>>;
     async fn begin_read(&self) -> Result<Box<dyn TxOps>>;
+    /// A pooled connection for a read that is one statement: no transaction of its own,
+    /// since a single statement sees one snapshot anyway, and its `BEGIN` and `COMMIT`
+    /// would double the round trips (on SQLite, hand-offs to the connection's thread).
+    async fn begin_single_read(&self) -> Result<Box<dyn TxOps>>;
     /// Notices from every replica, when the backend has a channel for them.
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>>;
 }

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection, Postgres};
 use tokio::sync::broadcast;
@@ -20,11 +21,18 @@ pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 /// The channel replicas LISTEN on.
 pub const NOTICE_CHANNEL: &str = "keel_chat_changes";
 
-pub(crate) struct PgTx(sqlx::Transaction<'static, Postgres>);
+pub(crate) enum PgTx {
+    Tx(sqlx::Transaction<'static, Postgres>),
+    /// A pooled connection in autocommit mode, for a read of one statement.
+    Single(PoolConnection<Postgres>),
+}
 
 impl PgTx {
     async fn conn(&mut self) -> Result<&mut PgConnection> {
-        Ok(&mut self.0)
+        match self {
+            PgTx::Tx(tx) => Ok(tx),
+            PgTx::Single(conn) => Ok(conn),
+        }
     }
 
     fn begin_with_next(&mut self) -> bool {
@@ -32,12 +40,16 @@ impl PgTx {
     }
 
     async fn finish(self: Box<Self>) -> Result<()> {
-        self.0.commit().await?;
+        if let PgTx::Tx(tx) = *self {
+            tx.commit().await?;
+        }
         Ok(())
     }
 
     async fn abort(self: Box<Self>) -> Result<()> {
-        self.0.rollback().await?;
+        if let PgTx::Tx(tx) = *self {
+            tx.rollback().await?;
+        }
         Ok(())
     }
 }
@@ -49,6 +61,15 @@ tx_ops!(
     begin = "",
     skip_locked = " FOR UPDATE SKIP LOCKED",
     newest_batch = "first_seq",
+    // Two forms, as `IS NOT DISTINCT FROM` would not use the index on `(chat_id, parent_id)`.
+    siblings = ", COALESCE(CASE WHEN messages.parent_id IS NULL \
+                THEN (SELECT json_agg(s.id)::text FROM messages s \
+                      WHERE s.chat_id = messages.chat_id AND s.parent_id IS NULL \
+                      AND NOT s.deleted AND COALESCE(s.kind, '') <> 'summary') \
+                ELSE (SELECT json_agg(s.id)::text FROM messages s \
+                      WHERE s.chat_id = messages.chat_id AND s.parent_id = messages.parent_id \
+                      AND NOT s.deleted AND COALESCE(s.kind, '') <> 'summary') END, '[]') \
+                AS siblings",
     notify = notify_replicas,
     extra = {
         async fn notify_all(&mut self, notices: &[ChangeNotice]) -> Result<()> {
@@ -177,7 +198,7 @@ async fn begin_detached(pool: &PgPool, statement: &'static str) -> Result<PgTx> 
         .await
         // Only a panic in sqlx or a runtime shutting down ends the task early.
         .map_err(|_| sqlx::Error::WorkerCrashed)??;
-    Ok(PgTx(begun))
+    Ok(PgTx::Tx(begun))
 }
 
 #[async_trait]
@@ -197,6 +218,10 @@ impl Backend for PgBackend {
             )
             .await?,
         ))
+    }
+
+    async fn begin_single_read(&self) -> Result<Box<dyn TxOps>> {
+        Ok(Box::new(PgTx::Single(self.pool.acquire().await?)))
     }
 
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>> {

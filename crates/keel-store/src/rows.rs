@@ -223,6 +223,10 @@ pub(crate) struct MessageCols {
     pub kind: String,
     pub finish_reason: Option<String>,
     pub parent_id: Option<i64>,
+    /// The ids of the message's siblings as a JSON array, read only by the reads clients
+    /// see (`message_siblings` in [`crate::sql`]); absent elsewhere.
+    #[sqlx(default)]
+    pub siblings: Option<String>,
 }
 
 /// A finish reason as its bare snake_case name (`pause_turn`), as the API spells it.
@@ -269,6 +273,7 @@ impl MessageCols {
             kind: m.kind.as_str().to_owned(),
             finish_reason: m.finish_reason.map(finish_name).transpose()?,
             parent_id: m.parent_id,
+            siblings: None,
         })
     }
 
@@ -301,9 +306,23 @@ impl MessageCols {
             })?,
             finish_reason: self.finish_reason.map(parse_finish).transpose()?,
             parent_id: self.parent_id,
-            siblings: Vec::new(),
+            siblings: siblings(self.id, self.siblings.as_deref())?,
         })
     }
+}
+
+/// A message's siblings from its `siblings` column, in id order: itself alone when the
+/// column lists none (a summary is no one's sibling), nothing when it was not read.
+fn siblings(id: i64, column: Option<&str>) -> Result<Vec<i64>> {
+    let Some(column) = column else {
+        return Ok(Vec::new());
+    };
+    let mut ids: Vec<i64> = from_json("messages.siblings", column)?;
+    if ids.is_empty() {
+        ids.push(id);
+    }
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 /// One row of a chat's tree as [`crate::tree`] takes it.
@@ -446,5 +465,18 @@ impl ToolRecordCols {
             started_at: from_ms(self.started_at),
             finished_at: self.finished_at.map(from_ms),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn siblings_are_listed_in_id_order_and_a_message_alone_is_its_own() {
+        assert_eq!(siblings(9, Some("[9,2]")).unwrap(), vec![2, 9]);
+        assert_eq!(siblings(4, Some("[]")).unwrap(), vec![4]);
+        assert_eq!(siblings(4, None).unwrap(), Vec::<i64>::new());
+        assert!(siblings(4, Some("{")).is_err());
     }
 }

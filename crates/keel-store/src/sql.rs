@@ -136,6 +136,7 @@ macro_rules! tx_ops {
         begin = $begin:literal,
         skip_locked = $skip:literal,
         newest_batch = $newest:literal,
+        siblings = $siblings:literal,
         notify = $notify:path,
         extra = { $($extra:tt)* } $(,)?
     ) => {
@@ -488,13 +489,20 @@ macro_rules! tx_ops {
                 &mut self,
                 chat: &str,
                 after: i64,
+                siblings: bool,
             ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
                 const SQL: &str = concat!(
                     "SELECT ",
                     message_columns!(),
                     " FROM messages WHERE chat_id = $1 AND id > $2 AND on_branch ORDER BY id"
                 );
-                Ok(sqlx::query_as(SQL)
+                const WITH_SIBLINGS: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    $siblings,
+                    " FROM messages WHERE chat_id = $1 AND id > $2 AND on_branch ORDER BY id"
+                );
+                Ok(sqlx::query_as(if siblings { WITH_SIBLINGS } else { SQL })
                     .bind(chat)
                     .bind(after)
                     .fetch_all(self.conn().await?)
@@ -509,6 +517,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!(
                     "SELECT ",
                     message_columns!(),
+                    $siblings,
                     " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND on_branch \
                      ORDER BY event_seq"
                 );
@@ -529,12 +538,14 @@ macro_rules! tx_ops {
                 const BY_ID: &str = concat!(
                     "SELECT ",
                     message_columns!(),
+                    $siblings,
                     " FROM messages WHERE chat_id = $1 AND id > $2 AND on_branch \
                      AND COALESCE(kind, '') <> 'summary' ORDER BY id LIMIT $3"
                 );
                 const BY_SEQ: &str = concat!(
                     "SELECT ",
                     message_columns!(),
+                    $siblings,
                     " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND on_branch \
                      AND COALESCE(kind, '') <> 'summary' ORDER BY event_seq LIMIT $3"
                 );
@@ -557,36 +568,6 @@ macro_rules! tx_ops {
                 .bind(chat)
                 .fetch_all(self.conn().await?)
                 .await?)
-            }
-
-            async fn children_of(
-                &mut self,
-                chat: &str,
-                parents: &[i64],
-                roots: bool,
-            ) -> $crate::error::Result<Vec<(i64, Option<i64>)>> {
-                let mut query = sqlx::QueryBuilder::<$db>::new(
-                    "SELECT id, parent_id FROM messages WHERE chat_id = ",
-                );
-                query.push_bind(chat).push(
-                    " AND NOT deleted AND COALESCE(kind, '') <> 'summary' AND (",
-                );
-                query.push(if roots { "parent_id IS NULL" } else { "FALSE" });
-                // Bound well below SQLite's limit of bound parameters per statement; a
-                // page of messages has far fewer parents.
-                for chunk in parents.chunks(2000) {
-                    query.push(" OR parent_id IN (");
-                    let mut list = query.separated(", ");
-                    for parent in chunk {
-                        list.push_bind(*parent);
-                    }
-                    query.push(")");
-                }
-                query.push(") ORDER BY id");
-                Ok(query
-                    .build_query_as::<(i64, Option<i64>)>()
-                    .fetch_all(self.conn().await?)
-                    .await?)
             }
 
             async fn set_branch(
@@ -631,6 +612,7 @@ macro_rules! tx_ops {
                     let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
                         "SELECT ",
                         message_columns!(),
+                        $siblings,
                         " FROM messages WHERE chat_id = "
                     ));
                     query.push_bind(chat).push(" AND id IN (");
@@ -657,6 +639,7 @@ macro_rules! tx_ops {
                 const SQL: &str = concat!(
                     "SELECT ",
                     message_columns!(),
+                    $siblings,
                     " FROM messages WHERE chat_id = $1 AND on_branch \
                      AND COALESCE(kind, '') <> 'summary' ORDER BY id DESC LIMIT $2"
                 );

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -32,6 +33,8 @@ pub(crate) struct Writer {
 pub(crate) enum SqliteTx {
     Write(OwnedMutexGuard<Writer>),
     Read(sqlx::Transaction<'static, Sqlite>),
+    /// A pooled reader in autocommit mode, for a read of one statement.
+    Single(PoolConnection<Sqlite>),
 }
 
 impl SqliteTx {
@@ -46,6 +49,7 @@ impl SqliteTx {
                 Ok(&mut w.conn)
             }
             SqliteTx::Read(tx) => Ok(tx),
+            SqliteTx::Single(conn) => Ok(conn),
         }
     }
 
@@ -70,6 +74,7 @@ impl SqliteTx {
                 }
             }
             SqliteTx::Read(tx) => tx.commit().await?,
+            SqliteTx::Single(_) => {}
         }
         Ok(())
     }
@@ -83,6 +88,7 @@ impl SqliteTx {
                 }
             }
             SqliteTx::Read(tx) => tx.rollback().await?,
+            SqliteTx::Single(_) => {}
         }
         Ok(())
     }
@@ -99,6 +105,10 @@ tx_ops!(
     begin = "BEGIN IMMEDIATE; ",
     skip_locked = "",
     newest_batch = "last_seq",
+    // `IS` matches a root's missing parent too, and uses the index on `(chat_id, parent_id)`.
+    siblings = ", (SELECT json_group_array(s.id) FROM messages s \
+                WHERE s.chat_id = messages.chat_id AND s.parent_id IS messages.parent_id \
+                AND NOT s.deleted AND COALESCE(s.kind, '') <> 'summary') AS siblings",
     notify = no_remote_notice,
     extra = {
         async fn commit_writes(&mut self, messages: &[MessageCols], c: &ChatCols) -> Result<()> {
@@ -253,6 +263,10 @@ impl Backend for SqliteBackend {
 
     async fn begin_read(&self) -> Result<Box<dyn TxOps>> {
         Ok(Box::new(SqliteTx::Read(self.reader.begin().await?)))
+    }
+
+    async fn begin_single_read(&self) -> Result<Box<dyn TxOps>> {
+        Ok(Box::new(SqliteTx::Single(self.reader.acquire().await?)))
     }
 
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>> {

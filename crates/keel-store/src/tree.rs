@@ -16,7 +16,7 @@
 //! | where a regenerate starts | the nearest user message at or above `m` on its path |
 //! | what a switch writes | nothing when the newest leaf under `m` is already the leaf |
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use keel_core::Role;
 
@@ -94,21 +94,6 @@ impl Tree {
     }
 }
 
-/// Groups `(id, parent)` links of listed messages by parent: the siblings of each, in id
-/// order.
-pub fn siblings_by_parent(
-    links: &[(MessageId, Option<MessageId>)],
-) -> HashMap<Option<MessageId>, Vec<MessageId>> {
-    let mut groups: HashMap<Option<MessageId>, Vec<MessageId>> = HashMap::new();
-    for (id, parent) in links {
-        groups.entry(*parent).or_default().push(*id);
-    }
-    for ids in groups.values_mut() {
-        ids.sort_unstable();
-    }
-    groups
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,12 +160,5 @@ mod tests {
         let t = Tree::new([node(1, Some(2), Role::User), node(2, Some(1), Role::User)]);
         assert_eq!(t.path_to(2), vec![1, 2]);
         assert_eq!(t.path_to(1), vec![1]);
-    }
-
-    #[test]
-    fn siblings_are_grouped_by_parent_in_creation_order() {
-        let groups = siblings_by_parent(&[(9, Some(1)), (2, Some(1)), (1, None), (10, None)]);
-        assert_eq!(groups[&Some(1)], vec![2, 9]);
-        assert_eq!(groups[&None], vec![1, 10]);
     }
 }
