@@ -142,14 +142,6 @@ impl SqlStore {
         Ok(chat)
     }
 
-    async fn read_queue(ops: &mut dyn TxOps, id: &str) -> Result<Vec<QueuedMessage>> {
-        ops.queue(id)
-            .await?
-            .into_iter()
-            .map(|q| q.into_queued())
-            .collect()
-    }
-
     async fn require_chat(ops: &mut dyn TxOps, id: ChatId) -> Result<()> {
         match ops.read_chat(&id.to_string()).await? {
             Some(_) => Ok(()),
@@ -235,10 +227,19 @@ impl Store for SqlStore {
             let rows = ops
                 .list_chats(owner, before.as_deref(), i64::from(limit))
                 .await?;
+            // Every listed chat's queue in one statement, not one each.
+            let ids: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
+            let mut queues: std::collections::HashMap<String, Vec<QueuedMessage>> =
+                std::collections::HashMap::new();
+            for queued in ops.queues_of(&ids).await? {
+                let chat = queued.chat_id.clone();
+                queues.entry(chat).or_default().push(queued.into_queued()?);
+            }
             let mut chats = Vec::with_capacity(rows.len());
             for row in rows {
+                let queued = queues.remove(&row.id).unwrap_or_default();
                 let mut chat = row.into_chat()?;
-                chat.queued = Self::read_queue(ops, &chat.id.to_string()).await?;
+                chat.queued = queued;
                 chats.push(chat);
             }
             Ok::<_, StoreError>(chats)

@@ -92,6 +92,12 @@ impl Voided {
 pub(crate) trait TxOps: Send {
     /// Reads a chat row, locking it until the transaction ends.
     async fn lock_chat(&mut self, id: &str) -> Result<Option<ChatCols>>;
+    /// Locks a chat row as [`TxOps::lock_chat`] does and reads its queue with it, in
+    /// position order, in one statement.
+    async fn lock_chat_and_queue(
+        &mut self,
+        id: &str,
+    ) -> Result<Option<(ChatCols, Vec<QueuedCols>)>>;
     /// Reads a chat row without locking it.
     async fn read_chat(&mut self, id: &str) -> Result<Option<ChatCols>>;
     /// Reads a chat row and its queue, in position order, in one statement.
@@ -179,6 +185,8 @@ pub(crate) trait TxOps: Send {
     async fn recent_messages(&mut self, chat: &str, limit: i64) -> Result<Vec<MessageCols>>;
 
     async fn queue(&mut self, chat: &str) -> Result<Vec<QueuedCols>>;
+    /// The queued messages of these chats, by chat and position.
+    async fn queues_of(&mut self, chats: &[String]) -> Result<Vec<QueuedCols>>;
     /// Which of these chats have queued messages.
     async fn queued_chats(&mut self, chats: &[String]) -> Result<Vec<String>>;
     async fn insert_queued(&mut self, q: &QueuedCols) -> Result<()>;

@@ -167,6 +167,38 @@ macro_rules! tx_ops {
                     .await?)
             }
 
+            async fn lock_chat_and_queue(
+                &mut self,
+                id: &str,
+            ) -> $crate::error::Result<
+                Option<($crate::rows::ChatCols, Vec<$crate::rows::QueuedCols>)>,
+            > {
+                // As `read_chat_and_queue`, the chat's row locked inside the subquery.
+                const SQL: &str = concat!(
+                    "SELECT c.*, q.id AS q_id, q.position AS q_position, q.parts AS q_parts, \
+                     q.created_at AS q_created_at FROM (SELECT ",
+                    chat_columns!(),
+                    " FROM chats WHERE id = $1",
+                    $lock,
+                    ") c LEFT JOIN queued_messages q ON q.chat_id = c.id ORDER BY q.position"
+                );
+                const BEGIN_SQL: &str = concat!(
+                    $begin,
+                    "SELECT c.*, q.id AS q_id, q.position AS q_position, q.parts AS q_parts, \
+                     q.created_at AS q_created_at FROM (SELECT ",
+                    chat_columns!(),
+                    " FROM chats WHERE id = $1",
+                    $lock,
+                    ") c LEFT JOIN queued_messages q ON q.chat_id = c.id ORDER BY q.position"
+                );
+                let sql = if self.begin_with_next() { BEGIN_SQL } else { SQL };
+                let rows: Vec<$crate::rows::ChatAndQueued> = sqlx::query_as(sql)
+                    .bind(id)
+                    .fetch_all(self.conn().await?)
+                    .await?;
+                Ok($crate::rows::ChatAndQueued::gather(rows))
+            }
+
             async fn read_chat(
                 &mut self,
                 id: &str,
@@ -663,6 +695,31 @@ macro_rules! tx_ops {
                 .bind(chat)
                 .fetch_all(self.conn().await?)
                 .await?)
+            }
+
+            async fn queues_of(
+                &mut self,
+                chats: &[String],
+            ) -> $crate::error::Result<Vec<$crate::rows::QueuedCols>> {
+                let mut found = Vec::new();
+                for chunk in chats.chunks(2000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "SELECT id, chat_id, position, parts, created_at FROM queued_messages \
+                         WHERE chat_id IN (",
+                    );
+                    let mut list = query.separated(", ");
+                    for chat in chunk {
+                        list.push_bind(chat.as_str());
+                    }
+                    query.push(") ORDER BY chat_id, position");
+                    found.extend(
+                        query
+                            .build_query_as::<$crate::rows::QueuedCols>()
+                            .fetch_all(self.conn().await?)
+                            .await?,
+                    );
+                }
+                Ok(found)
             }
 
             async fn queued_chats(

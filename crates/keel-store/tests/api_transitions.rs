@@ -28,6 +28,7 @@ both_backends!(
     rename_and_model_switch_change_only_what_they_name,
     a_generated_title_never_replaces_one_already_set,
     list_notices_name_the_owner_and_skip_live_parts,
+    a_listing_carries_each_chats_own_queue,
 );
 
 async fn create_then_read(db: TestDb) {
@@ -677,4 +678,25 @@ async fn list_notices_name_the_owner_and_skip_live_parts(db: TestDb) {
     s.delete_chat(chat.id).await.unwrap();
     let n = local.recv().await.unwrap();
     assert!(n.listing && n.deleted && n.owner == chat.owner, "{n:?}");
+}
+
+async fn a_listing_carries_each_chats_own_queue(db: TestDb) {
+    let s = &db.store;
+    let busy = create(s, "busy").await;
+    let idle = create(s, "idle").await;
+    let SendOutcome::Queued { queue_id: first } = send(s, busy.id, "first", Busy::Queue).await
+    else {
+        panic!("a running chat queues")
+    };
+    let SendOutcome::Queued { queue_id: second } = send(s, busy.id, "second", Busy::Queue).await
+    else {
+        panic!("a running chat queues")
+    };
+    let list = s.list_chats(Some("alice"), None, 10).await.unwrap();
+    let listed = |id| list.iter().find(|c| c.id == id).unwrap();
+    let queued: Vec<_> = listed(busy.id).queued.iter().map(|q| q.id).collect();
+    assert_eq!(queued, vec![first, second]);
+    assert!(listed(idle.id).queued.is_empty());
+    // The listing says what reading the chat alone says.
+    assert_eq!(listed(busy.id), &s.get_chat(busy.id).await.unwrap());
 }

@@ -56,7 +56,8 @@ pub(crate) async fn send_message(
     idempotency_key: Option<&str>,
 ) -> Result<SendOutcome> {
     check_content(cx.opts, &parts)?;
-    let mut chat = cx.load(chat_id).await?;
+    // With its queue: a message to an idle chat starts now unless others wait before it.
+    let mut chat = cx.load_with_queue(chat_id).await?;
     let mv = check(&chat, Transition::SendMessage)?;
     let owner = chat.owner.clone();
     if let Some(key) = idempotency_key
@@ -70,7 +71,6 @@ pub(crate) async fn send_message(
             chat.last_error = None;
             chat.retry_state = None;
             chat.status = ChatStatus::Running;
-            cx.load_queue(&mut chat).await?;
             if chat.queued.is_empty() {
                 SendOutcome::Started {
                     message_id: cx.insert_user(&mut chat, parts).await?,
