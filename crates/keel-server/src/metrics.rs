@@ -49,6 +49,9 @@ pub struct Metrics {
     /// Chats with an in-process live channel (set when metrics are read).
     pub live_channels: Gauge,
     pub time_to_first_part: Histogram,
+    /// One write of the live-part log: every chat's pending parts in one transaction. On
+    /// several replicas, followers of another replica's run wait for it.
+    pub live_log_writes: Histogram,
     pub tool_calls: Family<ToolLabels, Counter>,
     pub lease_renewals: Counter,
     pub lost_leases: Counter,
@@ -100,6 +103,14 @@ impl Metrics {
             "keel_time_to_first_part_seconds",
             "Time from the start of a step to its first live part",
             time_to_first_part.clone(),
+        );
+        let live_log_writes = Histogram::new([
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        ]);
+        registry.register(
+            "keel_live_log_write_seconds",
+            "Time of one write of the live-part log (the pending parts of every chat)",
+            live_log_writes.clone(),
         );
         let tool_calls = Family::<ToolLabels, Counter>::default();
         registry.register(
@@ -180,6 +191,7 @@ impl Metrics {
             active_runs,
             live_channels,
             time_to_first_part,
+            live_log_writes,
             tool_calls,
             lease_renewals,
             lost_leases,

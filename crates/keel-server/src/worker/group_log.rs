@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use keel_store::{Lease, MessageId, NewLiveEntry, NewMessage, Next, Store, StoreError};
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -93,11 +94,12 @@ fn take_inbox(inbox: &Mutex<Inbox>) -> Vec<(RunKey, SharedLease, NewLiveEntry)> 
 
 impl GroupLog {
     /// Starts the writer task; it ends when every handle is dropped. Each write tells `hub`
-    /// how far each chat's log now reaches, so the hub lets go of those frames.
-    pub(crate) fn start(store: Arc<dyn Store>, hub: Arc<Hub>) -> Self {
+    /// how far each chat's log now reaches, so the hub lets go of those frames, and `writes`
+    /// how long it took.
+    pub(crate) fn start(store: Arc<dyn Store>, hub: Arc<Hub>, writes: Histogram) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let inbox = Arc::new(Mutex::new(Inbox::default()));
-        tokio::spawn(Writer::new(store, hub, inbox.clone()).run(rx));
+        tokio::spawn(Writer::new(store, hub, inbox.clone(), writes).run(rx));
         Self { tx, inbox }
     }
 
@@ -198,6 +200,7 @@ struct Writer {
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
     inbox: Arc<Mutex<Inbox>>,
+    writes: Histogram,
     /// Runs with parts waiting, in the order they first had one.
     pending: Vec<(RunKey, Pending)>,
     /// Where each run is in `pending`.
@@ -208,11 +211,17 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(store: Arc<dyn Store>, hub: Arc<Hub>, inbox: Arc<Mutex<Inbox>>) -> Self {
+    fn new(
+        store: Arc<dyn Store>,
+        hub: Arc<Hub>,
+        inbox: Arc<Mutex<Inbox>>,
+        writes: Histogram,
+    ) -> Self {
         Self {
             store,
             hub,
             inbox,
+            writes,
             pending: Vec::new(),
             index: HashMap::new(),
             parts: 0,
@@ -481,7 +490,10 @@ impl Writer {
             .iter()
             .map(|(_, p)| (current(&p.lease), p.entries.as_slice()))
             .collect();
-        match self.store.append_live_groups(&groups).await {
+        let started = Instant::now();
+        let written = self.store.append_live_groups(&groups).await;
+        self.writes.observe(started.elapsed().as_secs_f64());
+        match written {
             Ok(outcomes) => {
                 drop(groups);
                 for ((run, pending), outcome) in pending.into_iter().zip(outcomes) {
@@ -544,7 +556,11 @@ mod tests {
         for _ in 0..N {
             runs.push((next_run_key(), claimed(&store).await));
         }
-        let log = GroupLog::start(store.clone(), Arc::new(crate::hub::Hub::new()));
+        let log = GroupLog::start(
+            store.clone(),
+            Arc::new(crate::hub::Hub::new()),
+            crate::metrics::Metrics::new().live_log_writes,
+        );
         let Ok(runs) = runs.try_into() else {
             unreachable!("N runs were pushed")
         };
@@ -643,7 +659,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = store(&dir).await;
         let (a, b) = (claimed(&store).await, claimed(&store).await);
-        let log = GroupLog::start(store.clone(), Arc::new(crate::hub::Hub::new()));
+        let log = GroupLog::start(
+            store.clone(),
+            Arc::new(crate::hub::Hub::new()),
+            crate::metrics::Metrics::new().live_log_writes,
+        );
         let (ka, kb) = (next_run_key(), next_run_key());
         let (chat_a, chat_b) = (current(&a).chat_id, current(&b).chat_id);
         let start_a = store.get_chat(chat_a).await.unwrap().event_seq;
@@ -677,7 +697,11 @@ mod tests {
             claimed(&store).await,
             claimed(&store).await,
         );
-        let log = GroupLog::start(store.clone(), Arc::new(crate::hub::Hub::new()));
+        let log = GroupLog::start(
+            store.clone(),
+            Arc::new(crate::hub::Hub::new()),
+            crate::metrics::Metrics::new().live_log_writes,
+        );
         let chat_b = current(&b).chat_id;
         let first = store.list_messages(chat_b, None).await.unwrap()[0].id;
         store

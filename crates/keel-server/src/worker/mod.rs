@@ -120,7 +120,7 @@ impl WorkerPool {
         let worker_id = identity.worker_id();
         Self {
             shared: Arc::new(Shared {
-                log: GroupLog::start(store.clone(), hub.clone()),
+                log: GroupLog::start(store.clone(), hub.clone(), metrics.live_log_writes.clone()),
                 leases: leases::Leases::default(),
                 store,
                 hub,

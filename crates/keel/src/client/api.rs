@@ -68,7 +68,11 @@ impl Api {
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        let request = self.http.request(method, format!("{}{path}", self.base));
+        self.request_to(method, format!("{}{path}", self.base))
+    }
+
+    fn request_to(&self, method: Method, url: String) -> RequestBuilder {
+        let request = self.http.request(method, url);
         match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
@@ -126,6 +130,17 @@ impl Api {
         }
         self.json(self.request(Method::POST, "/chats").json(&body))
             .await
+    }
+
+    /// The daemon's metrics in Prometheus' text format.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        // Beside the API, at the daemon's root.
+        let url = format!("{}/metrics", self.url());
+        self.send(self.request_to(Method::GET, url))
+            .await?
+            .text()
+            .await
+            .context("reading the metrics failed")
     }
 
     pub async fn chat(&self, id: &str) -> anyhow::Result<ChatSummary> {

@@ -12,6 +12,7 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::live::Live;
+use super::log_writes::LogWrites;
 use super::processes::{DaemonSetup, Process, check_replicas, own_cpu, start_mock};
 use super::stats::{Spread, mib, micros};
 use super::window::{ChatTimes, LiveWindow, Phases, live_window, phases};
@@ -108,12 +109,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
 
     let chats = create_chats(&apis, args.chats).await?;
+    let writes_before = read_log_writes(&apis).await?;
     let throughput = measure_throughput(&daemons, &mock, &chats, &args).await?;
+    let writes_after = read_log_writes(&apis).await?;
     throughput.print(
         &idle_rss,
         &chats_per_replica(args.chats, daemons.len()),
         args.rate,
     );
+    for (replica, (after, before)) in writes_after.iter().zip(&writes_before).enumerate() {
+        println!(
+            "{} live-part log: {}",
+            daemon_name(replica, daemons.len()),
+            after.since(before).summary()
+        );
+    }
     // Checked after the report, so that a run that fails still shows what it measured.
     let expected = u64::from(args.tokens) * chats.len() as u64;
     ensure!(
@@ -152,6 +162,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Every daemon's live-part log writes so far.
+async fn read_log_writes(apis: &[Api]) -> anyhow::Result<Vec<LogWrites>> {
+    let mut readings = Vec::with_capacity(apis.len());
+    for api in apis {
+        readings.push(LogWrites::read(api).await?);
+    }
+    Ok(readings)
 }
 
 /// The `[runs]` lines of the benchmark's daemons: [`RUNS`], and the pool size if given.

@@ -10,6 +10,7 @@ mod follower;
 mod idle;
 mod live;
 mod load;
+mod log_writes;
 mod model;
 mod processes;
 mod reader;
