@@ -17,7 +17,7 @@ use crate::compaction::prompt_messages;
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps};
 use crate::orphans::repair_orphans;
-use crate::rows::{MessageCols, QueuedCols, ToolRecordCols, from_json, from_ms, tree_node};
+use crate::rows::{MessageCols, ToolRecordCols, from_json, from_ms, tree_node};
 use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::tree::Tree;
@@ -130,16 +130,11 @@ impl SqlStore {
     }
 
     async fn read_chat(ops: &mut dyn TxOps, id: ChatId) -> Result<Chat> {
-        let (chat, queue) = ops
+        let read = ops
             .read_chat_and_queue(&id.to_string())
             .await?
             .ok_or(StoreError::not_found("chat"))?;
-        let mut chat = chat.into_chat()?;
-        chat.queued = queue
-            .into_iter()
-            .map(QueuedCols::into_queued)
-            .collect::<Result<_>>()?;
-        Ok(chat)
+        crate::rows::chat_with_queue(read)
     }
 
     async fn require_chat(ops: &mut dyn TxOps, id: ChatId) -> Result<()> {

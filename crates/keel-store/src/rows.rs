@@ -355,6 +355,16 @@ pub(crate) struct ChatAndQueued {
     q_created_at: Option<i64>,
 }
 
+/// A chat read with its queue, as the store hands it out.
+pub(crate) fn chat_with_queue((chat, queue): (ChatCols, Vec<QueuedCols>)) -> Result<Chat> {
+    let mut chat = chat.into_chat()?;
+    chat.queued = queue
+        .into_iter()
+        .map(QueuedCols::into_queued)
+        .collect::<Result<_>>()?;
+    Ok(chat)
+}
+
 impl ChatAndQueued {
     /// The chat and its queue from the join's rows (none: no such chat).
     pub(crate) fn gather(rows: Vec<Self>) -> Option<(ChatCols, Vec<QueuedCols>)> {

@@ -114,6 +114,23 @@ macro_rules! set_by_id {
     }};
 }
 
+/// A chat and its queue in one statement: one row per queued message, or one with no
+/// message. The chat's columns come from a subquery (after `$begin`, locked with `$lock`),
+/// so the join's names never clash.
+macro_rules! chat_and_queue_sql {
+    ($begin:literal, $lock:literal) => {
+        concat!(
+            $begin,
+            "SELECT c.*, q.id AS q_id, q.position AS q_position, q.parts AS q_parts, \
+             q.created_at AS q_created_at FROM (SELECT ",
+            chat_columns!(),
+            " FROM chats WHERE id = $1",
+            $lock,
+            ") c LEFT JOIN queued_messages q ON q.chat_id = c.id ORDER BY q.position"
+        )
+    };
+}
+
 macro_rules! message_columns {
     () => {
         "chat_id, id, role, parts, content_version, usage, context_limit, runtime_ms, \
@@ -173,24 +190,10 @@ macro_rules! tx_ops {
             ) -> $crate::error::Result<
                 Option<($crate::rows::ChatCols, Vec<$crate::rows::QueuedCols>)>,
             > {
-                // As `read_chat_and_queue`, the chat's row locked inside the subquery.
-                const SQL: &str = concat!(
-                    "SELECT c.*, q.id AS q_id, q.position AS q_position, q.parts AS q_parts, \
-                     q.created_at AS q_created_at FROM (SELECT ",
-                    chat_columns!(),
-                    " FROM chats WHERE id = $1",
-                    $lock,
-                    ") c LEFT JOIN queued_messages q ON q.chat_id = c.id ORDER BY q.position"
-                );
-                const BEGIN_SQL: &str = concat!(
-                    $begin,
-                    "SELECT c.*, q.id AS q_id, q.position AS q_position, q.parts AS q_parts, \
-                     q.created_at AS q_created_at FROM (SELECT ",
-                    chat_columns!(),
-                    " FROM chats WHERE id = $1",
-                    $lock,
-                    ") c LEFT JOIN queued_messages q ON q.chat_id = c.id ORDER BY q.position"
-                );
+                // As `read_chat_and_queue`, the chat's row locked inside the subquery; usually
+                // a transaction's first statement, which then carries the BEGIN too.
+                const SQL: &str = chat_and_queue_sql!("", $lock);
+                const BEGIN_SQL: &str = chat_and_queue_sql!($begin, $lock);
                 let sql = if self.begin_with_next() { BEGIN_SQL } else { SQL };
                 let rows: Vec<$crate::rows::ChatAndQueued> = sqlx::query_as(sql)
                     .bind(id)
@@ -216,15 +219,7 @@ macro_rules! tx_ops {
             ) -> $crate::error::Result<
                 Option<($crate::rows::ChatCols, Vec<$crate::rows::QueuedCols>)>,
             > {
-                // One row per queued message, or one with no message: the chat's columns
-                // come from a subquery, so the join's names never clash.
-                const SQL: &str = concat!(
-                    "SELECT c.*, q.id AS q_id, q.position AS q_position, q.parts AS q_parts, \
-                     q.created_at AS q_created_at FROM (SELECT ",
-                    chat_columns!(),
-                    " FROM chats WHERE id = $1) c \
-                     LEFT JOIN queued_messages q ON q.chat_id = c.id ORDER BY q.position"
-                );
+                const SQL: &str = chat_and_queue_sql!("", "");
                 let rows: Vec<$crate::rows::ChatAndQueued> = sqlx::query_as(SQL)
                     .bind(id)
                     .fetch_all(self.conn().await?)

@@ -71,17 +71,12 @@ impl<'a> Ctx<'a> {
 
     /// [`Ctx::load`] with the chat's queue, in one statement.
     async fn load_with_queue(&mut self, id: ChatId) -> Result<Chat> {
-        let (chat, queue) = self
+        let read = self
             .ops
             .lock_chat_and_queue(&id.to_string())
             .await?
             .ok_or(StoreError::not_found("chat"))?;
-        let mut chat = chat.into_chat()?;
-        chat.queued = queue
-            .into_iter()
-            .map(QueuedCols::into_queued)
-            .collect::<Result<_>>()?;
-        Ok(chat)
+        crate::rows::chat_with_queue(read)
     }
 
     async fn load_queue(&mut self, chat: &mut Chat) -> Result<()> {

@@ -594,6 +594,21 @@ async fn counter(daemon: &Daemon, name: &str) -> u64 {
 }
 
 #[tokio::test]
+async fn the_live_part_log_writes_are_timed_on_metrics() {
+    let (_dir, daemon) = demo_daemon();
+    let client = Client::new();
+    let before = counter(&daemon, "keel_live_log_write_seconds_count").await;
+    let reply = words(6);
+    let (_id, mut events, mut transcript) = client
+        .watched_chat(&daemon, json!({"text": scripted(&reply, 0.0)}))
+        .await;
+    transcript.follow_until(&mut events, "waiting").await;
+    assert_eq!(transcript.assistant_texts(), vec![reply]);
+    // The reply's parts reach the log before its step commits: at least one write.
+    assert!(counter(&daemon, "keel_live_log_write_seconds_count").await > before);
+}
+
+#[tokio::test]
 async fn lease_renewals_wake_no_follower() {
     // Renewed every 200 ms while the reply streams for about 8 s.
     let (_dir, daemon) = demo_daemon_with("lease_ms = 600\n");
