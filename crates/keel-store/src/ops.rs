@@ -108,8 +108,6 @@ pub(crate) trait TxOps: Send {
     async fn insert_chat(&mut self, chat: &ChatCols) -> Result<()>;
     /// Writes every mutable column of the chat.
     async fn update_chat(&mut self, chat: &ChatCols) -> Result<()>;
-    /// Advances only the event counter, for the live-part log's hot path.
-    async fn set_event_seq(&mut self, id: &str, event_seq: i64) -> Result<()>;
     async fn delete_chat(&mut self, id: &str) -> Result<()>;
     /// Newest first, optionally of one owner and strictly before a cursor chat.
     async fn list_chats(
@@ -209,8 +207,6 @@ pub(crate) trait TxOps: Send {
     /// Reads and locks several chat rows like [`TxOps::lock_chats`], only the columns a
     /// lease fence needs.
     async fn lock_fences(&mut self, ids: &[String]) -> Result<Vec<FenceCols>>;
-    /// Advances the event counters of several chats in one statement.
-    async fn set_event_seqs(&mut self, seqs: &[(String, i64)]) -> Result<()>;
     /// Sets the lease expiry (ms since the epoch) of several chats in one statement.
     async fn set_lease_expiries(&mut self, expiries: &[(String, i64)]) -> Result<()>;
     async fn clear_live(&mut self, chat: &str) -> Result<()> {

@@ -6,7 +6,7 @@
 //! `FOR UPDATE`, nothing on SQLite whose `BEGIN IMMEDIATE` already holds the write lock)
 //! and how a notice reaches other replicas.
 
-/// The chat columns in [`crate::rows::ChatCols`] order.
+/// The chat columns in [`crate::rows::ChatCols`] order, as a write names them.
 macro_rules! chat_columns {
     () => {
         "id, owner, title, model, status, archived, max_steps, system_prompt, tools, \
@@ -14,6 +14,35 @@ macro_rules! chat_columns {
          last_error_kind, last_error_message, retry_state, pending_tool_calls, \
          pending_deadline, created_at, updated_at, compact_requested, last_error_provider, \
          last_error_url, leaf_id, branch_seq"
+    };
+}
+
+/// The chat columns as a read returns them, in [`crate::rows::ChatCols`] order: the event
+/// sequence reaches as far as the chat's live-part log does (below).
+macro_rules! chat_read_columns {
+    () => {
+        concat!(
+            "id, owner, title, model, status, archived, max_steps, system_prompt, tools, \
+             worker_id, lease_expires_at, version, history_version, ",
+            logged_event_seq!(),
+            ", last_message_id, last_error_kind, last_error_message, retry_state, \
+             pending_tool_calls, pending_deadline, created_at, updated_at, compact_requested, \
+             last_error_provider, last_error_url, leaf_id, branch_seq"
+        )
+    };
+}
+
+/// A chat's event sequence as read: its stored number, or the last number of its live-part
+/// log when that is higher. The log's writes leave the chat's row alone (rewriting every
+/// streaming chat's row in every window cost more than the log itself); every transition
+/// that writes the row stores what it read, so the stored number catches up there, and the
+/// log is only ever emptied by such a transition. One probe of the `(chat_id, last_seq)`
+/// index.
+macro_rules! logged_event_seq {
+    () => {
+        "COALESCE((SELECT l.last_seq FROM live_parts l WHERE l.chat_id = chats.id \
+         AND l.last_seq > chats.event_seq ORDER BY l.last_seq DESC LIMIT 1), \
+         chats.event_seq) AS event_seq"
     };
 }
 
@@ -54,7 +83,10 @@ macro_rules! push_chat_row {
 /// live-part notice read.
 macro_rules! fence_columns {
     () => {
-        "id, owner, status, worker_id, version, history_version, event_seq"
+        concat!(
+            "id, owner, status, worker_id, version, history_version, ",
+            logged_event_seq!()
+        )
     };
 }
 
@@ -123,7 +155,7 @@ macro_rules! chat_and_queue_sql {
             $begin,
             "SELECT c.*, q.id AS q_id, q.position AS q_position, q.parts AS q_parts, \
              q.created_at AS q_created_at FROM (SELECT ",
-            chat_columns!(),
+            chat_read_columns!(),
             " FROM chats WHERE id = $1",
             $lock,
             ") c LEFT JOIN queued_messages q ON q.chat_id = c.id ORDER BY q.position"
@@ -165,7 +197,7 @@ macro_rules! tx_ops {
             ) -> $crate::error::Result<Option<$crate::rows::ChatCols>> {
                 const SQL: &str = concat!(
                     "SELECT ",
-                    chat_columns!(),
+                    chat_read_columns!(),
                     " FROM chats WHERE id = $1",
                     $lock
                 );
@@ -173,7 +205,7 @@ macro_rules! tx_ops {
                 const BEGIN_SQL: &str = concat!(
                     $begin,
                     "SELECT ",
-                    chat_columns!(),
+                    chat_read_columns!(),
                     " FROM chats WHERE id = $1",
                     $lock
                 );
@@ -206,7 +238,7 @@ macro_rules! tx_ops {
                 &mut self,
                 id: &str,
             ) -> $crate::error::Result<Option<$crate::rows::ChatCols>> {
-                const SQL: &str = concat!("SELECT ", chat_columns!(), " FROM chats WHERE id = $1");
+                const SQL: &str = concat!("SELECT ", chat_read_columns!(), " FROM chats WHERE id = $1");
                 Ok(sqlx::query_as(SQL)
                     .bind(id)
                     .fetch_optional(self.conn().await?)
@@ -286,15 +318,6 @@ macro_rules! tx_ops {
                 Ok(())
             }
 
-            async fn set_event_seq(&mut self, id: &str, seq: i64) -> $crate::error::Result<()> {
-                sqlx::query("UPDATE chats SET event_seq = $2 WHERE id = $1")
-                    .bind(id)
-                    .bind(seq)
-                    .execute(self.conn().await?)
-                    .await?;
-                Ok(())
-            }
-
             async fn delete_chat(&mut self, id: &str) -> $crate::error::Result<()> {
                 // Dependent rows go by ON DELETE CASCADE.
                 sqlx::query("DELETE FROM chats WHERE id = $1")
@@ -312,7 +335,7 @@ macro_rules! tx_ops {
             ) -> $crate::error::Result<Vec<$crate::rows::ChatCols>> {
                 const SQL: &str = concat!(
                     "SELECT ",
-                    chat_columns!(),
+                    chat_read_columns!(),
                     " FROM chats WHERE ($1 IS NULL OR owner = $1) AND ($2 IS NULL OR \
                      (created_at, id) < (SELECT c.created_at, c.id FROM chats c WHERE c.id = $2)) \
                      ORDER BY created_at DESC, id DESC LIMIT $3"
@@ -832,7 +855,7 @@ macro_rules! tx_ops {
                 &mut self,
                 ids: &[String],
             ) -> $crate::error::Result<Vec<$crate::rows::ChatCols>> {
-                lock_rows!(self, $db, $begin, $lock, chat_columns, $crate::rows::ChatCols, ids)
+                lock_rows!(self, $db, $begin, $lock, chat_read_columns, $crate::rows::ChatCols, ids)
             }
 
             async fn lock_fences(
@@ -840,13 +863,6 @@ macro_rules! tx_ops {
                 ids: &[String],
             ) -> $crate::error::Result<Vec<$crate::rows::FenceCols>> {
                 lock_rows!(self, $db, $begin, $lock, fence_columns, $crate::rows::FenceCols, ids)
-            }
-
-            async fn set_event_seqs(
-                &mut self,
-                seqs: &[(String, i64)],
-            ) -> $crate::error::Result<()> {
-                set_by_id!(self, $db, "event_seq", seqs)
             }
 
             async fn set_lease_expiries(

@@ -23,6 +23,7 @@ both_backends!(
     fail_run_then_recover,
     disallowed_worker_moves,
     live_parts_share_the_event_sequence,
+    a_cleared_log_never_takes_the_event_sequence_back,
     interrupted_persist_is_allowed_while_interrupting,
     checkpoints_users_and_tool_records,
     a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one,
@@ -781,6 +782,53 @@ async fn live_parts_share_the_event_sequence(db: TestDb) {
     assert_eq!(all.len(), 2);
     let c = s.get_chat(chat.id).await.unwrap();
     assert!(c.event_seq >= committed[0].event_seq);
+}
+
+/// Appends two parts after the chat's current number; a read of the chat reaches them
+/// (the log's writes leave the chat's row as it was).
+async fn log_two(s: &Arc<dyn Store>, lease: &Lease) -> i64 {
+    let start = s.get_chat(lease.chat_id).await.unwrap().event_seq;
+    s.append_live_entries(lease, &[entry(start + 1), entry(start + 2)])
+        .await
+        .unwrap();
+    assert_eq!(s.get_chat(lease.chat_id).await.unwrap().event_seq, start + 2);
+    start + 2
+}
+
+async fn a_cleared_log_never_takes_the_event_sequence_back(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let reaches = |logged: i64| async move {
+        assert!(s.live_parts_after(chat.id, 0).await.unwrap().is_empty());
+        let seq = s.get_chat(chat.id).await.unwrap().event_seq;
+        assert!(seq >= logged, "{seq} < {logged}");
+    };
+    // A failed run's log is dropped.
+    let lease = claim(s, "a", chat.id).await;
+    let logged = log_two(s, &lease).await;
+    s.fail_run(
+        &lease,
+        keel_store::LastError::new(ErrorKind::RateLimit, "slow down"),
+    )
+    .await
+    .unwrap();
+    reaches(logged).await;
+    // So is the log of a run that ends without committing a step.
+    send(s, chat.id, "again", Busy::Queue).await;
+    let lease = claim(s, "a", chat.id).await;
+    let logged = log_two(s, &lease).await;
+    s.finish_run(&lease).await.unwrap();
+    reaches(logged).await;
+    // And an edit under a run drops that run's log: the new branch is numbered above it.
+    send(s, chat.id, "third", Busy::Queue).await;
+    let lease = claim(s, "a", chat.id).await;
+    let logged = log_two(s, &lease).await;
+    let first = s.list_messages(chat.id, None).await.unwrap()[0].id;
+    s.edit_message(chat.id, first, text("edited")).await.unwrap();
+    reaches(logged).await;
+    let branch = s.list_messages(chat.id, None).await.unwrap();
+    let edited = branch.last().unwrap();
+    assert!(edited.event_seq > logged, "{} <= {logged}", edited.event_seq);
 }
 
 async fn interrupted_persist_is_allowed_while_interrupting(db: TestDb) {

@@ -114,7 +114,8 @@ async fn lock_fences(
 }
 
 /// Appends to the live-part log. Not a snapshot change: the version stays, only the
-/// event sequence advances (one number per entry).
+/// event sequence advances (one number per entry), read from the log itself: the chat's
+/// row is not written.
 pub(crate) async fn append_live_parts(
     cx: &mut Ctx<'_>,
     lease: &Lease,
@@ -135,14 +136,14 @@ pub(crate) async fn append_live_parts(
     let id = chat.id.to_string();
     cx.ops.append_live(&id, first, last, &json).await?;
     chat.event_seq = last;
-    cx.ops.set_event_seq(&id, last).await?;
     cx.notice(&chat, false);
     Ok(first..=last)
 }
 
 /// Appends live parts the worker numbered itself, for several chats in one transaction
 /// (each chat's entries fenced on their own lease). Each run of consecutive numbers is one
-/// batch row; each chat's event sequence advances past its highest number. Returns one
+/// batch row; each chat's event sequence advances past its highest number (the log is where
+/// a read finds it: no chat row is rewritten however many chats stream). Returns one
 /// outcome per group, in order: a fenced or finished chat's entries are refused, the
 /// others written. The notices (not published in this process: its subscribers got the
 /// parts directly) tell other replicas how far each chat's log now reaches.
@@ -186,11 +187,9 @@ pub(crate) async fn append_live_groups(
     if !rows.is_empty() {
         cx.ops.append_live_rows(&rows).await?;
     }
-    let mut seqs = Vec::with_capacity(advanced.len());
     let mut notices = Vec::with_capacity(advanced.len());
     for id in advanced {
         if let Some(chat) = chats.get(&id) {
-            seqs.push((id.to_string(), chat.event_seq));
             notices.push(ChangeNotice {
                 chat_id: chat.id,
                 version: chat.version,
@@ -204,9 +203,6 @@ pub(crate) async fn append_live_groups(
                 unowned: chat.worker_id.is_none(),
             });
         }
-    }
-    if !seqs.is_empty() {
-        cx.ops.set_event_seqs(&seqs).await?;
     }
     Ok((outcomes, notices))
 }
