@@ -23,23 +23,22 @@ pub(crate) type ChatLiveRow = (String, i64, String);
 /// One message of a chat's tree as stored: id, parent id, role and kind.
 pub(crate) type TreeRow = (i64, Option<i64>, String, String);
 
-/// The condition of [`Voided::OlderSteps`], a literal for statements built with `concat!`,
-/// finding the newest batch by `$newest` (`first_seq` or `last_seq`, whichever the backend's
-/// index of the log ends in: the correlated subquery then seeks instead of scanning the
-/// chat's batches for every row). No message lies between a batch's first and last number,
-/// so the last message before either is the same.
-macro_rules! older_steps {
-    ($newest:literal) => {
+/// Where [`Voided::OlderSteps`] cuts a chat's log: at its last message before the newest
+/// batch (`$chat` is the SQL of the chat's id). No message lies between a batch's first and
+/// last number, so the last message before either is the same; `last_seq` is the column
+/// both backends index the log by, so each `MAX` is one seek.
+macro_rules! older_steps_cut {
+    ($chat:literal) => {
         concat!(
-            " AND live_parts.last_seq < (SELECT MAX(m.event_seq) FROM messages m \
-             WHERE m.chat_id = live_parts.chat_id AND m.event_seq < \
-             (SELECT MAX(p.",
-            $newest,
-            ") FROM live_parts p WHERE p.chat_id = live_parts.chat_id))"
+            "(SELECT MAX(m.event_seq) FROM messages m WHERE m.chat_id = ",
+            $chat,
+            " AND m.event_seq < (SELECT MAX(p.last_seq) FROM live_parts p WHERE p.chat_id = ",
+            $chat,
+            "))"
         )
     };
 }
-pub(crate) use older_steps;
+pub(crate) use older_steps_cut;
 
 /// Per-chat state a transition empties: a whole table's rows of the chat, or the part of
 /// its live-part log a condition picks.
@@ -72,18 +71,21 @@ impl Voided {
         }
     }
 
-    /// The condition, beside the chat's id, a row must meet to be deleted (SQL of both
-    /// backends; `live_parts` names the row), with the backend's [`older_steps!`] text.
+    /// For the voids that keep part of the log: the number each chat's batches are cut at
+    /// (SQL over `v.id`, the chat's id) and the side of it that goes. A statement computes
+    /// it once per chat and deletes by a range of the `(chat_id, last_seq)` index; as a
+    /// condition on each batch it was computed for every batch of the chat's whole log
+    /// (a committed reply of a slow stream is a hundred batches and more).
     /// Batches never straddle a message: a step's parts are all logged before its commit
     /// numbers its messages.
-    pub(crate) fn condition(self, older_steps: &'static str) -> &'static str {
+    pub(crate) fn cut(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Voided::OlderSteps => older_steps,
-            Voided::UncommittedParts => {
-                " AND live_parts.last_seq > COALESCE((SELECT MAX(m.event_seq) FROM messages m \
-                 WHERE m.chat_id = live_parts.chat_id), 0)"
-            }
-            Voided::LiveParts | Voided::Checkpoints | Voided::ToolRecords => "",
+            Voided::OlderSteps => Some((older_steps_cut!("v.id"), "<")),
+            Voided::UncommittedParts => Some((
+                "COALESCE((SELECT MAX(m.event_seq) FROM messages m WHERE m.chat_id = v.id), 0)",
+                ">",
+            )),
+            Voided::LiveParts | Voided::Checkpoints | Voided::ToolRecords => None,
         }
     }
 }

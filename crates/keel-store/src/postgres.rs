@@ -60,7 +60,11 @@ tx_ops!(
     lock = " FOR UPDATE",
     begin = "",
     skip_locked = " FOR UPDATE SKIP LOCKED",
-    newest_batch = "first_seq",
+    // A join drives the delete from each chat's cut through the index.
+    delete_by_cut = (
+        "DELETE FROM live_parts l USING cut WHERE l.chat_id = cut.chat_id AND l.last_seq ",
+        " cut.seq"
+    ),
     // Two forms, as `IS NOT DISTINCT FROM` would not use the index on `(chat_id, parent_id)`.
     siblings = ", COALESCE(CASE WHEN messages.parent_id IS NULL \
                 THEN (SELECT json_agg(s.id)::text FROM messages s \
@@ -160,8 +164,21 @@ async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<Remot
 /// How long a pooled connection may have been idle and still be used without a ping.
 const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs(1);
 
-pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend> {
+/// The session settings of every connection: the URL's, with JIT compilation off unless
+/// the URL's `options` name it. Every statement here is a short lookup by key; a grouped
+/// one over many chats crosses `jit_above_cost` on its row estimates alone and spent longer
+/// in JIT compilation (tens of milliseconds, each time) than running.
+fn connect_options(url: &str) -> Result<PgConnectOptions> {
     let options = PgConnectOptions::from_str(url)?;
+    Ok(if url.contains("jit") {
+        options
+    } else {
+        options.options([("jit", "off")])
+    })
+}
+
+pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend> {
+    let options = connect_options(url)?;
     let pool = PgPoolOptions::new()
         .max_connections(opts.max_connections.max(2))
         // A connection in use moments ago is not checked again: the check is a round trip
@@ -238,5 +255,51 @@ impl Backend for PgBackend {
         })
         .boxed();
         Ok(Some(stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The server under test, as the store's integration tests find it: required on CI.
+    fn server() -> Option<String> {
+        match std::env::var("KEEL_TEST_DATABASE_URL") {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ if std::env::var_os("CI").is_some_and(|ci| !ci.is_empty()) => {
+                panic!("KEEL_TEST_DATABASE_URL is unset and CI is set")
+            }
+            _ => None,
+        }
+    }
+
+    async fn jit_of(url: &str) -> String {
+        let mut conn = PgConnection::connect_with(&connect_options(url).unwrap())
+            .await
+            .unwrap();
+        sqlx::query_scalar("SHOW jit")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn sessions_run_without_jit_unless_the_url_asks_for_it() {
+        let Some(base) = server() else { return };
+        assert_eq!(jit_of(&base).await, "off");
+        let sep = if base.contains('?') { '&' } else { '?' };
+        assert_eq!(jit_of(&format!("{base}{sep}options[jit]=on")).await, "on");
+        // The URL's other settings stay.
+        let url = format!("{base}{sep}options[application_name]=keel-test");
+        let mut conn = PgConnection::connect_with(&connect_options(&url).unwrap())
+            .await
+            .unwrap();
+        let name: String = sqlx::query_scalar("SHOW application_name")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(name, "keel-test");
     }
 }

@@ -146,6 +146,48 @@ macro_rules! set_by_id {
     }};
 }
 
+/// Deletes the rows `$what` ([`crate::ops::Voided`]) picks of the chats with these ids, one
+/// statement per 2,000 chats. A void that keeps part of the log computes each chat's cut
+/// once (`cut`) and deletes the batches on its side of it, found by a range of the
+/// `(chat_id, last_seq)` index; `$by_cut` is the backend's delete of them, in two halves
+/// around the comparison.
+macro_rules! delete_voided {
+    ($self:ident, $db:ty, $by_cut:expr, $what:expr, $ids:expr) => {{
+        let what: $crate::ops::Voided = $what;
+        for chunk in $ids.chunks(2000) {
+            let mut query;
+            match what.cut() {
+                None => {
+                    query = sqlx::QueryBuilder::<$db>::new("DELETE FROM ");
+                    query.push(what.table()).push(" WHERE chat_id IN (");
+                    let mut list = query.separated(", ");
+                    for id in chunk {
+                        list.push_bind(*id);
+                    }
+                    query.push(")");
+                }
+                Some((cut, side)) => {
+                    query = sqlx::QueryBuilder::<$db>::new("WITH v (id) AS (VALUES ");
+                    let mut list = query.separated(", ");
+                    for id in chunk {
+                        list.push("(CAST(")
+                            .push_bind_unseparated(*id)
+                            .push_unseparated(" AS TEXT))");
+                    }
+                    query
+                        .push("), cut (chat_id, seq) AS (SELECT v.id, ")
+                        .push(cut)
+                        .push(" FROM v) ")
+                        .push($by_cut.0)
+                        .push(side)
+                        .push($by_cut.1);
+                }
+            }
+            query.build().execute($self.conn().await?).await?;
+        }
+    }};
+}
+
 /// A chat and its queue in one statement: one row per queued message, or one with no
 /// message. The chat's columns come from a subquery (after `$begin`, locked with `$lock`),
 /// so the join's names never clash.
@@ -175,8 +217,8 @@ macro_rules! message_columns {
 /// `async fn conn(&mut self) -> Result<&mut <$db as sqlx::Database>::Connection>`,
 /// `fn begin_with_next(&mut self) -> bool` (the next statement must open the transaction
 /// with `$begin`), `async fn finish(self: Box<Self>) -> Result<()>` (commit) and `abort`
-/// (rollback). `$newest` is the column the backend's index of the live-part log ends in
-/// ([`crate::ops::older_steps`]).
+/// (rollback). `delete_by_cut` deletes a chat's batches on one side of its cut
+/// ([`delete_voided`]).
 macro_rules! tx_ops {
     (
         $name:ident,
@@ -184,7 +226,7 @@ macro_rules! tx_ops {
         lock = $lock:literal,
         begin = $begin:literal,
         skip_locked = $skip:literal,
-        newest_batch = $newest:literal,
+        delete_by_cut = $by_cut:expr,
         siblings = $siblings:literal,
         notify = $notify:path,
         extra = { $($extra:tt)* } $(,)?
@@ -483,18 +525,10 @@ macro_rules! tx_ops {
                     });
                     query.build().execute(self.conn().await?).await?;
                 }
-                for table in voided {
-                    for chunk in chats.chunks(2000) {
-                        let mut query = sqlx::QueryBuilder::<$db>::new("DELETE FROM ");
-                        query.push(table.table()).push(" WHERE chat_id IN (");
-                        let mut list = query.separated(", ");
-                        for chat in chunk {
-                            list.push_bind(chat.id.as_str());
-                        }
-                        query
-                            .push(")")
-                            .push(table.condition($crate::ops::older_steps!($newest)));
-                        query.build().execute(self.conn().await?).await?;
+                if !voided.is_empty() {
+                    let ids: Vec<&str> = chats.iter().map(|c| c.id.as_str()).collect();
+                    for what in voided {
+                        delete_voided!(self, $db, $by_cut, *what, &ids);
                     }
                 }
                 // Every row exists and is locked: the insert always meets its conflict, and
@@ -877,13 +911,7 @@ macro_rules! tx_ops {
                 chat: &str,
                 what: $crate::ops::Voided,
             ) -> $crate::error::Result<()> {
-                let mut query = sqlx::QueryBuilder::<$db>::new("DELETE FROM ");
-                query
-                    .push(what.table())
-                    .push(" WHERE chat_id = ")
-                    .push_bind(chat)
-                    .push(what.condition($crate::ops::older_steps!($newest)));
-                query.build().execute(self.conn().await?).await?;
+                delete_voided!(self, $db, $by_cut, what, &[chat]);
                 Ok(())
             }
 

@@ -17,7 +17,7 @@ use sqlx::{Connection, Executor, Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::{Result, StoreError};
-use crate::ops::{Backend, TxOps, Voided, older_steps};
+use crate::ops::{Backend, TxOps, Voided, older_steps_cut};
 use crate::rows::{ChatCols, MessageCols};
 use crate::types::{ChangeNotice, RemoteNotice, StoreOptions};
 
@@ -104,7 +104,12 @@ tx_ops!(
     lock = "",
     begin = "BEGIN IMMEDIATE; ",
     skip_locked = "",
-    newest_batch = "last_seq",
+    // No `DELETE … USING`: the batches to delete are looked up by their key.
+    delete_by_cut = (
+        "DELETE FROM live_parts WHERE (chat_id, last_seq) IN (SELECT l.chat_id, l.last_seq \
+         FROM cut JOIN live_parts l ON l.chat_id = cut.chat_id AND l.last_seq ",
+        " cut.seq)"
+    ),
     // `IS` matches a root's missing parent too, and uses the index on `(chat_id, parent_id)`.
     siblings = ", (SELECT json_group_array(s.id) FROM messages s \
                 WHERE s.chat_id = messages.chat_id AND s.parent_id IS messages.parent_id \
@@ -126,8 +131,9 @@ tx_ops!(
                 message_columns!(),
                 ", deleted, on_branch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
                  $32, $34, $37, FALSE, TRUE); \
-                 DELETE FROM live_parts WHERE chat_id = $1",
-                older_steps!("last_seq"), // `newest_batch` above
+                 DELETE FROM live_parts WHERE chat_id = $1 AND last_seq < ",
+                // Of the chat's id: computed once, not for each batch.
+                older_steps_cut!("$1"),
                 "; \
                  DELETE FROM checkpoints WHERE chat_id = $1; \
                  UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \

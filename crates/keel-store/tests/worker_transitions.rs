@@ -791,7 +791,10 @@ async fn log_two(s: &Arc<dyn Store>, lease: &Lease) -> i64 {
     s.append_live_entries(lease, &[entry(start + 1), entry(start + 2)])
         .await
         .unwrap();
-    assert_eq!(s.get_chat(lease.chat_id).await.unwrap().event_seq, start + 2);
+    assert_eq!(
+        s.get_chat(lease.chat_id).await.unwrap().event_seq,
+        start + 2
+    );
     start + 2
 }
 
@@ -824,11 +827,17 @@ async fn a_cleared_log_never_takes_the_event_sequence_back(db: TestDb) {
     let lease = claim(s, "a", chat.id).await;
     let logged = log_two(s, &lease).await;
     let first = s.list_messages(chat.id, None).await.unwrap()[0].id;
-    s.edit_message(chat.id, first, text("edited")).await.unwrap();
+    s.edit_message(chat.id, first, text("edited"))
+        .await
+        .unwrap();
     reaches(logged).await;
     let branch = s.list_messages(chat.id, None).await.unwrap();
     let edited = branch.last().unwrap();
-    assert!(edited.event_seq > logged, "{} <= {logged}", edited.event_seq);
+    assert!(
+        edited.event_seq > logged,
+        "{} <= {logged}",
+        edited.event_seq
+    );
 }
 
 async fn interrupted_persist_is_allowed_while_interrupting(db: TestDb) {
