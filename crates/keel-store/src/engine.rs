@@ -531,8 +531,8 @@ impl Store for SqlStore {
             let mut cx = Ctx::new(&mut *ops, &self.opts);
             t::append_live_groups(&mut cx, groups).await
         };
-        let (outcomes, notices) = match written {
-            Ok(written) => written,
+        let outcomes = match written {
+            Ok(outcomes) => outcomes,
             Err(e) => {
                 // As in every transition: the error is what matters, a failed rollback
                 // only means the connection is gone.
@@ -540,9 +540,6 @@ impl Store for SqlStore {
                 return Err(e);
             }
         };
-        if !notices.is_empty() {
-            ops.notify_all(&notices).await?;
-        }
         ops.commit().await?;
         Ok(outcomes)
     }

@@ -204,6 +204,16 @@ pub(crate) trait TxOps: Send {
     ) -> Result<()>;
     /// Appends several batches of live parts, of any chats, in one statement.
     async fn append_live_rows(&mut self, rows: &[LiveRow]) -> Result<()>;
+    /// Appends batches as [`TxOps::append_live_rows`] and sends `notices` to other replicas
+    /// when the transaction commits; a backend may do both in one statement.
+    async fn append_live_rows_notifying(
+        &mut self,
+        rows: &[LiveRow],
+        notices: &[ChangeNotice],
+    ) -> Result<()> {
+        self.append_live_rows(rows).await?;
+        self.notify_all(notices).await
+    }
     /// Reads and locks several chat rows, in id order (ids that name no chat are left out).
     async fn lock_chats(&mut self, ids: &[String]) -> Result<Vec<ChatCols>>;
     /// Reads and locks several chat rows like [`TxOps::lock_chats`], only the columns a

@@ -89,8 +89,47 @@ tx_ops!(
                 .await?;
             Ok(())
         }
+
+        async fn append_live_rows_notifying(
+            &mut self,
+            rows: &[crate::ops::LiveRow],
+            notices: &[ChangeNotice],
+        ) -> Result<()> {
+            if notices.is_empty() || rows.len() > NOTIFYING_INSERT_ROWS {
+                self.append_live_rows(rows).await?;
+                return self.notify_all(notices).await;
+            }
+            let payloads = notices
+                .iter()
+                .map(notice_payload)
+                .collect::<Result<Vec<String>>>()?;
+            // A data-modifying `WITH` runs whether or not the query reads it: the insert
+            // and the notices are one round trip of a log write, not two.
+            let mut query = sqlx::QueryBuilder::<Postgres>::new(
+                "WITH appended AS (INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) ",
+            );
+            query.push_values(rows, |mut row, (chat, first, last, payloads)| {
+                row.push_bind(chat.as_str())
+                    .push_bind(*first)
+                    .push_bind(*last)
+                    .push_bind(payloads.as_str());
+            });
+            query
+                .push(") SELECT pg_notify(")
+                .push_bind(NOTICE_CHANNEL)
+                .push(", payload) FROM unnest(")
+                .push_bind(payloads)
+                .push("::text[]) AS payload");
+            query.build().execute(self.conn().await?).await?;
+            Ok(())
+        }
     },
 );
+
+/// Batches a log write inserts in the statement that also sends its notices: four
+/// parameters each, well within PostgreSQL's 65,535 per statement. Larger writes insert in
+/// chunks first.
+const NOTIFYING_INSERT_ROWS: usize = 8000;
 
 /// `pg_notify` inside the transaction: delivered exactly when it commits.
 async fn notify_replicas(conn: &mut PgConnection, notice: &ChangeNotice) -> Result<()> {

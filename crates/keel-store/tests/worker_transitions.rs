@@ -932,3 +932,39 @@ async fn checkpoints_users_and_tool_records(db: TestDb) {
         .unwrap();
     assert_eq!(s.get_chat(chat.id).await.unwrap().retry_state, None);
 }
+
+/// The log's write is what tells other replicas how far each chat's log now reaches: its
+/// notices go with the insert, and a refused group sends none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_write_tells_other_replicas_how_far_each_chats_log_reaches() {
+    use futures::StreamExt;
+    let Some(db) = postgres().await else { return };
+    let s = &db.store;
+    let ([a, b, c], [la, lb, lc]) = three_claimed_with_b_fenced(s).await;
+    let mut remote = s.subscribe_remote().await.unwrap();
+    let start = |chat: &Chat| chat.event_seq;
+    let (sa, sb, sc) = (
+        start(&s.get_chat(a.id).await.unwrap()),
+        start(&s.get_chat(b.id).await.unwrap()),
+        start(&s.get_chat(c.id).await.unwrap()),
+    );
+    let (for_a, for_b, for_c) = (
+        [entry(sa + 1), entry(sa + 2)],
+        [entry(sb + 1)],
+        [entry(sc + 1)],
+    );
+    s.append_live_groups(&[(la, &for_a[..]), (lb, &for_b[..]), (lc, &for_c[..])])
+        .await
+        .unwrap();
+    let mut heard = std::collections::HashMap::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while heard.get(&a.id) != Some(&(sa + 2)) || heard.get(&c.id) != Some(&(sc + 1)) {
+            if let Some(keel_store::RemoteNotice::Changed(n)) = remote.next().await {
+                heard.insert(n.chat_id, n.event_seq);
+            }
+        }
+    })
+    .await
+    .expect("both written chats' notices");
+    assert_eq!(heard.get(&b.id), None, "{heard:?}");
+}

@@ -145,12 +145,13 @@ pub(crate) async fn append_live_parts(
 /// batch row; each chat's event sequence advances past its highest number (the log is where
 /// a read finds it: no chat row is rewritten however many chats stream). Returns one
 /// outcome per group, in order: a fenced or finished chat's entries are refused, the
-/// others written. The notices (not published in this process: its subscribers got the
-/// parts directly) tell other replicas how far each chat's log now reaches.
+/// others written. Notices tell other replicas how far each chat's log now reaches (not
+/// published in this process: its subscribers got the parts directly), sent with the
+/// insert.
 pub(crate) async fn append_live_groups(
     cx: &mut Ctx<'_>,
     groups: &[(Lease, &[crate::types::NewLiveEntry])],
-) -> Result<(Vec<Result<()>>, Vec<ChangeNotice>)> {
+) -> Result<Vec<Result<()>>> {
     let mut chats = lock_fences(cx, groups.iter().map(|(l, _)| l.chat_id)).await?;
     let mut outcomes = Vec::with_capacity(groups.len());
     let mut rows = Vec::new();
@@ -184,9 +185,6 @@ pub(crate) async fn append_live_groups(
         }
         outcomes.push(Ok(()));
     }
-    if !rows.is_empty() {
-        cx.ops.append_live_rows(&rows).await?;
-    }
     let mut notices = Vec::with_capacity(advanced.len());
     for id in advanced {
         if let Some(chat) = chats.get(&id) {
@@ -204,7 +202,10 @@ pub(crate) async fn append_live_groups(
             });
         }
     }
-    Ok((outcomes, notices))
+    if !rows.is_empty() {
+        cx.ops.append_live_rows_notifying(&rows, &notices).await?;
+    }
+    Ok(outcomes)
 }
 
 /// Splits entries into runs of consecutive sequence numbers (one stored batch each).
