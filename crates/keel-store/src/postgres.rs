@@ -209,7 +209,8 @@ const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs(1);
 /// in JIT compilation (tens of milliseconds, each time) than running.
 fn connect_options(url: &str) -> Result<PgConnectOptions> {
     let options = PgConnectOptions::from_str(url)?;
-    Ok(if url.contains("jit") {
+    let names_jit = options.get_options().is_some_and(|o| o.contains("jit"));
+    Ok(if names_jit {
         options
     } else {
         options.options([("jit", "off")])
@@ -330,6 +331,16 @@ mod tests {
         assert_eq!(jit_of(&base).await, "off");
         let sep = if base.contains('?') { '&' } else { '?' };
         assert_eq!(jit_of(&format!("{base}{sep}options[jit]=on")).await, "on");
+        assert_eq!(
+            jit_of(&format!("{base}{sep}options=-c%20jit%3Don")).await,
+            "on"
+        );
+        // Only the session settings count: a name elsewhere in the URL that happens to
+        // contain the word leaves JIT off.
+        assert_eq!(
+            jit_of(&format!("{base}{sep}application_name=jitter")).await,
+            "off"
+        );
         // The URL's other settings stay.
         let url = format!("{base}{sep}options[application_name]=keel-test");
         let mut conn = PgConnection::connect_with(&connect_options(&url).unwrap())
