@@ -77,10 +77,7 @@ tx_ops!(
     notify = notify_replicas,
     extra = {
         async fn notify_all(&mut self, notices: &[ChangeNotice]) -> Result<()> {
-            let payloads = notices
-                .iter()
-                .map(notice_payload)
-                .collect::<Result<Vec<String>>>()?;
+            let payloads = notice_payloads(notices)?;
             // One round trip for a whole group of chats.
             sqlx::query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload")
                 .bind(NOTICE_CHANNEL)
@@ -99,21 +96,13 @@ tx_ops!(
                 self.append_live_rows(rows).await?;
                 return self.notify_all(notices).await;
             }
-            let payloads = notices
-                .iter()
-                .map(notice_payload)
-                .collect::<Result<Vec<String>>>()?;
+            let payloads = notice_payloads(notices)?;
             // A data-modifying `WITH` runs whether or not the query reads it: the insert
             // and the notices are one round trip of a log write, not two.
             let mut query = sqlx::QueryBuilder::<Postgres>::new(
                 "WITH appended AS (INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) ",
             );
-            query.push_values(rows, |mut row, (chat, first, last, payloads)| {
-                row.push_bind(chat.as_str())
-                    .push_bind(*first)
-                    .push_bind(*last)
-                    .push_bind(payloads.as_str());
-            });
+            push_live_rows!(query, rows);
             query
                 .push(") SELECT pg_notify(")
                 .push_bind(NOTICE_CHANNEL)
@@ -130,6 +119,11 @@ tx_ops!(
 /// parameters each, well within PostgreSQL's 65,535 per statement. Larger writes insert in
 /// chunks first.
 const NOTIFYING_INSERT_ROWS: usize = 8000;
+
+/// The payloads of notices, for `pg_notify` over `unnest` of them.
+fn notice_payloads(notices: &[ChangeNotice]) -> Result<Vec<String>> {
+    notices.iter().map(notice_payload).collect()
+}
 
 /// `pg_notify` inside the transaction: delivered exactly when it commits.
 async fn notify_replicas(conn: &mut PgConnection, notice: &ChangeNotice) -> Result<()> {

@@ -80,6 +80,19 @@ macro_rules! push_chat_row {
     };
 }
 
+/// Pushes batches of live parts ([`crate::ops::LiveRow`]) as the `VALUES` of an insert into
+/// `live_parts (chat_id, first_seq, last_seq, payloads)`.
+macro_rules! push_live_rows {
+    ($query:ident, $rows:expr) => {
+        $query.push_values($rows, |mut row, (chat, first, last, payloads)| {
+            row.push_bind(chat.as_str())
+                .push_bind(*first)
+                .push_bind(*last)
+                .push_bind(payloads.as_str());
+        });
+    };
+}
+
 /// The chat columns in [`crate::rows::FenceCols`] order: what a lease fence and a
 /// live-part notice read.
 macro_rules! fence_columns {
@@ -875,12 +888,7 @@ macro_rules! tx_ops {
                     let mut query = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) ",
                     );
-                    query.push_values(chunk, |mut row, (chat, first, last, payloads)| {
-                        row.push_bind(chat.as_str())
-                            .push_bind(*first)
-                            .push_bind(*last)
-                            .push_bind(payloads.as_str());
-                    });
+                    push_live_rows!(query, chunk);
                     query.build().execute(self.conn().await?).await?;
                 }
                 Ok(())
