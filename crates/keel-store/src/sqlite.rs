@@ -1,5 +1,8 @@
 //! The SQLite backend: one file in WAL mode, a single writer connection (so write
-//! transactions never contend for the lock inside this process) and a pool of readers.
+//! transactions never contend for the lock inside this process) and a set of readers
+//! ([`readers`]).
+
+mod readers;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -9,10 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use sqlx::migrate::Migrator;
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{Connection, Executor, Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -29,12 +29,12 @@ pub(crate) struct Writer {
     open: bool,
 }
 
-/// A transaction on the writer (or, for reads, on a pooled reader).
+/// A transaction on the writer (or, for reads, on a reader).
 pub(crate) enum SqliteTx {
     Write(OwnedMutexGuard<Writer>),
-    Read(sqlx::Transaction<'static, Sqlite>),
-    /// A pooled reader in autocommit mode, for a read of one statement.
-    Single(PoolConnection<Sqlite>),
+    Read(readers::ReaderGuard),
+    /// A reader in autocommit mode, for a read of one statement.
+    Single(readers::ReaderGuard),
 }
 
 impl SqliteTx {
@@ -48,8 +48,7 @@ impl SqliteTx {
                 }
                 Ok(&mut w.conn)
             }
-            SqliteTx::Read(tx) => Ok(tx),
-            SqliteTx::Single(conn) => Ok(conn),
+            SqliteTx::Read(reader) | SqliteTx::Single(reader) => Ok(reader.conn()),
         }
     }
 
@@ -73,7 +72,7 @@ impl SqliteTx {
                     w.open = false;
                 }
             }
-            SqliteTx::Read(tx) => tx.commit().await?,
+            SqliteTx::Read(mut reader) => reader.end(true).await?,
             SqliteTx::Single(_) => {}
         }
         Ok(())
@@ -87,7 +86,7 @@ impl SqliteTx {
                     w.open = false;
                 }
             }
-            SqliteTx::Read(tx) => tx.rollback().await?,
+            SqliteTx::Read(mut reader) => reader.end(false).await?,
             SqliteTx::Single(_) => {}
         }
         Ok(())
@@ -206,7 +205,7 @@ pub(crate) struct SqliteBackend {
     // The writer is a bare connection behind a mutex rather than a pool of one: a pool
     // checkout costs more than a whole small statement.
     writer: Arc<Mutex<Writer>>,
-    reader: SqlitePool,
+    readers: Arc<readers::Readers>,
 }
 
 fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
@@ -239,17 +238,12 @@ pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<SqliteBack
     }
     let mut writer = SqliteConnection::connect_with(&options).await?;
     MIGRATOR.run(&mut writer).await?;
-    let reader = SqlitePoolOptions::new()
-        .max_connections(opts.max_connections.max(1))
-        .test_before_acquire(false)
-        .connect_with(options)
-        .await?;
     Ok(SqliteBackend {
         writer: Arc::new(Mutex::new(Writer {
             conn: writer,
             open: false,
         })),
-        reader,
+        readers: readers::Readers::new(options, opts.max_connections),
     })
 }
 
@@ -268,11 +262,13 @@ impl Backend for SqliteBackend {
     }
 
     async fn begin_read(&self) -> Result<Box<dyn TxOps>> {
-        Ok(Box::new(SqliteTx::Read(self.reader.begin().await?)))
+        let mut reader = self.readers.acquire().await?;
+        reader.begin().await?;
+        Ok(Box::new(SqliteTx::Read(reader)))
     }
 
     async fn begin_single_read(&self) -> Result<Box<dyn TxOps>> {
-        Ok(Box::new(SqliteTx::Single(self.reader.acquire().await?)))
+        Ok(Box::new(SqliteTx::Single(self.readers.acquire().await?)))
     }
 
     async fn subscribe_remote(&self) -> Result<Option<BoxStream<'static, RemoteNotice>>> {

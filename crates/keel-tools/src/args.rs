@@ -1,21 +1,33 @@
 //! The model-facing side of a built-in tool's arguments: the JSON Schema offered to the model
 //! (generated from the Rust argument struct) and parsing of the JSON text it sends back.
 
+use std::sync::OnceLock;
+
 use keel_agent::ToolError;
 use keel_core::ToolDefinition;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// A function tool definition whose parameters are the JSON Schema of `T`.
-pub(crate) fn definition<T: JsonSchema>(name: &str, description: &str) -> ToolDefinition {
-    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
-    if let Value::Object(map) = &mut schema {
-        // Metadata about the schema, not the arguments; some providers reject unknown keys.
-        map.remove("$schema");
-        map.remove("title");
-    }
-    ToolDefinition::function(name, description, schema)
+/// A function tool definition whose parameters are the JSON Schema of `T`, generated once
+/// into `cache`: a run asks for its tools' definitions at every step.
+pub(crate) fn definition<T: JsonSchema>(
+    cache: &'static OnceLock<ToolDefinition>,
+    name: &str,
+    description: &str,
+) -> ToolDefinition {
+    cache
+        .get_or_init(|| {
+            let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
+            if let Value::Object(map) = &mut schema {
+                // Metadata about the schema, not the arguments; some providers reject unknown
+                // keys.
+                map.remove("$schema");
+                map.remove("title");
+            }
+            ToolDefinition::function(name, description, schema)
+        })
+        .clone()
 }
 
 /// Parses the model's argument text. Empty text counts as `{}`, which models send for tools
@@ -41,7 +53,10 @@ mod tests {
 
     #[test]
     fn schema_is_an_object_schema_without_metadata() {
-        let def = definition::<Args>("t", "d");
+        static CACHE: OnceLock<ToolDefinition> = OnceLock::new();
+        let def = definition::<Args>(&CACHE, "t", "d");
+        // Generated once, then the same definition.
+        assert_eq!(definition::<Args>(&CACHE, "t", "d"), def);
         let p = &def.parameters;
         assert_eq!(p["type"], "object");
         assert!(p.get("$schema").is_none());

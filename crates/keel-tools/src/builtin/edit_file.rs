@@ -5,6 +5,7 @@ use keel_agent::{Tool, ToolCallRequest, ToolError, ToolOutput};
 use keel_core::{Cancel, ToolDefinition};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use std::sync::OnceLock;
 
 use crate::args;
 use crate::builtin::read_file::MAX_FILE_BYTES;
@@ -39,7 +40,9 @@ impl EditFile {
 #[async_trait]
 impl Tool for EditFile {
     fn definition(&self) -> ToolDefinition {
+        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
         args::definition::<Args>(
+            &DEFINITION,
             NAME,
             "Replace the exact text `old` with `new` in a file of the workspace. `old` must occur \
              exactly once; include surrounding lines to make it unique.",

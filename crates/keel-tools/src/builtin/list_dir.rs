@@ -5,6 +5,7 @@ use keel_agent::{Tool, ToolCallRequest, ToolError, ToolOutput};
 use keel_core::{Cancel, ToolDefinition};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use std::sync::OnceLock;
 
 use crate::args;
 use crate::workspace::Workspace;
@@ -33,7 +34,9 @@ impl ListDir {
 #[async_trait]
 impl Tool for ListDir {
     fn definition(&self) -> ToolDefinition {
+        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
         args::definition::<Args>(
+            &DEFINITION,
             NAME,
             "List the entries of a directory of the workspace, sorted by name, one per line. \
              Directories end with `/`.",

@@ -5,6 +5,7 @@ use keel_agent::{Tool, ToolCallRequest, ToolError, ToolOutput};
 use keel_core::{Cancel, ToolDefinition};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use std::sync::OnceLock;
 
 use crate::args;
 use crate::open::{self, ReadError};
@@ -46,7 +47,9 @@ impl ReadFile {
 #[async_trait]
 impl Tool for ReadFile {
     fn definition(&self) -> ToolDefinition {
+        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
         args::definition::<Args>(
+            &DEFINITION,
             NAME,
             "Read a text file of the workspace. Optionally only the lines start_line..=end_line \
              (1-based, inclusive).",

@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -111,7 +112,9 @@ enum Outcome {
 #[async_trait]
 impl Tool for RunCommand {
     fn definition(&self) -> ToolDefinition {
+        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
         args::definition::<Args>(
+            &DEFINITION,
             NAME,
             "Run a shell command (sh -c) in the workspace directory. Returns the combined \
              stdout and stderr (long output keeps its beginning and end) and the exit code.",

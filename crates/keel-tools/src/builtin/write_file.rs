@@ -5,6 +5,7 @@ use keel_agent::{Tool, ToolCallRequest, ToolError, ToolOutput};
 use keel_core::{Cancel, ToolDefinition};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use std::sync::OnceLock;
 
 use crate::args;
 use crate::open;
@@ -36,7 +37,9 @@ impl WriteFile {
 #[async_trait]
 impl Tool for WriteFile {
     fn definition(&self) -> ToolDefinition {
+        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
         args::definition::<Args>(
+            &DEFINITION,
             NAME,
             "Create or overwrite a file of the workspace with the given content. Parent \
              directories are created as needed.",
