@@ -443,19 +443,17 @@ impl Store for SqlStore {
     }
 
     async fn start_run(&self, chat: ChatId) -> Result<RunStart> {
-        let (chat, batches, rows, records) = in_read!(self, |ops| {
-            let chat = Self::read_chat(ops, chat).await?;
-            let id = chat.id.to_string();
-            let batches = ops.live_after(&id, 0).await?;
-            let rows = ops.messages(&id, 0, false).await?;
-            let records = ops.tool_records(&id).await?;
-            Ok((chat, batches, rows, records))
+        let read = in_read!(self, |ops| {
+            ops.run_start_rows(&chat.to_string())
+                .await?
+                .ok_or(StoreError::not_found("chat"))
         })?;
         Ok(RunStart {
-            chat,
-            log: live_entries(batches, 0)?,
-            history: Self::all_messages(rows)?,
-            tool_records: records
+            chat: crate::rows::chat_with_queue(read.chat)?,
+            log: live_entries(read.batches, 0)?,
+            history: Self::all_messages(read.messages)?,
+            tool_records: read
+                .records
                 .into_iter()
                 .map(ToolRecordCols::into_record)
                 .collect::<Result<_>>()?,
@@ -464,18 +462,15 @@ impl Store for SqlStore {
 
     async fn catch_up(&self, chat: ChatId, after: i64, limit: usize) -> Result<CatchUp> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let (batches, messages, chat) = in_read!(self, |ops| {
-            // The chat first: it is the one read that tells a missing chat.
-            let chat = Self::read_chat(ops, chat).await?;
-            let id = chat.id.to_string();
-            let batches = ops.logged_after(&id, after).await?;
-            let messages = Self::all_messages(ops.visible_page(&id, after, true, limit).await?)?;
-            Ok((batches, messages, chat))
+        let read = in_read!(self, |ops| {
+            ops.catch_up_rows(&chat.to_string(), after, limit)
+                .await?
+                .ok_or(StoreError::not_found("chat"))
         })?;
         Ok(CatchUp {
-            parts: live_entries(batches, after)?,
-            messages,
-            chat,
+            parts: live_entries(read.batches, after)?,
+            messages: Self::all_messages(read.messages)?,
+            chat: crate::rows::chat_with_queue(read.chat)?,
         })
     }
 

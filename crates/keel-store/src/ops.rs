@@ -90,6 +90,54 @@ impl Voided {
     }
 }
 
+/// The rows of [`TxOps::catch_up_rows`].
+pub(crate) struct CatchUpRows {
+    pub chat: (ChatCols, Vec<QueuedCols>),
+    pub batches: Vec<(i64, String)>,
+    pub messages: Vec<MessageCols>,
+}
+
+/// The rows of [`TxOps::run_start_rows`].
+pub(crate) struct RunStartRows {
+    pub chat: (ChatCols, Vec<QueuedCols>),
+    pub batches: Vec<(i64, String)>,
+    pub messages: Vec<MessageCols>,
+    pub records: Vec<ToolRecordCols>,
+}
+
+/// [`TxOps::catch_up_rows`] as one statement each.
+pub(crate) async fn catch_up_rows_apart<T: TxOps + ?Sized>(
+    ops: &mut T,
+    chat: &str,
+    after: i64,
+    limit: i64,
+) -> Result<Option<CatchUpRows>> {
+    let Some(chat_and_queue) = ops.read_chat_and_queue(chat).await? else {
+        return Ok(None);
+    };
+    Ok(Some(CatchUpRows {
+        chat: chat_and_queue,
+        batches: ops.logged_after(chat, after).await?,
+        messages: ops.visible_page(chat, after, true, limit).await?,
+    }))
+}
+
+/// [`TxOps::run_start_rows`] as one statement each.
+pub(crate) async fn run_start_rows_apart<T: TxOps + ?Sized>(
+    ops: &mut T,
+    chat: &str,
+) -> Result<Option<RunStartRows>> {
+    let Some(chat_and_queue) = ops.read_chat_and_queue(chat).await? else {
+        return Ok(None);
+    };
+    Ok(Some(RunStartRows {
+        chat: chat_and_queue,
+        batches: ops.live_after(chat, 0).await?,
+        messages: ops.messages(chat, 0, false).await?,
+        records: ops.tool_records(chat).await?,
+    }))
+}
+
 #[async_trait]
 pub(crate) trait TxOps: Send {
     /// Reads a chat row, locking it until the transaction ends.
@@ -236,6 +284,25 @@ pub(crate) trait TxOps: Send {
     /// Every logged batch holding entries after `after`, the committed step's kept parts
     /// included, like [`TxOps::live_after`].
     async fn logged_after(&mut self, chat: &str, after: i64) -> Result<Vec<(i64, String)>>;
+
+    /// What a follower's catch-up reads after the position `after`: the chat and its queue,
+    /// the logged batches, and the first `limit` visible messages by event number; `None`
+    /// when there is no such chat. A backend that can read them in one round trip does.
+    async fn catch_up_rows(
+        &mut self,
+        chat: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Option<CatchUpRows>> {
+        catch_up_rows_apart(self, chat, after, limit).await
+    }
+
+    /// What a run starts from: the chat and its queue, the batches of the step in progress,
+    /// the current branch's messages and the tool records; `None` when there is no such
+    /// chat. A backend that can read them in one round trip does.
+    async fn run_start_rows(&mut self, chat: &str) -> Result<Option<RunStartRows>> {
+        run_start_rows_apart(self, chat).await
+    }
     /// Deletes the logs of chats no run holds that have not changed since `before` (ms since
     /// the epoch): the parts kept for followers of a committed step ([`Voided`]).
     async fn purge_settled_logs(&mut self, before: i64) -> Result<u64>;

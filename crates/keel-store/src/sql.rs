@@ -219,6 +219,60 @@ macro_rules! chat_and_queue_sql {
     };
 }
 
+/// A chat's logged batches holding entries after `$2` (every batch, the committed step's
+/// kept parts included).
+macro_rules! logged_after_sql {
+    () => {
+        "SELECT first_seq, payloads FROM live_parts WHERE chat_id = $1 AND last_seq > $2 \
+         ORDER BY first_seq"
+    };
+}
+
+/// A chat's batches of the step in progress (numbered after its last message) holding
+/// entries after `$2`.
+macro_rules! live_after_sql {
+    () => {
+        "SELECT first_seq, payloads FROM live_parts \
+         WHERE chat_id = $1 AND last_seq > $2 AND last_seq > COALESCE(\
+         (SELECT MAX(event_seq) FROM messages WHERE chat_id = $1), 0) \
+         ORDER BY first_seq"
+    };
+}
+
+/// The current branch's messages of a chat after the id `$2`.
+macro_rules! branch_messages_sql {
+    () => {
+        concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages WHERE chat_id = $1 AND id > $2 AND on_branch ORDER BY id"
+        )
+    };
+}
+
+/// The first `$3` visible messages of a chat's current branch numbered after `$2`, with the
+/// backend's `$siblings` column.
+macro_rules! visible_by_seq_sql {
+    ($siblings:expr) => {
+        concat!(
+            "SELECT ",
+            message_columns!(),
+            $siblings,
+            " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND on_branch \
+             AND COALESCE(kind, '') <> 'summary' ORDER BY event_seq LIMIT $3"
+        )
+    };
+}
+
+/// A chat's tool records.
+macro_rules! tool_records_sql {
+    () => {
+        "SELECT chat_id, tool_call_id, tool_name, args, state, result, is_error, \
+         started_at, finished_at FROM tool_records WHERE chat_id = $1 \
+         ORDER BY started_at, tool_call_id"
+    };
+}
+
 macro_rules! message_columns {
     () => {
         "chat_id, id, role, parts, content_version, usage, context_limit, runtime_ms, \
@@ -241,7 +295,7 @@ macro_rules! tx_ops {
         begin = $begin:literal,
         skip_locked = $skip:literal,
         delete_by_cut = $by_cut:expr,
-        siblings = $siblings:literal,
+        siblings = $siblings:expr,
         notify = $notify:path,
         extra = { $($extra:tt)* } $(,)?
     ) => {
@@ -589,11 +643,7 @@ macro_rules! tx_ops {
                 after: i64,
                 siblings: bool,
             ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
-                const SQL: &str = concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    " FROM messages WHERE chat_id = $1 AND id > $2 AND on_branch ORDER BY id"
-                );
+                const SQL: &str = branch_messages_sql!();
                 const WITH_SIBLINGS: &str = concat!(
                     "SELECT ",
                     message_columns!(),
@@ -640,13 +690,7 @@ macro_rules! tx_ops {
                     " FROM messages WHERE chat_id = $1 AND id > $2 AND on_branch \
                      AND COALESCE(kind, '') <> 'summary' ORDER BY id LIMIT $3"
                 );
-                const BY_SEQ: &str = concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    $siblings,
-                    " FROM messages WHERE chat_id = $1 AND event_seq > $2 AND on_branch \
-                     AND COALESCE(kind, '') <> 'summary' ORDER BY event_seq LIMIT $3"
-                );
+                const BY_SEQ: &str = visible_by_seq_sql!($siblings);
                 Ok(sqlx::query_as(if by_seq { BY_SEQ } else { BY_ID })
                     .bind(chat)
                     .bind(after)
@@ -929,12 +973,7 @@ macro_rules! tx_ops {
                 chat: &str,
                 after: i64,
             ) -> $crate::error::Result<Vec<(i64, String)>> {
-                Ok(sqlx::query_as(
-                    "SELECT first_seq, payloads FROM live_parts \
-                     WHERE chat_id = $1 AND last_seq > $2 AND last_seq > COALESCE(\
-                     (SELECT MAX(event_seq) FROM messages WHERE chat_id = $1), 0) \
-                     ORDER BY first_seq",
-                )
+                Ok(sqlx::query_as(live_after_sql!())
                 .bind(chat)
                 .bind(after)
                 .fetch_all(self.conn().await?)
@@ -980,10 +1019,7 @@ macro_rules! tx_ops {
                 chat: &str,
                 after: i64,
             ) -> $crate::error::Result<Vec<(i64, String)>> {
-                Ok(sqlx::query_as(
-                    "SELECT first_seq, payloads FROM live_parts \
-                     WHERE chat_id = $1 AND last_seq > $2 ORDER BY first_seq",
-                )
+                Ok(sqlx::query_as(logged_after_sql!())
                 .bind(chat)
                 .bind(after)
                 .fetch_all(self.conn().await?)
@@ -1033,11 +1069,7 @@ macro_rules! tx_ops {
                 &mut self,
                 chat: &str,
             ) -> $crate::error::Result<Vec<$crate::rows::ToolRecordCols>> {
-                Ok(sqlx::query_as(
-                    "SELECT chat_id, tool_call_id, tool_name, args, state, result, is_error, \
-                     started_at, finished_at FROM tool_records WHERE chat_id = $1 \
-                     ORDER BY started_at, tool_call_id",
-                )
+                Ok(sqlx::query_as(tool_records_sql!())
                 .bind(chat)
                 .fetch_all(self.conn().await?)
                 .await?)

@@ -10,15 +10,18 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::TryStreamExt;
 use futures::stream::BoxStream;
 use sqlx::migrate::Migrator;
+use sqlx::sqlite::SqliteRow;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-use sqlx::{Connection, Executor, Sqlite, SqliteConnection};
+use sqlx::{Connection, Either, Executor, FromRow, Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::{Result, StoreError};
 use crate::ops::{Backend, TxOps, Voided, older_steps_cut};
-use crate::rows::{ChatCols, MessageCols};
+use crate::ops::{CatchUpRows, RunStartRows};
+use crate::rows::{ChatAndQueued, ChatCols, MessageCols, QueuedCols};
 use crate::types::{ChangeNotice, RemoteNotice, StoreOptions};
 
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -48,7 +51,8 @@ impl SqliteTx {
                 }
                 Ok(&mut w.conn)
             }
-            SqliteTx::Read(reader) | SqliteTx::Single(reader) => Ok(reader.conn()),
+            SqliteTx::Read(reader) => reader.conn_in_tx().await,
+            SqliteTx::Single(reader) => Ok(reader.conn()),
         }
     }
 
@@ -93,6 +97,84 @@ impl SqliteTx {
     }
 }
 
+/// The siblings column of a message read: `IS` matches a root's missing parent too, and
+/// uses the index on `(chat_id, parent_id)`.
+macro_rules! sqlite_siblings {
+    () => {
+        ", (SELECT json_group_array(s.id) FROM messages s \
+         WHERE s.chat_id = messages.chat_id AND s.parent_id IS messages.parent_id \
+         AND NOT s.deleted AND COALESCE(s.kind, '') <> 'summary') AS siblings"
+    };
+}
+
+/// The rows of a snapshot read ([`SqliteTx::snapshot`]), by statement: statement 0 is the
+/// `BEGIN`, 1 the chat and its queue, then the reads that follow it.
+struct SnapshotRows {
+    by_statement: Vec<Vec<SqliteRow>>,
+}
+
+impl SnapshotRows {
+    /// The chat and its queue; `None` when there is no such chat.
+    fn chat_and_queue(&mut self) -> Result<Option<(ChatCols, Vec<QueuedCols>)>> {
+        let rows: Vec<ChatAndQueued> = self.decode(1)?;
+        Ok(ChatAndQueued::gather(rows))
+    }
+
+    fn decode<T: for<'r> FromRow<'r, SqliteRow>>(&mut self, statement: usize) -> Result<Vec<T>> {
+        let rows = self
+            .by_statement
+            .get_mut(statement)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        rows.iter()
+            .map(|row| T::from_row(row).map_err(StoreError::from))
+            .collect()
+    }
+}
+
+impl SqliteTx {
+    /// Runs `sql` (`BEGIN`, reads of the chat `$1` after `$2`, at most `$3`, `COMMIT`)
+    /// as one command when it can open the transaction itself: a read transaction no
+    /// statement has opened yet. `None` otherwise, and the caller reads statement by
+    /// statement. sqlx runs each of a SQLite connection's commands on its worker thread;
+    /// the round trips, not SQLite, are what a short read costs.
+    async fn snapshot(
+        &mut self,
+        sql: &'static str,
+        chat: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Option<SnapshotRows>> {
+        let SqliteTx::Read(reader) = self else {
+            return Ok(None);
+        };
+        if !reader.take_begin() {
+            return Ok(None);
+        }
+        let query = sqlx::query(sql)
+            .bind(chat.to_owned())
+            .bind(after)
+            .bind(limit);
+        let mut by_statement = vec![Vec::new()];
+        {
+            let mut steps = reader.conn().fetch_many(query);
+            while let Some(step) = steps.try_next().await? {
+                match step {
+                    Either::Left(_) => by_statement.push(Vec::new()),
+                    Either::Right(row) => {
+                        if let Some(rows) = by_statement.last_mut() {
+                            rows.push(row);
+                        }
+                    }
+                }
+            }
+        }
+        // The command's COMMIT ended the transaction.
+        reader.ended();
+        Ok(Some(SnapshotRows { by_statement }))
+    }
+}
+
 /// IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
 /// cannot fail to upgrade when another process holds the file.
 const BEGIN: &str = "BEGIN IMMEDIATE";
@@ -109,12 +191,64 @@ tx_ops!(
          FROM cut JOIN live_parts l ON l.chat_id = cut.chat_id AND l.last_seq ",
         " cut.seq)"
     ),
-    // `IS` matches a root's missing parent too, and uses the index on `(chat_id, parent_id)`.
-    siblings = ", (SELECT json_group_array(s.id) FROM messages s \
-                WHERE s.chat_id = messages.chat_id AND s.parent_id IS messages.parent_id \
-                AND NOT s.deleted AND COALESCE(s.kind, '') <> 'summary') AS siblings",
+    siblings = sqlite_siblings!(),
     notify = no_remote_notice,
     extra = {
+        async fn catch_up_rows(
+            &mut self,
+            chat: &str,
+            after: i64,
+            limit: i64,
+        ) -> Result<Option<CatchUpRows>> {
+            const SQL: &str = concat!(
+                "BEGIN; ",
+                chat_and_queue_sql!("", ""),
+                "; ",
+                logged_after_sql!(),
+                "; ",
+                visible_by_seq_sql!(sqlite_siblings!()),
+                "; COMMIT"
+            );
+            let Some(mut rows) = self.snapshot(SQL, chat, after, limit).await? else {
+                return crate::ops::catch_up_rows_apart(self, chat, after, limit).await;
+            };
+            let Some(chat_and_queue) = rows.chat_and_queue()? else {
+                return Ok(None);
+            };
+            Ok(Some(CatchUpRows {
+                chat: chat_and_queue,
+                batches: rows.decode(2)?,
+                messages: rows.decode(3)?,
+            }))
+        }
+
+        async fn run_start_rows(&mut self, chat: &str) -> Result<Option<RunStartRows>> {
+            const SQL: &str = concat!(
+                "BEGIN; ",
+                chat_and_queue_sql!("", ""),
+                "; ",
+                live_after_sql!(),
+                "; ",
+                branch_messages_sql!(),
+                "; ",
+                tool_records_sql!(),
+                "; COMMIT"
+            );
+            // From the start of the step in progress, and of the branch; no limit.
+            let Some(mut rows) = self.snapshot(SQL, chat, 0, 0).await? else {
+                return crate::ops::run_start_rows_apart(self, chat).await;
+            };
+            let Some(chat_and_queue) = rows.chat_and_queue()? else {
+                return Ok(None);
+            };
+            Ok(Some(RunStartRows {
+                chat: chat_and_queue,
+                batches: rows.decode(2)?,
+                messages: rows.decode(3)?,
+                records: rows.decode(4)?,
+            }))
+        }
+
         async fn commit_writes(&mut self, messages: &[MessageCols], c: &ChatCols) -> Result<()> {
             // The common step (one message) goes as one multi-statement round trip: sqlx
             // runs each SQLite statement on the connection's worker thread, and the round
@@ -263,7 +397,7 @@ impl Backend for SqliteBackend {
 
     async fn begin_read(&self) -> Result<Box<dyn TxOps>> {
         let mut reader = self.readers.acquire().await?;
-        reader.begin().await?;
+        reader.begin();
         Ok(Box::new(SqliteTx::Read(reader)))
     }
 

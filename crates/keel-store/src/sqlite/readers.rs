@@ -63,6 +63,7 @@ impl Readers {
         Ok(ReaderGuard {
             readers: self.clone(),
             reader: Some(reader),
+            begin_pending: false,
             _permit: permit,
         })
     }
@@ -77,6 +78,8 @@ impl Readers {
 pub(crate) struct ReaderGuard {
     readers: Arc<Readers>,
     reader: Option<Reader>,
+    /// A read transaction was asked for and no statement has opened it yet.
+    begin_pending: bool,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -91,18 +94,41 @@ impl ReaderGuard {
     }
 
     /// Opens a read transaction: what the statements until [`ReaderGuard::end`] read is one
-    /// snapshot.
-    pub(crate) async fn begin(&mut self) -> Result<()> {
-        let reader = self.reader();
-        // Marked first: a caller cancelled inside the BEGIN leaves it to the next acquire.
-        reader.open = true;
-        reader.conn.execute("BEGIN").await?;
-        Ok(())
+    /// snapshot. The `BEGIN` goes with the first statement ([`ReaderGuard::conn_in_tx`],
+    /// [`ReaderGuard::take_begin`]), not as a round trip of its own.
+    pub(crate) fn begin(&mut self) {
+        self.begin_pending = true;
+    }
+
+    /// The connection, with the read transaction opened if [`ReaderGuard::begin`] asked for
+    /// one and no statement has opened it yet.
+    pub(crate) async fn conn_in_tx(&mut self) -> Result<&mut SqliteConnection> {
+        if self.take_begin() {
+            self.reader().conn.execute("BEGIN").await?;
+        }
+        Ok(self.conn())
+    }
+
+    /// Whether the next statement must open the read transaction itself (and, if it also
+    /// ends it, report that with [`ReaderGuard::ended`]).
+    pub(crate) fn take_begin(&mut self) -> bool {
+        let pending = std::mem::take(&mut self.begin_pending);
+        if pending {
+            // Marked first: a caller cancelled inside the BEGIN leaves it to the next acquire.
+            self.reader().open = true;
+        }
+        pending
+    }
+
+    /// The statement that opened the read transaction also ended it.
+    pub(crate) fn ended(&mut self) {
+        self.reader().open = false;
     }
 
     /// Ends the read transaction opened by [`ReaderGuard::begin`], with `COMMIT` or, when
     /// the caller gives up, `ROLLBACK`.
     pub(crate) async fn end(&mut self, commit: bool) -> Result<()> {
+        self.begin_pending = false;
         let reader = self.reader();
         if reader.open {
             reader
@@ -141,12 +167,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let readers = readers(&dir, 1);
         let mut reader = readers.acquire().await.unwrap();
-        reader.begin().await.unwrap();
+        reader.begin();
+        reader.conn_in_tx().await.unwrap();
         // The caller is cancelled before it ends the transaction.
         drop(reader);
         let mut again = readers.acquire().await.unwrap();
         // A transaction still open would refuse a nested BEGIN.
-        again.begin().await.unwrap();
+        again.begin();
+        again.conn_in_tx().await.unwrap();
         again.end(true).await.unwrap();
         again.conn().execute("BEGIN").await.unwrap();
     }
