@@ -178,6 +178,8 @@ mod tests {
             listing,
             unowned: false,
             shown: None,
+            content_seq: None,
+            quiet: false,
         }
     }
 

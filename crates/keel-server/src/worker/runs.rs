@@ -209,6 +209,8 @@ mod tests {
             listing: false,
             unowned: false,
             shown: None,
+            content_seq: None,
+            quiet: false,
         }
     }
 
