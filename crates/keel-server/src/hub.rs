@@ -98,11 +98,6 @@ pub struct Changes {
     /// [`keel_store::Chat::shown_digest`] of the chat at `version`, when a notice of that
     /// version carried it.
     pub shown: Option<u64>,
-    /// Every event numbered above this, up to `event_seq`, is a status or queue change
-    /// ([`ChangeNotice::content_seq`]; a notice that does not say counts as all content).
-    pub content_seq: i64,
-    /// The highest version noticed that was not quiet ([`ChangeNotice::quiet`]).
-    pub loud_version: i64,
 }
 
 impl Changes {
@@ -116,41 +111,21 @@ impl Changes {
         self.version = self.version.max(notice.version);
         self.event_seq = self.event_seq.max(notice.event_seq);
         self.history_version = self.history_version.max(notice.history_version);
-        self.content_seq = self
-            .content_seq
-            .max(notice.content_seq.unwrap_or(notice.event_seq));
-        if !notice.quiet {
-            self.loud_version = self.loud_version.max(notice.version);
-        }
         self.deleted |= notice.deleted;
     }
 
-    /// Whether, for a follower that sent every event up to `position` and shows the chat at
-    /// `history_version`, the events noticed past the position are all status or queue
-    /// changes: a read of the chat row shows them, and the messages and the log have
-    /// nothing new for it.
-    pub fn only_statuses_past(&self, position: i64, history_version: i64) -> bool {
-        !self.deleted
-            && self.event_seq > position
-            && self.content_seq <= position
-            && self.history_version <= history_version
-    }
-
-    /// Whether the news for a follower at `position` that read the chat at `version` and
-    /// shows it at `history_version` with the digest `shown` is only newer versions that
-    /// look the same (a claim, a step whose message frame it sent): it takes the version
-    /// without reading. A newer version that changed the status or the queue, numbered
-    /// something past the position, changed the branch, or whose digest is unknown or
-    /// different still needs a read.
+    /// Whether the news for a follower at `position` that shows a chat of `history_version`
+    /// with the digest `shown` is only a newer version that looks the same (a claim, a
+    /// step whose message frame it sent): it takes the version without reading. A notice
+    /// that numbered something past the position, changed the branch, or whose digest is
+    /// unknown or different still needs a read.
     pub fn looks_the_same_to(
         &self,
         position: i64,
-        version: i64,
         history_version: i64,
         shown: Option<u64>,
     ) -> bool {
         !self.deleted
-            && self.loud_version <= version
             && self.event_seq <= position
             && self.history_version <= history_version
             && self.shown.is_some()
@@ -585,8 +560,6 @@ mod tests {
             listing: false,
             unowned: false,
             shown: None,
-            content_seq: None,
-            quiet: false,
         }
     }
 
@@ -623,90 +596,43 @@ mod tests {
         let shown_as = |version, event_seq, shown| ChangeNotice {
             shown,
             history_version: 2,
-            quiet: true,
             ..notice(chat, version, event_seq)
         };
-        let mut changes = Changes {
-            version: 5,
-            loud_version: 5,
-            ..Changes::default()
-        };
+        let mut changes = Changes::default();
         // A claim: a new version, nothing shown changed.
         changes.merge(&shown_as(6, 40, Some(7)));
-        let same = |changes: &Changes, position, version, history, shown| {
-            changes.looks_the_same_to(position, version, history, shown)
-        };
-        assert!(same(&changes, 40, 5, 2, Some(7)));
-        assert!(!same(&changes, 40, 5, 2, Some(8)), "a new error or retry");
+        assert!(changes.looks_the_same_to(40, 2, Some(7)));
         assert!(
-            !same(&changes, 39, 5, 2, Some(7)),
+            !changes.looks_the_same_to(40, 2, Some(8)),
+            "a new error or retry"
+        );
+        assert!(
+            !changes.looks_the_same_to(39, 2, Some(7)),
             "numbered past the position"
         );
-        assert!(!same(&changes, 40, 5, 1, Some(7)), "the branch changed");
         assert!(
-            !same(&changes, 40, 5, 2, None),
-            "the follower never read it"
+            !changes.looks_the_same_to(40, 1, Some(7)),
+            "the branch changed"
         );
         assert!(
-            !same(&changes, 40, 4, 2, Some(7)),
-            "a version before it was loud"
+            !changes.looks_the_same_to(40, 2, None),
+            "the follower never read it"
         );
         // The log writer's notice of the same version knows no digest; the claim's stays.
         changes.merge(&shown_as(6, 40, None));
-        assert!(same(&changes, 40, 5, 2, Some(7)));
+        assert!(changes.looks_the_same_to(40, 2, Some(7)));
         // A newer version whose notice knows no digest must be read.
         changes.merge(&shown_as(7, 40, None));
-        assert!(!same(&changes, 40, 5, 2, Some(7)));
+        assert!(!changes.looks_the_same_to(40, 2, Some(7)));
         // An older notice arriving late leaves the newest version's digest.
         changes.merge(&shown_as(8, 40, Some(9)));
         changes.merge(&shown_as(5, 40, Some(7)));
         assert_eq!(changes.shown, Some(9));
-        assert!(same(&changes, 40, 5, 2, Some(9)));
-        // A status or queue change numbered below the position (numbers a run's parts took
-        // first): its version is loud, and the follower reads it.
-        changes.merge(&ChangeNotice {
-            quiet: false,
-            ..shown_as(9, 40, Some(9))
-        });
-        assert!(!same(&changes, 40, 8, 2, Some(9)));
-        assert!(same(&changes, 40, 9, 2, Some(9)), "once it read it");
         let deleted = Changes {
             deleted: true,
             ..changes
         };
-        assert!(!same(&deleted, 40, 9, 2, Some(9)));
-    }
-
-    #[test]
-    fn a_follower_that_sent_all_content_reads_only_the_chat_for_statuses() {
-        let chat = uuid::Uuid::new_v4();
-        let numbered = |event_seq, content_seq| ChangeNotice {
-            content_seq,
-            history_version: 2,
-            ..notice(chat, event_seq, event_seq)
-        };
-        let mut changes = Changes::default();
-        // A run ends: the chat goes waiting, number 41, after the message numbered 40.
-        changes.merge(&numbered(41, Some(40)));
-        assert!(changes.only_statuses_past(40, 2));
-        assert!(
-            !changes.only_statuses_past(39, 2),
-            "it has not sent the message"
-        );
-        assert!(
-            !changes.only_statuses_past(41, 2),
-            "nothing past the position"
-        );
-        assert!(!changes.only_statuses_past(40, 1), "the branch changed");
-        // Another status change: merged notices keep the highest bound, which may say less
-        // than both did (a read too many, never one too few).
-        changes.merge(&numbered(42, Some(41)));
-        assert!(changes.only_statuses_past(41, 2));
-        assert!(!changes.only_statuses_past(40, 2));
-        // Parts logged after it (a notice that does not say what it numbered).
-        changes.merge(&numbered(45, None));
-        assert!(!changes.only_statuses_past(42, 2));
-        assert!(!changes.only_statuses_past(40, 2));
+        assert!(!deleted.looks_the_same_to(40, 2, Some(9)));
     }
 
     #[test]

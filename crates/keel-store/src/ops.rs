@@ -401,8 +401,6 @@ mod tests {
             listing: false,
             unowned: false,
             shown,
-            content_seq: shown.map(|_| 6),
-            quiet: shown.is_some(),
         }
     }
 

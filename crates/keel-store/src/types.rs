@@ -455,17 +455,6 @@ pub struct ChangeNotice {
     /// read for a newer version: a claim, a lease's grant, a step whose message it sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shown: Option<u64>,
-    /// Every event numbered above this, up to `event_seq`, is a status or queue change (what
-    /// a read of the chat row shows); the events up to it may be anything. `None`: unknown,
-    /// as if it were `event_seq`. A follower that has sent every event up to it reads only
-    /// the chat row, not the messages and the log.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_seq: Option<i64>,
-    /// The change took no status or queue change (a claim, a step's commit, a retry's
-    /// state), or, for live parts, no new version. A follower may skip a read only for
-    /// versions whose notices were all quiet ([`ChangeNotice::shown`]). Not said: not quiet.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub quiet: bool,
 }
 
 fn unowned_unless_said() -> bool {

@@ -33,7 +33,6 @@ both_backends!(
     a_catch_up_reads_the_log_the_messages_and_the_chat_after_a_position,
     only_a_chat_waiting_for_a_worker_is_noticed_as_unowned,
     notices_tell_which_versions_look_the_same_to_a_follower,
-    notices_tell_which_numbers_are_statuses_alone,
     a_committed_steps_parts_stay_logged_for_followers_until_a_newer_step_or_the_sweep,
     a_grouped_commit_keeps_the_newest_step_and_a_finish_drops_what_no_message_commits,
     a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_tool_records,
@@ -329,8 +328,6 @@ async fn notices_tell_which_versions_look_the_same_to_a_follower(db: TestDb) {
     assert_eq!(claimed.event_seq, created.event_seq);
     assert!(claimed.shown.is_some());
     assert_eq!(claimed.shown, created.shown, "a claim shows nothing new");
-    assert!(claimed.quiet, "a claim changes no status: {claimed:?}");
-    assert!(!created.quiet, "a new chat is news");
     // The digest is the chat's as read back.
     let read = s.get_chat(chat.id).await.unwrap();
     assert_eq!(claimed.shown, Some(read.shown_digest()));
@@ -347,7 +344,6 @@ async fn notices_tell_which_versions_look_the_same_to_a_follower(db: TestDb) {
         .unwrap();
     let committed = notices.recv().await.unwrap();
     assert_eq!(committed.shown, claimed.shown);
-    assert!(committed.quiet);
     assert!(
         committed.event_seq > claimed.event_seq,
         "the message is numbered"
@@ -360,43 +356,6 @@ async fn notices_tell_which_versions_look_the_same_to_a_follower(db: TestDb) {
     .unwrap();
     let failed = notices.recv().await.unwrap();
     assert_ne!(failed.shown, committed.shown, "an error is shown");
-    assert!(!failed.quiet, "a status change");
-}
-
-async fn notices_tell_which_numbers_are_statuses_alone(db: TestDb) {
-    let s = &db.store;
-    let mut notices = s.subscribe();
-    let chat = create(s, "hi").await;
-    let created = notices.recv().await.unwrap();
-    assert_eq!(
-        created.content_seq,
-        Some(created.event_seq),
-        "the user message is content"
-    );
-    let lease = claim(s, "a", chat.id).await;
-    let claimed = notices.recv().await.unwrap();
-    assert_eq!(claimed.content_seq, Some(claimed.event_seq));
-    s.commit_step(&lease, vec![assistant("done")])
-        .await
-        .unwrap();
-    let committed = notices.recv().await.unwrap();
-    assert_eq!(
-        committed.content_seq,
-        Some(committed.event_seq),
-        "a message"
-    );
-    // The run ends: the chat goes waiting, a number of its own and nothing else.
-    s.finish_run(&lease).await.unwrap();
-    let finished = notices.recv().await.unwrap();
-    assert_eq!(finished.event_seq, committed.event_seq + 1);
-    assert_eq!(finished.content_seq, Some(committed.event_seq));
-    // A message sent to the idle chat is content, whatever status change goes with it.
-    send(s, chat.id, "again", Busy::Queue).await;
-    let sent = notices.recv().await.unwrap();
-    let messages = s.list_messages(chat.id, None).await.unwrap();
-    let message = messages.last().unwrap().event_seq;
-    assert!(message > finished.event_seq);
-    assert!(sent.content_seq.unwrap() >= message, "{sent:?}");
 }
 
 async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {

@@ -475,22 +475,6 @@ impl Follower {
         Ok(Some(chat))
     }
 
-    /// What a notice of status and queue changes alone past the position needs
-    /// ([`crate::hub::Changes::only_statuses_past`]): the chat row. The position moves past
-    /// the changes, up to `through`, the last number noticed; a chat that shows more than
-    /// the notices said (numbered further, or on another branch) is read whole.
-    async fn refresh_statuses(
-        &mut self,
-        through: i64,
-    ) -> Result<Option<Chat>, keel_store::StoreError> {
-        let chat = self.state.store.get_chat(self.chat_id).await?;
-        if chat.event_seq > through || chat.history_version > self.history_version {
-            return self.catch_up(&[]).await;
-        }
-        self.position = self.position.max(chat.event_seq);
-        Ok(Some(chat))
-    }
-
     /// Sends `status` and `queue` events when they changed.
     async fn announce(&mut self, chat: &Chat) -> bool {
         self.shown = Some(chat.shown_digest());
@@ -806,12 +790,7 @@ async fn feed(
         if backlog.is_empty()
             && !incomplete
             && news.resyncs == follower.resyncs
-            && news.looks_the_same_to(
-                follower.position,
-                follower.version,
-                follower.history_version,
-                follower.shown,
-            )
+            && news.looks_the_same_to(follower.position, follower.history_version, follower.shown)
         {
             follower.version = follower.version.max(news.version);
             continue;
@@ -836,16 +815,8 @@ async fn feed(
             }
             continue;
         }
-        // Statuses and queue changes alone past the position (a run's end): the chat row
-        // shows them all.
-        let statuses_only = backlog.is_empty()
-            && !incomplete
-            && news.resyncs == follower.resyncs
-            && news.only_statuses_past(follower.position, follower.history_version);
         follower.resyncs = news.resyncs;
-        let read = if statuses_only {
-            follower.refresh_statuses(news.event_seq).await
-        } else if whole {
+        let read = if whole {
             follower.catch_up(&backlog).await
         } else {
             follower.refresh().await

@@ -178,8 +178,6 @@ mod tests {
             listing,
             unowned: false,
             shown: None,
-            content_seq: None,
-            quiet: false,
         }
     }
 

@@ -227,8 +227,6 @@ async fn resync(shared: &Shared) {
                 deleted: false,
                 unowned: chat.worker_id.is_none(),
                 shown: None,
-                content_seq: None,
-                quiet: false,
                 owner: chat.owner,
                 listing: false,
             },
@@ -243,8 +241,6 @@ async fn resync(shared: &Shared) {
                 listing: false,
                 unowned: false,
                 shown: None,
-                content_seq: None,
-                quiet: false,
             },
             Err(error) => {
                 tracing::warn!(chat = %chat_id, %error, "reading a running chat to resync failed");

@@ -209,8 +209,6 @@ mod tests {
             listing: false,
             unowned: false,
             shown: None,
-            content_seq: None,
-            quiet: false,
         }
     }
 

@@ -45,10 +45,6 @@ pub(crate) struct Ctx<'a> {
     opts: &'a StoreOptions,
     now: DateTime<Utc>,
     notices: Vec<ChangeNotice>,
-    /// The chats given a new version in this transaction ([`Ctx::stamp`]), each with the
-    /// event numbers it had before and after its last status or queue change, if it took
-    /// one: what its notice says about the numbers in between, and whether it is quiet.
-    stamps: Vec<(ChatId, Option<(i64, i64)>)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -58,7 +54,6 @@ impl<'a> Ctx<'a> {
             opts,
             now: opts.clock.now(),
             notices: Vec::new(),
-            stamps: Vec::new(),
         }
     }
 
@@ -115,7 +110,7 @@ impl<'a> Ctx<'a> {
 
     /// Checks the move's target against the state machine, then takes a new snapshot
     /// version (and, for a status or queue change, the next event sequence number).
-    fn stamp(&mut self, chat: &mut Chat, mv: Move, queue_changed: bool) -> Result<()> {
+    fn stamp(&self, chat: &mut Chat, mv: Move, queue_changed: bool) -> Result<()> {
         if !permits(mv.transition, mv.from, chat.status) {
             return Err(StoreError::IllegalMove {
                 transition: mv.transition,
@@ -125,32 +120,10 @@ impl<'a> Ctx<'a> {
         }
         chat.version += 1;
         chat.updated_at = self.now;
-        let numbered = (chat.status != mv.from || queue_changed).then(|| {
+        if chat.status != mv.from || queue_changed {
             chat.event_seq += 1;
-            (chat.event_seq - 1, chat.event_seq)
-        });
-        match self.stamps.iter_mut().find(|(id, _)| *id == chat.id) {
-            // A status or queue change earlier in the transaction still counts.
-            Some((_, last)) => *last = numbered.or(*last),
-            None => self.stamps.push((chat.id, numbered)),
         }
         Ok(())
-    }
-
-    /// The number up to which the chat's events may be anything: below the status or queue
-    /// change this transaction numbered last, if nothing was numbered after it.
-    fn content_seq(&self, chat: &Chat) -> i64 {
-        match self.stamps.iter().find(|(id, _)| *id == chat.id) {
-            Some((_, Some((before, after)))) if *after == chat.event_seq => *before,
-            _ => chat.event_seq,
-        }
-    }
-
-    /// The chat took a new version in this transaction and no status or queue change.
-    fn quiet(&self, chat: &Chat) -> bool {
-        self.stamps
-            .iter()
-            .any(|(id, numbered)| *id == chat.id && numbered.is_none())
     }
 
     /// A notice that leaves the chat list as it was (unless the chat is deleted).
@@ -170,8 +143,6 @@ impl<'a> Ctx<'a> {
             listing,
             unowned: chat.worker_id.is_none(),
             shown: Some(chat.shown_digest()),
-            content_seq: Some(self.content_seq(chat)),
-            quiet: self.quiet(chat),
         });
     }
 

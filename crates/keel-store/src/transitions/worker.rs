@@ -201,8 +201,6 @@ pub(crate) async fn append_live_groups(
                 unowned: chat.worker_id.is_none(),
                 // Parts leave the version as it is; the fence read holds no error or retry.
                 shown: None,
-                content_seq: None,
-                quiet: true,
             });
         }
     }
@@ -317,7 +315,7 @@ fn chat_rows(chats: &HashMap<ChatId, Chat>, changed: &[ChatId]) -> Result<Vec<Ch
 /// The checks and numbering of a step commit, before anything is written: the step's
 /// message ids and rows, with `chat` moved on past them.
 fn admit_step(
-    cx: &mut Ctx<'_>,
+    cx: &Ctx<'_>,
     chat: &mut Chat,
     lease: &Lease,
     messages: Vec<NewMessage>,
