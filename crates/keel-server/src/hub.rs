@@ -93,43 +93,13 @@ pub struct Changes {
     /// Counts the channels opened for runs: a follower whose count differs takes a receiver
     /// of the current channel ([`Hub::live`]).
     pub runs: u64,
-    /// The highest history version noticed.
-    pub history_version: i64,
-    /// [`keel_store::Chat::shown_digest`] of the chat at `version`, when a notice of that
-    /// version carried it.
-    pub shown: Option<u64>,
 }
 
 impl Changes {
     fn merge(&mut self, notice: &ChangeNotice) {
-        if notice.version > self.version {
-            self.shown = notice.shown;
-        } else if notice.version == self.version {
-            // Notices of one version describe one state of the row.
-            self.shown = self.shown.or(notice.shown);
-        }
         self.version = self.version.max(notice.version);
         self.event_seq = self.event_seq.max(notice.event_seq);
-        self.history_version = self.history_version.max(notice.history_version);
         self.deleted |= notice.deleted;
-    }
-
-    /// Whether the news for a follower at `position` that shows a chat of `history_version`
-    /// with the digest `shown` is only a newer version that looks the same (a claim, a
-    /// step whose message frame it sent): it takes the version without reading. A notice
-    /// that numbered something past the position, changed the branch, or whose digest is
-    /// unknown or different still needs a read.
-    pub fn looks_the_same_to(
-        &self,
-        position: i64,
-        history_version: i64,
-        shown: Option<u64>,
-    ) -> bool {
-        !self.deleted
-            && self.event_seq <= position
-            && self.history_version <= history_version
-            && self.shown.is_some()
-            && self.shown == shown
     }
 
     /// Whether a follower that sent everything up to `position` and last read the chat at
@@ -559,7 +529,6 @@ mod tests {
             owner: String::new(),
             listing: false,
             unowned: false,
-            shown: None,
         }
     }
 
@@ -588,51 +557,6 @@ mod tests {
         // An older notice arriving late says nothing new.
         changes.merge(&notice(chat, 4, 30));
         assert_eq!((changes.version, changes.event_seq), (5, 40));
-    }
-
-    #[test]
-    fn a_newer_version_that_looks_the_same_needs_no_read() {
-        let chat = uuid::Uuid::new_v4();
-        let shown_as = |version, event_seq, shown| ChangeNotice {
-            shown,
-            history_version: 2,
-            ..notice(chat, version, event_seq)
-        };
-        let mut changes = Changes::default();
-        // A claim: a new version, nothing shown changed.
-        changes.merge(&shown_as(6, 40, Some(7)));
-        assert!(changes.looks_the_same_to(40, 2, Some(7)));
-        assert!(
-            !changes.looks_the_same_to(40, 2, Some(8)),
-            "a new error or retry"
-        );
-        assert!(
-            !changes.looks_the_same_to(39, 2, Some(7)),
-            "numbered past the position"
-        );
-        assert!(
-            !changes.looks_the_same_to(40, 1, Some(7)),
-            "the branch changed"
-        );
-        assert!(
-            !changes.looks_the_same_to(40, 2, None),
-            "the follower never read it"
-        );
-        // The log writer's notice of the same version knows no digest; the claim's stays.
-        changes.merge(&shown_as(6, 40, None));
-        assert!(changes.looks_the_same_to(40, 2, Some(7)));
-        // A newer version whose notice knows no digest must be read.
-        changes.merge(&shown_as(7, 40, None));
-        assert!(!changes.looks_the_same_to(40, 2, Some(7)));
-        // An older notice arriving late leaves the newest version's digest.
-        changes.merge(&shown_as(8, 40, Some(9)));
-        changes.merge(&shown_as(5, 40, Some(7)));
-        assert_eq!(changes.shown, Some(9));
-        let deleted = Changes {
-            deleted: true,
-            ..changes
-        };
-        assert!(!deleted.looks_the_same_to(40, 2, Some(9)));
     }
 
     #[test]

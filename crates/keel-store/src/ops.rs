@@ -384,36 +384,3 @@ pub(crate) fn parse_notice(payload: &str) -> Option<ChangeNotice> {
         .and_then(|v| serde_json::from_value(v).ok())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::status::ChatStatus;
-
-    fn notice(shown: Option<u64>) -> ChangeNotice {
-        ChangeNotice {
-            chat_id: uuid::Uuid::new_v4(),
-            version: 3,
-            status: ChatStatus::Running,
-            history_version: 1,
-            event_seq: 7,
-            deleted: false,
-            owner: "ann".into(),
-            listing: false,
-            unowned: false,
-            shown,
-        }
-    }
-
-    #[test]
-    fn a_notice_carries_its_digest_to_other_replicas() {
-        let sent = notice(Some(u64::MAX - 1));
-        let payload = notice_payload(&sent).unwrap();
-        assert_eq!(parse_notice(&payload), Some(sent));
-        // No digest, no field: the payload stays as older replicas wrote it, and theirs,
-        // without the field, reads as one without a digest (a follower then reads).
-        let unknown = notice(None);
-        let payload = notice_payload(&unknown).unwrap();
-        assert!(!payload.contains("shown"), "{payload}");
-        assert_eq!(parse_notice(&payload), Some(unknown));
-    }
-}

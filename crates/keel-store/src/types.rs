@@ -84,34 +84,6 @@ pub struct Chat {
     pub queued: Vec<QueuedMessage>,
 }
 
-impl Chat {
-    /// A digest of what a live follower shows of the chat that takes no event number of its
-    /// own: the last error and the pending retry. (A status or queue change takes the next
-    /// event number, a branch change a new history version; followers look at those.) Two
-    /// versions of a chat with the same digest, event number and history version look the
-    /// same to a follower.
-    pub fn shown_digest(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::hash::DefaultHasher::new();
-        match &self.last_error {
-            Some(error) => {
-                1u8.hash(&mut hasher);
-                error.kind.hash(&mut hasher);
-                error.message.hash(&mut hasher);
-                error.provider.hash(&mut hasher);
-                error.url.hash(&mut hasher);
-            }
-            None => 0u8.hash(&mut hasher),
-        }
-        // `Value` has no `Hash`; its text is canonical for one process's writes.
-        self.retry_state
-            .as_ref()
-            .map(Value::to_string)
-            .hash(&mut hasher);
-        hasher.finish()
-    }
-}
-
 /// What a prompt is built from: the prompt history, and the stored response a chained
 /// prompt continues from (OpenAI Responses `previous_response_id`).
 #[derive(Debug, Clone, PartialEq)]
@@ -449,12 +421,6 @@ pub struct ChangeNotice {
     /// parts) do not. A notice without the field (from an older replica) is taken as one.
     #[serde(default = "unowned_unless_said")]
     pub unowned: bool,
-    /// [`Chat::shown_digest`] of the chat as this version left it, when the notice's writer
-    /// knew it (a live-part write does not, and leaves the version alone). A follower that
-    /// already shows a chat with this digest, event number and history version needs no
-    /// read for a newer version: a claim, a lease's grant, a step whose message it sent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shown: Option<u64>,
 }
 
 fn unowned_unless_said() -> bool {

@@ -32,7 +32,6 @@ both_backends!(
     grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced,
     a_catch_up_reads_the_log_the_messages_and_the_chat_after_a_position,
     only_a_chat_waiting_for_a_worker_is_noticed_as_unowned,
-    notices_tell_which_versions_look_the_same_to_a_follower,
     a_committed_steps_parts_stay_logged_for_followers_until_a_newer_step_or_the_sweep,
     a_grouped_commit_keeps_the_newest_step_and_a_finish_drops_what_no_message_commits,
     a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_tool_records,
@@ -315,47 +314,6 @@ async fn only_a_chat_waiting_for_a_worker_is_noticed_as_unowned(db: TestDb) {
     send(s, chat.id, "next", Busy::Queue).await;
     let queued = notices.recv().await.unwrap();
     assert!(!queued.unowned, "{queued:?}");
-}
-
-async fn notices_tell_which_versions_look_the_same_to_a_follower(db: TestDb) {
-    let s = &db.store;
-    let mut notices = s.subscribe();
-    let chat = create(s, "hi").await;
-    let created = notices.recv().await.unwrap();
-    let lease = claim(s, "a", chat.id).await;
-    let claimed = notices.recv().await.unwrap();
-    assert!(claimed.version > created.version);
-    assert_eq!(claimed.event_seq, created.event_seq);
-    assert!(claimed.shown.is_some());
-    assert_eq!(claimed.shown, created.shown, "a claim shows nothing new");
-    // The digest is the chat's as read back.
-    let read = s.get_chat(chat.id).await.unwrap();
-    assert_eq!(claimed.shown, Some(read.shown_digest()));
-    s.set_retry_state(&lease, Some(json!({"attempt": 2})))
-        .await
-        .unwrap();
-    let retrying = notices.recv().await.unwrap();
-    assert_ne!(retrying.shown, claimed.shown, "a pending retry is shown");
-    s.set_retry_state(&lease, None).await.unwrap();
-    let cleared = notices.recv().await.unwrap();
-    assert_eq!(cleared.shown, claimed.shown);
-    s.commit_step(&lease, vec![assistant("done")])
-        .await
-        .unwrap();
-    let committed = notices.recv().await.unwrap();
-    assert_eq!(committed.shown, claimed.shown);
-    assert!(
-        committed.event_seq > claimed.event_seq,
-        "the message is numbered"
-    );
-    s.fail_run(
-        &lease,
-        keel_store::LastError::new(ErrorKind::Server, "boom"),
-    )
-    .await
-    .unwrap();
-    let failed = notices.recv().await.unwrap();
-    assert_ne!(failed.shown, committed.shown, "an error is shown");
 }
 
 async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {

@@ -252,8 +252,6 @@ struct Follower {
     history_version: i64,
     /// Resynchronisations already answered with a read.
     resyncs: u64,
-    /// [`keel_store::Chat::shown_digest`] of the chat last announced.
-    shown: Option<u64>,
 }
 
 impl Follower {
@@ -477,7 +475,6 @@ impl Follower {
 
     /// Sends `status` and `queue` events when they changed.
     async fn announce(&mut self, chat: &Chat) -> bool {
-        self.shown = Some(chat.shown_digest());
         let error = chat.last_error.as_ref().map(|e| e.message.clone());
         let status = (chat.status, error);
         if self.status.as_ref() != Some(&status) {
@@ -682,7 +679,6 @@ async fn feed(
         version: chat.version,
         history_version: chat.history_version,
         resyncs: changes.borrow_and_update().resyncs,
-        shown: None,
     };
     let current = match follower.catch_up(&backlog).await {
         Ok(Some(current)) => current,
@@ -783,16 +779,6 @@ async fn feed(
             && !incomplete
             && !news.news_for(follower.position, follower.version, follower.resyncs)
         {
-            continue;
-        }
-        // A newer version that looks the same (a claim, the commit of a step whose message
-        // went out as a frame) needs no read.
-        if backlog.is_empty()
-            && !incomplete
-            && news.resyncs == follower.resyncs
-            && news.looks_the_same_to(follower.position, follower.history_version, follower.shown)
-        {
-            follower.version = follower.version.max(news.version);
             continue;
         }
         // Everything is read for frames the new channel carried before it was taken, for

@@ -177,7 +177,6 @@ mod tests {
             owner: owner.to_owned(),
             listing,
             unowned: false,
-            shown: None,
         }
     }
 

@@ -226,7 +226,6 @@ async fn resync(shared: &Shared) {
                 event_seq: chat.event_seq,
                 deleted: false,
                 unowned: chat.worker_id.is_none(),
-                shown: None,
                 owner: chat.owner,
                 listing: false,
             },
@@ -240,7 +239,6 @@ async fn resync(shared: &Shared) {
                 owner: String::new(),
                 listing: false,
                 unowned: false,
-                shown: None,
             },
             Err(error) => {
                 tracing::warn!(chat = %chat_id, %error, "reading a running chat to resync failed");

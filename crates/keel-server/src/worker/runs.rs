@@ -208,7 +208,6 @@ mod tests {
             owner: String::new(),
             listing: false,
             unowned: false,
-            shown: None,
         }
     }
 

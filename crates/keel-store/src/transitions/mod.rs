@@ -142,7 +142,6 @@ impl<'a> Ctx<'a> {
             owner: chat.owner.clone(),
             listing,
             unowned: chat.worker_id.is_none(),
-            shown: Some(chat.shown_digest()),
         });
     }
 

@@ -199,8 +199,6 @@ pub(crate) async fn append_live_groups(
                 // Live parts leave the chat list as it is.
                 listing: false,
                 unowned: chat.worker_id.is_none(),
-                // Parts leave the version as it is; the fence read holds no error or retry.
-                shown: None,
             });
         }
     }
