@@ -383,4 +383,3 @@ pub(crate) fn parse_notice(payload: &str) -> Option<ChangeNotice> {
         .ok()
         .and_then(|v| serde_json::from_value(v).ok())
 }
-
