@@ -15,6 +15,7 @@
 //! else, and notices that arrive while a follower is busy merge into one wake-up.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
@@ -190,10 +191,28 @@ impl Channel {
     }
 }
 
+/// Shards of the hub's map. Every streamed part takes its chat's shard, and so do the log
+/// writer (after each write) and the notice relay: with one map for all chats, runs on
+/// different runtime threads queued on one lock.
+const SHARDS: usize = 16;
+
+type Shard = Mutex<HashMap<String, Channel>>;
+
 /// The per-chat channels of this process.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Hub {
-    channels: Mutex<HashMap<String, Channel>>,
+    shards: [Shard; SHARDS],
+    /// Picks a chat's shard (keyed per process, like the maps themselves).
+    hasher: RandomState,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Shard::default()),
+            hasher: RandomState::new(),
+        }
+    }
 }
 
 impl Hub {
@@ -201,15 +220,17 @@ impl Hub {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
-        // Every critical section is a single map operation; a poisoned map is still whole.
-        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The shard that holds this chat's entry.
+    fn lock(&self, chat_id: &str) -> MutexGuard<'_, HashMap<String, Channel>> {
+        // The remainder is below SHARDS, so the index is in bounds and fits a usize.
+        let at = (self.hasher.hash_one(chat_id) % SHARDS as u64) as usize;
+        lock_shard(&self.shards[at])
     }
 
     /// Subscribes to a chat's live events and change notices, with the durable frames of
     /// the step in progress published so far.
     pub fn subscribe(&self, chat_id: &str) -> Subscription {
-        let mut channels = self.lock();
+        let mut channels = self.lock(chat_id);
         let channel = channels
             .entry(chat_id.to_owned())
             .or_insert_with(Channel::new);
@@ -222,7 +243,7 @@ impl Hub {
     /// A receiver of the chat's current run channel with the step's backlog, for a
     /// subscriber told that a run started ([`Changes::runs`]).
     pub fn live(&self, chat_id: &str) -> Live {
-        self.lock().get(chat_id).map_or(
+        self.lock(chat_id).get(chat_id).map_or(
             Live {
                 frames: None,
                 backlog: Vec::new(),
@@ -236,24 +257,27 @@ impl Hub {
 
     /// A chat changed: wakes its subscribers (a chat nobody follows here costs a lookup).
     pub fn changed(&self, notice: &ChangeNotice) {
-        if let Some(channel) = self.lock().get(&notice.chat_id.to_string()) {
+        let chat_id = notice.chat_id.to_string();
+        if let Some(channel) = self.lock(&chat_id).get(&chat_id) {
             channel.changes.send_modify(|changes| changes.merge(notice));
         }
     }
 
     /// Notices may have been lost: every subscriber reads its chat again.
     pub fn resync(&self) {
-        for channel in self.lock().values() {
-            channel
-                .changes
-                .send_modify(|changes| changes.resyncs = changes.resyncs.wrapping_add(1));
+        for shard in &self.shards {
+            for channel in lock_shard(shard).values() {
+                channel
+                    .changes
+                    .send_modify(|changes| changes.resyncs = changes.resyncs.wrapping_add(1));
+            }
         }
     }
 
     /// Marks a run of this process as streaming into the chat: its frames are kept as the
     /// backlog until [`Hub::commit`] even while nobody listens.
     pub fn begin_run(&self, chat_id: &str) {
-        let mut channels = self.lock();
+        let mut channels = self.lock(chat_id);
         let channel = channels
             .entry(chat_id.to_owned())
             .or_insert_with(Channel::new);
@@ -272,7 +296,7 @@ impl Hub {
 
     /// The run ended: its backlog is no longer needed.
     pub fn end_run(&self, chat_id: &str) {
-        let mut channels = self.lock();
+        let mut channels = self.lock(chat_id);
         if let Some(channel) = channels.get_mut(chat_id) {
             channel.running = channel.running.saturating_sub(1);
             if channel.running == 0 {
@@ -290,7 +314,7 @@ impl Hub {
     /// after it. A subscriber reads the log after taking the backlog, so it still gets every
     /// part, and a long step no longer keeps all its frames in memory until its commit.
     pub fn logged(&self, chat_id: &str, seq: u64) {
-        if let Some(channel) = self.lock().get_mut(chat_id) {
+        if let Some(channel) = self.lock(chat_id).get_mut(chat_id) {
             let before = channel.backlog.len();
             channel.backlog.retain(|frame| frame.seq > seq);
             channel.incomplete |= channel.backlog.len() < before;
@@ -302,7 +326,7 @@ impl Hub {
 
     /// A step was committed: its live frames are superseded by the committed messages.
     pub fn commit(&self, chat_id: &str) {
-        if let Some(channel) = self.lock().get_mut(chat_id) {
+        if let Some(channel) = self.lock(chat_id).get_mut(chat_id) {
             channel.incomplete |= !channel.backlog.is_empty();
             channel.backlog = Vec::new();
         }
@@ -310,7 +334,7 @@ impl Hub {
 
     /// Publishes to a chat's subscribers, if any. Never blocks.
     pub fn publish(&self, chat_id: &str, frame: Frame) {
-        let mut channels = self.lock();
+        let mut channels = self.lock(chat_id);
         let Some(channel) = channels.get_mut(chat_id) else {
             return;
         };
@@ -339,7 +363,7 @@ impl Hub {
     /// A subscriber left: drops the chat's channel when nothing streams into it and nobody
     /// else listens, so finished chats keep no frames in memory.
     pub fn prune(&self, chat_id: &str) {
-        let mut channels = self.lock();
+        let mut channels = self.lock(chat_id);
         let idle = channels
             .get(chat_id)
             .is_some_and(|c| c.running == 0 && c.unwatched());
@@ -350,8 +374,16 @@ impl Hub {
 
     /// Number of chats with live channels.
     pub fn channel_count(&self) -> usize {
-        self.lock().len()
+        self.shards
+            .iter()
+            .map(|shard| lock_shard(shard).len())
+            .sum()
     }
+}
+
+fn lock_shard(shard: &Shard) -> MutexGuard<'_, HashMap<String, Channel>> {
+    // Every critical section is a single map operation; a poisoned map is still whole.
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Hands every change notice of the store to the hub until the process stops: one task per
@@ -547,6 +579,31 @@ mod tests {
         assert_eq!(hub.channel_count(), 2);
         hub.resync();
         assert!(theirs.has_changed().unwrap());
+    }
+
+    #[test]
+    fn every_shard_is_counted_and_resynchronised() {
+        let hub = Hub::new();
+        let chats: Vec<uuid::Uuid> = (0..SHARDS * 8).map(|_| uuid::Uuid::new_v4()).collect();
+        let followers: Vec<_> = chats
+            .iter()
+            .map(|chat| hub.subscribe(&chat.to_string()).changes)
+            .collect();
+        assert_eq!(hub.channel_count(), chats.len());
+        hub.resync();
+        assert!(followers.iter().all(|f| f.has_changed().unwrap()));
+        // Each chat's notice reaches its own entry, whichever shard holds it.
+        for (at, chat) in chats.iter().enumerate() {
+            hub.changed(&notice(*chat, 2, at as i64 + 1));
+        }
+        for (at, follower) in followers.iter().enumerate() {
+            assert_eq!(follower.borrow().event_seq, at as i64 + 1);
+        }
+        drop(followers);
+        for chat in &chats {
+            hub.prune(&chat.to_string());
+        }
+        assert_eq!(hub.channel_count(), 0);
     }
 
     #[test]

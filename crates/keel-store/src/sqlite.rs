@@ -342,6 +342,10 @@ pub(crate) struct SqliteBackend {
     readers: Arc<readers::Readers>,
 }
 
+/// See [`connect_options`]: one statement's rows for the largest batch the store reads
+/// (2,000 chats a statement).
+const ROW_BUFFER: usize = 2048;
+
 fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
     Ok(SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
@@ -353,6 +357,10 @@ fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
         // A statement's undo journal in memory, not in a temporary file: a multi-row write
         // inside a transaction journals every page it changes.
         .pragma("temp_store", "memory")
+        // Rows a statement may hand to the caller before the connection's thread waits for
+        // it to take them: with sqlx's 50, the log writer's fence read of a thousand chats
+        // parked and woke that thread twenty times. Rows are collected whole anyway.
+        .row_buffer_size(ROW_BUFFER)
         .busy_timeout(Duration::from_secs(10)))
 }
 

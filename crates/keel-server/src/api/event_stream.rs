@@ -63,7 +63,10 @@ struct EventStream<G> {
     /// Dropped before the guard: a follower's subscription ends before what it holds is let go.
     follower: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     events: mpsc::Receiver<LiveItem>,
+    /// Fires at most [`KEEP_ALIVE_EVERY`] after the last write; armed for a deadline that
+    /// writes since then may have pushed back (see [`EventStream::poll_keep_alive`]).
     keep_alive: Pin<Box<Sleep>>,
+    last_write: Instant,
     pacing: Pacing,
     _guard: G,
 }
@@ -138,6 +141,7 @@ impl<G> EventStream<G> {
             follower: Some(follower),
             events,
             keep_alive: Box::pin(tokio::time::sleep(KEEP_ALIVE_EVERY)),
+            last_write: Instant::now(),
             pacing: Pacing::new(write_interval),
             _guard: guard,
         }
@@ -157,8 +161,26 @@ impl<G> EventStream<G> {
         let (bytes, drained) = join_ready(first, &mut self.events);
         let now = Instant::now();
         self.pacing.wrote(now, drained);
-        self.keep_alive.as_mut().reset(now + KEEP_ALIVE_EVERY);
+        // Not a timer reset: a streaming chat writes many times a second, and the timer
+        // is only moved when it fires.
+        self.last_write = now;
         bytes
+    }
+
+    /// Ready when nothing was written for [`KEEP_ALIVE_EVERY`].
+    fn poll_keep_alive(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            ready!(self.keep_alive.as_mut().poll(cx));
+            let due = self.last_write + KEEP_ALIVE_EVERY;
+            let now = Instant::now();
+            if due <= now {
+                self.last_write = now;
+                self.keep_alive.as_mut().reset(now + KEEP_ALIVE_EVERY);
+                return Poll::Ready(());
+            }
+            // Written since the timer was armed: the quiet period starts at that write.
+            self.keep_alive.as_mut().reset(due);
+        }
     }
 }
 
@@ -184,10 +206,7 @@ impl<G: Unpin> Stream for EventStream<G> {
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
-                ready!(this.keep_alive.as_mut().poll(cx));
-                this.keep_alive
-                    .as_mut()
-                    .reset(Instant::now() + KEEP_ALIVE_EVERY);
+                ready!(this.poll_keep_alive(cx));
                 Poll::Ready(Some(Ok(Bytes::from_static(KEEP_ALIVE))))
             }
         }
@@ -346,6 +365,33 @@ mod tests {
             );
         }
         assert_eq!(Instant::now(), start);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_alive_comes_only_after_a_whole_quiet_period() {
+        let (tx, rx) = mpsc::channel(4);
+        let mut stream = stream_of(rx, INTERVAL);
+        let start = Instant::now();
+        // Writes closer together than the keep-alive period keep it away.
+        for seq in 1..=3 {
+            tokio::time::advance(KEEP_ALIVE_EVERY - Duration::from_secs(1)).await;
+            tx.send(part(seq)).await.unwrap();
+            assert_eq!(
+                next_text(&mut stream).await,
+                format!("id: {seq}\nevent: part\ndata: {{}}\n\n")
+            );
+        }
+        let last_write = Instant::now();
+        assert!(last_write - start > KEEP_ALIVE_EVERY * 2);
+        // Paused time runs ahead to the keep-alive: a whole period after the last write.
+        let keep_alive = stream.next().await.unwrap().unwrap();
+        assert_eq!(&keep_alive[..], KEEP_ALIVE);
+        assert_eq!(Instant::now(), last_write + KEEP_ALIVE_EVERY);
+        // And the next one a whole period after that.
+        let keep_alive = stream.next().await.unwrap().unwrap();
+        assert_eq!(&keep_alive[..], KEEP_ALIVE);
+        assert_eq!(Instant::now(), last_write + KEEP_ALIVE_EVERY * 2);
+        drop(tx);
     }
 
     #[tokio::test(start_paused = true)]
