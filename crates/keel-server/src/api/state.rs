@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use keel_store::{Chat, ChatId, Store};
+use keel_store::{Chat, ChatId, Store, StoreError};
 
 use crate::api::error::ApiError;
 use crate::api::extract::Caller;
@@ -131,10 +131,14 @@ impl AppState {
 
     /// The chat, if it exists and belongs to the caller (others' chats do not exist).
     pub async fn owned_chat(&self, caller: &Caller, id: ChatId) -> Result<Chat, ApiError> {
-        let chat = self.store.get_chat(id).await?;
-        if chat.owner != caller.0 {
-            return Err(ApiError::not_found(format!("chat {id} not found")));
+        match self.store.get_chat(id).await {
+            Ok(chat) if chat.owner == caller.0 => Ok(chat),
+            // The same answer for another's chat and a missing one, word for word but the
+            // id: the answer tells no one whether someone else's chat id exists.
+            Ok(_) | Err(StoreError::NotFound { what: "chat" }) => {
+                Err(ApiError::not_found(format!("chat {id} not found")))
+            }
+            Err(error) => Err(error.into()),
         }
-        Ok(chat)
     }
 }

@@ -460,6 +460,39 @@ async fn users_see_only_their_own_chats() {
     let (_, listed) = alice.get(&daemon.api("/chats")).await;
     assert_eq!(listed["chats"].as_array().unwrap().len(), 1);
     alice.wait_status(&daemon, &id, "waiting").await;
+
+    // Another's chat is answered as one that does not exist (the same words but for the
+    // id), and a message sent to it stores nothing.
+    let missing = "0b6f3c2e-5d4a-4c1b-9e8f-7a6b5c4d3e2f";
+    let (status, foreign) = bob
+        .send_message(&daemon, &id, json!({"text": "from bob"}))
+        .await;
+    assert_eq!(status, 404, "{foreign}");
+    let (status, absent) = bob
+        .send_message(&daemon, missing, json!({"text": "from bob"}))
+        .await;
+    assert_eq!(status, 404, "{absent}");
+    let (_, foreign_get) = bob.get(&daemon.api(&format!("/chats/{id}"))).await;
+    let (_, absent_get) = bob.get(&daemon.api(&format!("/chats/{missing}"))).await;
+    for (foreign, absent) in [(&foreign, &absent), (&foreign_get, &absent_get)] {
+        assert_eq!(foreign["error"]["code"], absent["error"]["code"]);
+        assert_eq!(
+            foreign["error"]["message"]
+                .as_str()
+                .unwrap()
+                .replace(&id, "ID"),
+            absent["error"]["message"]
+                .as_str()
+                .unwrap()
+                .replace(missing, "ID"),
+        );
+    }
+    let (_, messages) = alice
+        .get(&daemon.api(&format!("/chats/{id}/messages")))
+        .await;
+    assert!(!messages.to_string().contains("from bob"), "{messages}");
+    let (_, chat) = alice.get(&daemon.api(&format!("/chats/{id}"))).await;
+    assert_eq!(chat["status"], "waiting", "{chat}");
 }
 
 #[tokio::test]
