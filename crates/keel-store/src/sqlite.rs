@@ -358,8 +358,9 @@ fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
         // inside a transaction journals every page it changes.
         .pragma("temp_store", "memory")
         // Rows a statement may hand to the caller before the connection's thread waits for
-        // it to take them: with sqlx's 50, the log writer's fence read of a thousand chats
-        // parked and woke that thread twenty times. Rows are collected whole anyway.
+        // it to take them: with sqlx's 50, a read of a thousand chats (the log writer's
+        // fence read) could park and wake that thread once every 50 rows, as profiles
+        // showed. Rows are collected whole anyway.
         .row_buffer_size(ROW_BUFFER)
         .busy_timeout(Duration::from_secs(10)))
 }

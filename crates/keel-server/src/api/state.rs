@@ -135,7 +135,7 @@ impl AppState {
             Ok(chat) if chat.owner == caller.0 => Ok(chat),
             // The same answer for another's chat and a missing one, word for word but the
             // id: the answer tells no one whether someone else's chat id exists.
-            Ok(_) | Err(StoreError::NotFound { what: "chat" }) => {
+            Ok(_) | Err(StoreError::NotFound { .. }) => {
                 Err(ApiError::not_found(format!("chat {id} not found")))
             }
             Err(error) => Err(error.into()),
