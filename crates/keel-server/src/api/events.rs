@@ -231,7 +231,26 @@ fn may_be_in_flight(requested: Requested, known_end: i64, running: bool) -> bool
 /// is a run on a branch it has not been told of: the `branch` event and the branch come
 /// first. A frame at or below the position is a repeat, and is skipped anyway.
 fn must_read_first(seq: i64, history_version: i64, position: i64, read_version: i64) -> bool {
-    seq > position.saturating_add(1) || history_version > read_version
+    !follows_position(seq, position) || history_version > read_version
+}
+
+/// Whether an event numbered `seq` comes right after `position`: nothing was numbered in
+/// between that the follower has not sent.
+fn follows_position(seq: i64, position: i64) -> bool {
+    seq <= position.saturating_add(1)
+}
+
+/// How a read of the live-part log alone ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogRead {
+    /// Every part after the position went out (or there were none).
+    Sent,
+    /// The first part read does not follow the position: something was numbered in
+    /// between (the messages of a step committed since). Nothing went out; a whole read
+    /// must come first.
+    Gap,
+    /// The client is gone or the read failed.
+    Ended,
 }
 
 /// What one connection has sent so far.
@@ -433,18 +452,29 @@ impl Follower {
     }
 
     /// Sends the parts of the step in progress logged after the position, read with those
-    /// of the other followers woken with it ([`crate::log_reads`]); false when the client is
-    /// gone or the read failed. A step committed meanwhile leaves nothing in progress: its
-    /// commit's notice, a new version, reads everything.
-    async fn logged_parts(&mut self) -> bool {
+    /// of the other followers woken with it ([`crate::log_reads`]).
+    ///
+    /// The read may land after the step committed and the next one logged its first parts:
+    /// the log then holds only the next step, numbered past the committed messages, which
+    /// the log never holds. Those parts go out only after a whole read
+    /// ([`LogRead::Gap`]), or the position would pass the messages for good.
+    async fn logged_parts(&mut self) -> LogRead {
+        #[cfg(debug_assertions)]
+        debug_pause("KEEL_DEBUG_LOG_READ_PAUSE_MS").await;
         let Some(entries) = self
             .state
             .log_reads
             .after(self.chat_id, self.position)
             .await
         else {
-            return false;
+            return LogRead::Ended;
         };
+        if entries
+            .first()
+            .is_some_and(|first| !follows_position(first.seq, self.position))
+        {
+            return LogRead::Gap;
+        }
         for entry in entries {
             let Some((event, data)) = from_log(&entry.payload) else {
                 continue;
@@ -453,10 +483,10 @@ impl Follower {
                 .durable(LiveItem::new(entry.seq, event, data.to_string()))
                 .await
             {
-                return false;
+                return LogRead::Ended;
             }
         }
-        true
+        LogRead::Sent
     }
 
     /// What a notice that numbered nothing past the position needs: the chat row, for its
@@ -512,6 +542,8 @@ impl Follower {
 /// sending what it read (a commit and the next step's parts land in between).
 /// `KEEL_DEBUG_NOTICE_PAUSE_MS`: a follower woken by a change notice waits before it
 /// handles it (the run publishes meanwhile, and its frames are queued before the read).
+/// `KEEL_DEBUG_LOG_READ_PAUSE_MS`: a follower woken by logged parts alone waits before it
+/// reads the log (the step commits and the next one logs parts meanwhile).
 #[cfg(debug_assertions)]
 async fn debug_pause(name: &str) {
     let pause = std::env::var(name)
@@ -796,10 +828,12 @@ async fn feed(
             && news.resyncs == follower.resyncs
             && news.version <= follower.version;
         if parts_only {
-            if !follower.logged_parts().await {
-                return;
+            match follower.logged_parts().await {
+                LogRead::Sent => continue,
+                LogRead::Ended => return,
+                // Read everything below, as for any news numbered past the position.
+                LogRead::Gap => {}
             }
-            continue;
         }
         follower.resyncs = news.resyncs;
         let read = if whole {
@@ -846,6 +880,16 @@ mod tests {
         assert!(must_read_first(41, 4, 40, 3));
         // A repeat is skipped without a read.
         assert!(!must_read_first(40, 3, 40, 3));
+    }
+
+    #[test]
+    fn logged_parts_that_skip_a_number_wait_for_a_whole_read() {
+        assert!(follows_position(41, 40));
+        // Already sent: skipped, no reason to read.
+        assert!(follows_position(38, 40));
+        // The first part of the next step, past the messages that committed this one.
+        assert!(!follows_position(44, 40));
+        assert!(follows_position(i64::MAX, i64::MAX));
     }
 
     #[test]

@@ -107,6 +107,45 @@ async fn a_follower_on_another_replica_that_reads_after_the_commit_still_gets_ev
 }
 
 #[tokio::test]
+async fn a_follower_whose_log_read_lands_after_a_commit_still_gets_the_committed_step() {
+    // The owner's first step stalls, then streams a tool call at once. The other replica's
+    // followers wait 1.5 s between a notice of logged parts and their read of the log
+    // (debug builds): meanwhile the tool runs, the step commits (its call and its result,
+    // numbered after its parts), and the second step logs its first words and stalls. The
+    // log then holds only the second step, numbered past the committed messages: a follower
+    // that took its parts as they came would never send those messages.
+    let Some(replicas) = Replicas::start("", &[]) else {
+        return;
+    };
+    let Replicas { owner, client, .. } = &replicas;
+    let script = json!({"steps": [
+        {"text": "let me look", "rate": 0, "stall": {"after": 0, "ms": 3000},
+         "tool_calls": [{"name": "read_file", "args": {"path": "a.txt"}}]},
+        {"text": words(30), "rate": 0, "stall": {"after": 5, "ms": 3000}}
+    ]});
+    let id = client
+        .create_chat(owner, json!({"text": format!("go\n#mock {script}")}))
+        .await;
+    client.wait_status(owner, &id, "running").await;
+    let other = replicas.other_with_env(&[("KEEL_DEBUG_LOG_READ_PAUSE_MS", "1500")]);
+    let mut events = client.events(&other, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_until(&mut events, "waiting").await;
+    assert!(
+        other
+            .logged()
+            .contains("variable=\"KEEL_DEBUG_LOG_READ_PAUSE_MS\""),
+        "no follower read the log alone"
+    );
+    let messages = client.messages(owner, &id).await;
+    let ids = |messages: &[serde_json::Value]| {
+        messages.iter().map(|m| m["id"].clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    assert_eq!(ids(&transcript.messages), ids(&messages), "{messages:?}");
+}
+
+#[tokio::test]
 async fn a_client_on_the_non_owner_sees_everything_and_can_interrupt() {
     let Some(replicas) = Replicas::start("", &[]) else {
         return;
