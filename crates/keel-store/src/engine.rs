@@ -334,7 +334,7 @@ impl Store for SqlStore {
         chat: ChatId,
         after: Option<MessageId>,
     ) -> Result<Vec<StoredMessage>> {
-        in_read!(self, |ops| {
+        in_single_read!(self, |ops| {
             let id = chat.to_string();
             let rows = ops.messages(&id, after.unwrap_or(0), true).await?;
             Self::messages(Self::of_chat(ops, chat, rows).await?)
@@ -342,7 +342,7 @@ impl Store for SqlStore {
     }
 
     async fn messages_after_seq(&self, chat: ChatId, after_seq: i64) -> Result<Vec<StoredMessage>> {
-        in_read!(self, |ops| {
+        in_single_read!(self, |ops| {
             let id = chat.to_string();
             let rows = ops.messages_after_seq(&id, after_seq).await?;
             Self::messages(Self::of_chat(ops, chat, rows).await?)
@@ -357,7 +357,7 @@ impl Store for SqlStore {
         limit: usize,
     ) -> Result<Vec<StoredMessage>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        in_read!(self, |ops| {
+        in_single_read!(self, |ops| {
             let id = chat.to_string();
             let rows = ops.visible_page(&id, after, by_seq, limit).await?;
             Self::all_messages(Self::of_chat(ops, chat, rows).await?)
@@ -401,7 +401,7 @@ impl Store for SqlStore {
 
     async fn recent_messages(&self, chat: ChatId, limit: usize) -> Result<Vec<StoredMessage>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        in_read!(self, |ops| {
+        in_single_read!(self, |ops| {
             let id = chat.to_string();
             let rows = ops.recent_messages(&id, limit).await?;
             Self::all_messages(Self::of_chat(ops, chat, rows).await?)
@@ -475,7 +475,7 @@ impl Store for SqlStore {
     }
 
     async fn load_prompt_history(&self, chat: ChatId) -> Result<Vec<Message>> {
-        let messages = in_read!(self, |ops| {
+        let messages = in_single_read!(self, |ops| {
             let rows = ops.messages(&chat.to_string(), 0, false).await?;
             Self::all_messages(Self::of_chat(ops, chat, rows).await?)
         })?;
