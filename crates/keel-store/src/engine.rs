@@ -244,6 +244,7 @@ impl Store for SqlStore {
     async fn send_message(
         &self,
         chat: ChatId,
+        owner: Option<&str>,
         parts: Vec<Part>,
         busy: Busy,
         idempotency_key: Option<&str>,
@@ -252,7 +253,7 @@ impl Store for SqlStore {
         loop {
             attempt += 1;
             let res: Result<SendOutcome> = in_tx!(self, |cx| {
-                t::send_message(&mut cx, chat, parts.clone(), busy, idempotency_key).await
+                t::send_message(&mut cx, chat, owner, parts.clone(), busy, idempotency_key).await
             });
             match res {
                 Err(StoreError::IdempotencyInProgress) if attempt < IDEMPOTENCY_ATTEMPTS => {}

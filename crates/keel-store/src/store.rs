@@ -35,9 +35,12 @@ pub trait Store: Send + Sync {
         before: Option<ChatId>,
         limit: u32,
     ) -> Result<Vec<Chat>>;
+    /// Sends a user message. With `owner`, a chat of another owner is not found, exactly as
+    /// a chat that does not exist (the check is part of the transition: no read before it).
     async fn send_message(
         &self,
         chat: ChatId,
+        owner: Option<&str>,
         parts: Vec<Part>,
         busy: Busy,
         idempotency_key: Option<&str>,

@@ -131,7 +131,7 @@ async fn queue_limit_is_enforced() {
         send(s, chat.id, "2", Busy::Queue).await;
         let before = s.get_chat(chat.id).await.unwrap();
         let err = s
-            .send_message(chat.id, text("3"), Busy::Interrupt, None)
+            .send_message(chat.id, None, text("3"), Busy::Interrupt, None)
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::QueueFull { limit: 2 }), "{err}");
@@ -402,15 +402,42 @@ async fn idempotent_create_and_send(db: TestDb) {
     let lease = claim(s, "w", a.id).await;
     s.finish_run(&lease).await.unwrap();
     let first = s
-        .send_message(a.id, text("x"), Busy::Queue, Some("s1"))
+        .send_message(a.id, None, text("x"), Busy::Queue, Some("s1"))
         .await
         .unwrap();
     let again = s
-        .send_message(a.id, text("x"), Busy::Queue, Some("s1"))
+        .send_message(a.id, None, text("x"), Busy::Queue, Some("s1"))
         .await
         .unwrap();
     assert_eq!(first, again);
     assert_eq!(s.list_messages(a.id, None).await.unwrap().len(), 2);
+    // Sent as another owner, the chat is not there: not its key's first answer, not a new
+    // message, not a change of the chat.
+    let before = s.get_chat(a.id).await.unwrap();
+    for key in [Some("s1"), Some("s2"), None] {
+        let refused = s
+            .send_message(a.id, Some("bob"), text("y"), Busy::Queue, key)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, StoreError::NotFound { what: "chat" }),
+            "{refused}"
+        );
+    }
+    assert_eq!(s.get_chat(a.id).await.unwrap(), before);
+    assert_eq!(s.list_messages(a.id, None).await.unwrap().len(), 2);
+    // As its owner, the key still answers as before, and a new one sends.
+    let owned = s
+        .send_message(a.id, Some("alice"), text("x"), Busy::Queue, Some("s1"))
+        .await
+        .unwrap();
+    assert_eq!(owned, first);
+    s.send_message(a.id, Some("alice"), text("z"), Busy::Queue, Some("s2"))
+        .await
+        .unwrap();
+    let sent = s.list_messages(a.id, None).await.unwrap().len()
+        + s.get_chat(a.id).await.unwrap().queued.len();
+    assert_eq!(sent, 2 + before.queued.len() + 1);
     // After a day the key is forgotten.
     db.clock.advance(hours(25));
     assert!(s.purge_idempotency_keys().await.unwrap() >= 1);
@@ -455,11 +482,11 @@ async fn bad_input_changes_nothing() {
         let big = text(&"x".repeat(500));
         let unknown = uuid::Uuid::new_v4();
         let errs = [
-            s.send_message(chat.id, big.clone(), Busy::Queue, None)
+            s.send_message(chat.id, None, big.clone(), Busy::Queue, None)
                 .await
                 .map(|_| ())
                 .unwrap_err(),
-            s.send_message(chat.id, vec![], Busy::Queue, None)
+            s.send_message(chat.id, None, vec![], Busy::Queue, None)
                 .await
                 .map(|_| ())
                 .unwrap_err(),
@@ -480,7 +507,7 @@ async fn bad_input_changes_nothing() {
             assert!(matches!(e, StoreError::InvalidInput(_)), "{e}");
         }
         let not_found = [
-            s.send_message(unknown, text("x"), Busy::Queue, None)
+            s.send_message(unknown, None, text("x"), Busy::Queue, None)
                 .await
                 .map(|_| ())
                 .unwrap_err(),

@@ -195,7 +195,7 @@ async fn upgrade_and_continue(url: &str, migrator: &Migrator) {
     assert_eq!(messages[1].role, Role::Assistant);
     assert!(matches!(&messages[1].parts[0].kind, PartKind::Text { text } if text == "answer"));
     let outcome = store
-        .send_message(id, vec![Part::text("more")], Busy::Queue, None)
+        .send_message(id, None, vec![Part::text("more")], Busy::Queue, None)
         .await
         .unwrap();
     assert!(matches!(outcome, SendOutcome::Started { message_id: 3 }));

@@ -170,7 +170,7 @@ impl Model {
                 };
                 let t = self.text();
                 if let Some(SendOutcome::Started { message_id }) =
-                    ok_or_expected(s.send_message(id, text(&t), busy, None).await)
+                    ok_or_expected(s.send_message(id, None, text(&t), busy, None).await)
                 {
                     self.acked.entry(id).or_default().insert(message_id);
                 }
@@ -459,7 +459,7 @@ async fn drive_to_waiting(db: &TestDb, id: ChatId) {
         match c.status {
             ChatStatus::Waiting => return,
             ChatStatus::Error => {
-                s.send_message(id, text("again"), Busy::Queue, None)
+                s.send_message(id, None, text("again"), Busy::Queue, None)
                     .await
                     .unwrap();
             }
@@ -650,7 +650,7 @@ async fn concurrent_workers_and_clients(db: TestDb) {
                     n => {
                         let busy = if n == 1 { Busy::Interrupt } else { Busy::Queue };
                         match store
-                            .send_message(chat, text(&format!("u{i}")), busy, None)
+                            .send_message(chat, None, text(&format!("u{i}")), busy, None)
                             .await
                         {
                             Ok(SendOutcome::Started { message_id }) => {

@@ -14,7 +14,7 @@ use crate::api::dto::{
 };
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
-use crate::api::state::AppState;
+use crate::api::state::{AppState, chat_error};
 
 /// 1 to 255 visible ASCII characters, spaces allowed inside (as the OpenAPI pattern says).
 fn is_idempotency_key(key: &str) -> bool {
@@ -272,13 +272,15 @@ pub(super) async fn send_message(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<SendMessageRequest>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
+    let chat = parse_id(&id, "chat")?;
     let parts = user_parts(request.text, request.parts)?;
     let key = idempotency_key(&headers, &caller)?;
+    // Ownership is checked by the transition itself: no read of the chat before it.
     let outcome = state
         .store
-        .send_message(chat.id, parts, request.busy, key.as_deref())
-        .await?;
+        .send_message(chat, Some(&caller.0), parts, request.busy, key.as_deref())
+        .await
+        .map_err(|error| chat_error(chat, error))?;
     let body = match outcome {
         SendOutcome::Started { message_id } => Sent {
             message_id: Some(message_id),

@@ -51,6 +51,7 @@ pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> 
 pub(crate) async fn send_message(
     cx: &mut Ctx<'_>,
     chat_id: ChatId,
+    owner: Option<&str>,
     parts: Vec<Part>,
     busy: Busy,
     idempotency_key: Option<&str>,
@@ -58,6 +59,10 @@ pub(crate) async fn send_message(
     check_content(cx.opts, &parts)?;
     // With its queue: a message to an idle chat starts now unless others wait before it.
     let mut chat = cx.load_with_queue(chat_id).await?;
+    if owner.is_some_and(|owner| owner != chat.owner) {
+        // Before anything else, idempotency keys included: another's chat is not there.
+        return Err(StoreError::not_found("chat"));
+    }
     let mv = check(&chat, Transition::SendMessage)?;
     let owner = chat.owner.clone();
     if let Some(key) = idempotency_key

@@ -204,7 +204,10 @@ pub async fn send(
     s: &str,
     busy: Busy,
 ) -> keel_store::SendOutcome {
-    store.send_message(chat, text(s), busy, None).await.unwrap()
+    store
+        .send_message(chat, None, text(s), busy, None)
+        .await
+        .unwrap()
 }
 
 pub fn hours(h: i64) -> Duration {

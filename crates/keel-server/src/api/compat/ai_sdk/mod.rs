@@ -164,7 +164,10 @@ pub(crate) async fn chat(
                 ChatStatus::RequiresAction => Busy::Interrupt,
                 _ => Busy::Queue,
             };
-            let outcome = state.store.send_message(chat.id, parts, busy, None).await?;
+            let outcome = state
+                .store
+                .send_message(chat.id, None, parts, busy, None)
+                .await?;
             let SendOutcome::Started { message_id } = outcome else {
                 return Err(ApiError::conflict(
                     "the chat is busy; the message was queued",

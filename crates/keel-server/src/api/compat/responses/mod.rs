@@ -486,7 +486,11 @@ async fn continue_chat(state: &AppState, chat: &Chat, input: Input) -> Result<i6
         _ => Busy::Queue,
     };
     let parts = user_parts(Some(input.text), None)?;
-    match state.store.send_message(chat.id, parts, busy, None).await? {
+    match state
+        .store
+        .send_message(chat.id, None, parts, busy, None)
+        .await?
+    {
         SendOutcome::Started { message_id } => {
             let messages = state
                 .store
