@@ -59,8 +59,18 @@ pub(super) fn for_run(moved_on: bool, outcome: Result<Lease, StoreError>) -> Opt
 /// The leases of this process's runs, each held while its run is under way.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
-    runs: Mutex<HashMap<u64, (SharedLease, Task)>>,
+    runs: Mutex<HashMap<u64, Entry>>,
     next: std::sync::atomic::AtomicU64,
+}
+
+/// One held lease.
+#[derive(Debug)]
+struct Entry {
+    lease: SharedLease,
+    /// The task whose runs the renewal's outcome reaches.
+    task: Task,
+    /// The run's end transition is under way ([`Held::ending`]).
+    ending: bool,
 }
 
 /// Keeps a run's lease renewed until dropped.
@@ -75,8 +85,29 @@ impl Drop for Held<'_> {
     }
 }
 
+impl Held<'_> {
+    /// The run is about to end (finish, fail, hand calls over). Its end transition gives
+    /// the chat up, so a renewal refused from here on was refused because of it, not
+    /// because the chat was taken: it stops nothing and the lease stays held, for the
+    /// queue head that may start next on it ([`Held::continuing`]).
+    pub(crate) fn ending(&self) {
+        self.mark_ending(true);
+    }
+
+    /// The run goes on with the queue head, on the lease its end transition returned.
+    pub(crate) fn continuing(&self) {
+        self.mark_ending(false);
+    }
+
+    fn mark_ending(&self, ending: bool) {
+        if let Some(entry) = self.leases.lock().get_mut(&self.key) {
+            entry.ending = ending;
+        }
+    }
+}
+
 impl Leases {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (SharedLease, Task)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
         // Each critical section is one map operation; a poisoned map is still whole.
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -85,19 +116,29 @@ impl Leases {
     /// returned guard is dropped.
     pub(crate) fn hold(&self, lease: SharedLease, task: Task) -> Held<'_> {
         let key = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.lock().insert(key, (lease, task));
+        self.lock().insert(
+            key,
+            Entry {
+                lease,
+                task,
+                ending: false,
+            },
+        );
         Held { leases: self, key }
     }
 
     /// Renews every held lease in one transaction; returns each run's chat, its task and
     /// what its outcome calls for. A renewed lease is stored for its run unless the run moved on to
-    /// another lease meanwhile (the queue head starting on a fresh one); a lost one is no
-    /// longer renewed.
+    /// another lease meanwhile (the queue head starting on a fresh one) or began to end; a
+    /// lost one is no longer renewed.
     pub(super) async fn renew(&self, store: &dyn Store) -> Vec<(ChatId, Task, Renewal)> {
         let held: Vec<(u64, SharedLease, Task, Lease)> = self
             .lock()
             .iter()
-            .map(|(key, (lease, task))| (*key, lease.clone(), task.clone(), current(lease)))
+            .map(|(key, entry)| {
+                let lease = &entry.lease;
+                (*key, lease.clone(), entry.task.clone(), current(lease))
+            })
             .collect();
         if held.is_empty() {
             return Vec::new();
@@ -115,7 +156,12 @@ impl Leases {
         };
         let mut decisions = Vec::with_capacity(held.len());
         for ((key, shared, task, sent), outcome) in held.into_iter().zip(outcomes) {
-            let moved_on = !self.lock().contains_key(&key) || current(&shared) != sent;
+            // Ended, ending, or on to a fresh lease: nothing the renewal says is about the
+            // run that holds the entry now.
+            let moved_on = self
+                .lock()
+                .get(&key)
+                .is_none_or(|entry| entry.ending || current(&shared) != sent);
             if let (false, Err(error)) = (moved_on, &outcome) {
                 tracing::warn!(chat = %sent.chat_id, %error, "renewing the lease failed");
             }
@@ -235,6 +281,25 @@ mod tests {
             for_run(true, Err(StoreError::NotFound { what: "chat" })),
             None
         );
+    }
+
+    #[tokio::test]
+    async fn a_renewal_refused_by_the_runs_own_end_stops_nothing_and_keeps_the_lease_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        let lease = claimed(&store).await;
+        let leases = Leases::default();
+        let (_finished, task) = tokio::sync::watch::channel(());
+        let held = leases.hold(lease.clone(), task);
+        // The run's end transition commits before the renewal reads the chat.
+        held.ending();
+        store.finish_run(&current(&lease)).await.unwrap();
+        assert!(leases.renew(store.as_ref()).await.is_empty());
+        // Still held: the queue head may go on with it.
+        held.continuing();
+        let after = leases.renew(store.as_ref()).await;
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].2, Renewal::Lost, "the chat is no longer running");
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ use crate::metrics::RetryLabels;
 use crate::resume::{Committed, LastStep, LogHolds, last_step};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
+use crate::worker::leases::Held;
 use crate::worker::persist::StorePersister;
 use crate::worker::runs::{Finished, RunSlot};
 use crate::worker::sink::{LiveSink, SharedLease, current};
@@ -49,10 +50,14 @@ pub(super) async fn run_chat(
     shared.hub.begin_run(&chat_id.to_string());
     loop {
         let span = tracing::info_span!("run", chat = %chat_id);
-        let next =
-            tracing::Instrument::instrument(run_once(&shared, &lease, &cancel, &stop), span).await;
+        let next = tracing::Instrument::instrument(
+            run_once(&shared, &lease, &renewing, &cancel, &stop),
+            span,
+        )
+        .await;
         let Some(next_lease) = next else { break };
         *lease.lock().unwrap_or_else(PoisonError::into_inner) = next_lease.clone();
+        renewing.continuing();
         // A fresh token for the next run: the previous one may carry an interrupt.
         let (slot, _) = shared.register(&next_lease, &finished);
         (id, cancel, stop) = (slot.id, slot.cancel, slot.stop);
@@ -67,6 +72,7 @@ pub(super) async fn run_chat(
 async fn run_once(
     shared: &Arc<Shared>,
     lease: &SharedLease,
+    renewing: &Held<'_>,
     cancel: &Cancel,
     stop: &Arc<Mutex<StopReason>>,
 ) -> Option<Lease> {
@@ -161,6 +167,7 @@ async fn run_once(
     sink.finish().await;
     drop(sink);
 
+    renewing.ending();
     lifecycle::end(shared, chat, &current(lease), outcome, stop).await
 }
 
