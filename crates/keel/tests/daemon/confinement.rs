@@ -169,17 +169,23 @@ async fn the_daemon_is_not_dumpable_so_its_environment_is_unreadable_to_its_user
         !reads_environment(daemon.pid()),
         "the daemon's environment is readable"
     );
-    // The same reader does read an ordinary process of the same user.
+    // The same reader does read an ordinary process of the same user. Waited for: `spawn`
+    // returns once the child's exec closed its descriptors, a moment before the kernel
+    // makes a child that changed its user dumpable again; a busy machine reads inside it.
     let mut sleep = std::process::Command::new("sleep");
     sleep.arg("30");
     if let Some(uid) = user {
         sleep.uid(uid).gid(uid);
     }
     let mut sleeper = sleep.spawn().unwrap();
-    let readable = reads_environment(sleeper.id());
+    let pid = sleeper.id();
+    wait_until(
+        "the check itself cannot read a dumpable process",
+        async || reads_environment(pid),
+    )
+    .await;
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
-    assert!(readable, "the check itself cannot read a dumpable process");
 }
 
 #[tokio::test]
