@@ -109,7 +109,11 @@ tx_ops!(
                 .push(", payload) FROM unnest(")
                 .push_bind(payloads)
                 .push("::text[]) AS payload");
-            query.build().execute(self.conn().await?).await?;
+            query
+                .build()
+                .persistent(false)
+                .execute(self.conn().await?)
+                .await?;
             Ok(())
         }
     },

@@ -5,6 +5,12 @@
 //! `ON CONFLICT`, row values. What differs is passed in: the row-lock suffix (PostgreSQL
 //! `FOR UPDATE`, nothing on SQLite whose `BEGIN IMMEDIATE` already holds the write lock)
 //! and how a notice reaches other replicas.
+//!
+//! A statement built for a batch (`IN (…)` with one parameter per chat, a row of values per
+//! message) has a text of its own for every batch size, so it is run unprepared
+//! (`persistent(false)`): kept, each size would take a place in the connection's cache of
+//! prepared statements and push out the fixed statements every run uses, which would then
+//! be parsed again on their next use.
 
 /// The chat columns in [`crate::rows::ChatCols`] order, as a write names them.
 macro_rules! chat_columns {
@@ -125,6 +131,7 @@ macro_rules! lock_rows {
             found.extend(
                 query
                     .build_query_as::<$row>()
+                    .persistent(false)
                     .fetch_all($self.conn().await?)
                     .await?,
             );
@@ -154,7 +161,11 @@ macro_rules! set_by_id {
                 $column,
                 " = v.value FROM v WHERE chats.id = v.id"
             ));
-            query.build().execute($self.conn().await?).await?;
+            query
+                .build()
+                .persistent(false)
+                .execute($self.conn().await?)
+                .await?;
         }
         Ok(())
     }};
@@ -197,7 +208,11 @@ macro_rules! delete_voided {
                         .push($by_cut.1);
                 }
             }
-            query.build().execute($self.conn().await?).await?;
+            query
+                .build()
+                .persistent(false)
+                .execute($self.conn().await?)
+                .await?;
         }
     }};
 }
@@ -591,7 +606,7 @@ macro_rules! tx_ops {
                             .push("FALSE")
                             .push("TRUE");
                     });
-                    query.build().execute(self.conn().await?).await?;
+                    query.build().persistent(false).execute(self.conn().await?).await?;
                 }
                 if !voided.is_empty() {
                     let ids: Vec<&str> = chats.iter().map(|c| c.id.as_str()).collect();
@@ -632,7 +647,7 @@ macro_rules! tx_ops {
                          last_error_url = excluded.last_error_url, \
                          leaf_id = excluded.leaf_id, branch_seq = excluded.branch_seq",
                     );
-                    query.build().execute(self.conn().await?).await?;
+                    query.build().persistent(false).execute(self.conn().await?).await?;
                 }
                 Ok(())
             }
@@ -739,7 +754,7 @@ macro_rules! tx_ops {
                         list.push_bind(*id);
                     }
                     query.push(")");
-                    query.build().execute(self.conn().await?).await?;
+                    query.build().persistent(false).execute(self.conn().await?).await?;
                 }
                 Ok(())
             }
@@ -766,6 +781,7 @@ macro_rules! tx_ops {
                     found.extend(
                         query
                             .build_query_as::<$crate::rows::MessageCols>()
+                    .persistent(false)
                             .fetch_all(self.conn().await?)
                             .await?,
                     );
@@ -825,6 +841,7 @@ macro_rules! tx_ops {
                     found.extend(
                         query
                             .build_query_as::<$crate::rows::QueuedCols>()
+                    .persistent(false)
                             .fetch_all(self.conn().await?)
                             .await?,
                     );
@@ -849,6 +866,7 @@ macro_rules! tx_ops {
                     found.extend(
                         query
                             .build_query_scalar::<String>()
+                    .persistent(false)
                             .fetch_all(self.conn().await?)
                             .await?,
                     );
@@ -933,7 +951,7 @@ macro_rules! tx_ops {
                         "INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) ",
                     );
                     push_live_rows!(query, chunk);
-                    query.build().execute(self.conn().await?).await?;
+                    query.build().persistent(false).execute(self.conn().await?).await?;
                 }
                 Ok(())
             }
@@ -1007,6 +1025,7 @@ macro_rules! tx_ops {
                     rows.extend(
                         query
                             .build_query_as::<$crate::ops::ChatLiveRow>()
+                    .persistent(false)
                             .fetch_all(self.conn().await?)
                             .await?,
                     );
