@@ -2,7 +2,7 @@
 //!
 //! Runs hand each numbered part to this task as they publish it (a push onto a shared
 //! inbox, no database work; only the first part of a window wakes the task, so a part costs
-//! no task switch and no timer). Every [`BATCH_WINDOW`] — or sooner when [`BATCH_PARTS`] are waiting, or
+//! no task switch and no timer). Every window ([`batch_window`]) — or sooner when [`BATCH_PARTS`] are waiting, or
 //! when a run asks for its parts to be written before it commits — the pending parts of
 //! *all* chats go to the store in one transaction ([`keel_store::Store::append_live_groups`]),
 //! each chat's entries fenced on its own lease. With a thousand slow streams that is one
@@ -28,8 +28,25 @@ use crate::worker::sink::{SharedLease, current};
 
 /// Parts waiting (over all chats) that start a write at once.
 pub(super) const BATCH_PARTS: usize = 4096;
-/// Time a part may wait for its batch at most.
-pub(super) const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// Time a part may wait for its batch at most, on a database other replicas share: their
+/// followers of a chat that runs here see its parts only through the log, so the window is
+/// part of what those clients wait.
+pub(super) const SHARED_WINDOW: Duration = Duration::from_millis(50);
+/// The same on a database only this process writes (SQLite). Nothing reads the log live
+/// there: this process's followers get parts from the hub, which keeps each frame until
+/// the log has it, and the log is read only by catch-ups and by recovery after a crash
+/// (which replays, with a reset, parts a client saw that the log lacks). A longer window
+/// puts more of a chat's parts in one row: at a thousand chats streaming 20 parts a second
+/// each, a 50 ms window wrote a row per part.
+pub(super) const SOLE_WRITER_WINDOW: Duration = Duration::from_millis(200);
+
+/// The window of the log on a store of this backend ([`Store::backend`]).
+pub(super) fn batch_window(backend: &str) -> Duration {
+    match backend {
+        "sqlite" => SOLE_WRITER_WINDOW,
+        _ => SHARED_WINDOW,
+    }
+}
 
 /// One run's place in the log: its parts are fenced on its own lease, so two runs of the
 /// same chat (a superseded one still unwinding) never share a group.
@@ -99,7 +116,8 @@ impl GroupLog {
     pub(crate) fn start(store: Arc<dyn Store>, hub: Arc<Hub>, writes: Histogram) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let inbox = Arc::new(Mutex::new(Inbox::default()));
-        tokio::spawn(Writer::new(store, hub, inbox.clone(), writes).run(rx));
+        let window = batch_window(store.backend());
+        tokio::spawn(Writer::new(store, hub, inbox.clone(), writes, window).run(rx));
         Self { tx, inbox }
     }
 
@@ -201,6 +219,8 @@ struct Writer {
     hub: Arc<Hub>,
     inbox: Arc<Mutex<Inbox>>,
     writes: Histogram,
+    /// How long the first part waiting may wait for the write.
+    window: Duration,
     /// Runs with parts waiting, in the order they first had one.
     pending: Vec<(RunKey, Pending)>,
     /// Where each run is in `pending`.
@@ -216,12 +236,14 @@ impl Writer {
         hub: Arc<Hub>,
         inbox: Arc<Mutex<Inbox>>,
         writes: Histogram,
+        window: Duration,
     ) -> Self {
         Self {
             store,
             hub,
             inbox,
             writes,
+            window,
             pending: Vec::new(),
             index: HashMap::new(),
             parts: 0,
@@ -258,7 +280,7 @@ impl Writer {
                         self.write().await;
                         deadline = self.next_deadline();
                     }
-                    deadline = deadline.or_else(|| Some(Instant::now() + BATCH_WINDOW));
+                    deadline = deadline.or_else(|| Some(Instant::now() + self.window));
                 }
                 Some(Command::Flush { run, reply }) => {
                     self.settle(&mut rx, Settle::flush(run, reply)).await;
@@ -445,7 +467,7 @@ impl Writer {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        (!self.pending.is_empty()).then(|| Instant::now() + BATCH_WINDOW)
+        (!self.pending.is_empty()).then(|| Instant::now() + self.window)
     }
 
     /// The run's outcome since its last flush: its parts are written unless refused. Parts
@@ -654,6 +676,13 @@ mod tests {
         );
     }
 
+    #[test]
+    fn only_a_database_of_this_process_alone_gets_the_long_window() {
+        assert_eq!(batch_window("sqlite"), SOLE_WRITER_WINDOW);
+        assert_eq!(batch_window("postgres"), SHARED_WINDOW);
+        assert!(SOLE_WRITER_WINDOW > SHARED_WINDOW);
+    }
+
     #[tokio::test]
     async fn appended_parts_are_written_when_their_window_closes_without_a_flush() {
         let dir = tempfile::tempdir().unwrap();
@@ -681,7 +710,7 @@ mod tests {
         while logged(chat_a).await < 2 || logged(chat_b).await < 1 {
             windows += 1;
             assert!(windows < 400, "the parts were never written");
-            tokio::time::sleep(BATCH_WINDOW).await;
+            tokio::time::sleep(SHARED_WINDOW).await;
         }
         assert_eq!(store.get_chat(chat_a).await.unwrap().event_seq, start_a + 2);
         log.flush(ka).await.unwrap();
