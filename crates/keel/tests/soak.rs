@@ -3,14 +3,17 @@
 //! the user-action soak runs chats whose users also queue, promote, delete queued messages,
 //! edit mid-reply and mid-tool, compact, regenerate replies, switch back to the branches
 //! they left, answer client-side tools late, never or after an interrupt, and delete
-//! running chats — on SQLite, and on two PostgreSQL replicas when
-//! `KEEL_TEST_DATABASE_URL` names a database and `KEEL_SOAK_REPLICAS` is set. The long soak (`scripts/soak`) runs the same
-//! code with 2,000 chats and more kills.
+//! running chats — on SQLite, and on two PostgreSQL replicas sharing a fresh database on
+//! the server `KEEL_TEST_DATABASE_URL` names (which `scripts/test` sets). The long soak
+//! (`scripts/soak`) runs the same code with 2,000 chats and more kills.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
+
+#[path = "support/postgres.rs"]
+mod postgres;
 
 /// One soak at a time: each loads both cores on its own.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -84,13 +87,7 @@ fn users_who_edit_queue_promote_compact_and_delete_lose_nothing_across_a_kill() 
 
 #[test]
 fn two_postgres_replicas_with_acting_users_and_a_kill_lose_nothing() {
-    // Opt-in for now: two-replica runs still fail now and then (an edited message left
-    // unanswered, streams that stall under load; see docs/benchmarks.md).
-    let (Ok(database), Ok(_)) = (
-        std::env::var("KEEL_TEST_DATABASE_URL"),
-        std::env::var("KEEL_SOAK_REPLICAS"),
-    ) else {
-        eprintln!("KEEL_TEST_DATABASE_URL or KEEL_SOAK_REPLICAS is not set; skipping");
+    let Some(database) = postgres::fresh_database() else {
         return;
     };
     let stdout = soak(

@@ -14,6 +14,8 @@ mod failures;
 mod fidelity;
 mod harness;
 mod panics;
+#[path = "../support/postgres.rs"]
+mod postgres;
 mod providers;
 mod replicas;
 mod rerun;
