@@ -781,7 +781,7 @@ macro_rules! tx_ops {
                     found.extend(
                         query
                             .build_query_as::<$crate::rows::MessageCols>()
-                    .persistent(false)
+                            .persistent(false)
                             .fetch_all(self.conn().await?)
                             .await?,
                     );
@@ -841,7 +841,7 @@ macro_rules! tx_ops {
                     found.extend(
                         query
                             .build_query_as::<$crate::rows::QueuedCols>()
-                    .persistent(false)
+                            .persistent(false)
                             .fetch_all(self.conn().await?)
                             .await?,
                     );
@@ -866,7 +866,7 @@ macro_rules! tx_ops {
                     found.extend(
                         query
                             .build_query_scalar::<String>()
-                    .persistent(false)
+                            .persistent(false)
                             .fetch_all(self.conn().await?)
                             .await?,
                     );
@@ -1025,7 +1025,7 @@ macro_rules! tx_ops {
                     rows.extend(
                         query
                             .build_query_as::<$crate::ops::ChatLiveRow>()
-                    .persistent(false)
+                            .persistent(false)
                             .fetch_all(self.conn().await?)
                             .await?,
                     );

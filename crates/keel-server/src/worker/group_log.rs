@@ -2,11 +2,12 @@
 //!
 //! Runs hand each numbered part to this task as they publish it (a push onto a shared
 //! inbox, no database work; only the first part of a window wakes the task, so a part costs
-//! no task switch and no timer). Every window ([`batch_window`]) — or sooner when [`BATCH_PARTS`] are waiting, or
-//! when a run asks for its parts to be written before it commits — the pending parts of
-//! *all* chats go to the store in one transaction ([`keel_store::Store::append_live_groups`]),
-//! each chat's entries fenced on its own lease. With a thousand slow streams that is one
-//! transaction per window instead of one per chat per part.
+//! no task switch and no timer). Every window ([`batch_window`]) — or sooner when
+//! [`BATCH_PARTS`] are waiting, or when a run asks for its parts to be written before it
+//! commits — the pending parts of *all* chats go to the store in one transaction
+//! ([`keel_store::Store::append_live_groups`]), each chat's entries fenced on its own lease.
+//! With a thousand slow streams that is one transaction per window instead of one per chat
+//! per part.
 //!
 //! A group the store refuses (the run lost its lease, the chat was edited or deleted) is
 //! dropped and its error kept for that run's next flush, so its commit fails rather than
