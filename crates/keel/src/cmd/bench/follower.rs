@@ -31,6 +31,55 @@ struct Seen {
     interrupted: bool,
     /// The event id the client had reached when it last (re)connected.
     position: Option<i64>,
+    /// How the final catch-up went.
+    catch_up: CatchUpLog,
+}
+
+/// How the final catch-up went, reported with a failed check: whether the daemon answered
+/// it at all tells a message that never came from a client that ran out of patience.
+#[derive(Debug)]
+struct CatchUpLog {
+    started: Instant,
+    /// Streams opened, and attempts the daemon refused or did not answer.
+    opened: u32,
+    refused: u32,
+    /// Events of any kind the streams delivered, and the last one's name and time.
+    events: u32,
+    last_event: Option<(String, Instant)>,
+    /// Why the last read of a stream ended.
+    last_end: Option<String>,
+}
+
+impl Default for CatchUpLog {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            opened: 0,
+            refused: 0,
+            events: 0,
+            last_event: None,
+            last_end: None,
+        }
+    }
+}
+
+impl std::fmt::Display for CatchUpLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        write!(
+            f,
+            "catch-up over {elapsed:.1} s: {} streams opened, {} refused, {} events",
+            self.opened, self.refused, self.events
+        )?;
+        if let Some((kind, at)) = &self.last_event {
+            let after = at.duration_since(self.started).as_secs_f64();
+            write!(f, " (the last `{kind}` at {after:.1} s)")?;
+        }
+        if let Some(end) = &self.last_end {
+            write!(f, "; the last read ended: {end}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Creates the chat, follows it to the end like a client would (resuming across dropped
@@ -198,17 +247,34 @@ async fn catch_up(
     let mut position = after;
     let mut last_progress = Instant::now();
     let patience = Duration::from_secs(10);
+    let log = &mut seen.catch_up;
+    *log = CatchUpLog::default();
     while !committed
         .iter()
         .all(|id| seen.view.messages.contains_key(id))
         && shared.patient(last_progress, patience)
     {
         let api = shared.any().api.clone();
-        let Ok(mut live) = Live::open(&api, chat, position).await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
+        let mut live = match Live::open(&api, chat, position).await {
+            Ok(live) => live,
+            Err(error) => {
+                log.refused += 1;
+                log.last_end = Some(format!("{error:#}"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
-        while let Ok(event) = live.next(patience).await {
+        log.opened += 1;
+        loop {
+            let event = match live.next(patience).await {
+                Ok(event) => event,
+                Err(error) => {
+                    log.last_end = Some(format!("{error:#}"));
+                    break;
+                }
+            };
+            log.events += 1;
+            log.last_event = Some((event.kind.clone(), Instant::now()));
             position = live.last_id;
             if matches!(event.kind.as_str(), "message" | "branch" | "stream_reset") {
                 last_progress = Instant::now();
@@ -253,9 +319,10 @@ async fn verify(
 
     if let Err(error) = seen.view.check(&messages) {
         bail!(
-            "{error:#} (client at event {:?}; the messages' event ids: {:?})",
+            "{error:#} (client at event {:?}; the messages' event ids: {:?}; {})",
             seen.position,
-            message_event_ids(shared, chat).await
+            message_event_ids(shared, chat).await,
+            seen.catch_up
         );
     }
     tool_calls_pair_up(&messages)?;
@@ -301,4 +368,35 @@ async fn verify(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_catch_up_log_says_whether_the_daemon_answered() {
+        let mut log = CatchUpLog::default();
+        log.refused = 2;
+        log.last_end = Some("connection refused".to_owned());
+        let text = log.to_string();
+        assert!(
+            text.contains("0 streams opened, 2 refused, 0 events"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("the last read ended: connection refused"),
+            "{text}"
+        );
+
+        log.opened = 1;
+        log.events = 3;
+        log.last_event = Some(("status".to_owned(), log.started));
+        log.last_end = Some("no live event arrived in time".to_owned());
+        let text = log.to_string();
+        assert!(
+            text.contains("1 streams opened, 2 refused, 3 events (the last `status` at 0.0 s)"),
+            "{text}"
+        );
+    }
 }
