@@ -376,9 +376,11 @@ mod tests {
 
     #[test]
     fn a_catch_up_log_says_whether_the_daemon_answered() {
-        let mut log = CatchUpLog::default();
-        log.refused = 2;
-        log.last_end = Some("connection refused".to_owned());
+        let mut log = CatchUpLog {
+            refused: 2,
+            last_end: Some("connection refused".to_owned()),
+            ..CatchUpLog::default()
+        };
         let text = log.to_string();
         assert!(
             text.contains("0 streams opened, 2 refused, 0 events"),
