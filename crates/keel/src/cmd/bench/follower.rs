@@ -40,6 +40,8 @@ struct Seen {
 #[derive(Debug)]
 struct CatchUpLog {
     started: Instant,
+    /// How long it took, once it is over (a failed check is reported later).
+    lasted: Duration,
     /// Streams opened, and attempts the daemon refused or did not answer.
     opened: u32,
     refused: u32,
@@ -54,6 +56,7 @@ impl Default for CatchUpLog {
     fn default() -> Self {
         Self {
             started: Instant::now(),
+            lasted: Duration::ZERO,
             opened: 0,
             refused: 0,
             events: 0,
@@ -65,10 +68,10 @@ impl Default for CatchUpLog {
 
 impl std::fmt::Display for CatchUpLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let elapsed = self.started.elapsed().as_secs_f64();
+        let lasted = self.lasted.as_secs_f64();
         write!(
             f,
-            "catch-up over {elapsed:.1} s: {} streams opened, {} refused, {} events",
+            "catch-up over {lasted:.1} s: {} streams opened, {} refused, {} events",
             self.opened, self.refused, self.events
         )?;
         if let Some((kind, at)) = &self.last_event {
@@ -288,6 +291,7 @@ async fn catch_up(
             }
         }
     }
+    log.lasted = log.started.elapsed();
     Ok(())
 }
 
@@ -393,11 +397,14 @@ mod tests {
 
         log.opened = 1;
         log.events = 3;
+        log.lasted = Duration::from_millis(2_500);
         log.last_event = Some(("status".to_owned(), log.started));
         log.last_end = Some("no live event arrived in time".to_owned());
         let text = log.to_string();
         assert!(
-            text.contains("1 streams opened, 2 refused, 3 events (the last `status` at 0.0 s)"),
+            text.starts_with(
+                "catch-up over 2.5 s: 1 streams opened, 2 refused, 3 events (the last `status` at 0.0 s)"
+            ),
             "{text}"
         );
     }
