@@ -47,9 +47,12 @@ pub(crate) struct SqlStore {
 /// notices to other replicas inside the transaction, commits, then publishes locally.
 macro_rules! in_tx {
     ($store:expr, |$cx:ident| $body:expr) => {
+        in_tx!($store, begin_write, |$cx| $body)
+    };
+    ($store:expr, $begin:ident, |$cx:ident| $body:expr) => {
         async {
             let store = $store;
-            let mut ops = store.backend.begin_write().await?;
+            let mut ops = store.backend.$begin().await?;
             let (out, notices) = {
                 let mut $cx = Ctx::new(&mut *ops, &store.opts);
                 let out = $body;
@@ -428,7 +431,9 @@ impl Store for SqlStore {
             .iter()
             .map(|(chat, after)| (chat.to_string(), *after))
             .collect();
-        let rows = in_single_read!(self, |ops| ops.live_after_many(&wanted).await)?;
+        let rows = in_read!(self, begin_grouped_read, |ops| ops
+            .live_after_many(&wanted)
+            .await)?;
         let after_of: std::collections::HashMap<ChatId, i64> = positions.iter().copied().collect();
         let mut found: Vec<(ChatId, Vec<LiveEntry>)> = Vec::new();
         for (chat, first_seq, payloads) in rows {
@@ -522,7 +527,7 @@ impl Store for SqlStore {
         if groups.is_empty() {
             return Ok(Vec::new());
         }
-        let mut ops = self.backend.begin_write().await?;
+        let mut ops = self.backend.begin_grouped_write().await?;
         let written = {
             let mut cx = Ctx::new(&mut *ops, &self.opts);
             t::append_live_groups(&mut cx, groups).await
@@ -556,12 +561,17 @@ impl Store for SqlStore {
         if steps.len() == 1
             && let Some((lease, messages)) = steps.pop()
         {
-            return Ok(vec![self.commit_step(&lease, messages).await]);
+            return Ok(vec![in_tx!(self, begin_grouped_write, |cx| {
+                t::commit_step(&mut cx, &lease, messages).await
+            })]);
         }
         if steps.is_empty() {
             return Ok(Vec::new());
         }
-        in_tx!(self, |cx| t::commit_steps(&mut cx, steps).await)
+        in_tx!(self, begin_grouped_write, |cx| t::commit_steps(
+            &mut cx, steps
+        )
+        .await)
     }
 
     async fn commit_summary(&self, lease: &Lease, summary: NewSummary) -> Result<Vec<MessageId>> {
@@ -596,8 +606,14 @@ impl Store for SqlStore {
         // One run alone is cheaper on the single-chat path (fewer round trips).
         match leases {
             [] => Ok(Vec::new()),
-            [lease] => Ok(vec![self.finish_run(lease).await]),
-            _ => in_tx!(self, |cx| t::finish_runs(&mut cx, leases).await),
+            [lease] => Ok(vec![in_tx!(self, begin_grouped_write, |cx| t::finish_run(
+                &mut cx, lease
+            )
+            .await)]),
+            _ => in_tx!(self, begin_grouped_write, |cx| t::finish_runs(
+                &mut cx, leases
+            )
+            .await),
         }
     }
 

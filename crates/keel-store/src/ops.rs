@@ -364,6 +364,19 @@ pub(crate) trait TxOps: Send {
 pub(crate) trait Backend: Send + Sync {
     /// A transaction that may write; writers are serialised per chat (or globally).
     async fn begin_write(&self) -> Result<Box<dyn TxOps>>;
+    /// A write transaction of the process's grouped writer (the live-part log, grouped
+    /// commits and finishes). Followers on other replicas see a run's parts only once it
+    /// commits, so it must not queue behind request traffic for a connection: where the
+    /// backend has a pool, the live path has connections of its own.
+    async fn begin_grouped_write(&self) -> Result<Box<dyn TxOps>> {
+        self.begin_write().await
+    }
+    /// [`Self::begin_single_read`] for the process's grouped log reader (the parts its
+    /// followers of other replicas' runs are sent), on the live path's connections as
+    /// [`Self::begin_grouped_write`].
+    async fn begin_grouped_read(&self) -> Result<Box<dyn TxOps>> {
+        self.begin_single_read().await
+    }
     async fn begin_read(&self) -> Result<Box<dyn TxOps>>;
     /// A pooled connection for a read that is one statement: no transaction of its own,
     /// since a single statement sees one snapshot anyway, and its `BEGIN` and `COMMIT`

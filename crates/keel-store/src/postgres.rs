@@ -141,6 +141,11 @@ async fn notify_replicas(conn: &mut PgConnection, notice: &ChangeNotice) -> Resu
 
 pub(crate) struct PgBackend {
     pool: PgPool,
+    /// The live path's connections: the grouped writer's ([`Backend::begin_grouped_write`])
+    /// and the grouped log reader's ([`Backend::begin_grouped_read`]). While a thousand
+    /// requests wait for `pool`, parts still reach the log every window and the followers
+    /// of other replicas' runs read them at once.
+    live_pool: PgPool,
     /// Other replicas' notices, from one `LISTEN` connection shared by every subscriber of
     /// this process (started by the first): a connection per subscriber would drain the pool.
     remote: tokio::sync::OnceCell<broadcast::Sender<RemoteNotice>>,
@@ -215,10 +220,28 @@ fn connect_options(url: &str) -> Result<PgConnectOptions> {
     })
 }
 
+/// Connections of the live path's own pool: the grouped writer and the grouped log reader
+/// are one task each, and each runs one transaction or statement at a time.
+const LIVE_PATH_CONNECTIONS: u32 = 2;
+
 pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend> {
     let options = connect_options(url)?;
-    let pool = PgPoolOptions::new()
-        .max_connections(opts.max_connections.max(2))
+    let pool = pool_options(opts.max_connections.max(2))
+        .connect_with(options.clone())
+        .await?;
+    MIGRATOR.run(&pool).await?;
+    // Opened on first use: a daemon that streams nothing holds no connection of it.
+    let live_pool = pool_options(LIVE_PATH_CONNECTIONS).connect_lazy_with(options);
+    Ok(PgBackend {
+        pool,
+        live_pool,
+        remote: tokio::sync::OnceCell::new(),
+    })
+}
+
+fn pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
         // A connection in use moments ago is not checked again: the check is a round trip
         // of its own before every transaction. One idle for longer is, so a server restart
         // costs no failed transaction once the pool has been quiet.
@@ -231,13 +254,6 @@ pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend>
                 Ok(true)
             })
         })
-        .connect_with(options)
-        .await?;
-    MIGRATOR.run(&pool).await?;
-    Ok(PgBackend {
-        pool,
-        remote: tokio::sync::OnceCell::new(),
-    })
 }
 
 /// Opens a transaction on a task of its own, so that dropping the caller cannot cut its
@@ -260,6 +276,14 @@ async fn begin_detached(pool: &PgPool, statement: &'static str) -> Result<PgTx> 
 impl Backend for PgBackend {
     async fn begin_write(&self) -> Result<Box<dyn TxOps>> {
         Ok(Box::new(begin_detached(&self.pool, "BEGIN").await?))
+    }
+
+    async fn begin_grouped_write(&self) -> Result<Box<dyn TxOps>> {
+        Ok(Box::new(begin_detached(&self.live_pool, "BEGIN").await?))
+    }
+
+    async fn begin_grouped_read(&self) -> Result<Box<dyn TxOps>> {
+        Ok(Box::new(PgTx::Single(self.live_pool.acquire().await?)))
     }
 
     async fn begin_read(&self) -> Result<Box<dyn TxOps>> {

@@ -162,6 +162,11 @@ pub trait Store: Send + Sync {
     /// group fenced on its own lease: one outcome per group, in order, so a run that lost
     /// its chat is refused without holding back the others. `Err` means nothing was
     /// written. Other replicas are notified of each chat's new event sequence.
+    ///
+    /// This, [`Self::commit_steps`], [`Self::finish_runs`] and [`Self::live_parts_of`] are
+    /// the live path (the process's grouped writer and grouped log reader): on PostgreSQL
+    /// they run on connections of their own, so a burst of requests that takes the whole
+    /// pool does not hold back what other replicas' followers see.
     async fn append_live_groups(
         &self,
         groups: &[(Lease, &[NewLiveEntry])],

@@ -385,3 +385,85 @@ async fn the_queue_heads_lease_is_granted_after_the_interrupt_of_the_run_before(
     assert_eq!(head.granted_version, now.version);
     assert!(head.granted_version > interrupted.version);
 }
+
+/// PostgreSQL: the live path (the grouped log writer and reader) has connections of its
+/// own. With every pooled connection of the store waiting on a chat row another session
+/// holds, a run of another chat still logs its parts and its followers still read them:
+/// followers on other replicas see parts only through the log, and a burst of requests
+/// must not hold them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_path_is_not_held_back_by_a_pool_whose_connections_all_wait() {
+    use sqlx::Connection;
+    let pool_size = 2;
+    let Some(db) = postgres_with(|o| o.max_connections = pool_size).await else {
+        return;
+    };
+    let s = &db.store;
+    // One locked chat per pooled connection: a second writer of one row would wait on the
+    // first writer's tuple lock, not on the holder.
+    let mut locked = Vec::new();
+    for name in ["locked 1", "locked 2"] {
+        let chat = create(s, name).await;
+        locked.push((chat.id, claim(s, "w", chat.id).await));
+    }
+    let streaming = create(s, "streaming").await;
+    let streaming_lease = claim(s, "w", streaming.id).await;
+    let first = s.get_chat(streaming.id).await.unwrap().event_seq + 1;
+
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let holder_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    let mut held = holder.begin().await.unwrap();
+    for (chat, _) in &locked {
+        sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
+            .bind(chat.to_string())
+            .execute(&mut *held)
+            .await
+            .unwrap();
+    }
+    // A write of each locked chat: each takes a pooled connection and waits on its row.
+    let waiting: Vec<_> = locked
+        .iter()
+        .map(|(_, lease)| {
+            let (s, lease) = (s.clone(), lease.clone());
+            tokio::spawn(
+                async move { s.set_retry_state(&lease, Some(json!({"attempt": 2}))).await },
+            )
+        })
+        .collect();
+    let mut watcher = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    loop {
+        let blocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+        )
+        .bind(holder_pid)
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if blocked == i64::try_from(locked.len()).unwrap() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+
+    // Without connections of its own, this would wait for the pool until its acquire
+    // timeout and fail.
+    let part = keel_store::NewLiveEntry {
+        seq: first,
+        payload: keel_store::JsonText::of(&json!({"event": "part", "data": "hello"})),
+    };
+    s.append_live_entries(&streaming_lease, std::slice::from_ref(&part))
+        .await
+        .unwrap();
+    let read = s.live_parts_of(&[(streaming.id, first - 1)]).await.unwrap();
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].0, streaming.id);
+    assert_eq!(read[0].1.iter().map(|e| e.seq).collect::<Vec<_>>(), [first]);
+
+    held.rollback().await.unwrap();
+    for write in waiting {
+        write.await.unwrap().unwrap();
+    }
+}
