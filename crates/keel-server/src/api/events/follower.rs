@@ -1,0 +1,585 @@
+//! One connection's follower: what it has sent, how it catches up from the store, and the
+//! loop that forwards the hub's frames and answers the chat's change notices.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use keel_store::{Chat, ChatId, ChatStatus};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::LiveItem;
+use super::resume::{Requested, locate};
+use crate::api::dto::{LastErrorView, MessageView, QueuedView};
+use crate::api::state::AppState;
+use crate::hub::{Frame, Subscription};
+use crate::live::{from_log, from_retry_state};
+
+/// Committed messages one catch-up query reads at most.
+const CATCH_UP_PAGE: usize = 200;
+
+/// Whether a run's durable frame numbered `seq` may be sent only after a read of the store.
+///
+/// A run numbers its parts and the messages it commits one after another, so a frame that
+/// does not follow the follower's position means something was numbered in between that no
+/// frame carried: a message the run did not publish (the queue head it started, the
+/// messages of a branch made current before it started, renumbered above their `branch`
+/// event), or the parts of an earlier owner. Sent at once, the frame would carry the
+/// position past them for good. A frame of a newer history version than the follower read
+/// is a run on a branch it has not been told of: the `branch` event and the branch come
+/// first. A frame at or below the position is a repeat, and is skipped anyway.
+fn must_read_first(seq: i64, history_version: i64, position: i64, read_version: i64) -> bool {
+    !follows_position(seq, position) || history_version > read_version
+}
+
+/// Whether an event numbered `seq` comes right after `position`: nothing was numbered in
+/// between that the follower has not sent.
+fn follows_position(seq: i64, position: i64) -> bool {
+    seq <= position.saturating_add(1)
+}
+
+/// How a read of the live-part log alone ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogRead {
+    /// Every part after the position went out (or there were none).
+    Sent,
+    /// The first part read does not follow the position: something was numbered in
+    /// between (the messages of a step committed since). Nothing went out; a whole read
+    /// must come first.
+    Gap,
+    /// The client is gone or the read failed.
+    Ended,
+}
+
+/// What one connection has sent so far.
+struct Follower {
+    state: AppState,
+    chat_id: ChatId,
+    tx: mpsc::Sender<LiveItem>,
+    position: i64,
+    status: Option<(ChatStatus, Option<String>)>,
+    queue: Option<String>,
+    /// The last `retry` sent: the position it was published at and its data. It reaches a
+    /// follower live, as the chat's stored state, or both; it is sent once.
+    retry: Option<(i64, Value)>,
+    /// The chat's snapshot version when it was last read.
+    version: i64,
+    /// The chat's history version when it was last read: a run's frame of a newer one
+    /// means the current branch changed, and the store is read first.
+    history_version: i64,
+    /// Resynchronisations already answered with a read.
+    resyncs: u64,
+}
+
+impl Follower {
+    /// Sends an event; false when the client is gone or too slow.
+    async fn send(&self, item: LiveItem) -> bool {
+        self.tx.send(item).await.is_ok()
+    }
+
+    async fn durable(&mut self, item: LiveItem) -> bool {
+        if item.id <= self.position {
+            return true;
+        }
+        self.position = item.id;
+        self.send(item).await
+    }
+
+    /// Sends one frame of the hub; false when the connection ends (the client left or fell
+    /// too far behind).
+    async fn forward(
+        &mut self,
+        frame: Result<Arc<Frame>, broadcast::error::RecvError>,
+        state: &AppState,
+    ) -> bool {
+        match frame {
+            Ok(frame) if frame.durable => {
+                let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
+                if must_read_first(
+                    seq,
+                    frame.history_version,
+                    self.position,
+                    self.history_version,
+                ) {
+                    match self.catch_up(&[]).await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => return false,
+                        Err(error) => {
+                            tracing::warn!(chat = %self.chat_id, %error, "catching up events failed");
+                            return false;
+                        }
+                    }
+                }
+                self.durable(LiveItem::frame(&frame)).await
+            }
+            Ok(frame) if frame.event == "retry" => {
+                let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
+                let data = serde_json::from_slice(frame.data_bytes()).unwrap_or(Value::Null);
+                self.retry(seq, data).await
+            }
+            Ok(frame) => self.ephemeral(frame.event, frame.data()).await,
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                state.metrics.sse_lagged_disconnects.inc();
+                false
+            }
+            Err(broadcast::error::RecvError::Closed) => false,
+        }
+    }
+
+    async fn ephemeral(&self, name: &'static str, data: impl Into<Bytes>) -> bool {
+        self.send(LiveItem::new(self.position, name, data)).await
+    }
+
+    /// Sends the `retry` published at position `seq`, unless it was sent already.
+    async fn retry(&mut self, seq: i64, data: Value) -> bool {
+        if self
+            .retry
+            .as_ref()
+            .is_some_and(|(sent, sent_data)| *sent == seq && *sent_data == data)
+        {
+            return true;
+        }
+        let text = data.to_string();
+        self.retry = Some((seq, data));
+        self.ephemeral("retry", text).await
+    }
+
+    /// Sends the `branch` event of the chat's last change of its current branch, unless
+    /// the client is past it; false when the client is gone.
+    async fn branch(&mut self, chat: &Chat) -> bool {
+        if self.position >= chat.branch_seq {
+            return true;
+        }
+        let data = json!({ "leaf_id": chat.leaf_id }).to_string();
+        self.durable(LiveItem::new(chat.branch_seq, "branch", data))
+            .await
+    }
+
+    /// Sends committed messages and logged live parts after the position, with the
+    /// `branch` event before the messages of a branch made current after it. Returns the
+    /// chat as read with the messages, or `None` when the client is gone.
+    ///
+    /// The log, the first page of messages and the chat are one read of one snapshot: the
+    /// parts read are those of the step in progress then, which the messages leave in
+    /// progress, and a branch change the page shows is the chat's. Everything goes out in
+    /// sequence order, `backlog` (frames of this process's run not logged yet) merged in, so
+    /// parts of a step committed since still reach the client before its message.
+    async fn catch_up(
+        &mut self,
+        backlog: &[Arc<Frame>],
+    ) -> Result<Option<Chat>, keel_store::StoreError> {
+        let first = self
+            .state
+            .store
+            .catch_up(self.chat_id, self.position, CATCH_UP_PAGE)
+            .await?;
+        #[cfg(debug_assertions)]
+        debug_pause("KEEL_DEBUG_CATCH_UP_PAUSE_MS").await;
+        let mut parts: Vec<LiveItem> = first
+            .parts
+            .iter()
+            .filter_map(|entry| {
+                from_log(&entry.payload)
+                    .map(|(event, data)| LiveItem::new(entry.seq, event, data.to_string()))
+            })
+            .collect();
+        parts.extend(backlog.iter().map(|f| LiveItem::frame(f)));
+        parts.sort_by_key(|item| item.id);
+        parts.dedup_by_key(|item| item.id);
+        let mut parts = parts.into_iter().peekable();
+        let mut replayed = 0u64;
+        let snapshot_seq = first.chat.event_seq;
+        let (mut page, mut chat) = (first.messages, first.chat);
+        // Page by page: a long history is never held in memory at once.
+        loop {
+            self.history_version = self.history_version.max(chat.history_version);
+            for message in &page {
+                if message.event_seq > chat.branch_seq && !self.branch(&chat).await {
+                    return Ok(None);
+                }
+                // Everything in sequence order: the parts read before a step committed
+                // come before the message that commits them. The message first, they would
+                // fall below the position and the client would never see them live.
+                while let Some(item) = parts.next_if(|item| item.id < message.event_seq) {
+                    if item.id > self.position {
+                        replayed += 1;
+                    }
+                    if !self.durable(item).await {
+                        return Ok(None);
+                    }
+                }
+                let data = serde_json::to_string(&MessageView::from(message)).unwrap_or_default();
+                if !self
+                    .durable(LiveItem::new(message.event_seq, "message", data))
+                    .await
+                {
+                    return Ok(None);
+                }
+                replayed += 1;
+            }
+            if !self.branch(&chat).await {
+                return Ok(None);
+            }
+            if page.len() < CATCH_UP_PAGE {
+                break;
+            }
+            page = self
+                .state
+                .store
+                .messages_page(self.chat_id, self.position, true, CATCH_UP_PAGE)
+                .await?;
+            // Read after the page, so a branch change the page shows is known: the messages
+            // of a new branch are numbered above its `branch_seq`.
+            chat = self.state.store.get_chat(self.chat_id).await?;
+        }
+        for item in parts {
+            if item.id > self.position {
+                replayed += 1;
+            }
+            if !self.durable(item).await {
+                return Ok(None);
+            }
+        }
+        // Every event the snapshot numbered is sent: its messages (all pages), its logged
+        // parts and its branch. A number up to its end that carried none is a status change
+        // or a skipped range; the position moves past it, so that the next frame of the run
+        // follows the position and notices of it find nothing new to read.
+        self.position = self.position.max(snapshot_seq);
+        self.state.metrics.replayed_events.inc_by(replayed);
+        Ok(Some(chat))
+    }
+
+    /// Sends the parts of the step in progress logged after the position, read with those
+    /// of the other followers woken with it ([`crate::log_reads`]).
+    ///
+    /// The read may land after the step committed and the next one logged its first parts:
+    /// the log then holds only the next step, numbered past the committed messages, which
+    /// the log never holds. Those parts go out only after a whole read
+    /// ([`LogRead::Gap`]), or the position would pass the messages for good.
+    async fn logged_parts(&mut self) -> LogRead {
+        #[cfg(debug_assertions)]
+        debug_pause("KEEL_DEBUG_LOG_READ_PAUSE_MS").await;
+        let Some(entries) = self
+            .state
+            .log_reads
+            .after(self.chat_id, self.position)
+            .await
+        else {
+            return LogRead::Ended;
+        };
+        if entries
+            .first()
+            .is_some_and(|first| !follows_position(first.seq, self.position))
+        {
+            return LogRead::Gap;
+        }
+        for entry in entries {
+            let Some((event, data)) = from_log(&entry.payload) else {
+                continue;
+            };
+            if !self
+                .durable(LiveItem::new(entry.seq, event, data.to_string()))
+                .await
+            {
+                return LogRead::Ended;
+            }
+        }
+        LogRead::Sent
+    }
+
+    /// What a notice that numbered nothing past the position needs: the chat row, for its
+    /// status and queue. The step a run of this process commits reaches its followers as
+    /// frames, so such notices (a claim, the commit of a step whose message frames the
+    /// follower already sent) would find nothing in the log or the messages. A status
+    /// change takes a number of its own, so it reads everything. A chat read that does show
+    /// more (a notice still on its way) falls back to the whole catch-up.
+    async fn refresh(&mut self) -> Result<Option<Chat>, keel_store::StoreError> {
+        let chat = self.state.store.get_chat(self.chat_id).await?;
+        if chat.event_seq > self.position || chat.history_version > self.history_version {
+            return self.catch_up(&[]).await;
+        }
+        Ok(Some(chat))
+    }
+
+    /// Sends `status` and `queue` events when they changed.
+    async fn announce(&mut self, chat: &Chat) -> bool {
+        let error = chat.last_error.as_ref().map(|e| e.message.clone());
+        let status = (chat.status, error);
+        if self.status.as_ref() != Some(&status) {
+            self.status = Some(status);
+            let last_error = chat.last_error.as_ref().map(LastErrorView::from);
+            let data =
+                json!({"status": chat.status.as_str(), "last_error": last_error}).to_string();
+            if !self.ephemeral("status", data).await {
+                return false;
+            }
+        }
+        // A retry another process published, or one published before this connection.
+        if let Some((seq, data)) = chat.retry_state.as_ref().and_then(from_retry_state)
+            && !self.retry(seq, data).await
+        {
+            return false;
+        }
+        let queued: Vec<QueuedView> = chat.queued.iter().map(QueuedView::from).collect();
+        let queue = json!({ "queued": queued }).to_string();
+        if self.queue.as_ref() != Some(&queue) {
+            let first = self.queue.is_none();
+            self.queue = Some(queue.clone());
+            let worth_sending = !(first && chat.queued.is_empty());
+            if worth_sending && !self.ephemeral("queue", queue).await {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Debug builds only: a pause of as many milliseconds as the environment variable `name`
+/// says, so that a test of the running daemon can land changes inside a window.
+/// `KEEL_DEBUG_CATCH_UP_PAUSE_MS`: a catch-up waits between its read of the store and
+/// sending what it read (a commit and the next step's parts land in between).
+/// `KEEL_DEBUG_NOTICE_PAUSE_MS`: a follower woken by a change notice waits before it
+/// handles it (the run publishes meanwhile, and its frames are queued before the read).
+/// `KEEL_DEBUG_LOG_READ_PAUSE_MS`: a follower woken by logged parts alone waits before it
+/// reads the log (the step commits and the next one logs parts meanwhile).
+#[cfg(debug_assertions)]
+async fn debug_pause(name: &str) {
+    let pause = std::env::var(name)
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok());
+    if let Some(ms) = pause {
+        // Announced, so that a test acts inside the window once it opens, not after a guess.
+        tracing::info!(variable = name, ms, "debug pause begins");
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// The next frame of the run streaming into the chat; never, while none does.
+async fn next_frame(
+    live: &mut Option<broadcast::Receiver<Arc<Frame>>>,
+) -> Result<Arc<Frame>, broadcast::error::RecvError> {
+    match live {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Feeds one connection from `subscription`, taken when the connection was accepted.
+pub(super) async fn feed(
+    state: AppState,
+    chat: Chat,
+    subscription: Subscription,
+    requested: Requested,
+    tx: mpsc::Sender<LiveItem>,
+) {
+    let chat_key = chat.id.to_string();
+    // Runs started before the subscription are the receiver it already holds.
+    let mut runs = subscription.live.runs;
+    let (mut live, backlog, mut changes) = (
+        subscription.live.frames,
+        subscription.live.backlog,
+        subscription.changes,
+    );
+    let (position, reset) = match requested {
+        Requested::Start => (0, false),
+        // Numbers only grow: a position the chat had reached when it was read is known, and
+        // where its step starts does not matter.
+        Requested::At(position) if position <= chat.event_seq => (position, false),
+        _ => match locate(&state, &chat, &backlog, requested, &mut changes).await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(chat = %chat.id, %error, "reading the chat's position failed");
+                return;
+            }
+        },
+    };
+    if reset {
+        let event = LiveItem::new(position, "stream_reset", "{}");
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
+    let mut follower = Follower {
+        state: state.clone(),
+        chat_id: chat.id,
+        tx,
+        position,
+        status: None,
+        queue: None,
+        retry: None,
+        version: chat.version,
+        history_version: chat.history_version,
+        resyncs: changes.borrow_and_update().resyncs,
+    };
+    let current = match follower.catch_up(&backlog).await {
+        Ok(Some(current)) => current,
+        Ok(None) => return,
+        Err(error) => {
+            tracing::warn!(chat = %chat.id, %error, "replaying events failed");
+            return;
+        }
+    };
+    if !follower.announce(&current).await {
+        return;
+    }
+    // Notices that arrived while the connection was being set up are looked at first.
+    let mut recheck = true;
+    // Made once, and looked at only when woken: a frame costs no waiter of its own.
+    let client = follower.tx.clone();
+    let mut client_gone = std::pin::pin!(keel_core::on_wake::on_wake(client.closed()));
+    let mut shutdown = std::pin::pin!(state.shutdown.cancelled_owned());
+    loop {
+        if !recheck {
+            tokio::select! {
+                () = client_gone.as_mut() => return,
+                () = shutdown.as_mut() => return,
+                frame = next_frame(&mut live) => {
+                    if matches!(frame, Err(broadcast::error::RecvError::Closed)) {
+                        // The run ended and its frames were all sent: wait for the next.
+                        live = None;
+                    } else if !follower.forward(frame, &state).await {
+                        return;
+                    }
+                    continue;
+                }
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    #[cfg(debug_assertions)]
+                    debug_pause("KEEL_DEBUG_NOTICE_PAUSE_MS").await;
+                },
+            }
+        }
+        recheck = false;
+        // Frames published before the notice was sent are already queued: send them
+        // first, so a catch-up never jumps past parts (to the message that commits them).
+        while let Some(receiver) = live.as_mut() {
+            match receiver.try_recv() {
+                Ok(frame) => {
+                    if !follower.forward(Ok(frame), &state).await {
+                        return;
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Empty) => break,
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    follower
+                        .forward(Err(broadcast::error::RecvError::Lagged(n)), &state)
+                        .await;
+                    return;
+                }
+                Err(broadcast::error::TryRecvError::Closed) => live = None,
+            }
+        }
+        let news = *changes.borrow_and_update();
+        if news.deleted {
+            return;
+        }
+        // A run started: take its channel, and the frames it published before, which the
+        // catch-up below merges with the store's messages in sequence order.
+        let (backlog, incomplete, retry) = if news.runs == runs {
+            (Vec::new(), false, None)
+        } else {
+            let current = state.hub.live(&chat_key);
+            runs = current.runs;
+            live = current.frames;
+            (current.backlog, current.incomplete, current.retry)
+        };
+        // A backlog that holds every frame the run published goes out as live frames do:
+        // `forward` reads the store first only when a frame does not follow the position
+        // (something numbered in between that no frame carried), so the common start of a
+        // run, right after what the follower sent, costs no read.
+        let backlog = if incomplete {
+            backlog
+        } else {
+            for frame in backlog {
+                if !follower.forward(Ok(frame), &state).await {
+                    return;
+                }
+            }
+            Vec::new()
+        };
+        // A retry the run published before the receiver was taken: after the frames that
+        // came before it, and before a read that may find the run already over.
+        if let Some(retry) = retry
+            && !follower.forward(Ok(retry), &state).await
+        {
+            return;
+        }
+        if backlog.is_empty()
+            && !incomplete
+            && !news.news_for(follower.position, follower.version, follower.resyncs)
+        {
+            continue;
+        }
+        // Everything is read for frames the new channel carried before it was taken, for
+        // notices that may have been lost, and for events numbered past the position.
+        let whole = !backlog.is_empty()
+            || incomplete
+            || news.resyncs != follower.resyncs
+            || news.event_seq > follower.position;
+        state.metrics.sse_catch_ups.inc();
+        // Every change but logged parts takes a new version: when the version is one the
+        // follower read, the log alone has something new (a run of another replica).
+        let parts_only = whole
+            && backlog.is_empty()
+            && !incomplete
+            && news.resyncs == follower.resyncs
+            && news.version <= follower.version;
+        if parts_only {
+            match follower.logged_parts().await {
+                LogRead::Sent => continue,
+                LogRead::Ended => return,
+                // Read everything below, as for any news numbered past the position.
+                LogRead::Gap => {}
+            }
+        }
+        follower.resyncs = news.resyncs;
+        let read = if whole {
+            follower.catch_up(&backlog).await
+        } else {
+            follower.refresh().await
+        };
+        match read {
+            Ok(Some(current)) => {
+                follower.version = follower.version.max(current.version);
+                if !follower.announce(&current).await {
+                    return;
+                }
+            }
+            Ok(None) | Err(keel_store::StoreError::NotFound { .. }) => return,
+            Err(error) => {
+                tracing::warn!(chat = %chat.id, %error, "catching up events failed");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_that_skips_a_number_waits_for_a_read_of_the_store() {
+        // The next number, of the branch the follower read: sent at once.
+        assert!(!must_read_first(41, 3, 40, 3));
+        // A number in between went to something no frame carried (a queue head started by
+        // the run, a branch's renumbered messages): read first.
+        assert!(must_read_first(45, 3, 40, 3));
+        // A run on a branch the follower has not read.
+        assert!(must_read_first(41, 4, 40, 3));
+        // A repeat is skipped without a read.
+        assert!(!must_read_first(40, 3, 40, 3));
+    }
+    #[test]
+    fn logged_parts_that_skip_a_number_wait_for_a_whole_read() {
+        assert!(follows_position(41, 40));
+        // Already sent: skipped, no reason to read.
+        assert!(follows_position(38, 40));
+        // The first part of the next step, past the messages that committed this one.
+        assert!(!follows_position(44, 40));
+        assert!(follows_position(i64::MAX, i64::MAX));
+    }
+}
