@@ -290,9 +290,9 @@ async fn old_idempotency_keys_and_finished_tool_records_are_purged(db: TestDb) {
     assert_eq!(s.purge_idempotency_keys().await.unwrap(), 0);
 }
 
-/// A fresh PostgreSQL database of its own (so its connections can be told apart), or
-/// `None` when no server is configured.
-async fn own_postgres_database() -> Option<(String, String)> {
+/// A fresh PostgreSQL database of its own (so its connections can be told apart), its name
+/// and the server's URL to drop it through, or `None` when no server is configured.
+async fn own_postgres_database() -> Option<(String, String, String)> {
     let Ok(base) = std::env::var("KEEL_TEST_DATABASE_URL") else {
         eprintln!("KEEL_TEST_DATABASE_URL is unset: skipping");
         return None;
@@ -305,7 +305,7 @@ async fn own_postgres_database() -> Option<(String, String)> {
         .await
         .unwrap();
     let (prefix, _) = base.rsplit_once('/').unwrap();
-    Some((format!("{prefix}/{name}"), name))
+    Some((format!("{prefix}/{name}"), name, base))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,7 +313,7 @@ async fn a_lost_listen_connection_tells_subscribers_to_resync() {
     use futures::StreamExt;
     use keel_store::RemoteNotice;
     use sqlx::Connection;
-    let Some((url, name)) = own_postgres_database().await else {
+    let Some((url, name, base)) = own_postgres_database().await else {
         return;
     };
     let replica = keel_store::open(&url).await.unwrap();
@@ -348,10 +348,13 @@ async fn a_lost_listen_connection_tells_subscribers_to_resync() {
     .await
     .expect("a notice after the reconnect");
     assert_eq!(heard.status, ChatStatus::Running);
-    drop((remote, replica, other));
-    let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await;
+    drop((remote, replica, other, admin));
+    // Through the server's own database: a session cannot drop the one it is connected to.
+    let mut server = sqlx::PgConnection::connect(&base).await.unwrap();
+    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .execute(&mut server)
+        .await
+        .unwrap();
 }
 
 /// A run's lease names the version its grant wrote. The queue head handed over when an

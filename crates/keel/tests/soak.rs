@@ -100,7 +100,7 @@ fn two_postgres_replicas_with_acting_users_and_a_kill_lose_nothing() {
             "--replicas",
             "2",
             "--database",
-            &database,
+            &database.url,
         ],
     );
     assert_every_action_ran(&stdout);

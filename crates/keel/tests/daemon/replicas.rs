@@ -5,17 +5,18 @@ use std::process::Command;
 use serde_json::json;
 
 use crate::harness::*;
-use crate::postgres::fresh_database;
+use crate::postgres::{FreshDatabase, fresh_database};
 
 /// Replicas on one fresh database: `owner` starts first, so that it claims the chats
 /// created on it, and another one can start later with the same configuration.
 struct Replicas {
-    database: String,
     config: String,
     owner: Daemon,
     client: Client,
     _owner_dir: tempfile::TempDir,
     other_dir: tempfile::TempDir,
+    /// Last: dropped after the daemons.
+    database: FreshDatabase,
 }
 
 impl Replicas {
@@ -24,7 +25,7 @@ impl Replicas {
     fn start(config: &str, env: &[(&str, &str)]) -> Option<Self> {
         let database = fresh_database()?;
         let (owner_dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let owner = Daemon::start_with_env(owner_dir.path(), &database, config, env);
+        let owner = Daemon::start_with_env(owner_dir.path(), &database.url, config, env);
         Some(Self {
             database,
             config: config.to_owned(),
@@ -42,7 +43,7 @@ impl Replicas {
 
     /// A second replica, with the owner's configuration and the environment `env`.
     fn other_with_env(&self, env: &[(&str, &str)]) -> Daemon {
-        Daemon::start_with_env(self.other_dir.path(), &self.database, &self.config, env)
+        Daemon::start_with_env(self.other_dir.path(), &self.database.url, &self.config, env)
     }
 }
 
@@ -220,7 +221,7 @@ async fn a_lost_listen_connection_resynchronises_the_owner() {
     // the chats it runs, which tells the owner of the interrupt it never heard.
     let status = Command::new("psql")
         .args([
-            database.as_str(),
+            database.url.as_str(),
             "-q",
             "-c",
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
