@@ -550,7 +550,10 @@ impl Store for SqlStore {
         lease: &Lease,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<MessageId>> {
-        in_tx!(self, |cx| t::commit_step(&mut cx, lease, messages).await)
+        in_tx!(self, begin_grouped_write, |cx| t::commit_step(
+            &mut cx, lease, messages
+        )
+        .await)
     }
 
     async fn commit_steps(
@@ -561,9 +564,7 @@ impl Store for SqlStore {
         if steps.len() == 1
             && let Some((lease, messages)) = steps.pop()
         {
-            return Ok(vec![in_tx!(self, begin_grouped_write, |cx| {
-                t::commit_step(&mut cx, &lease, messages).await
-            })]);
+            return Ok(vec![self.commit_step(&lease, messages).await]);
         }
         if steps.is_empty() {
             return Ok(Vec::new());
@@ -599,17 +600,17 @@ impl Store for SqlStore {
     }
 
     async fn finish_run(&self, lease: &Lease) -> Result<Next> {
-        in_tx!(self, |cx| t::finish_run(&mut cx, lease).await)
+        in_tx!(self, begin_grouped_write, |cx| t::finish_run(
+            &mut cx, lease
+        )
+        .await)
     }
 
     async fn finish_runs(&self, leases: &[Lease]) -> Result<Vec<Result<Next>>> {
         // One run alone is cheaper on the single-chat path (fewer round trips).
         match leases {
             [] => Ok(Vec::new()),
-            [lease] => Ok(vec![in_tx!(self, begin_grouped_write, |cx| t::finish_run(
-                &mut cx, lease
-            )
-            .await)]),
+            [lease] => Ok(vec![self.finish_run(lease).await]),
             _ => in_tx!(self, begin_grouped_write, |cx| t::finish_runs(
                 &mut cx, leases
             )

@@ -163,8 +163,10 @@ pub trait Store: Send + Sync {
     /// its chat is refused without holding back the others. `Err` means nothing was
     /// written. Other replicas are notified of each chat's new event sequence.
     ///
-    /// This, [`Self::commit_steps`], [`Self::finish_runs`] and [`Self::live_parts_of`] are
-    /// the live path (the process's grouped writer and grouped log reader): on PostgreSQL
+    /// This, [`Self::commit_step`], [`Self::commit_steps`], [`Self::finish_run`],
+    /// [`Self::finish_runs`] and [`Self::live_parts_of`] are the live path (the process's
+    /// grouped writer, which also commits and finishes a run alone, and its grouped log
+    /// reader): on PostgreSQL
     /// they run on connections of their own, so a burst of requests that takes the whole
     /// pool does not hold back what other replicas' followers see.
     async fn append_live_groups(
