@@ -6,7 +6,6 @@
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use serde_json::Value;
 
 use crate::error::Result;
 use crate::rows::{ChatCols, FenceCols, MessageCols, QueuedCols, ToolRecordCols};
@@ -391,8 +390,118 @@ pub(crate) fn notice_payload(notice: &ChangeNotice) -> Result<String> {
     crate::rows::to_json("change notice", notice)
 }
 
-pub(crate) fn parse_notice(payload: &str) -> Option<ChangeNotice> {
-    serde_json::from_str::<Value>(payload)
-        .ok()
-        .and_then(|v| serde_json::from_value(v).ok())
+/// Bytes of one payload sent between replicas at most: PostgreSQL refuses a `NOTIFY`
+/// payload of 8,000 bytes or more (its default build), and a notice or two of margin is
+/// left for the last one appended.
+pub(crate) const NOTICE_PAYLOAD_BYTES: usize = 7000;
+
+/// The payloads that carry `notices` to other replicas: a lone notice as its JSON object,
+/// several as JSON arrays of as many as fit in [`NOTICE_PAYLOAD_BYTES`] (one that does not
+/// fit with any other goes alone, as its object). A grouped write of a thousand chats then
+/// sends a few dozen notifications instead of a thousand: each one is queued by the server,
+/// read by every replica's listening connection and handed over by its driver on its own.
+pub(crate) fn notice_payloads(notices: &[ChangeNotice]) -> Result<Vec<String>> {
+    let mut payloads = Vec::new();
+    let mut batch: Vec<String> = Vec::new();
+    let mut batch_bytes = 0;
+    for notice in notices {
+        let json = notice_payload(notice)?;
+        // Brackets and a comma each.
+        if !batch.is_empty() && batch_bytes + json.len() + 1 > NOTICE_PAYLOAD_BYTES {
+            payloads.push(join_notices(std::mem::take(&mut batch)));
+            batch_bytes = 2;
+        }
+        batch_bytes = batch_bytes.max(2) + json.len() + 1;
+        batch.push(json);
+    }
+    if !batch.is_empty() {
+        payloads.push(join_notices(batch));
+    }
+    Ok(payloads)
+}
+
+fn join_notices(mut batch: Vec<String>) -> String {
+    if batch.len() == 1 {
+        return batch.pop().unwrap_or_default();
+    }
+    format!("[{}]", batch.join(","))
+}
+
+/// The notices of one payload of [`notice_payloads`] (a notice, or an array of them). A
+/// payload that is neither carries nothing this process understands: none.
+pub(crate) fn parse_notices(payload: &str) -> Vec<ChangeNotice> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Payload {
+        One(Box<ChangeNotice>),
+        Many(Vec<ChangeNotice>),
+    }
+    match serde_json::from_str::<Payload>(payload) {
+        Ok(Payload::One(notice)) => vec![*notice],
+        Ok(Payload::Many(notices)) => notices,
+        Err(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::ChatStatus;
+    use crate::types::ChatId;
+
+    fn notice(event_seq: i64, owner: &str) -> ChangeNotice {
+        ChangeNotice {
+            chat_id: ChatId::new_v4(),
+            version: 3,
+            status: ChatStatus::Running,
+            history_version: 1,
+            event_seq,
+            deleted: false,
+            owner: owner.to_owned(),
+            listing: false,
+            unowned: false,
+        }
+    }
+
+    #[test]
+    fn a_lone_notice_travels_as_its_object() {
+        let one = notice(7, "alice");
+        let payloads = notice_payloads(std::slice::from_ref(&one)).unwrap();
+        assert_eq!(payloads, vec![notice_payload(&one).unwrap()]);
+        assert_eq!(parse_notices(&payloads[0]), vec![one]);
+    }
+
+    #[test]
+    fn many_notices_share_payloads_below_the_servers_limit_in_their_order() {
+        let notices: Vec<ChangeNotice> = (0..1000).map(|i| notice(i, "alice")).collect();
+        let payloads = notice_payloads(&notices).unwrap();
+        assert!(
+            payloads.len() > 1 && payloads.len() < 100,
+            "{}",
+            payloads.len()
+        );
+        assert!(payloads.iter().all(|p| p.len() < NOTICE_PAYLOAD_BYTES));
+        let read: Vec<ChangeNotice> = payloads.iter().flat_map(|p| parse_notices(p)).collect();
+        assert_eq!(read, notices);
+    }
+
+    #[test]
+    fn a_notice_too_large_to_share_goes_alone() {
+        let big = notice(2, &"o".repeat(NOTICE_PAYLOAD_BYTES));
+        let notices = vec![notice(1, "a"), big.clone(), notice(3, "b")];
+        let payloads = notice_payloads(&notices).unwrap();
+        assert_eq!(payloads.len(), 3);
+        assert_eq!(parse_notices(&payloads[1]), vec![big]);
+        let read: Vec<ChangeNotice> = payloads.iter().flat_map(|p| parse_notices(p)).collect();
+        assert_eq!(read, notices);
+    }
+
+    #[test]
+    fn a_payload_of_something_else_carries_no_notice() {
+        assert!(parse_notices("").is_empty());
+        assert!(parse_notices("{\"chat_id\": 5}").is_empty());
+        assert!(parse_notices("[1, 2]").is_empty());
+        assert!(parse_notices("[]").is_empty());
+    }
 }

@@ -13,7 +13,7 @@ use sqlx::{Connection, PgConnection, Postgres};
 use tokio::sync::broadcast;
 
 use crate::error::Result;
-use crate::ops::{Backend, TxOps, notice_payload, parse_notice};
+use crate::ops::{Backend, TxOps, notice_payload, notice_payloads, parse_notices};
 use crate::types::{ChangeNotice, RemoteNotice, StoreOptions};
 
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -124,11 +124,6 @@ tx_ops!(
 /// chunks first.
 const NOTIFYING_INSERT_ROWS: usize = 8000;
 
-/// The payloads of notices, for `pg_notify` over `unnest` of them.
-fn notice_payloads(notices: &[ChangeNotice]) -> Result<Vec<String>> {
-    notices.iter().map(notice_payload).collect()
-}
-
 /// `pg_notify` inside the transaction: delivered exactly when it commits.
 async fn notify_replicas(conn: &mut PgConnection, notice: &ChangeNotice) -> Result<()> {
     sqlx::query("SELECT pg_notify($1, $2)")
@@ -179,7 +174,7 @@ async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<Remot
         // No subscriber at the moment is fine: the next one starts from now.
         match listener.try_recv().await {
             Ok(Some(notification)) => {
-                if let Some(notice) = parse_notice(notification.payload()) {
+                for notice in parse_notices(notification.payload()) {
                     let _ = sender.send(RemoteNotice::Changed(notice));
                 }
             }

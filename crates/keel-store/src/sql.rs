@@ -444,7 +444,13 @@ macro_rules! tx_ops {
             }
 
             async fn delete_chat(&mut self, id: &str) -> $crate::error::Result<()> {
-                // Dependent rows go by ON DELETE CASCADE.
+                // The live-part log has no foreign key on PostgreSQL (its inserts would
+                // check every row): its rows go first, the other dependent rows by
+                // ON DELETE CASCADE.
+                sqlx::query("DELETE FROM live_parts WHERE chat_id = $1")
+                    .bind(id)
+                    .execute(self.conn().await?)
+                    .await?;
                 sqlx::query("DELETE FROM chats WHERE id = $1")
                     .bind(id)
                     .execute(self.conn().await?)

@@ -29,6 +29,7 @@ both_backends!(
     a_generated_title_never_replaces_one_already_set,
     list_notices_name_the_owner_and_skip_live_parts,
     a_listing_carries_each_chats_own_queue,
+    deleting_a_streaming_chat_deletes_its_log,
 );
 
 async fn create_then_read(db: TestDb) {
@@ -726,4 +727,51 @@ async fn a_listing_carries_each_chats_own_queue(db: TestDb) {
     assert!(listed(idle.id).queued.is_empty());
     // The listing says what reading the chat alone says.
     assert_eq!(listed(busy.id), &s.get_chat(busy.id).await.unwrap());
+}
+
+/// On PostgreSQL the live-part log has no foreign key to cascade by: deleting a chat in
+/// the middle of a step removes its log rows itself, and the run's next append is refused.
+async fn deleting_a_streaming_chat_deletes_its_log(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w1", chat.id).await;
+    s.append_live_parts(&lease, &[json!({"type": "text", "text": "par"})])
+        .await
+        .unwrap();
+    let kept = create(s, "other").await;
+    let kept_lease = claim(s, "w1", kept.id).await;
+    s.append_live_parts(&kept_lease, &[json!({"type": "text", "text": "tial"})])
+        .await
+        .unwrap();
+    s.delete_chat(chat.id).await.unwrap();
+    assert_eq!(log_rows(&db.url, chat.id).await, 0);
+    assert_eq!(log_rows(&db.url, kept.id).await, 1);
+    assert!(matches!(
+        s.append_live_parts(&lease, &[json!({"type": "text", "text": "late"})])
+            .await
+            .unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+    assert_eq!(log_rows(&db.url, chat.id).await, 0);
+}
+
+/// Rows of the chat's live-part log, counted past the store.
+async fn log_rows(url: &str, chat: keel_store::ChatId) -> i64 {
+    use sqlx::Connection;
+    const SQL: &str = "SELECT COUNT(*) FROM live_parts WHERE chat_id = $1";
+    if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(SQL)
+            .bind(chat.to_string())
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(SQL)
+            .bind(chat.to_string())
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    }
 }

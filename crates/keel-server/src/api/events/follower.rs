@@ -2,6 +2,7 @@
 //! loop that forwards the hub's frames and answers the chat's change notices.
 
 use std::sync::Arc;
+#[cfg(debug_assertions)]
 use std::time::Duration;
 
 use bytes::Bytes;
