@@ -189,6 +189,8 @@ pub(crate) struct ChatFence {
     pub worker_id: Option<String>,
     pub version: i64,
     pub history_version: i64,
+    /// As stored in the chat's row: the live-part log may reach past it (the row catches
+    /// up when a transition writes it), so only a lower bound of the chat's sequence.
     pub event_seq: i64,
 }
 

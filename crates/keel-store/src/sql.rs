@@ -100,13 +100,13 @@ macro_rules! push_live_rows {
 }
 
 /// The chat columns in [`crate::rows::FenceCols`] order: what a lease fence and a
-/// live-part notice read.
+/// live-part notice read. The event sequence is the row's own, not the log's
+/// ([`logged_event_seq`]): the log writer locks every streaming chat each window, and the
+/// log's probe per chat was a sub-query per row of a statement that only needs to know
+/// that the entries it appends advance the chat (they are numbered past the log).
 macro_rules! fence_columns {
     () => {
-        concat!(
-            "id, owner, status, worker_id, version, history_version, ",
-            logged_event_seq!()
-        )
+        "id, owner, status, worker_id, version, history_version, event_seq"
     };
 }
 

@@ -172,6 +172,9 @@ pub(crate) async fn append_live_groups(
             let json = json_array(run.iter().map(|e| e.payload.as_str()));
             rows.push((id.clone(), run[0].seq, run[run.len() - 1].seq, json));
         }
+        // The fence's number is the row's, a lower bound (see `ChatFence::event_seq`);
+        // entries are numbered past the log, so any entry advances the chat, and the
+        // highest is where its sequence now reaches.
         let last = entries
             .iter()
             .map(|e| e.seq)
