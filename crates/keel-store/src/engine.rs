@@ -67,8 +67,10 @@ macro_rules! in_tx {
                     return Err(e);
                 }
             };
-            for notice in &notices {
-                ops.notify(notice).await?;
+            // A grouped transaction (claims, commits, run finishes of many chats) has a
+            // notice per chat: sent together, in one round trip where the backend can.
+            if !notices.is_empty() {
+                ops.notify_all(&notices).await?;
             }
             ops.commit().await?;
             store.publish(notices);

@@ -403,15 +403,15 @@ pub(crate) const NOTICE_PAYLOAD_BYTES: usize = 7000;
 pub(crate) fn notice_payloads(notices: &[ChangeNotice]) -> Result<Vec<String>> {
     let mut payloads = Vec::new();
     let mut batch: Vec<String> = Vec::new();
-    let mut batch_bytes = 0;
+    // The array's bytes so far: its `[`, and each notice with the `,` or `]` after it.
+    let mut batch_bytes = 1;
     for notice in notices {
         let json = notice_payload(notice)?;
-        // Brackets and a comma each.
         if !batch.is_empty() && batch_bytes + json.len() + 1 > NOTICE_PAYLOAD_BYTES {
             payloads.push(join_notices(std::mem::take(&mut batch)));
-            batch_bytes = 2;
+            batch_bytes = 1;
         }
-        batch_bytes = batch_bytes.max(2) + json.len() + 1;
+        batch_bytes += json.len() + 1;
         batch.push(json);
     }
     if !batch.is_empty() {

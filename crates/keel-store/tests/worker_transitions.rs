@@ -968,3 +968,36 @@ async fn a_log_write_tells_other_replicas_how_far_each_chats_log_reaches() {
     .expect("both written chats' notices");
     assert_eq!(heard.get(&b.id), None, "{heard:?}");
 }
+
+/// A grouped claim has a notice per chat; they leave together (on PostgreSQL, in a
+/// payload or a few) and every one reaches the other replicas, with the version the claim
+/// gave its chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_claim_tells_other_replicas_of_every_chat_it_claims() {
+    use futures::StreamExt;
+    let Some(db) = postgres().await else { return };
+    let s = &db.store;
+    let chats = [
+        create(s, "a").await,
+        create(s, "b").await,
+        create(s, "c").await,
+    ];
+    let mut remote = s.subscribe_remote().await.unwrap();
+    let leases = s.acquire("w1", 10).await.unwrap();
+    assert_eq!(leases.len(), 3);
+    let mut heard = std::collections::HashMap::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while heard.len() < 3 {
+            if let Some(keel_store::RemoteNotice::Changed(n)) = remote.next().await {
+                heard.insert(n.chat_id, n.version);
+            }
+        }
+    })
+    .await
+    .expect("a notice for every claimed chat");
+    for chat in &chats {
+        let claimed = s.get_chat(chat.id).await.unwrap();
+        assert_eq!(heard.get(&chat.id), Some(&claimed.version), "{heard:?}");
+        assert!(claimed.version > chat.version);
+    }
+}
