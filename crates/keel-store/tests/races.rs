@@ -23,6 +23,7 @@ both_backends!(
     old_idempotency_keys_and_finished_tool_records_are_purged,
     the_queue_heads_lease_is_granted_after_the_interrupt_of_the_run_before,
     a_read_dropped_while_it_opens_leaves_no_transaction_behind,
+    a_catch_up_dropped_in_flight_leaves_its_connection_usable,
 );
 
 /// A reader that goes away while its read opens (a client that disconnects): the pooled
@@ -53,6 +54,44 @@ async fn a_read_dropped_while_it_opens_leaves_no_transaction_behind(db: TestDb) 
             let named = s.update_chat(chat.id, update).await;
             assert_eq!(named.map(|c| c.title).ok().flatten(), Some(title));
         }
+    }
+}
+
+/// A catch-up or a run start (several reads of one snapshot) whose caller goes away while
+/// they are in flight, at every point a few polls can reach: the connection goes back to
+/// the pool out of any transaction, and its next borrowers read and write as usual.
+async fn a_catch_up_dropped_in_flight_leaves_its_connection_usable(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    for round in 0..32 {
+        let mut read = if round % 2 == 0 {
+            Box::pin(async { s.catch_up(chat.id, 0, 200).await.map(|_| ()) })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+        } else {
+            Box::pin(async { s.start_run(chat.id).await.map(|_| ()) })
+        };
+        for _ in 0..=round {
+            if futures::poll!(read.as_mut()).is_ready() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        drop(read);
+        for write in 0..4 {
+            let title = format!("round {round}, write {write}");
+            let update = keel_store::ChatUpdate {
+                title: Some(title.clone()),
+                model: None,
+            };
+            let named = s.update_chat(chat.id, update).await;
+            assert_eq!(named.map(|c| c.title).ok().flatten(), Some(title));
+        }
+        let read = s.catch_up(chat.id, 0, 200).await.unwrap();
+        assert_eq!(
+            read.chat.title.as_deref(),
+            Some(&*format!("round {round}, write 3"))
+        );
+        assert_eq!(read.messages.len(), 1, "the user's message");
     }
 }
 
