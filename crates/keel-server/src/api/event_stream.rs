@@ -2,7 +2,9 @@
 //! comment when nothing was written for [`KEEP_ALIVE_EVERY`].
 //!
 //! The follower runs inside the body, polled by the connection's own task, so a frame goes
-//! from the run's channel to the socket without waking a task of its own. Events that are
+//! from the run's channel to the socket without waking a task of its own; and the body
+//! takes what the follower sent without waiting on their channel, so a frame wakes the
+//! connection once (for the follower), not a second time (for the channel). Events that are
 //! ready together leave in one write: a frame encoded by the hub is written as it is (its
 //! bytes are shared with every other subscriber), several are copied into one buffer.
 //!
@@ -24,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use futures::Stream;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::time::{Instant, Sleep};
 
 use crate::api::events::LiveItem;
@@ -36,7 +39,8 @@ pub(crate) const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 const WRITE_BYTES: usize = 16 * 1024;
 
 /// The `text/event-stream` response of `events`, fed by `follower` (which ends when the
-/// stream should), holding `guard` as long as it is open, writing at most once per
+/// stream should, and is the only sender into `events`: the body never waits on the
+/// channel), holding `guard` as long as it is open, writing at most once per
 /// `write_interval` while events keep coming (zero: as soon as each is ready).
 pub(crate) fn response<F, G>(
     events: mpsc::Receiver<LiveItem>,
@@ -196,16 +200,22 @@ impl<G: Unpin> Stream for EventStream<G> {
             return Poll::Ready(Some(Ok(this.write(held))));
         }
         this.poll_follower(cx);
-        match this.events.poll_recv(cx) {
-            Poll::Ready(Some(item)) => {
+        // Taken, not waited for: the follower is the channel's only sender and runs only
+        // inside this poll, so whatever it sent is here now, and its own wake-ups (the
+        // run's frames, the chat's notices, a full channel draining) are what bring the
+        // next poll. A receiver waiting on the channel would have every event the follower
+        // sends wake this task once more, for a poll of the whole connection that finds
+        // nothing.
+        match this.events.try_recv() {
+            Ok(item) => {
                 let item = match this.pacing.not_before(Instant::now()) {
                     Some(due) => ready!(this.pacing.hold(item, due, cx)),
                     None => item,
                 };
                 Poll::Ready(Some(Ok(this.write(item))))
             }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => {
+            Err(TryRecvError::Disconnected) => Poll::Ready(None),
+            Err(TryRecvError::Empty) => {
                 ready!(this.poll_keep_alive(cx));
                 Poll::Ready(Some(Ok(Bytes::from_static(KEEP_ALIVE))))
             }
@@ -236,6 +246,8 @@ fn join_ready(first: LiveItem, events: &mut mpsc::Receiver<LiveItem>) -> (Bytes,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
     use crate::hub::Frame;
     use futures::StreamExt;
 
@@ -245,8 +257,26 @@ mod tests {
         LiveItem::frame(&Frame::new(seq, "part", "{}", true, 1))
     }
 
-    fn stream_of(events: mpsc::Receiver<LiveItem>, interval: Duration) -> EventStream<()> {
-        EventStream::new(events, Box::pin(std::future::pending()), (), interval)
+    /// A stream and the sender of what its follower forwards, as a connection's follower
+    /// sends what it reads: the follower is the channel's only sender, and runs only inside
+    /// the stream's polls.
+    fn fed_stream(
+        capacity: usize,
+        interval: Duration,
+    ) -> (mpsc::Sender<LiveItem>, EventStream<()>) {
+        let (test_tx, mut test_rx) = mpsc::channel::<LiveItem>(capacity);
+        let (tx, rx) = mpsc::channel(capacity);
+        let follower = async move {
+            while let Some(item) = test_rx.recv().await {
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+        };
+        (
+            test_tx,
+            EventStream::new(rx, Box::pin(follower), (), interval),
+        )
     }
 
     async fn next_text(stream: &mut EventStream<()>) -> String {
@@ -288,8 +318,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_busy_stream_writes_once_an_interval_with_what_came_meanwhile() {
-        let (tx, rx) = mpsc::channel(8);
-        let mut stream = stream_of(rx, INTERVAL);
+        let (tx, mut stream) = fed_stream(8, INTERVAL);
         let start = Instant::now();
         tx.send(part(1)).await.unwrap();
         assert_eq!(
@@ -315,8 +344,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn events_further_apart_than_the_interval_leave_the_moment_they_are_ready() {
-        let (tx, rx) = mpsc::channel(8);
-        let mut stream = stream_of(rx, INTERVAL);
+        let (tx, mut stream) = fed_stream(8, INTERVAL);
         for seq in 1..4 {
             tx.send(part(seq)).await.unwrap();
             let ready_at = Instant::now();
@@ -331,8 +359,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_backlog_is_written_as_fast_as_it_is_taken() {
-        let (tx, rx) = mpsc::channel(64);
-        let mut stream = stream_of(rx, INTERVAL);
+        let (tx, mut stream) = fed_stream(64, INTERVAL);
         let data = format!("{{\"text\":\"{}\"}}", "x".repeat(1000));
         for seq in 1..=40 {
             tx.send(LiveItem::new(seq, "message", data.clone()))
@@ -354,8 +381,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_zero_interval_writes_each_event_when_it_is_ready() {
-        let (tx, rx) = mpsc::channel(8);
-        let mut stream = stream_of(rx, Duration::ZERO);
+        let (tx, mut stream) = fed_stream(8, Duration::ZERO);
         let start = Instant::now();
         for seq in 1..4 {
             tx.send(part(seq)).await.unwrap();
@@ -369,8 +395,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_keep_alive_comes_only_after_a_whole_quiet_period() {
-        let (tx, rx) = mpsc::channel(4);
-        let mut stream = stream_of(rx, INTERVAL);
+        let (tx, mut stream) = fed_stream(4, INTERVAL);
         let start = Instant::now();
         // Writes closer together than the keep-alive period keep it away.
         for seq in 1..=3 {
@@ -392,6 +417,47 @@ mod tests {
         assert_eq!(&keep_alive[..], KEEP_ALIVE);
         assert_eq!(Instant::now(), last_write + KEEP_ALIVE_EVERY * 2);
         drop(tx);
+    }
+
+    /// Counts the wake-ups of the task polling a stream.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_wakes_its_connection_once() {
+        let (tx, mut stream) = fed_stream(8, Duration::ZERO);
+        let wakes = Arc::new(Wakes::default());
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let count = || wakes.0.load(std::sync::atomic::Ordering::SeqCst);
+        for seq in 1..=3 {
+            assert!(Pin::new(&mut stream).poll_next(&mut cx).is_pending());
+            tx.try_send(part(seq)).unwrap();
+            // What the follower waits on woke the connection: the one wake-up it needs.
+            assert_eq!(count(), seq as usize);
+            let Poll::Ready(Some(Ok(bytes))) = Pin::new(&mut stream).poll_next(&mut cx) else {
+                panic!("the event is ready");
+            };
+            assert_eq!(
+                &bytes[..],
+                format!("id: {seq}\nevent: part\ndata: {{}}\n\n").as_bytes()
+            );
+            // Sending it on to the stream woke nothing more.
+            assert_eq!(
+                count(),
+                seq as usize,
+                "event {seq} woke the connection twice"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
