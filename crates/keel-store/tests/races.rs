@@ -35,25 +35,34 @@ async fn a_read_dropped_while_it_opens_leaves_no_transaction_behind(db: TestDb) 
     for round in 0..32 {
         // The reader is polled a little longer each round, so that in some round it goes
         // away with its BEGIN sent and not yet answered.
-        let mut read = Box::pin(s.get_chat(chat.id));
-        for _ in 0..=round {
-            if futures::poll!(read.as_mut()).is_ready() {
-                break;
-            }
-            tokio::task::yield_now().await;
+        abandon_after(s.get_chat(chat.id), round + 1).await;
+        // Writes only: a read would run in the stale transaction unharmed and end it.
+        renames_land(&db, chat.id, round).await;
+    }
+}
+
+/// Polls `read` at most `polls` times, yielding in between, and drops it, finished or not.
+async fn abandon_after<F: std::future::Future>(read: F, polls: usize) {
+    let mut read = std::pin::pin!(read);
+    for _ in 0..polls {
+        if futures::poll!(read.as_mut()).is_ready() {
+            break;
         }
-        drop(read);
-        // Writes only: a read would run in the stale transaction unharmed and end it. Each
-        // pooled connection is taken by one of them.
-        for write in 0..4 {
-            let title = format!("round {round}, write {write}");
-            let update = keel_store::ChatUpdate {
-                title: Some(title.clone()),
-                model: None,
-            };
-            let named = s.update_chat(chat.id, update).await;
-            assert_eq!(named.map(|c| c.title).ok().flatten(), Some(title));
-        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Renames `chat` four times (`round {round}, write {n}`), each rename on a pooled
+/// connection of its own, and checks that every one lands.
+async fn renames_land(db: &TestDb, chat: keel_store::ChatId, round: usize) {
+    for write in 0..4 {
+        let title = format!("round {round}, write {write}");
+        let update = keel_store::ChatUpdate {
+            title: Some(title.clone()),
+            model: None,
+        };
+        let named = db.store.update_chat(chat, update).await;
+        assert_eq!(named.map(|c| c.title).ok().flatten(), Some(title));
     }
 }
 
@@ -64,28 +73,12 @@ async fn a_catch_up_dropped_in_flight_leaves_its_connection_usable(db: TestDb) {
     let s = &db.store;
     let chat = create(s, "hi").await;
     for round in 0..32 {
-        let mut read = if round % 2 == 0 {
-            Box::pin(async { s.catch_up(chat.id, 0, 200).await.map(|_| ()) })
-                as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+        if round % 2 == 0 {
+            abandon_after(s.catch_up(chat.id, 0, 200), round + 1).await;
         } else {
-            Box::pin(async { s.start_run(chat.id).await.map(|_| ()) })
-        };
-        for _ in 0..=round {
-            if futures::poll!(read.as_mut()).is_ready() {
-                break;
-            }
-            tokio::task::yield_now().await;
+            abandon_after(s.start_run(chat.id), round + 1).await;
         }
-        drop(read);
-        for write in 0..4 {
-            let title = format!("round {round}, write {write}");
-            let update = keel_store::ChatUpdate {
-                title: Some(title.clone()),
-                model: None,
-            };
-            let named = s.update_chat(chat.id, update).await;
-            assert_eq!(named.map(|c| c.title).ok().flatten(), Some(title));
-        }
+        renames_land(&db, chat.id, round).await;
         let read = s.catch_up(chat.id, 0, 200).await.unwrap();
         assert_eq!(
             read.chat.title.as_deref(),
