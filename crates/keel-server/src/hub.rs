@@ -86,6 +86,10 @@ impl Frame {
 pub struct Changes {
     /// The highest chat snapshot version noticed.
     pub version: i64,
+    /// The highest version of a notice that may have changed what a follower reports
+    /// without an event number ([`ChangeNotice::unnumbered_change`]): a follower that knows
+    /// an older one reads the chat for it.
+    pub unnumbered_version: i64,
     /// The highest event sequence number noticed.
     pub event_seq: i64,
     pub deleted: bool,
@@ -99,17 +103,22 @@ pub struct Changes {
 impl Changes {
     fn merge(&mut self, notice: &ChangeNotice) {
         self.version = self.version.max(notice.version);
+        if notice.unnumbered_change {
+            self.unnumbered_version = self.unnumbered_version.max(notice.version);
+        }
         self.event_seq = self.event_seq.max(notice.event_seq);
         self.deleted |= notice.deleted;
     }
 
-    /// Whether a follower that sent everything up to `position` and last read the chat at
+    /// Whether a follower that sent everything up to `position` and knows the chat at
     /// `version` (after `resyncs` resynchronisations) has something to read. Versions and
     /// sequence numbers only grow, so a merged notice says no less than the ones it merged.
+    /// A newer version whose notices changed only numbered events (a step's commit, a
+    /// claim) is no news once those events are sent: the follower knows it without a read.
     pub fn news_for(&self, position: i64, version: i64, resyncs: u64) -> bool {
         self.deleted
             || self.event_seq > position
-            || self.version > version
+            || self.unnumbered_version > version
             || self.resyncs != resyncs
     }
 }
@@ -561,6 +570,7 @@ mod tests {
             owner: String::new(),
             listing: false,
             unowned: false,
+            unnumbered_change: true,
         }
     }
 
@@ -620,6 +630,7 @@ mod tests {
     fn a_follower_reads_only_when_a_notice_is_news_to_it() {
         let changes = Changes {
             version: 5,
+            unnumbered_version: 5,
             event_seq: 40,
             ..Changes::default()
         };
@@ -627,13 +638,41 @@ mod tests {
         // already read: no query.
         assert!(!changes.news_for(40, 5, 0));
         assert!(changes.news_for(39, 5, 0), "parts it has not sent");
-        assert!(changes.news_for(40, 4, 0), "a status or queue change");
+        assert!(changes.news_for(40, 4, 0), "a retry or an error reported");
         assert!(changes.news_for(40, 5, 1), "notices were lost since");
         let deleted = Changes {
             deleted: true,
             ..changes
         };
         assert!(deleted.news_for(40, 5, 0));
+    }
+
+    #[test]
+    fn a_commit_whose_messages_the_follower_sent_is_no_news() {
+        let chat = uuid::Uuid::new_v4();
+        let mut changes = Changes::default();
+        changes.merge(&notice(chat, 5, 40));
+        let commit = ChangeNotice {
+            unnumbered_change: false,
+            ..notice(chat, 6, 42)
+        };
+        changes.merge(&commit);
+        assert_eq!(
+            (
+                changes.version,
+                changes.unnumbered_version,
+                changes.event_seq
+            ),
+            (6, 5, 42)
+        );
+        assert!(
+            !changes.news_for(42, 5, 0),
+            "its messages went out as frames"
+        );
+        assert!(changes.news_for(41, 5, 0), "a message it has not sent");
+        // A retry reported after the commit is news again, whatever came before it.
+        changes.merge(&notice(chat, 7, 42));
+        assert!(changes.news_for(42, 6, 0));
     }
 
     #[tokio::test]

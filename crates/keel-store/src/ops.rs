@@ -461,6 +461,7 @@ mod tests {
             owner: owner.to_owned(),
             listing: false,
             unowned: false,
+            unnumbered_change: true,
         }
     }
 
@@ -495,6 +496,20 @@ mod tests {
         assert_eq!(parse_notices(&payloads[1]), vec![big]);
         let read: Vec<ChangeNotice> = payloads.iter().flat_map(|p| parse_notices(p)).collect();
         assert_eq!(read, notices);
+    }
+
+    #[test]
+    fn a_notice_of_an_older_replica_is_taken_as_an_unnumbered_change() {
+        let mut written = serde_json::to_value(notice(4, "alice")).unwrap();
+        written.as_object_mut().unwrap().remove("unnumbered_change");
+        let read = parse_notices(&written.to_string());
+        assert_eq!(read.len(), 1);
+        assert!(read[0].unnumbered_change, "{read:?}");
+        let quiet = ChangeNotice {
+            unnumbered_change: false,
+            ..notice(5, "alice")
+        };
+        assert_eq!(parse_notices(&notice_payload(&quiet).unwrap()), vec![quiet]);
     }
 
     #[test]

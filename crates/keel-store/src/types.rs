@@ -421,9 +421,21 @@ pub struct ChangeNotice {
     /// parts) do not. A notice without the field (from an older replica) is taken as one.
     #[serde(default = "unowned_unless_said")]
     pub unowned: bool,
+    /// Something a chat's event stream reports without an event number of its own may have
+    /// changed: its retry state or its last error (a change of status or queue, a message,
+    /// a live part or a branch takes a number). A step's commit, a run's claim and live-part
+    /// appends leave those alone, so a follower that has sent every event numbered so far
+    /// skips their notices without reading the chat. A notice without the field (from an
+    /// older replica) is taken as one.
+    #[serde(default = "unnumbered_unless_said")]
+    pub unnumbered_change: bool,
 }
 
 fn unowned_unless_said() -> bool {
+    true
+}
+
+fn unnumbered_unless_said() -> bool {
     true
 }
 

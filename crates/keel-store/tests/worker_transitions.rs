@@ -32,6 +32,7 @@ both_backends!(
     grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced,
     a_catch_up_reads_the_log_the_messages_and_the_chat_after_a_position,
     only_a_chat_waiting_for_a_worker_is_noticed_as_unowned,
+    only_changes_without_an_event_number_are_noticed_as_unnumbered,
     a_committed_steps_parts_stay_logged_for_followers_until_a_newer_step_or_the_sweep,
     a_grouped_commit_keeps_the_newest_step_and_a_finish_drops_what_no_message_commits,
     a_run_starts_from_one_read_of_the_chat_its_step_its_history_and_its_tool_records,
@@ -314,6 +315,51 @@ async fn only_a_chat_waiting_for_a_worker_is_noticed_as_unowned(db: TestDb) {
     send(s, chat.id, "next", Busy::Queue).await;
     let queued = notices.recv().await.unwrap();
     assert!(!queued.unowned, "{queued:?}");
+}
+
+/// A follower that has sent every numbered event reads the chat again only for what a
+/// notice marks as changed without a number: a retry, an error, an end of run.
+async fn only_changes_without_an_event_number_are_noticed_as_unnumbered(db: TestDb) {
+    let s = &db.store;
+    let mut notices = s.subscribe();
+    let chat = create(s, "hi").await;
+    assert!(notices.recv().await.unwrap().unnumbered_change);
+    let lease = claim(s, "a", chat.id).await;
+    let claimed = notices.recv().await.unwrap();
+    assert!(!claimed.unnumbered_change, "a claim: {claimed:?}");
+    s.append_live_parts(&lease, &[json!({"type": "text", "text": "x"})])
+        .await
+        .unwrap();
+    let part = notices.recv().await.unwrap();
+    assert!(!part.unnumbered_change, "a live part: {part:?}");
+    s.set_retry_state(&lease, Some(json!({"attempt": 1})))
+        .await
+        .unwrap();
+    let retry = notices.recv().await.unwrap();
+    assert!(retry.unnumbered_change, "a retry: {retry:?}");
+    assert_eq!(retry.event_seq, part.event_seq, "a retry takes no number");
+    s.commit_step(&lease, vec![assistant("one")]).await.unwrap();
+    let committed = notices.recv().await.unwrap();
+    assert!(
+        !committed.unnumbered_change,
+        "a step's commit: {committed:?}"
+    );
+    assert!(committed.event_seq > retry.event_seq, "{committed:?}");
+    let grouped = s
+        .commit_steps(vec![(lease.clone(), vec![assistant("two")])])
+        .await
+        .unwrap();
+    assert!(grouped[0].is_ok(), "{grouped:?}");
+    let committed = notices.recv().await.unwrap();
+    assert!(
+        !committed.unnumbered_change,
+        "a grouped commit: {committed:?}"
+    );
+    s.finish_run(&lease).await.unwrap();
+    let finished = notices.recv().await.unwrap();
+    assert!(finished.unnumbered_change, "a run's end: {finished:?}");
+    // The commit cleared the retry: nothing of it is left to report.
+    assert_eq!(s.get_chat(chat.id).await.unwrap().retry_state, None);
 }
 
 async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db: TestDb) {

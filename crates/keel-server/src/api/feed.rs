@@ -177,6 +177,7 @@ mod tests {
             owner: owner.to_owned(),
             listing,
             unowned: false,
+            unnumbered_change: true,
         }
     }
 

@@ -228,6 +228,7 @@ async fn resync(shared: &Shared) {
                 unowned: chat.worker_id.is_none(),
                 owner: chat.owner,
                 listing: false,
+                unnumbered_change: true,
             },
             Err(keel_store::StoreError::NotFound { .. }) => ChangeNotice {
                 chat_id,
@@ -239,6 +240,7 @@ async fn resync(shared: &Shared) {
                 owner: String::new(),
                 listing: false,
                 unowned: false,
+                unnumbered_change: true,
             },
             Err(error) => {
                 tracing::warn!(chat = %chat_id, %error, "reading a running chat to resync failed");

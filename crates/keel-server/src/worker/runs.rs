@@ -208,6 +208,7 @@ mod tests {
             owner: String::new(),
             listing: false,
             unowned: false,
+            unnumbered_change: true,
         }
     }
 

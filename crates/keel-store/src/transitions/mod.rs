@@ -104,7 +104,7 @@ impl<'a> Ctx<'a> {
                     | Transition::NameChat
                     | Transition::SwitchBranch
             );
-        self.notice_with(chat, false, listing);
+        self.notice_with(chat, false, listing, true);
         Ok(())
     }
 
@@ -128,10 +128,17 @@ impl<'a> Ctx<'a> {
 
     /// A notice that leaves the chat list as it was (unless the chat is deleted).
     fn notice(&mut self, chat: &Chat, deleted: bool) {
-        self.notice_with(chat, deleted, deleted);
+        self.notice_with(chat, deleted, deleted, true);
     }
 
-    fn notice_with(&mut self, chat: &Chat, deleted: bool, listing: bool) {
+    /// The notice of a change every event of which is numbered (a step's commit, a live-part
+    /// append): the chat list stays as it was, and so does what a follower reports without
+    /// a number ([`ChangeNotice::unnumbered_change`]).
+    fn numbered_notice(&mut self, chat: &Chat) {
+        self.notice_with(chat, false, false, false);
+    }
+
+    fn notice_with(&mut self, chat: &Chat, deleted: bool, listing: bool, unnumbered_change: bool) {
         self.notices.push(ChangeNotice {
             chat_id: chat.id,
             version: chat.version,
@@ -142,6 +149,7 @@ impl<'a> Ctx<'a> {
             owner: chat.owner.clone(),
             listing,
             unowned: chat.worker_id.is_none(),
+            unnumbered_change,
         });
     }
 

@@ -44,7 +44,9 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
         let mut lease = cx.renewed_lease(&mut chat, &owner);
         // What `Ctx::save` does, with the row written below together with the others'.
         cx.stamp(&mut chat, mv, false)?;
-        cx.notice_with(&chat, false, chat.status != mv.from);
+        // A claim that keeps the status changes nothing a follower reports.
+        let status_changed = chat.status != mv.from;
+        cx.notice_with(&chat, false, status_changed, status_changed);
         lease.granted_version = chat.version;
         rows.push(ChatCols::from_chat(&chat)?);
         leases.push(lease);
@@ -136,7 +138,7 @@ pub(crate) async fn append_live_parts(
     let id = chat.id.to_string();
     cx.ops.append_live(&id, first, last, &json).await?;
     chat.event_seq = last;
-    cx.notice(&chat, false);
+    cx.numbered_notice(&chat);
     Ok(first..=last)
 }
 
@@ -202,6 +204,7 @@ pub(crate) async fn append_live_groups(
                 // Live parts leave the chat list as it is.
                 listing: false,
                 unowned: chat.worker_id.is_none(),
+                unnumbered_change: false,
             });
         }
     }
@@ -245,7 +248,7 @@ pub(crate) async fn commit_step(
     // Tool records only serve to resume the step in progress; once its results are
     // committed, a record could only be mistaken for a later call's.
     cx.ops.clear_tool_records(&chat.id.to_string()).await?;
-    cx.notice(&chat, false);
+    cx.numbered_notice(&chat);
     Ok(ids)
 }
 
@@ -274,7 +277,7 @@ pub(crate) async fn commit_steps(
             Ok((message_ids, message_rows)) => {
                 *chat = next;
                 rows.extend(message_rows);
-                cx.notice(chat, false);
+                cx.numbered_notice(chat);
                 if !committed.contains(&chat.id) {
                     committed.push(chat.id);
                 }
@@ -444,7 +447,7 @@ pub(crate) async fn finish_runs(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Ve
         chat.worker_id = None;
         chat.lease_expires_at = None;
         cx.stamp(chat, mv, false)?;
-        cx.notice_with(chat, false, chat.status != mv.from);
+        cx.notice_with(chat, false, chat.status != mv.from, true);
         if !idle.contains(&chat.id) {
             idle.push(chat.id);
         }

@@ -64,7 +64,8 @@ struct Follower {
     /// The last `retry` sent: the position it was published at and its data. It reaches a
     /// follower live, as the chat's stored state, or both; it is sent once.
     retry: Option<(i64, Value)>,
-    /// The chat's snapshot version when it was last read.
+    /// The chat's snapshot version as far as the follower knows it: when it was last read,
+    /// or a later one whose changes were all numbered events it has sent.
     version: i64,
     /// The chat's history version when it was last read: a run's frame of a newer one
     /// means the current branch changed, and the store is read first.
@@ -289,12 +290,12 @@ impl Follower {
         LogRead::Sent
     }
 
-    /// What a notice that numbered nothing past the position needs: the chat row, for its
-    /// status and queue. The step a run of this process commits reaches its followers as
-    /// frames, so such notices (a claim, the commit of a step whose message frames the
-    /// follower already sent) would find nothing in the log or the messages. A status
-    /// change takes a number of its own, so it reads everything. A chat read that does show
-    /// more (a notice still on its way) falls back to the whole catch-up.
+    /// What a notice that numbered nothing past the position but may have changed what is
+    /// reported without a number (a retry, an error) needs: the chat row. Notices of changes
+    /// that are all numbered (a claim, the commit of a step whose message frames the
+    /// follower already sent) need no read at all, and a status or queue change takes a
+    /// number of its own, so it reads everything. A chat read that does show more (a notice
+    /// still on its way) falls back to the whole catch-up.
     async fn refresh(&mut self) -> Result<Option<Chat>, keel_store::StoreError> {
         let chat = self.state.store.get_chat(self.chat_id).await?;
         if chat.event_seq > self.position || chat.history_version > self.history_version {
@@ -512,6 +513,8 @@ pub(super) async fn feed(
             && !incomplete
             && !news.news_for(follower.position, follower.version, follower.resyncs)
         {
+            // Every version since the one it knows changed only events it has sent.
+            follower.version = follower.version.max(news.version);
             continue;
         }
         // Everything is read for frames the new channel carried before it was taken, for
@@ -522,7 +525,7 @@ pub(super) async fn feed(
             || news.event_seq > follower.position;
         state.metrics.sse_catch_ups.inc();
         // Every change but logged parts takes a new version: when the version is one the
-        // follower read, the log alone has something new (a run of another replica).
+        // follower knows, the log alone has something new (a run of another replica).
         let parts_only = whole
             && backlog.is_empty()
             && !incomplete
