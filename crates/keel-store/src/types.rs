@@ -419,7 +419,7 @@ pub struct ChangeNotice {
     /// The chat waits for a worker to claim it (runnable, no owner): the notice wakes the
     /// claim loops. The notices of a run in progress (its claim, its commits, its live
     /// parts) do not. A notice without the field (from an older replica) is taken as one.
-    #[serde(default = "unowned_unless_said")]
+    #[serde(default = "true_unless_said")]
     pub unowned: bool,
     /// Something a chat's event stream reports without an event number of its own may have
     /// changed: its retry state or its last error (a change of status or queue, a message,
@@ -427,15 +427,12 @@ pub struct ChangeNotice {
     /// appends leave those alone, so a follower that has sent every event numbered so far
     /// skips their notices without reading the chat. A notice without the field (from an
     /// older replica) is taken as one.
-    #[serde(default = "unnumbered_unless_said")]
+    #[serde(default = "true_unless_said")]
     pub unnumbered_change: bool,
 }
 
-fn unowned_unless_said() -> bool {
-    true
-}
-
-fn unnumbered_unless_said() -> bool {
+/// The default of a notice's flags an older replica does not send: the cautious reading.
+fn true_unless_said() -> bool {
     true
 }
 
