@@ -1,6 +1,8 @@
 //! The PostgreSQL backend: row locks (`FOR UPDATE`, `SKIP LOCKED` for sweeps) serialise
 //! writers per chat, and `NOTIFY keel_chat_changes` tells other replicas what changed.
 
+mod batches;
+
 use std::str::FromStr;
 
 use async_trait::async_trait;
@@ -87,42 +89,43 @@ tx_ops!(
             Ok(())
         }
 
+        async fn append_live_rows(&mut self, rows: &[crate::ops::LiveRow]) -> Result<()> {
+            batches::append_live_rows(self.conn().await?, rows).await
+        }
+
         async fn append_live_rows_notifying(
             &mut self,
             rows: &[crate::ops::LiveRow],
             notices: &[ChangeNotice],
         ) -> Result<()> {
-            if notices.is_empty() || rows.len() > NOTIFYING_INSERT_ROWS {
-                self.append_live_rows(rows).await?;
-                return self.notify_all(notices).await;
+            if notices.is_empty() {
+                return self.append_live_rows(rows).await;
             }
             let payloads = notice_payloads(notices)?;
-            // A data-modifying `WITH` runs whether or not the query reads it: the insert
-            // and the notices are one round trip of a log write, not two.
-            let mut query = sqlx::QueryBuilder::<Postgres>::new(
-                "WITH appended AS (INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) ",
-            );
-            push_live_rows!(query, rows);
-            query
-                .push(") SELECT pg_notify(")
-                .push_bind(NOTICE_CHANNEL)
-                .push(", payload) FROM unnest(")
-                .push_bind(payloads)
-                .push("::text[]) AS payload");
-            query
-                .build()
-                .persistent(false)
-                .execute(self.conn().await?)
-                .await?;
-            Ok(())
+            batches::append_live_rows_notifying(self.conn().await?, rows, NOTICE_CHANNEL, &payloads)
+                .await
+        }
+
+        async fn lock_chats(&mut self, ids: &[String]) -> Result<Vec<crate::rows::ChatCols>> {
+            batches::lock_chats(self.conn().await?, ids).await
+        }
+
+        async fn lock_fences(&mut self, ids: &[String]) -> Result<Vec<crate::rows::FenceCols>> {
+            batches::lock_fences(self.conn().await?, ids).await
+        }
+
+        async fn set_lease_expiries(&mut self, expiries: &[(String, i64)]) -> Result<()> {
+            batches::set_lease_expiries(self.conn().await?, expiries).await
+        }
+
+        async fn live_after_many(
+            &mut self,
+            positions: &[(String, i64)],
+        ) -> Result<Vec<crate::ops::ChatLiveRow>> {
+            batches::live_after_many(self.conn().await?, positions).await
         }
     },
 );
-
-/// Batches a log write inserts in the statement that also sends its notices: four
-/// parameters each, well within PostgreSQL's 65,535 per statement. Larger writes insert in
-/// chunks first.
-const NOTIFYING_INSERT_ROWS: usize = 8000;
 
 /// `pg_notify` inside the transaction: delivered exactly when it commits.
 async fn notify_replicas(conn: &mut PgConnection, notice: &ChangeNotice) -> Result<()> {

@@ -86,19 +86,6 @@ macro_rules! push_chat_row {
     };
 }
 
-/// Pushes batches of live parts ([`crate::ops::LiveRow`]) as the `VALUES` of an insert into
-/// `live_parts (chat_id, first_seq, last_seq, payloads)`.
-macro_rules! push_live_rows {
-    ($query:ident, $rows:expr) => {
-        $query.push_values($rows, |mut row, (chat, first, last, payloads)| {
-            row.push_bind(chat.as_str())
-                .push_bind(*first)
-                .push_bind(*last)
-                .push_bind(payloads.as_str());
-        });
-    };
-}
-
 /// The chat columns in [`crate::rows::FenceCols`] order: what a lease fence and a
 /// live-part notice read. The event sequence is the row's own, not the log's
 /// ([`logged_event_seq`]): the log writer locks every streaming chat each window, and the
@@ -108,67 +95,6 @@ macro_rules! fence_columns {
     () => {
         "id, owner, status, worker_id, version, history_version, event_seq"
     };
-}
-
-/// Reads and locks the chat rows with these ids (the `$columns!()` of each, as `$row`),
-/// 2,000 ids per statement, in id order: the one order every caller that locks several
-/// rows uses. The first statement opens the transaction when nothing has yet.
-macro_rules! lock_rows {
-    ($self:ident, $db:ty, $begin:literal, $lock:literal, $columns:ident, $row:ty, $ids:expr) => {{
-        let mut found = Vec::with_capacity($ids.len());
-        for chunk in $ids.chunks(2000) {
-            let head = if $self.begin_with_next() {
-                concat!($begin, "SELECT ", $columns!(), " FROM chats WHERE id IN (")
-            } else {
-                concat!("SELECT ", $columns!(), " FROM chats WHERE id IN (")
-            };
-            let mut query = sqlx::QueryBuilder::<$db>::new(head);
-            let mut list = query.separated(", ");
-            for id in chunk {
-                list.push_bind(id.as_str());
-            }
-            query.push(concat!(") ORDER BY id", $lock));
-            found.extend(
-                query
-                    .build_query_as::<$row>()
-                    .persistent(false)
-                    .fetch_all($self.conn().await?)
-                    .await?,
-            );
-        }
-        Ok(found)
-    }};
-}
-
-/// Sets one integer column of several chats, each to its own value, in one statement per
-/// 2,000 chats.
-macro_rules! set_by_id {
-    ($self:ident, $db:ty, $column:literal, $pairs:expr) => {{
-        // Joined with a table of the values, each row finds its own in one lookup; a
-        // `CASE id WHEN ...` with a branch per chat made each row try them all.
-        for chunk in $pairs.chunks(2000) {
-            let mut query = sqlx::QueryBuilder::<$db>::new("WITH v (id, value) AS (VALUES ");
-            let mut list = query.separated(", ");
-            for (id, value) in chunk {
-                list.push("(CAST(")
-                    .push_bind_unseparated(id.as_str())
-                    .push_unseparated(" AS TEXT), CAST(")
-                    .push_bind_unseparated(*value)
-                    .push_unseparated(" AS BIGINT))");
-            }
-            query.push(concat!(
-                ") UPDATE chats SET ",
-                $column,
-                " = v.value FROM v WHERE chats.id = v.id"
-            ));
-            query
-                .build()
-                .persistent(false)
-                .execute($self.conn().await?)
-                .await?;
-        }
-        Ok(())
-    }};
 }
 
 /// Deletes the rows `$what` ([`crate::ops::Voided`]) picks of the chats with these ids, one
@@ -947,42 +873,6 @@ macro_rules! tx_ops {
                 Ok(())
             }
 
-            async fn append_live_rows(
-                &mut self,
-                rows: &[$crate::ops::LiveRow],
-            ) -> $crate::error::Result<()> {
-                // Bound well below SQLite's limit of bound parameters per statement.
-                for chunk in rows.chunks(2000) {
-                    let mut query = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) ",
-                    );
-                    push_live_rows!(query, chunk);
-                    query.build().persistent(false).execute(self.conn().await?).await?;
-                }
-                Ok(())
-            }
-
-            async fn lock_chats(
-                &mut self,
-                ids: &[String],
-            ) -> $crate::error::Result<Vec<$crate::rows::ChatCols>> {
-                lock_rows!(self, $db, $begin, $lock, chat_read_columns, $crate::rows::ChatCols, ids)
-            }
-
-            async fn lock_fences(
-                &mut self,
-                ids: &[String],
-            ) -> $crate::error::Result<Vec<$crate::rows::FenceCols>> {
-                lock_rows!(self, $db, $begin, $lock, fence_columns, $crate::rows::FenceCols, ids)
-            }
-
-            async fn set_lease_expiries(
-                &mut self,
-                expiries: &[(String, i64)],
-            ) -> $crate::error::Result<()> {
-                set_by_id!(self, $db, "lease_expires_at", expiries)
-            }
-
             async fn void(
                 &mut self,
                 chat: &str,
@@ -1002,41 +892,6 @@ macro_rules! tx_ops {
                 .bind(after)
                 .fetch_all(self.conn().await?)
                 .await?)
-            }
-
-            async fn live_after_many(
-                &mut self,
-                positions: &[(String, i64)],
-            ) -> $crate::error::Result<Vec<$crate::ops::ChatLiveRow>> {
-                let mut rows = Vec::new();
-                // Two parameters a chat, well below SQLite's limit per statement.
-                for chunk in positions.chunks(1000) {
-                    let mut query = sqlx::QueryBuilder::<$db>::new(
-                        "WITH wanted (chat_id, since) AS (VALUES ",
-                    );
-                    let mut list = query.separated(", ");
-                    for (chat, after) in chunk {
-                        list.push("(CAST(")
-                            .push_bind_unseparated(chat.as_str())
-                            .push_unseparated(" AS TEXT), CAST(")
-                            .push_bind_unseparated(*after)
-                            .push_unseparated(" AS BIGINT))");
-                    }
-                    query.push(
-                        ") SELECT l.chat_id, l.first_seq, l.payloads FROM live_parts l \
-                         JOIN wanted w ON l.chat_id = w.chat_id WHERE l.last_seq > w.since \
-                         AND l.last_seq > COALESCE((SELECT MAX(m.event_seq) FROM messages m \
-                         WHERE m.chat_id = l.chat_id), 0) ORDER BY l.chat_id, l.first_seq",
-                    );
-                    rows.extend(
-                        query
-                            .build_query_as::<$crate::ops::ChatLiveRow>()
-                            .persistent(false)
-                            .fetch_all(self.conn().await?)
-                            .await?,
-                    );
-                }
-                Ok(rows)
             }
 
             async fn logged_after(

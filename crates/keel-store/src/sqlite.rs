@@ -175,6 +175,42 @@ impl SqliteTx {
     }
 }
 
+/// Reads the chat rows with these ids (the `$columns!()` of each, as `$row`), 2,000 ids per
+/// statement (a parameter each, well below SQLite's limit per statement), in id order: the
+/// one order every caller that locks several rows uses, which on SQLite is also the order
+/// the writer's lock is already held in. The first statement opens the transaction when
+/// nothing has yet.
+macro_rules! lock_rows {
+    ($self:ident, $columns:ident, $row:ty, $ids:expr) => {{
+        let mut found = Vec::with_capacity($ids.len());
+        for chunk in $ids.chunks(2000) {
+            let head = if $self.begin_with_next() {
+                concat!(
+                    "BEGIN IMMEDIATE; SELECT ",
+                    $columns!(),
+                    " FROM chats WHERE id IN ("
+                )
+            } else {
+                concat!("SELECT ", $columns!(), " FROM chats WHERE id IN (")
+            };
+            let mut query = sqlx::QueryBuilder::<Sqlite>::new(head);
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(id.as_str());
+            }
+            query.push(") ORDER BY id");
+            found.extend(
+                query
+                    .build_query_as::<$row>()
+                    .persistent(false)
+                    .fetch_all($self.conn().await?)
+                    .await?,
+            );
+        }
+        Ok(found)
+    }};
+}
+
 /// IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
 /// cannot fail to upgrade when another process holds the file.
 const BEGIN: &str = "BEGIN IMMEDIATE";
@@ -326,6 +362,94 @@ tx_ops!(
                 .execute(self.conn().await?)
                 .await?;
             Ok(())
+        }
+
+        async fn append_live_rows(&mut self, rows: &[crate::ops::LiveRow]) -> Result<()> {
+            // Four parameters a batch, well below SQLite's limit per statement.
+            for chunk in rows.chunks(2000) {
+                let mut query = sqlx::QueryBuilder::<Sqlite>::new(
+                    "INSERT INTO live_parts (chat_id, first_seq, last_seq, payloads) ",
+                );
+                query.push_values(chunk, |mut row, (chat, first, last, payloads)| {
+                    row.push_bind(chat.as_str())
+                        .push_bind(*first)
+                        .push_bind(*last)
+                        .push_bind(payloads.as_str());
+                });
+                query
+                    .build()
+                    .persistent(false)
+                    .execute(self.conn().await?)
+                    .await?;
+            }
+            Ok(())
+        }
+
+        async fn lock_chats(&mut self, ids: &[String]) -> Result<Vec<ChatCols>> {
+            lock_rows!(self, chat_read_columns, ChatCols, ids)
+        }
+
+        async fn lock_fences(&mut self, ids: &[String]) -> Result<Vec<crate::rows::FenceCols>> {
+            lock_rows!(self, fence_columns, crate::rows::FenceCols, ids)
+        }
+
+        async fn set_lease_expiries(&mut self, expiries: &[(String, i64)]) -> Result<()> {
+            // Joined with a table of the values, each row finds its own in one lookup; a
+            // `CASE id WHEN ...` with a branch per chat made each row try them all.
+            for chunk in expiries.chunks(2000) {
+                let mut query = sqlx::QueryBuilder::<Sqlite>::new("WITH v (id, value) AS (VALUES ");
+                let mut list = query.separated(", ");
+                for (id, value) in chunk {
+                    list.push("(CAST(")
+                        .push_bind_unseparated(id.as_str())
+                        .push_unseparated(" AS TEXT), CAST(")
+                        .push_bind_unseparated(*value)
+                        .push_unseparated(" AS BIGINT))");
+                }
+                query.push(
+                    ") UPDATE chats SET lease_expires_at = v.value FROM v WHERE chats.id = v.id",
+                );
+                query
+                    .build()
+                    .persistent(false)
+                    .execute(self.conn().await?)
+                    .await?;
+            }
+            Ok(())
+        }
+
+        async fn live_after_many(
+            &mut self,
+            positions: &[(String, i64)],
+        ) -> Result<Vec<crate::ops::ChatLiveRow>> {
+            let mut rows = Vec::new();
+            // Two parameters a chat, well below SQLite's limit per statement.
+            for chunk in positions.chunks(1000) {
+                let mut query =
+                    sqlx::QueryBuilder::<Sqlite>::new("WITH wanted (chat_id, since) AS (VALUES ");
+                let mut list = query.separated(", ");
+                for (chat, after) in chunk {
+                    list.push("(CAST(")
+                        .push_bind_unseparated(chat.as_str())
+                        .push_unseparated(" AS TEXT), CAST(")
+                        .push_bind_unseparated(*after)
+                        .push_unseparated(" AS BIGINT))");
+                }
+                query.push(
+                    ") SELECT l.chat_id, l.first_seq, l.payloads FROM live_parts l \
+                     JOIN wanted w ON l.chat_id = w.chat_id WHERE l.last_seq > w.since \
+                     AND l.last_seq > COALESCE((SELECT MAX(m.event_seq) FROM messages m \
+                     WHERE m.chat_id = l.chat_id), 0) ORDER BY l.chat_id, l.first_seq",
+                );
+                rows.extend(
+                    query
+                        .build_query_as::<crate::ops::ChatLiveRow>()
+                        .persistent(false)
+                        .fetch_all(self.conn().await?)
+                        .await?,
+                );
+            }
+            Ok(rows)
         }
     },
 );

@@ -27,6 +27,7 @@ both_backends!(
     interrupted_persist_is_allowed_while_interrupting,
     checkpoints_users_and_tool_records,
     a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one,
+    a_log_write_larger_than_a_statements_parameters_lands_whole,
     a_steps_finish_reason_is_stored_with_its_message,
     grouped_step_commits_number_like_single_ones_and_refuse_only_the_fenced,
     grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced,
@@ -584,6 +585,46 @@ async fn a_group_append_writes_every_chat_it_may_and_refuses_a_fenced_one(db: Te
     // The next commit clears each chat's log as before.
     s.commit_step(&la, vec![assistant("done")]).await.unwrap();
     assert!(s.live_parts_after(a.id, 0).await.unwrap().is_empty());
+}
+
+/// A window's write may hold more batches than one statement can bind parameters for
+/// (65,535 on PostgreSQL, 32,766 on SQLite; four a batch): it lands whole, in order, and
+/// the notice of it says how far the log reaches.
+async fn a_log_write_larger_than_a_statements_parameters_lands_whole(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "long").await;
+    let lease = claim(s, "w1", chat.id).await;
+    let base = s.get_chat(chat.id).await.unwrap().event_seq;
+    // Every other number: each entry is a batch of its own.
+    let entries: Vec<NewLiveEntry> = (1..=20_000).map(|n| entry(base + 2 * n)).collect();
+    let outcomes = s
+        .append_live_groups(&[(lease.clone(), &entries[..])])
+        .await
+        .unwrap();
+    assert!(outcomes[0].is_ok(), "{outcomes:?}");
+    let logged: Vec<i64> = s
+        .live_parts_after(chat.id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    let expected: Vec<i64> = entries.iter().map(|e| e.seq).collect();
+    assert_eq!(logged, expected);
+    assert_eq!(s.get_chat(chat.id).await.unwrap().event_seq, base + 40_000);
+    let read = s.live_parts_of(&[(chat.id, base + 39_990)]).await.unwrap();
+    assert_eq!(read.len(), 1);
+    let tail: Vec<i64> = read[0].1.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        tail,
+        vec![
+            base + 39_992,
+            base + 39_994,
+            base + 39_996,
+            base + 39_998,
+            base + 40_000
+        ]
+    );
 }
 
 async fn acquire_is_exclusive_until_the_lease_expires(db: TestDb) {
