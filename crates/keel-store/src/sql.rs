@@ -1,5 +1,5 @@
-//! The SQL of every [`crate::ops::TxOps`] primitive, written once and expanded for each
-//! backend.
+//! The SQL of the [`crate::ops::TxOps`] primitives the backends share, written once and
+//! expanded for each backend.
 //!
 //! Both backends accept the same statements: numbered `$n` parameters, `RETURNING`,
 //! `ON CONFLICT`, row values. What differs is passed in: the row-lock suffix (PostgreSQL
@@ -10,7 +10,9 @@
 //! message) has a text of its own for every batch size, so it is run unprepared
 //! (`persistent(false)`): kept, each size would take a place in the connection's cache of
 //! prepared statements and push out the fixed statements every run uses, which would then
-//! be parsed again on their next use.
+//! be parsed again on their next use. PostgreSQL runs the live path's statements over many
+//! chats with one array parameter per column instead (`postgres/batches.rs`); SQLite has
+//! no arrays and keeps its lists (`sqlite.rs`).
 
 /// The chat columns in [`crate::rows::ChatCols`] order, as a write names them.
 macro_rules! chat_columns {
