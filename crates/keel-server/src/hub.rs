@@ -98,6 +98,9 @@ pub struct Changes {
     /// Counts the channels opened for runs: a follower whose count differs takes a receiver
     /// of the current channel ([`Hub::live`]).
     pub runs: u64,
+    /// Step commits of this process's runs under way for the chat ([`Hub::commit_begins`]):
+    /// their messages are on their way to the run's channel as frames.
+    pub committing: u32,
 }
 
 impl Changes {
@@ -120,6 +123,22 @@ impl Changes {
             || self.event_seq > position
             || self.unnumbered_version > version
             || self.resyncs != resyncs
+    }
+
+    /// Whether a follower of the run's channel may put off the read its news asks for until
+    /// the commit under way ends ([`Hub::commit_begins`]): the only news is events numbered
+    /// past `position`, which the committed messages' frames are about to bring. The commit
+    /// notice reaches the follower before them (the store sends it as its transaction ends;
+    /// the run publishes the messages after reading them back), and a read in between
+    /// fetched what the next frames carry. The end of the commit wakes the follower again,
+    /// which then reads whatever its frames did not bring: a refused commit, or another
+    /// change numbered meanwhile.
+    pub fn awaits_committed_frames(&self, position: i64, version: i64, resyncs: u64) -> bool {
+        self.committing > 0
+            && !self.deleted
+            && self.resyncs == resyncs
+            && self.unnumbered_version <= version
+            && self.event_seq > position
     }
 }
 
@@ -341,6 +360,33 @@ impl Hub {
         }
     }
 
+    /// A run of this process starts committing a step of the chat, whose messages it will
+    /// publish as frames ([`Changes::awaits_committed_frames`]). The commit lasts until the
+    /// returned guard is dropped (after the frames went out, or on failure); its end wakes
+    /// the chat's followers to look at their news again. Its start wakes no one.
+    pub fn commit_begins(self: &Arc<Self>, chat_id: &str) -> CommitUnderWay {
+        if let Some(channel) = self.lock(chat_id).get(chat_id) {
+            channel.changes.send_if_modified(|changes| {
+                changes.committing = changes.committing.saturating_add(1);
+                false
+            });
+        }
+        CommitUnderWay {
+            hub: self.clone(),
+            chat_id: chat_id.to_owned(),
+        }
+    }
+
+    fn commit_ends(&self, chat_id: &str) {
+        if let Some(channel) = self.lock(chat_id).get(chat_id) {
+            // Always a wake-up: a follower may have put off a read for any news it found
+            // while the commit was under way, not only the commit's own notice.
+            channel
+                .changes
+                .send_modify(|changes| changes.committing = changes.committing.saturating_sub(1));
+        }
+    }
+
     /// Publishes to a chat's subscribers, if any. Never blocks.
     pub fn publish(&self, chat_id: &str, frame: Frame) {
         let mut channels = self.lock(chat_id);
@@ -387,6 +433,20 @@ impl Hub {
             .iter()
             .map(|shard| lock_shard(shard).len())
             .sum()
+    }
+}
+
+/// A step commit under way ([`Hub::commit_begins`]); dropping it ends the commit.
+#[derive(Debug)]
+#[must_use = "the commit ends when the guard is dropped"]
+pub struct CommitUnderWay {
+    hub: Arc<Hub>,
+    chat_id: String,
+}
+
+impl Drop for CommitUnderWay {
+    fn drop(&mut self) {
+        self.hub.commit_ends(&self.chat_id);
     }
 }
 
@@ -614,6 +674,65 @@ mod tests {
             hub.prune(&chat.to_string());
         }
         assert_eq!(hub.channel_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_commit_under_way_wakes_its_followers_only_when_it_ends() {
+        let hub = Arc::new(Hub::new());
+        let chat = uuid::Uuid::new_v4();
+        let key = chat.to_string();
+        let mut follower = hub.subscribe(&key).changes;
+        hub.begin_run(&key);
+        follower.borrow_and_update();
+        let under_way = hub.commit_begins(&key);
+        assert!(!follower.has_changed().unwrap(), "its start wakes no one");
+        assert_eq!(follower.borrow().committing, 1);
+        // The commit's notice wakes the follower while the commit is under way.
+        hub.changed(&ChangeNotice {
+            unnumbered_change: false,
+            ..notice(chat, 6, 42)
+        });
+        assert!(follower.has_changed().unwrap());
+        assert_eq!(follower.borrow_and_update().committing, 1);
+        drop(under_way);
+        assert!(
+            follower.has_changed().unwrap(),
+            "its end wakes the follower again"
+        );
+        assert_eq!(follower.borrow_and_update().committing, 0);
+        // A chat without an entry here: nothing to count, nothing to wake.
+        drop(hub.commit_begins(&uuid::Uuid::new_v4().to_string()));
+        assert_eq!(hub.channel_count(), 1);
+    }
+
+    #[test]
+    fn a_follower_waits_for_committed_frames_only_for_numbered_news() {
+        let committing = Changes {
+            version: 6,
+            unnumbered_version: 5,
+            event_seq: 42,
+            committing: 1,
+            ..Changes::default()
+        };
+        // The commit numbered messages past the position: their frames are coming.
+        assert!(committing.awaits_committed_frames(40, 5, 0));
+        // Nothing under way: the news is read.
+        let settled = Changes {
+            committing: 0,
+            ..committing
+        };
+        assert!(!settled.awaits_committed_frames(40, 5, 0));
+        // A change no frame carries (a retry, an error), lost notices, or a deletion: read
+        // (or end) at once.
+        assert!(!committing.awaits_committed_frames(40, 4, 0));
+        assert!(!committing.awaits_committed_frames(40, 5, 1));
+        let deleted = Changes {
+            deleted: true,
+            ..committing
+        };
+        assert!(!deleted.awaits_committed_frames(40, 5, 0));
+        // Nothing numbered past the position: no news, nothing to wait for.
+        assert!(!committing.awaits_committed_frames(42, 5, 0));
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub mod auth;
 pub mod config;
 #[cfg(test)]
 mod config_docs;
+#[cfg(debug_assertions)]
+mod debug_pause;
 pub mod hub;
 mod live;
 pub mod log_reads;

@@ -89,7 +89,7 @@ async fn follow(state: AppState, owner: String, notices: Notices, tx: mpsc::Send
         mut remote,
     } = notices;
     #[cfg(debug_assertions)]
-    debug_pause().await;
+    crate::debug_pause::debug_pause("KEEL_DEBUG_FEED_PAUSE_MS").await;
     loop {
         let notice = tokio::select! {
             _ = tx.closed() => return,
@@ -122,19 +122,6 @@ async fn follow(state: AppState, owner: String, notices: Notices, tx: mpsc::Send
         {
             return;
         }
-    }
-}
-
-/// Debug builds only: with `KEEL_DEBUG_FEED_PAUSE_MS` set, a new list feed waits that long
-/// before it reads its first notice, so that a test of the running daemon can change a chat
-/// while the stream is open but not yet reading.
-#[cfg(debug_assertions)]
-async fn debug_pause() {
-    let pause = std::env::var("KEEL_DEBUG_FEED_PAUSE_MS")
-        .ok()
-        .and_then(|ms| ms.parse::<u64>().ok());
-    if let Some(ms) = pause {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 

@@ -506,7 +506,7 @@ impl Writer {
             return;
         }
         #[cfg(debug_assertions)]
-        log_pause().await;
+        crate::debug_pause::debug_pause("KEEL_DEBUG_LOG_PAUSE_MS").await;
         let pending = std::mem::take(&mut self.pending);
         self.index.clear();
         let groups: Vec<(keel_store::Lease, &[NewLiveEntry])> = pending
@@ -547,19 +547,6 @@ impl Writer {
                 self.parts = 0;
             }
         }
-    }
-}
-
-/// Debug builds only: with `KEEL_DEBUG_LOG_PAUSE_MS` set, every write of the log waits that
-/// long first, so that a test can hold a run's parts live but not yet logged (as another
-/// replica sees them for a window).
-#[cfg(debug_assertions)]
-async fn log_pause() {
-    let pause = std::env::var("KEEL_DEBUG_LOG_PAUSE_MS")
-        .ok()
-        .and_then(|ms| ms.parse::<u64>().ok());
-    if let Some(ms) = pause {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 

@@ -47,12 +47,18 @@ impl StepPersister for StorePersister {
         if messages.is_empty() {
             return Ok(());
         }
+        let chat_key = self.chat_id.to_string();
+        // Followers woken by the commit's notice wait for the messages' frames below
+        // instead of reading them; the guard's drop, success or not, wakes them again.
+        let _under_way = self.hub.commit_begins(&chat_key);
         let ids = self
             .sink
             .commit(messages)
             .await
             .map_err(PersistError::other)?;
-        self.hub.commit(&self.chat_id.to_string());
+        self.hub.commit(&chat_key);
+        #[cfg(debug_assertions)]
+        crate::debug_pause::debug_pause("KEEL_DEBUG_PUBLISH_PAUSE_MS").await;
         if let Some(first) = ids.first() {
             publish_committed(&self.store, &self.hub, &self.sink, self.chat_id, *first).await;
         }

@@ -474,3 +474,41 @@ async fn a_finished_replys_parts_are_replayed_until_the_sweep_drops_them() {
         vec![reply]
     );
 }
+
+/// The follower's store reads so far (`keel_sse_catch_ups_total`).
+async fn catch_ups(daemon: &Daemon) -> u64 {
+    let metrics = daemon.metrics().await;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("keel_sse_catch_ups_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no catch-up counter: {metrics}"))
+}
+
+#[tokio::test]
+async fn a_follower_of_the_run_reads_nothing_for_its_step_commit() {
+    // Every run waits 1 s between a step's commit and publishing its messages (debug
+    // builds): the commit's notice always reaches the follower before the message's frame.
+    let (_dir, daemon) = demo_daemon_with_env("", &[("KEEL_DEBUG_PUBLISH_PAUSE_MS", "1000")]);
+    let client = Client::new();
+    let id = client.replied_chat(&daemon, "ready").await;
+    let mut events = client.events(&daemon, &id, None).await;
+    let mut transcript = Transcript::default();
+    while transcript.messages.len() < 2 || transcript.status.as_deref() != Some("waiting") {
+        transcript.apply(&events.next().await.expect("the stream ended"));
+    }
+    let before = catch_ups(&daemon).await;
+    let (status, body) = client
+        .send_message(&daemon, &id, json!({"text": scripted(&words(12), 0.0)}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    transcript.follow_until(&mut events, "running").await;
+    transcript.follow_until(&mut events, "waiting").await;
+    let reads = catch_ups(&daemon).await - before;
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(transcript.messages, messages);
+    assert_eq!(assistant_texts(&messages)[1], words(12));
+    // One read for the user's message and the run's start, one for the run's end; the
+    // step's message comes as the run's frame.
+    assert!(reads <= 2, "{reads} reads");
+}

@@ -2,8 +2,6 @@
 //! loop that forwards the hub's frames and answers the chat's change notices.
 
 use std::sync::Arc;
-#[cfg(debug_assertions)]
-use std::time::Duration;
 
 use bytes::Bytes;
 use keel_store::{Chat, ChatId, ChatStatus};
@@ -14,6 +12,8 @@ use super::LiveItem;
 use super::resume::{Requested, locate};
 use crate::api::dto::{LastErrorView, MessageView, QueuedView};
 use crate::api::state::AppState;
+#[cfg(debug_assertions)]
+use crate::debug_pause::debug_pause;
 use crate::hub::{Frame, Subscription};
 use crate::live::{from_log, from_retry_state};
 
@@ -337,26 +337,6 @@ impl Follower {
     }
 }
 
-/// Debug builds only: a pause of as many milliseconds as the environment variable `name`
-/// says, so that a test of the running daemon can land changes inside a window.
-/// `KEEL_DEBUG_CATCH_UP_PAUSE_MS`: a catch-up waits between its read of the store and
-/// sending what it read (a commit and the next step's parts land in between).
-/// `KEEL_DEBUG_NOTICE_PAUSE_MS`: a follower woken by a change notice waits before it
-/// handles it (the run publishes meanwhile, and its frames are queued before the read).
-/// `KEEL_DEBUG_LOG_READ_PAUSE_MS`: a follower woken by logged parts alone waits before it
-/// reads the log (the step commits and the next one logs parts meanwhile).
-#[cfg(debug_assertions)]
-async fn debug_pause(name: &str) {
-    let pause = std::env::var(name)
-        .ok()
-        .and_then(|ms| ms.parse::<u64>().ok());
-    if let Some(ms) = pause {
-        // Announced, so that a test acts inside the window once it opens, not after a guess.
-        tracing::info!(variable = name, ms, "debug pause begins");
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
-}
-
 /// The next frame of the run streaming into the chat; never, while none does.
 async fn next_frame(
     live: &mut Option<broadcast::Receiver<Arc<Frame>>>,
@@ -515,6 +495,15 @@ pub(super) async fn feed(
         {
             // Every version since the one it knows changed only events it has sent.
             follower.version = follower.version.max(news.version);
+            continue;
+        }
+        if live.is_some()
+            && backlog.is_empty()
+            && !incomplete
+            && news.awaits_committed_frames(follower.position, follower.version, follower.resyncs)
+        {
+            // The run's committed messages are on their way as frames; the commit's end
+            // wakes the follower to look again.
             continue;
         }
         // Everything is read for frames the new channel carried before it was taken, for

@@ -35,6 +35,9 @@ pub struct Args {
 }
 
 /// Chats created, or streams opened, at once.
+/// The daemon's count of follower reads of the store.
+pub(super) const CATCH_UPS: &str = "keel_sse_catch_ups_total";
+
 const CONCURRENCY: usize = 200;
 
 /// How long a chat may stay silent before the benchmark gives up on it.
@@ -82,10 +85,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
 
     let cpu_before = daemon.cpu()?;
-    let catch_ups_before = counter(&daemon, "keel_sse_catch_ups_total").await?;
+    let catch_ups_before = counter(&daemon, CATCH_UPS).await?;
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     let idle_cpu = daemon.cpu()?.saturating_sub(cpu_before);
-    let idle_catch_ups = counter(&daemon, "keel_sse_catch_ups_total").await? - catch_ups_before;
+    let idle_catch_ups = counter(&daemon, CATCH_UPS).await? - catch_ups_before;
     println!(
         "idle for {} s            daemon CPU {} ms, {} follower wake-ups",
         args.seconds,
@@ -162,7 +165,7 @@ async fn subscribe(api: &Api, chats: &[String]) -> anyhow::Result<(Vec<(String, 
 /// returns the follower wake-ups the daemon counted meanwhile (every one of them is this
 /// chat's follower: the others have nothing to read).
 async fn wake_one(api: &Api, daemon: &Process, chat: &str, live: &mut Live) -> anyhow::Result<u64> {
-    let before = counter(daemon, "keel_sse_catch_ups_total").await?;
+    let before = counter(daemon, CATCH_UPS).await?;
     let text = Script::new(Step::text("awake").rate(0.0)).message("wake up");
     api.send_message(chat, &text, "queue").await?;
     while !live.next(PATIENCE).await?.is_assistant_message() {}
@@ -174,7 +177,7 @@ async fn wake_one(api: &Api, daemon: &Process, chat: &str, live: &mut Live) -> a
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(counter(daemon, "keel_sse_catch_ups_total").await? - before)
+    Ok(counter(daemon, CATCH_UPS).await? - before)
 }
 
 /// A counter of the daemon's `/metrics` (0 before it was first counted).
@@ -187,7 +190,7 @@ async fn counter(daemon: &Process, name: &str) -> anyhow::Result<u64> {
     Ok(parse_counter(&metrics, name))
 }
 
-fn parse_counter(metrics: &str, name: &str) -> u64 {
+pub(super) fn parse_counter(metrics: &str, name: &str) -> u64 {
     metrics
         .lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))

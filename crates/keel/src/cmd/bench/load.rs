@@ -11,6 +11,7 @@ use keel_mock::{Script, Step};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
+use super::idle::{CATCH_UPS, parse_counter};
 use super::live::Live;
 use super::log_writes::LogWrites;
 use super::processes::{DaemonSetup, Process, check_replicas, own_cpu, start_mock};
@@ -110,8 +111,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let chats = create_chats(&apis, args.chats).await?;
     let writes_before = read_log_writes(&apis).await?;
+    let catch_ups_before = read_catch_ups(&apis).await?;
     let throughput = measure_throughput(&daemons, &mock, &chats, &args).await?;
     let writes_after = read_log_writes(&apis).await?;
+    let catch_ups_after = read_catch_ups(&apis).await?;
     throughput.print(
         &idle_rss,
         &chats_per_replica(args.chats, daemons.len()),
@@ -122,6 +125,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "{} live-part log: {}",
             daemon_name(replica, daemons.len()),
             after.since(before).summary()
+        );
+    }
+    for (replica, (after, before)) in catch_ups_after.iter().zip(&catch_ups_before).enumerate() {
+        println!(
+            "{} follower reads: {} (store reads of followers woken by a notice)",
+            daemon_name(replica, daemons.len()),
+            after.saturating_sub(*before)
         );
     }
     // Checked after the report, so that a run that fails still shows what it measured.
@@ -169,6 +179,15 @@ async fn read_log_writes(apis: &[Api]) -> anyhow::Result<Vec<LogWrites>> {
     let mut readings = Vec::with_capacity(apis.len());
     for api in apis {
         readings.push(LogWrites::read(api).await?);
+    }
+    Ok(readings)
+}
+
+/// Every daemon's follower reads of the store so far.
+async fn read_catch_ups(apis: &[Api]) -> anyhow::Result<Vec<u64>> {
+    let mut readings = Vec::with_capacity(apis.len());
+    for api in apis {
+        readings.push(parse_counter(&api.metrics().await?, CATCH_UPS));
     }
     Ok(readings)
 }
