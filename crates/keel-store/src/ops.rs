@@ -89,6 +89,32 @@ impl Voided {
     }
 }
 
+/// What a commit ([`TxOps::commit_writes`]) does with the chat's tool records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ToolRecords {
+    /// A step's commit: they served the step in progress, and a later call with the same
+    /// id must never be answered from them.
+    Clear,
+    /// A commit that ends no step (a summary of older messages).
+    Keep,
+}
+
+/// [`TxOps::commit_writes`] as one statement each.
+pub(crate) async fn commit_writes_apart<T: TxOps + ?Sized>(
+    ops: &mut T,
+    messages: &[MessageCols],
+    chat: &ChatCols,
+    records: ToolRecords,
+) -> Result<()> {
+    ops.insert_messages(messages).await?;
+    ops.void(&chat.id, Voided::OlderSteps).await?;
+    ops.delete_checkpoint(&chat.id).await?;
+    if records == ToolRecords::Clear {
+        ops.clear_tool_records(&chat.id).await?;
+    }
+    ops.update_chat(chat).await
+}
+
 /// The rows of [`TxOps::catch_up_rows`].
 pub(crate) struct CatchUpRows {
     pub chat: (ChatCols, Vec<QueuedCols>),
@@ -181,13 +207,16 @@ pub(crate) trait TxOps: Send {
 
     async fn insert_messages(&mut self, messages: &[MessageCols]) -> Result<()>;
     /// Writes a committed step: its messages, the log without the parts of older steps
-    /// ([`Voided::OlderSteps`]), the dropped checkpoint (superseded by what is committed) and
-    /// the chat row. A backend may send these as one round trip.
-    async fn commit_writes(&mut self, messages: &[MessageCols], chat: &ChatCols) -> Result<()> {
-        self.insert_messages(messages).await?;
-        self.void(&chat.id, Voided::OlderSteps).await?;
-        self.delete_checkpoint(&chat.id).await?;
-        self.update_chat(chat).await
+    /// ([`Voided::OlderSteps`]), the dropped checkpoint (superseded by what is committed),
+    /// the tool records when `records` says so, and the chat row. A backend may send these
+    /// as one round trip.
+    async fn commit_writes(
+        &mut self,
+        messages: &[MessageCols],
+        chat: &ChatCols,
+        records: ToolRecords,
+    ) -> Result<()> {
+        commit_writes_apart(self, messages, chat, records).await
     }
     /// Writes the transitions of several chats: their new messages (in order), the chats'
     /// rows of each of `voided` emptied, and each chat row (every mutable column, as

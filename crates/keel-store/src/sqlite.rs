@@ -19,7 +19,7 @@ use sqlx::{Connection, Either, Executor, FromRow, Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::{Result, StoreError};
-use crate::ops::{Backend, TxOps, Voided, older_steps_cut};
+use crate::ops::{Backend, ToolRecords, TxOps, older_steps_cut};
 use crate::ops::{CatchUpRows, RunStartRows};
 use crate::rows::{ChatAndQueued, ChatCols, MessageCols, QueuedCols};
 use crate::types::{ChangeNotice, RemoteNotice, StoreOptions};
@@ -211,6 +211,33 @@ macro_rules! lock_rows {
     }};
 }
 
+/// A step of one message written in one multi-statement string: the message, the log
+/// without the parts of older steps, the dropped checkpoint, `$records` (the tool records'
+/// delete, or nothing) and the chat row. `$n` numbers the shared arguments.
+macro_rules! commit_one_sql {
+    ($records:literal) => {
+        concat!(
+            "INSERT INTO messages (",
+            message_columns!(),
+            ", deleted, on_branch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             $32, $34, $37, FALSE, TRUE); \
+             DELETE FROM live_parts WHERE chat_id = $1 AND last_seq < ",
+            // Of the chat's id: computed once, not for each batch.
+            older_steps_cut!("$1"),
+            "; DELETE FROM checkpoints WHERE chat_id = $1; ",
+            $records,
+            "UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
+             max_steps = $17, system_prompt = $18, tools = $19, worker_id = $20, \
+             lease_expires_at = $21, version = $22, history_version = $23, \
+             event_seq = $24, last_message_id = $25, last_error_kind = $26, \
+             last_error_message = $27, retry_state = $28, pending_tool_calls = $29, \
+             pending_deadline = $30, updated_at = $31, compact_requested = $33, \
+             last_error_provider = $35, last_error_url = $36, leaf_id = $38, \
+             branch_seq = $39 WHERE id = $1"
+        )
+    };
+}
+
 /// IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
 /// cannot fail to upgrade when another process holds the file.
 const BEGIN: &str = "BEGIN IMMEDIATE";
@@ -285,41 +312,31 @@ tx_ops!(
             }))
         }
 
-        async fn commit_writes(&mut self, messages: &[MessageCols], c: &ChatCols) -> Result<()> {
+        async fn commit_writes(
+            &mut self,
+            messages: &[MessageCols],
+            c: &ChatCols,
+            records: ToolRecords,
+        ) -> Result<()> {
             // The common step (one message) goes as one multi-statement round trip: sqlx
             // runs each SQLite statement on the connection's worker thread, and the round
             // trips, not SQLite, dominate a commit. `$n` numbers the shared arguments.
             let [m] = messages else {
-                self.insert_messages(messages).await?;
-                self.void(&c.id, Voided::OlderSteps).await?;
-                self.delete_checkpoint(&c.id).await?;
-                return self.update_chat(c).await;
+                return crate::ops::commit_writes_apart(self, messages, c, records).await;
             };
-            const SQL: &str = concat!(
-                "INSERT INTO messages (",
-                message_columns!(),
-                ", deleted, on_branch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-                 $32, $34, $37, FALSE, TRUE); \
-                 DELETE FROM live_parts WHERE chat_id = $1 AND last_seq < ",
-                // Of the chat's id: computed once, not for each batch.
-                older_steps_cut!("$1"),
-                "; \
-                 DELETE FROM checkpoints WHERE chat_id = $1; \
-                 UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
-                 max_steps = $17, system_prompt = $18, tools = $19, worker_id = $20, \
-                 lease_expires_at = $21, version = $22, history_version = $23, \
-                 event_seq = $24, last_message_id = $25, last_error_kind = $26, \
-                 last_error_message = $27, retry_state = $28, pending_tool_calls = $29, \
-                 pending_deadline = $30, updated_at = $31, compact_requested = $33, \
-                 last_error_provider = $35, last_error_url = $36, leaf_id = $38, \
-                 branch_seq = $39 WHERE id = $1"
-            );
+            const KEEPING_RECORDS: &str = commit_one_sql!("");
+            const CLEARING_RECORDS: &str =
+                commit_one_sql!("DELETE FROM tool_records WHERE chat_id = $1; ");
+            let sql = match records {
+                ToolRecords::Clear => CLEARING_RECORDS,
+                ToolRecords::Keep => KEEPING_RECORDS,
+            };
             if m.chat_id != c.id {
                 return Err(StoreError::invalid(
                     "a step's message belongs to another chat",
                 ));
             }
-            sqlx::query(SQL)
+            sqlx::query(sql)
                 .bind(&m.chat_id)
                 .bind(m.id)
                 .bind(&m.role)

@@ -16,6 +16,7 @@ both_backends!(
     requested_compaction_runs_only_on_idle_chats,
     a_summary_needs_the_lease,
     an_edit_supersedes_a_requested_compaction,
+    a_summary_leaves_the_step_in_progress_its_tool_records,
 );
 
 fn summary(text: &str) -> NewSummary {
@@ -91,6 +92,38 @@ async fn a_summary_becomes_the_prompt_boundary(db: TestDb) {
     assert_eq!(start.prompt().messages, prompt);
     let recent: Vec<i64> = start.recent(3).iter().map(|m| m.id).collect();
     assert_eq!(recent, vec![2, 4, 5]);
+}
+
+/// A summary ends no step: the records of the step in progress still answer its calls,
+/// where a step's commit drops them.
+async fn a_summary_leaves_the_step_in_progress_its_tool_records(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "build the thing").await;
+    let lease = claim(s, "w0", chat.id).await;
+    let record = keel_store::ToolRecord {
+        chat_id: chat.id,
+        tool_call_id: "call_1".into(),
+        tool_name: "read_file".into(),
+        args: "{}".into(),
+        state: keel_store::ToolState::Started,
+        result: None,
+        is_error: false,
+        started_at: chrono::Utc::now(),
+        finished_at: None,
+    };
+    s.record_tool(&lease, record).await.unwrap();
+    let calls = async || -> Vec<String> {
+        let records = s.tool_records(chat.id).await.unwrap();
+        records.into_iter().map(|r| r.tool_call_id).collect()
+    };
+    s.commit_summary(&lease, summary("goal: build the thing"))
+        .await
+        .unwrap();
+    assert_eq!(calls().await, vec!["call_1".to_owned()]);
+    s.commit_step(&lease, vec![assistant("done")])
+        .await
+        .unwrap();
+    assert!(calls().await.is_empty());
 }
 
 async fn unanswered_user_messages_survive_a_summary(db: TestDb) {

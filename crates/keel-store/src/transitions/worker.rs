@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::ops::Voided;
+use crate::ops::{ToolRecords, Voided};
 
 /// Claims up to `limit` runnable chats: one locking read of their rows and one multi-row
 /// write of the claimed ones, each chat checked and leased exactly as a claim of it alone.
@@ -242,12 +242,11 @@ pub(crate) async fn commit_step(
 ) -> Result<Vec<MessageId>> {
     let mut chat = cx.load(lease.chat_id).await?;
     let (ids, rows) = admit_step(cx, &mut chat, lease, messages)?;
-    cx.ops
-        .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
-        .await?;
     // Tool records only serve to resume the step in progress; once its results are
     // committed, a record could only be mistaken for a later call's.
-    cx.ops.clear_tool_records(&chat.id.to_string()).await?;
+    cx.ops
+        .commit_writes(&rows, &ChatCols::from_chat(&chat)?, ToolRecords::Clear)
+        .await?;
     cx.numbered_notice(&chat);
     Ok(ids)
 }
@@ -366,7 +365,7 @@ pub(crate) async fn commit_summary(
     chat.compact_requested = false;
     cx.stamp(&mut chat, mv, false)?;
     cx.ops
-        .commit_writes(&rows, &ChatCols::from_chat(&chat)?)
+        .commit_writes(&rows, &ChatCols::from_chat(&chat)?, ToolRecords::Keep)
         .await?;
     // The summary's text is never a reply: no follower is sent its parts.
     cx.ops.clear_live(&chat.id.to_string()).await?;
