@@ -40,7 +40,13 @@ pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> 
     cx.ops.insert_chat(&ChatCols::from_chat(&chat)?).await?;
     cx.insert_user(&mut chat, req.parts).await?;
     cx.ops.update_chat(&ChatCols::from_chat(&chat)?).await?;
-    cx.notice_with(&chat, false, true, true);
+    cx.notice_with(
+        &chat,
+        Noticed {
+            listing: true,
+            ..Noticed::default()
+        },
+    );
     if let Some(key) = &req.idempotency_key {
         let owner = chat.owner.clone();
         cx.idem_remember(&owner, &create_key(key), &chat).await?;

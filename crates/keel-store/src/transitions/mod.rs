@@ -47,6 +47,30 @@ pub(crate) struct Ctx<'a> {
     notices: Vec<ChangeNotice>,
 }
 
+/// What a change's notice says of it beyond the chat's new state ([`ChangeNotice`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Noticed {
+    /// The chat was deleted.
+    pub deleted: bool,
+    /// The change shows in the chat list (a status, a title, archiving).
+    pub listing: bool,
+    /// The change may touch what a follower reports without an event number (a retry, an
+    /// error): [`ChangeNotice::unnumbered_change`].
+    pub unnumbered_change: bool,
+}
+
+impl Default for Noticed {
+    /// An ordinary change: not a deletion, out of the list, and (unless a transition knows
+    /// better) possibly of what a follower reports without a number.
+    fn default() -> Self {
+        Self {
+            deleted: false,
+            listing: false,
+            unnumbered_change: true,
+        }
+    }
+}
+
 impl<'a> Ctx<'a> {
     pub(crate) fn new(ops: &'a mut dyn TxOps, opts: &'a StoreOptions) -> Self {
         Self {
@@ -104,7 +128,13 @@ impl<'a> Ctx<'a> {
                     | Transition::NameChat
                     | Transition::SwitchBranch
             );
-        self.notice_with(chat, false, listing, true);
+        self.notice_with(
+            chat,
+            Noticed {
+                listing,
+                ..Noticed::default()
+            },
+        );
         Ok(())
     }
 
@@ -128,28 +158,41 @@ impl<'a> Ctx<'a> {
 
     /// A notice that leaves the chat list as it was (unless the chat is deleted).
     fn notice(&mut self, chat: &Chat, deleted: bool) {
-        self.notice_with(chat, deleted, deleted, true);
+        self.notice_with(
+            chat,
+            Noticed {
+                deleted,
+                listing: deleted,
+                ..Noticed::default()
+            },
+        );
     }
 
     /// The notice of a change every event of which is numbered (a step's commit, a live-part
     /// append): the chat list stays as it was, and so does what a follower reports without
     /// a number ([`ChangeNotice::unnumbered_change`]).
     fn numbered_notice(&mut self, chat: &Chat) {
-        self.notice_with(chat, false, false, false);
+        self.notice_with(
+            chat,
+            Noticed {
+                unnumbered_change: false,
+                ..Noticed::default()
+            },
+        );
     }
 
-    fn notice_with(&mut self, chat: &Chat, deleted: bool, listing: bool, unnumbered_change: bool) {
+    fn notice_with(&mut self, chat: &Chat, noticed: Noticed) {
         self.notices.push(ChangeNotice {
             chat_id: chat.id,
             version: chat.version,
             status: chat.status,
             history_version: chat.history_version,
             event_seq: chat.event_seq,
-            deleted,
+            deleted: noticed.deleted,
             owner: chat.owner.clone(),
-            listing,
+            listing: noticed.listing,
             unowned: chat.worker_id.is_none(),
-            unnumbered_change,
+            unnumbered_change: noticed.unnumbered_change,
         });
     }
 

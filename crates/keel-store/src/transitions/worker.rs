@@ -46,7 +46,14 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
         cx.stamp(&mut chat, mv, false)?;
         // A claim that keeps the status changes nothing a follower reports.
         let status_changed = chat.status != mv.from;
-        cx.notice_with(&chat, false, status_changed, status_changed);
+        cx.notice_with(
+            &chat,
+            Noticed {
+                listing: status_changed,
+                unnumbered_change: status_changed,
+                ..Noticed::default()
+            },
+        );
         lease.granted_version = chat.version;
         rows.push(ChatCols::from_chat(&chat)?);
         leases.push(lease);
@@ -446,7 +453,13 @@ pub(crate) async fn finish_runs(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Ve
         chat.worker_id = None;
         chat.lease_expires_at = None;
         cx.stamp(chat, mv, false)?;
-        cx.notice_with(chat, false, chat.status != mv.from, true);
+        cx.notice_with(
+            chat,
+            Noticed {
+                listing: chat.status != mv.from,
+                ..Noticed::default()
+            },
+        );
         if !idle.contains(&chat.id) {
             idle.push(chat.id);
         }
