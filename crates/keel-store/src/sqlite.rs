@@ -415,14 +415,7 @@ tx_ops!(
             // `CASE id WHEN ...` with a branch per chat made each row try them all.
             for chunk in expiries.chunks(2000) {
                 let mut query = sqlx::QueryBuilder::<Sqlite>::new("WITH v (id, value) AS (VALUES ");
-                let mut list = query.separated(", ");
-                for (id, value) in chunk {
-                    list.push("(CAST(")
-                        .push_bind_unseparated(id.as_str())
-                        .push_unseparated(" AS TEXT), CAST(")
-                        .push_bind_unseparated(*value)
-                        .push_unseparated(" AS BIGINT))");
-                }
+                push_chat_numbers(&mut query, chunk);
                 query.push(
                     ") UPDATE chats SET lease_expires_at = v.value FROM v WHERE chats.id = v.id",
                 );
@@ -444,14 +437,7 @@ tx_ops!(
             for chunk in positions.chunks(1000) {
                 let mut query =
                     sqlx::QueryBuilder::<Sqlite>::new("WITH wanted (chat_id, since) AS (VALUES ");
-                let mut list = query.separated(", ");
-                for (chat, after) in chunk {
-                    list.push("(CAST(")
-                        .push_bind_unseparated(chat.as_str())
-                        .push_unseparated(" AS TEXT), CAST(")
-                        .push_bind_unseparated(*after)
-                        .push_unseparated(" AS BIGINT))");
-                }
+                push_chat_numbers(&mut query, chunk);
                 query.push(
                     ") SELECT l.chat_id, l.first_seq, l.payloads FROM live_parts l \
                      JOIN wanted w ON l.chat_id = w.chat_id WHERE l.last_seq > w.since \
@@ -470,6 +456,19 @@ tx_ops!(
         }
     },
 );
+
+/// Pushes `(chat id, number)` pairs as the rows of a `VALUES` list, typed so that a `WITH`
+/// table of them joins the chats' text ids and compares as integers.
+fn push_chat_numbers<'a>(query: &mut sqlx::QueryBuilder<'a, Sqlite>, pairs: &'a [(String, i64)]) {
+    let mut list = query.separated(", ");
+    for (chat, number) in pairs {
+        list.push("(CAST(")
+            .push_bind_unseparated(chat.as_str())
+            .push_unseparated(" AS TEXT), CAST(")
+            .push_bind_unseparated(*number)
+            .push_unseparated(" AS BIGINT))");
+    }
+}
 
 /// A SQLite file has no channel to other processes; in-process notices suffice.
 async fn no_remote_notice(_conn: &mut SqliteConnection, _notice: &ChangeNotice) -> Result<()> {

@@ -119,14 +119,19 @@ pub(super) async fn append_live_rows_notifying(
     Ok(())
 }
 
+/// `(chat id, number)` pairs as two columns, an array each.
+fn chat_number_columns(pairs: &[(String, i64)]) -> (Vec<&str>, Vec<i64>) {
+    pairs
+        .iter()
+        .map(|(chat, number)| (chat.as_str(), *number))
+        .unzip()
+}
+
 pub(super) async fn set_lease_expiries(
     conn: &mut PgConnection,
     expiries: &[(String, i64)],
 ) -> Result<()> {
-    let (ids, values): (Vec<&str>, Vec<i64>) = expiries
-        .iter()
-        .map(|(id, value)| (id.as_str(), *value))
-        .unzip();
+    let (ids, values) = chat_number_columns(expiries);
     sqlx::query(SET_LEASE_EXPIRIES)
         .bind(&ids)
         .bind(&values)
@@ -139,10 +144,7 @@ pub(super) async fn live_after_many(
     conn: &mut PgConnection,
     positions: &[(String, i64)],
 ) -> Result<Vec<ChatLiveRow>> {
-    let (chats, since): (Vec<&str>, Vec<i64>) = positions
-        .iter()
-        .map(|(chat, after)| (chat.as_str(), *after))
-        .unzip();
+    let (chats, since) = chat_number_columns(positions);
     Ok(sqlx::query_as(LIVE_AFTER_MANY)
         .bind(&chats)
         .bind(&since)
