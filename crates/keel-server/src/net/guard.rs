@@ -27,6 +27,17 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 pub(crate) async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let headers = request.headers();
+    // RFC 9112 §3.2: a request with more than one `Host` field is answered 400. Which of
+    // them a proxy in front or a route behind would believe is not knowable, so none is.
+    if headers.get_all(header::HOST).iter().nth(1).is_some() {
+        guard.metrics.refused("duplicate_host");
+        return ApiError::refused(
+            Code::InvalidRequest,
+            "duplicate_host",
+            "the request has more than one Host header; send exactly one",
+        )
+        .into_response();
+    }
     let authority = request.uri().authority().map(|a| a.as_str());
     let method = request.method();
     let facts = RequestFacts {

@@ -110,6 +110,52 @@ async fn a_foreign_host_is_refused_on_get_post_the_live_events_and_the_page() {
 }
 
 #[tokio::test]
+async fn a_request_with_two_host_headers_gets_400_even_when_one_is_the_daemons_own() {
+    let (_dir, daemon) = demo_daemon();
+    let port = daemon.port();
+    // HTTP clients refuse to send two `Host` fields, so the request is written by hand.
+    let raw = async |hosts: &[String], method: &str, body: &str| {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mut head = format!("{method} /api/v1/chats HTTP/1.1\r\n");
+        for host in hosts {
+            head.push_str(&format!("Host: {host}\r\n"));
+        }
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(WAIT, stream.read_to_end(&mut answer))
+            .await
+            .expect("the daemon never answered")
+            .unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let own = format!("127.0.0.1:{port}");
+    let foreign = format!("evil.example:{port}");
+    for hosts in [
+        [own.clone(), foreign.clone()],
+        [foreign.clone(), own.clone()],
+        [own.clone(), own.clone()],
+    ] {
+        for (method, body) in [("GET", ""), ("POST", r#"{"text":"hi"}"#)] {
+            let answer = raw(&hosts, method, body).await;
+            assert!(answer.starts_with("HTTP/1.1 400"), "{hosts:?}: {answer}");
+            assert!(answer.contains("duplicate_host"), "{hosts:?}: {answer}");
+        }
+    }
+    assert_eq!(
+        chat_count(&daemon).await,
+        0,
+        "a refused POST created a chat"
+    );
+    // One `Host` of the daemon's own is served as ever.
+    let answer = raw(&[own], "GET", "").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test]
 async fn a_foreign_origin_is_refused_on_get_post_and_the_live_events() {
     let (_dir, daemon) = demo_daemon();
     let id = Client::new()
