@@ -2,10 +2,13 @@
 //!
 //! Built-in tools are built for each run in the workspace of the chat's owner (see
 //! [`ToolSet::for_owner`]), so a path a model names is resolved against that user's directory
-//! only; MCP servers are the operator's and shared by every chat.
+//! only; MCP servers are the operator's and shared by every chat. Whether users exist is asked
+//! on every run, so a daemon that users were added to while it runs gives each their own
+//! directory from the next run on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use keel_agent::Tool;
@@ -26,8 +29,9 @@ const RUN_COMMAND_GRACE: Duration = Duration::from_secs(3);
 /// The daemon's tools.
 pub(crate) struct ToolSet {
     builtin: Builtins,
-    /// Users exist: each chat works in its owner's directory below the workspace.
-    per_user: bool,
+    /// Users exist: each chat works in its owner's directory below the workspace. Once set it
+    /// stays set, as the API's token mode does.
+    per_user: AtomicBool,
     timeout: Duration,
     mcp: Option<Arc<McpManager>>,
 }
@@ -106,17 +110,46 @@ impl ToolSet {
         };
         Ok(Self {
             builtin,
-            per_user,
+            per_user: AtomicBool::new(per_user),
             timeout: config.tools.timeout(),
             mcp,
         })
     }
 
+    /// Whether chats work in their owners' directories: users exist now, or did at some
+    /// point while the daemon ran (removing the last user does not merge the directories).
+    /// When the database cannot tell, yes: a directory of one's own is the narrower root.
+    pub(crate) async fn per_user(&self, store: &dyn keel_store::Store) -> bool {
+        if self.per_user.load(Ordering::Acquire) {
+            return true;
+        }
+        match store.has_users().await {
+            Ok(false) => false,
+            Ok(true) => {
+                if !self.per_user.swap(true, Ordering::AcqRel) {
+                    tracing::info!(
+                        "a user exists now: each chat's tools work in its owner's directory of the workspace"
+                    );
+                }
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot tell whether users exist: this run's tools work in its owner's directory");
+                true
+            }
+        }
+    }
+
     /// The tools a run of `owner`'s chat offers now (MCP tool lists change over time): the
-    /// built-ins confined to the owner's workspace, each call limited to `[tools] timeout_ms`,
-    /// and the MCP servers' tools (limited by their own timeout, else the same).
-    pub(crate) fn for_owner(&self, owner: &str) -> Result<Vec<Arc<dyn Tool>>, WorkspaceError> {
-        let user = self.per_user.then_some(owner);
+    /// built-ins confined to the owner's workspace (`per_user`, from [`ToolSet::per_user`]) or
+    /// to the whole workspace, each call limited to `[tools] timeout_ms`, and the MCP servers'
+    /// tools (limited by their own timeout, else the same).
+    pub(crate) fn for_owner(
+        &self,
+        owner: &str,
+        per_user: bool,
+    ) -> Result<Vec<Arc<dyn Tool>>, WorkspaceError> {
+        let user = per_user.then_some(owner);
         let mut tools: Vec<Arc<dyn Tool>> = self
             .builtin
             .for_user(user)?

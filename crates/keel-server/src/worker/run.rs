@@ -155,7 +155,8 @@ async fn run_once(
         commit_recovered_interruption(&sink, from_log.as_ref()).await;
         Ok(RunOutcome::Interrupted)
     } else {
-        match prepare(shared, &start, lease, &sink, from_log) {
+        let per_user = shared.tools.per_user(shared.store.as_ref()).await;
+        match prepare(shared, &start, lease, &sink, from_log, per_user) {
             Ok(mut options) => {
                 options.paused_turn = last == LastStep::Paused;
                 options.continue_reply = stopped;
@@ -230,6 +231,7 @@ fn prepare(
     lease: &SharedLease,
     sink: &Arc<LiveSink>,
     from_log: Option<keel_agent::StreamSnapshot>,
+    per_user: bool,
 ) -> Result<RunOptions, Box<keel_core::ProviderError>> {
     let chat = &start.chat;
     let Some(model) = shared.models.get(&chat.model).cloned() else {
@@ -250,7 +252,7 @@ fn prepare(
     let budget = keel_tools::budget_for(model.context_limit);
     // A workspace that cannot be opened fails the run with a message saying why, rather
     // than running without the tools the model expects.
-    let offered = shared.tools.for_owner(&chat.owner).map_err(|e| {
+    let offered = shared.tools.for_owner(&chat.owner, per_user).map_err(|e| {
         Box::new(keel_core::ProviderError::new(
             ErrorKind::InvalidRequest,
             format!("the tools' workspace cannot be used: {e}"),

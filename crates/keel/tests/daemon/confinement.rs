@@ -9,7 +9,11 @@ use crate::harness::*;
 use crate::tools::mcp_test_server;
 
 /// Every tool result of a chat, in order: (tool name, result as text, is_error).
-async fn tool_results(client: &Client, daemon: &Daemon, id: &str) -> Vec<(String, String, bool)> {
+pub(crate) async fn tool_results(
+    client: &Client,
+    daemon: &Daemon,
+    id: &str,
+) -> Vec<(String, String, bool)> {
     client
         .messages(daemon, id)
         .await
@@ -32,7 +36,7 @@ async fn tool_results(client: &Client, daemon: &Daemon, id: &str) -> Vec<(String
 
 /// A chat whose model makes the scripted tool calls, one step per entry; waits until it is
 /// done.
-async fn run_tools(client: &Client, daemon: &Daemon, steps: Value) -> String {
+pub(crate) async fn run_tools(client: &Client, daemon: &Daemon, steps: Value) -> String {
     let script = json!({ "steps": steps });
     let id = client
         .create_chat(daemon, json!({"text": format!("go\n#mock {script}")}))
@@ -41,9 +45,9 @@ async fn run_tools(client: &Client, daemon: &Daemon, steps: Value) -> String {
     id
 }
 
-/// Landlock confines `run_command`; without it (an old or restricted kernel) the checks that
-/// rely on it cannot hold, so they are skipped outside CI.
-fn landlock_or_skip() -> bool {
+/// Landlock (ABI 3 or later) confines `run_command`; without it (an old or restricted kernel)
+/// the checks that rely on it cannot hold, so they are skipped outside CI.
+pub(crate) fn landlock_or_skip() -> bool {
     if keel_tools::sandbox::available() {
         return true;
     }
@@ -260,6 +264,87 @@ async fn a_model_in_one_users_chat_cannot_read_a_file_written_in_another_users_c
     assert_eq!(std::fs::read_to_string(&alice_file).unwrap(), secret);
     assert!(!workspace.join("alice/new").exists());
     assert!(workspace.join("bob").is_dir());
+}
+
+#[tokio::test]
+async fn after_a_live_switch_to_users_each_users_model_reads_only_their_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let workspace = dir.path().join("workspace");
+    // What single-user mode left at the root, and a directory named like a later user.
+    std::fs::create_dir_all(workspace.join("bob")).unwrap();
+    std::fs::write(workspace.join("single-user.txt"), "root-file-41aa").unwrap();
+    std::fs::write(workspace.join("bob/old.txt"), "bobs-old-file-93c0").unwrap();
+    let daemon = Daemon::start(
+        dir.path(),
+        &database,
+        &format!(
+            "[tools]\nbuiltin = [\"read_file\", \"write_file\", \"list_dir\"]\nworkspace = \"{}\"\n",
+            workspace.display()
+        ),
+    );
+    let anonymous = Client::new();
+    let read = |path: &str| json!({"name": "read_file", "args": {"path": path}});
+    // Single-user mode: the root is the workspace itself.
+    let id = run_tools(
+        &anonymous,
+        &daemon,
+        json!([{"tool_calls": [read("single-user.txt")]}]),
+    )
+    .await;
+    assert!(
+        tool_results(&anonymous, &daemon, &id).await[0]
+            .1
+            .contains("root-file-41aa")
+    );
+
+    let alice = Client::with_token(&add_user(dir.path(), &database, "alice"));
+    let bob = Client::with_token(&add_user(dir.path(), &database, "bob"));
+    wait_until("the daemon never noticed the users", async || {
+        anonymous.get(&daemon.api("/chats")).await.0 == 401
+    })
+    .await;
+
+    let users = [
+        (&alice, "alice", "alice-secret-60d2"),
+        (&bob, "bob", "bob-secret-1f7e"),
+    ];
+    for (client, name, secret) in users {
+        let write = json!({"name": "write_file", "args": {"path": "mine.txt", "content": secret}});
+        let id = run_tools(client, &daemon, json!([{"tool_calls": [write]}])).await;
+        assert!(!tool_results(client, &daemon, &id).await[0].2);
+        let written = workspace.join(name).join("mine.txt");
+        assert_eq!(std::fs::read_to_string(written).unwrap(), secret);
+    }
+
+    let list = json!({"name": "list_dir", "args": {"path": "."}});
+    let probes = json!([{"tool_calls": [
+        read("mine.txt"), read("old.txt"), read("single-user.txt"), read("bob/old.txt"),
+        read("bob/mine.txt"), read("alice/mine.txt"), list
+    ]}]);
+    for (client, name, secret) in users {
+        let id = run_tools(client, &daemon, probes.clone()).await;
+        let seen: Vec<String> = tool_results(client, &daemon, &id)
+            .await
+            .into_iter()
+            .map(|r| r.1)
+            .collect();
+        assert!(seen[0].contains(secret), "{name}: {seen:?}");
+        let mut others = vec!["root-file-41aa"];
+        others.extend(users.iter().filter(|u| u.1 != name).map(|u| u.2));
+        if name == "bob" {
+            assert!(
+                seen[1].contains("bobs-old-file-93c0"),
+                "bob's directory is his: {seen:?}"
+            );
+        } else {
+            others.push("bobs-old-file-93c0");
+        }
+        let everything = seen.join("\n");
+        for other in others {
+            assert!(!everything.contains(other), "{name} read {other}: {seen:?}");
+        }
+    }
 }
 
 fn calls_len(steps: &[Value]) -> usize {
