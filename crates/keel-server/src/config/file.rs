@@ -245,6 +245,12 @@ pub struct ToolsConfig {
     pub workspace: PathBuf,
     /// The limit on one tool call; MCP servers may set their own.
     pub timeout_ms: u64,
+    /// Run `run_command` unconfined where the kernel cannot confine it (Landlock ABI below 3)
+    /// instead of refusing to start.
+    pub run_command_unconfined: bool,
+    /// Let `run_command`'s commands open network sockets (TCP, UDP); off, they reach no
+    /// address, loopback included.
+    pub run_command_network: bool,
 }
 
 impl Default for ToolsConfig {
@@ -253,6 +259,8 @@ impl Default for ToolsConfig {
             builtin: BuiltinTool::READ_ONLY.to_vec(),
             workspace: PathBuf::from("./workspace"),
             timeout_ms: 120_000,
+            run_command_unconfined: false,
+            run_command_network: false,
         }
     }
 }

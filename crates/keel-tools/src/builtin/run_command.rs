@@ -4,7 +4,8 @@
 //! The whole process group is killed when the command times out, when the call is cancelled,
 //! when the call's future is dropped, and also after the shell exits normally: background jobs
 //! the command started (`server &`) would otherwise outlive the call with nobody to stop them.
-//! A process that deliberately leaves the group (`setsid`) is out of this reach.
+//! A process that deliberately leaves the group (`setsid`) is out of this reach. A confined
+//! command's group is the session its launcher starts.
 //!
 //! The command gets only the allowed environment variables (`env`), and, when the daemon has
 //! a launcher for it, runs inside a Landlock sandbox confined to the workspace (`sandbox`).
@@ -130,8 +131,14 @@ impl Tool for RunCommand {
             .min(self.max_timeout);
 
         let mut command = match &self.sandbox {
+            // The launcher makes a session of its own, whose group has the launcher's pid; a
+            // group leader could not.
             Some(launcher) => launcher.command(self.workspace.root(), "sh"),
-            None => tokio::process::Command::new("sh"),
+            None => {
+                let mut command = tokio::process::Command::new("sh");
+                command.process_group(0);
+                command
+            }
         };
         command
             .arg("-c")
@@ -141,7 +148,6 @@ impl Tool for RunCommand {
             .envs(env::allowed())
             .env("PWD", self.workspace.root())
             .stdin(Stdio::null())
-            .process_group(0)
             .kill_on_drop(true);
         // One pipe for both streams keeps their interleaving exactly as written, as on a
         // terminal.
@@ -155,7 +161,7 @@ impl Tool for RunCommand {
         // output from ever ending.
         drop(command);
         let mut child = spawned.map_err(|e| ToolError(format!("cannot start `sh`: {e}")))?;
-        // With `process_group(0)` the group id is the shell's pid.
+        // The group id is the pid of the process started (shell or launcher).
         let group = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
@@ -182,6 +188,11 @@ impl Tool for RunCommand {
                 }
             }
         };
+        if !matches!(outcome, Outcome::Exited(_)) {
+            // The process itself first (it is not reaped yet, so its pid is still its own): a
+            // launcher killed before it made its session has started nothing.
+            let _ = child.start_kill();
+        }
         if let Some(group) = &group {
             group.kill();
         }

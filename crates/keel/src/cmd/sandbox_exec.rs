@@ -1,7 +1,8 @@
-//! `keel sandbox-exec --workspace DIR -- PROGRAM ARGS…`: the launcher `run_command` starts
-//! its commands through. It confines itself with Landlock to the workspace (see
-//! `keel_tools::sandbox`) and replaces itself with the program, which inherits the
-//! confinement; without Landlock it refuses to run the program at all. Not meant to be typed.
+//! `keel sandbox-exec --workspace DIR [--network] -- PROGRAM ARGS…`: the launcher
+//! `run_command` starts its commands through. It starts a session of its own, confines itself
+//! to the workspace with Landlock and seccomp (see `keel_tools::sandbox`) and replaces itself
+//! with the program, which inherits the confinement; when it cannot confine it refuses to run
+//! the program at all. Not meant to be typed.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -11,6 +12,9 @@ pub struct Args {
     /// The only directory the program may write to.
     #[arg(long)]
     pub workspace: PathBuf,
+    /// Let the program open network sockets (`[tools] run_command_network`).
+    #[arg(long)]
+    pub network: bool,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, required = true, num_args = 1..)]
     pub command: Vec<OsString>,
@@ -22,7 +26,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let Some((program, rest)) = args.command.split_first() else {
         anyhow::bail!("no program to run");
     };
-    let error = keel_tools::sandbox::exec_confined(&args.workspace, program, rest);
+    let error = keel_tools::sandbox::exec_confined(&args.workspace, args.network, program, rest);
     eprintln!(
         "keel sandbox-exec: cannot run {}: {error}",
         program.to_string_lossy()

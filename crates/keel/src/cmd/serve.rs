@@ -31,7 +31,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     protect_memory();
     let mut config = Config::load(&overrides, &ProcessEnv)?;
-    config.command_sandbox = command_sandbox(&config);
+    config.command_sandbox = command_sandbox(&config)?;
     let running = keel_server::serve::start(config)
         .await
         .context("keel could not start")?;
@@ -53,30 +53,40 @@ fn protect_memory() {
 }
 
 /// How `run_command` starts commands confined to their workspace: this binary's
-/// `sandbox-exec` mode, when the kernel offers Landlock.
-fn command_sandbox(config: &Config) -> Option<Launcher> {
+/// `sandbox-exec` mode, when the kernel confines enough (`sandbox::abi::plan`). An error stops
+/// start-up; `None` runs commands unconfined, as the configuration allowed.
+fn command_sandbox(config: &Config) -> anyhow::Result<Option<Launcher>> {
+    use keel_tools::sandbox::abi::{Plan, kernel_abi, plan};
     if !config
         .tools
         .builtin
         .contains(&keel_tools::BuiltinTool::RunCommand)
     {
-        return None;
+        return Ok(None);
     }
-    if !keel_tools::sandbox::available() {
-        tracing::warn!(
-            "Landlock is not available on this kernel: run_command runs commands unconfined \
-             (they can read and write whatever the daemon's user can)"
-        );
-        return None;
-    }
-    match std::env::current_exe() {
-        Ok(program) => Some(Launcher {
-            program,
-            args: vec!["sandbox-exec".into()],
-        }),
-        Err(error) => {
-            tracing::warn!(%error, "cannot find the keel binary: run_command runs commands unconfined");
-            None
+    let unconfined_allowed = config.tools.run_command_unconfined;
+    match plan(kernel_abi(), unconfined_allowed) {
+        Plan::Confine => {}
+        Plan::Unconfined(warning) => {
+            tracing::warn!("{warning}");
+            return Ok(None);
         }
+        Plan::Refuse(error) => anyhow::bail!("config key `tools.builtin`: {error}"),
     }
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(error) if unconfined_allowed => {
+            tracing::warn!(%error, "cannot find the keel binary: run_command runs commands unconfined");
+            return Ok(None);
+        }
+        Err(error) => anyhow::bail!(
+            "cannot find the keel binary to confine run_command with ({error}); set `[tools] \
+             run_command_unconfined = true` to run commands unconfined"
+        ),
+    };
+    let mut args = vec!["sandbox-exec".into()];
+    if config.tools.run_command_network {
+        args.push("--network".into());
+    }
+    Ok(Some(Launcher { program, args }))
 }

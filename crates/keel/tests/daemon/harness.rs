@@ -162,7 +162,17 @@ impl Daemon {
 
     /// Runs a daemon that must refuse to start; returns what it printed.
     pub fn refused(dir: &Path, database: &str, config: &str) -> String {
-        let output = Self::command(dir, database, config, &[], None)
+        Self::refused_with_env(dir, database, config, &[])
+    }
+
+    /// Like [`Daemon::refused`], with extra environment variables.
+    pub fn refused_with_env(
+        dir: &Path,
+        database: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> String {
+        let output = Self::command(dir, database, config, env, None)
             .output()
             .unwrap();
         assert!(!output.status.success(), "keel serve started");

@@ -19,6 +19,7 @@ mod postgres;
 mod providers;
 mod replicas;
 mod rerun;
+mod sandbox;
 mod security;
 mod thinking;
 mod tools;
