@@ -59,7 +59,7 @@ pub(crate) fn landlock_or_skip() -> bool {
     false
 }
 
-fn add_user(dir: &Path, database: &str, name: &str) -> String {
+pub(crate) fn add_user(dir: &Path, database: &str, name: &str) -> String {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
         .args(["users", "add", name, "--database", database])
         .current_dir(dir)

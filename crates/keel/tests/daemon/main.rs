@@ -13,6 +13,7 @@ mod continuation;
 mod failures;
 mod fidelity;
 mod harness;
+mod isolation;
 mod panics;
 #[path = "../support/postgres.rs"]
 mod postgres;
