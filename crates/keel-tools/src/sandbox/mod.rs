@@ -201,6 +201,11 @@ mod tests {
             if *grant == Grant::Device {
                 assert!(path.starts_with("/dev/"), "{path:?}");
             }
+            // The controlling terminal would let a command type into the operator's shell.
+            assert!(
+                !Path::new("/dev/tty").starts_with(path),
+                "{path:?} reaches /dev/tty"
+            );
         }
     }
 
