@@ -1,5 +1,6 @@
-//! The MCP client against the reference filesystem server from npm. Runs only with
-//! `KEEL_TEST_NPM_MCP=1` (it needs `npx` and the npm registry); skipped otherwise.
+//! The MCP client against the reference filesystem server from npm. It needs `npx` and the
+//! npm registry, so the ordinary test run ignores it; `KEEL_TEST_NPM_MCP=1 scripts/test`
+//! runs it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,13 +11,8 @@ use keel_core::Cancel;
 use keel_tools::mcp::{McpManager, McpOptions, McpServerConfig, McpServerState};
 
 #[tokio::test]
+#[ignore = "needs npx and the npm registry: KEEL_TEST_NPM_MCP=1 scripts/test runs it"]
 async fn npm_filesystem_server_lists_a_directory() {
-    if std::env::var("KEEL_TEST_NPM_MCP").as_deref() != Ok("1") {
-        println!(
-            "skipped: set KEEL_TEST_NPM_MCP=1 to run against @modelcontextprotocol/server-filesystem"
-        );
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::write(root.join("hello.txt"), "hi").unwrap();
