@@ -30,8 +30,10 @@ use crate::api::compat::reply::{End, Reply};
 use crate::api::compat::sse::{self, Translator};
 use crate::api::dto::{ClientTool, CreateChatRequest, MessageView};
 use crate::api::error::{ApiError, Code};
+use crate::api::events::stream_slot;
 use crate::api::extract::{ApiJson, Caller, user_parts};
 use crate::api::state::AppState;
+use crate::net::sse_slots::SseSlot;
 
 use self::stream::{Meta, ResponsesStream, response_object};
 
@@ -249,9 +251,24 @@ impl Translator for ResponsesStream {
     }
 }
 
-fn event_stream(state: AppState, chat: Chat, position: i64, stream: ResponsesStream) -> Response {
+fn event_stream(
+    state: AppState,
+    chat: Chat,
+    position: i64,
+    stream: ResponsesStream,
+    slot: SseSlot,
+) -> Response {
     let reply = Reply::ending_at_answers_to(client_tool_names(&chat));
-    sse::response(state, chat, position, reply, stream, &[])
+    sse::response(state, chat, position, (reply, stream), slot, &[])
+}
+
+/// A slot for the event stream a request asks for, taken before anything is stored.
+fn slot_for(state: &AppState, caller: &Caller, stream: bool) -> Result<Option<SseSlot>> {
+    Ok(if stream {
+        Some(stream_slot(state, caller)?)
+    } else {
+        None
+    })
 }
 
 async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<(Chat, i64)> {
@@ -323,6 +340,7 @@ pub(crate) async fn create(
 ) -> Result<Response> {
     let input = parse_input(request.input.as_ref().unwrap_or(&Value::Null))
         .map_err(|m| OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", m))?;
+    let slot = slot_for(&state, &caller, request.stream)?;
     let created_at = chrono::Utc::now().timestamp();
     let (chat, position, previous) = match &request.previous_response_id {
         None => {
@@ -346,12 +364,13 @@ pub(crate) async fn create(
         request.background,
     );
     meta.previous_response_id = previous;
-    if request.stream {
+    if let Some(slot) = slot {
         return Ok(event_stream(
             state,
             chat,
             position,
             ResponsesStream::new(meta, None),
+            slot,
         ));
     }
     let reply = if request.background {
@@ -535,12 +554,13 @@ pub(crate) async fn retrieve(
         .map_err(|e| OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
     let (chat, position) = owned(&state, &caller, &id).await?;
     let meta = meta(&chat, id, chat.created_at.timestamp(), true);
-    if query.stream {
+    if let Some(slot) = slot_for(&state, &caller, query.stream)? {
         return Ok(event_stream(
             state,
             chat,
             position,
             ResponsesStream::new(meta, query.starting_after),
+            slot,
         ));
     }
     let reply = stored_reply(&state, &chat, position).await?;
