@@ -419,3 +419,31 @@ async fn compat_streams_beyond_the_sse_cap_get_429_and_store_nothing() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_blocking_response_waits_without_holding_a_place_among_requests_in_flight() {
+    let (dir, database) = scratch();
+    let daemon = Daemon::start(
+        dir.path(),
+        &database,
+        "[server]\nmax_requests_in_flight = 1\n",
+    );
+    let reply = words(100);
+    let url = format!("{}/v1/responses", daemon.url);
+    let body = json!({"model": "demo", "input": scripted(&reply, 40.0)});
+    let waiting = tokio::spawn(async move {
+        let response = post_stream(&url, &body).await;
+        (response.status(), response.json::<Value>().await.unwrap())
+    });
+    // While it waits for its reply, the one place in flight serves other requests.
+    let client = Client::new();
+    wait_until("a request served while the reply runs", async || {
+        let (status, chats) = client.get(&daemon.api("/chats")).await;
+        status == 200 && chats["chats"][0]["status"] == "running"
+    })
+    .await;
+    let (status, object) = waiting.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(object["status"], "completed");
+    assert_eq!(object["output_text"], reply);
+}

@@ -340,7 +340,9 @@ pub(crate) async fn create(
 ) -> Result<Response> {
     let input = parse_input(request.input.as_ref().unwrap_or(&Value::Null))
         .map_err(|m| OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", m))?;
-    let slot = slot_for(&state, &caller, request.stream)?;
+    // A blocking request waits like a stream does: it holds a stream's slot, not a place
+    // among the requests in flight.
+    let slot = slot_for(&state, &caller, request.stream || !request.background)?;
     let created_at = chrono::Utc::now().timestamp();
     let (chat, position, previous) = match &request.previous_response_id {
         None => {
@@ -364,25 +366,37 @@ pub(crate) async fn create(
         request.background,
     );
     meta.previous_response_id = previous;
-    if let Some(slot) = slot {
-        return Ok(event_stream(
+    match slot {
+        Some(slot) if request.stream => Ok(event_stream(
             state,
             chat,
             position,
             ResponsesStream::new(meta, None),
             slot,
-        ));
+        )),
+        Some(slot) => Ok(blocking(state, chat, position, meta, slot)),
+        None => {
+            let mut object = response_object(&meta, &Reply::default());
+            object["status"] = json!("queued");
+            Ok(Json(object).into_response())
+        }
     }
-    let reply = if request.background {
-        Reply::default()
-    } else {
-        wait_for_end(&state, chat, position).await
-    };
-    let mut object = response_object(&meta, &reply);
-    if request.background && reply.end.is_none() {
-        object["status"] = json!("queued");
-    }
-    Ok(Json(object).into_response())
+}
+
+/// The answer of a request that is neither streamed nor in the background: its headers at
+/// once (which frees its place among the requests in flight), its body, the Response
+/// object, once the reply ended (or [`WAIT`] passed).
+fn blocking(state: AppState, chat: Chat, position: i64, meta: Meta, slot: SseSlot) -> Response {
+    let body = futures::stream::once(async move {
+        let _slot = slot;
+        let reply = wait_for_end(&state, chat, position).await;
+        serde_json::to_vec(&response_object(&meta, &reply))
+    });
+    (
+        [("content-type", "application/json")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// A new chat: the input's user text, `instructions` as its system prompt, function tools
