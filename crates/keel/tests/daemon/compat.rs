@@ -447,3 +447,56 @@ async fn a_blocking_response_waits_without_holding_a_place_among_requests_in_fli
     assert_eq!(object["status"], "completed");
     assert_eq!(object["output_text"], reply);
 }
+
+#[tokio::test]
+async fn a_resumed_ui_stream_replays_an_answered_client_call_as_already_run() {
+    let (_dir, daemon) = demo_daemon();
+    let reply = words(120);
+    let script = json!({"steps": [{"tool_calls": [{"name": "pick", "args": {}}]},
+                                  {"text": reply, "rate": 40.0}]});
+    let mut body = ui_body("answered", &format!("pick one\n#mock {script}"));
+    body["tools"] = json!([{"name": "pick", "parameters": {"type": "object"}}]);
+    let chunks = sse_data(
+        post_stream(&daemon.api("/ai-sdk/chat"), &body).await,
+        |_| false,
+    )
+    .await;
+    let call = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-input-available")
+        .unwrap();
+    assert_eq!(call.get("providerExecuted"), None, "live, the page runs it");
+    let call_id = call["toolCallId"].as_str().unwrap().to_owned();
+    let assistant = json!({"id": "a1", "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-pick", "toolCallId": call_id, "state": "output-available", "input": {}, "output": "B"}
+    ]});
+    body["messages"].as_array_mut().unwrap().push(assistant);
+    let continued = post_stream(&daemon.api("/ai-sdk/chat"), &body).await;
+    let _ = sse_data(continued, |chunks| !ui_text(chunks).is_empty()).await;
+
+    // The page reloads mid-reply and resumes: the answered call is replayed as already run.
+    let resumed = http_client()
+        .get(daemon.api("/ai-sdk/chat/answered/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let chunks = sse_data(resumed, |_| false).await;
+    let replayed: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["toolCallId"] == json!(call_id))
+        .collect();
+    let available = replayed
+        .iter()
+        .find(|c| c["type"] == "tool-input-available")
+        .unwrap();
+    assert_eq!(available["providerExecuted"], true, "{chunks:?}");
+    let output = replayed
+        .iter()
+        .find(|c| c["type"] == "tool-output-available")
+        .unwrap();
+    assert_eq!(output["output"], "B");
+    assert_eq!(ui_text(&chunks), reply, "the reply once");
+    assert_eq!(chunks.last().unwrap(), "[DONE]");
+}
