@@ -2,7 +2,14 @@
 // wraps) with the stock `DefaultChatTransport`, pointed at `<keel>/api/v1/ai-sdk/chat`.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { AbstractChat, DefaultChatTransport, lastAssistantMessageIsCompleteWithToolCalls } from "ai";
+import {
+  AbstractChat,
+  DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithToolCalls,
+  parseJsonEventStream,
+  readUIMessageStream,
+  uiMessageChunkSchema,
+} from "ai";
 import { Daemon, until, words } from "./daemon.mjs";
 
 /** The state a framework binding keeps (what @ai-sdk/react keeps in React state). */
@@ -208,4 +215,48 @@ test("resume of an unknown chat id is 204 and its history is empty", async () =>
   assert.equal((await fetch(`${api}/${id}/stream`)).status, 204);
   assert.deepEqual(await history(id), []);
   assert.equal((await stopOnServer(id)).status, 404);
+});
+
+test("readUIMessageStream after a tool call cut mid-arguments equals the stored reply", async () => {
+  const id = chatId();
+  const script = {
+    id: `node-cut-call-${id}`,
+    steps: [
+      {
+        text: "Looking it up: ",
+        rate: 0,
+        tool_calls: [{ name: "lookup", args: { query: "the weather in Oslo tomorrow" } }],
+        cut: { after: 5, times: 1 },
+      },
+      { text: "done.", rate: 0 },
+    ],
+  };
+  const response = await fetch(api, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      id,
+      trigger: "submit-message",
+      messageId: null,
+      messages: [{ id: "u1", role: "user", parts: [{ type: "text", text: mock("go", script) }] }],
+    }),
+  });
+  assert.equal(response.status, 200);
+  assert.equal(response.headers.get("x-accel-buffering"), "no");
+  const chunks = parseJsonEventStream({ stream: response.body, schema: uiMessageChunkSchema }).pipeThrough(
+    new TransformStream({
+      transform(part, controller) {
+        if (!part.success) throw part.error;
+        controller.enqueue(part.value);
+      },
+    }),
+  );
+  let last;
+  for await (const message of readUIMessageStream({ stream: chunks })) last = message;
+  await until(() => idle(id), 30000, "the run to end");
+  const stored = await history(id);
+  assert.ok(textOf(stored[1]).startsWith("Looking it up: "), JSON.stringify(stored[1]));
+  assert.equal(textOf(last), textOf(stored[1]));
+  const calls = (m) => m.parts.filter((p) => p.type.startsWith("tool-")).map((p) => p.toolCallId);
+  assert.deepEqual(calls(last), calls(stored[1]), "only stored calls were shown");
 });

@@ -110,6 +110,20 @@ def text_deltas(events):
     return "".join(e.delta for e in events if e.type == "response.output_text.delta")
 
 
+def read_then_drop(sdk, full, enough):
+    """Starts a background response streaming `full`, reads its events until `enough(seen)`,
+    and drops the stream: the events seen, the response id and the last number seen."""
+    stream = sdk.responses.create(
+        model=model(), input=mock(full, {"rate": 40}), stream=True, background=True)
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if enough(seen):
+            break
+    stream.close()
+    return seen, seen[0].response.id, seen[-1].sequence_number
+
+
 class Streaming(unittest.TestCase):
     def test_create_with_stream_follows_the_reference_sequence(self):
         events = list(client().responses.create(
@@ -128,21 +142,20 @@ class Streaming(unittest.TestCase):
     def drop_then_resume(self, kill):
         full = words(120)
         sdk = client()
-        stream = sdk.responses.create(
-            model=model(), input=mock(full, {"rate": 40}), stream=True, background=True)
-        seen = []
-        for event in stream:
-            seen.append(event)
-            if len(text_deltas(seen)) > 30:
-                break
-        stream.close()
-        response_id = seen[0].response.id
-        last = seen[-1].sequence_number
+        seen, response_id, last = read_then_drop(sdk, full, lambda seen: len(text_deltas(seen)) > 30)
         if kill:
             DAEMON.kill9()
             DAEMON.start()
             sdk = client()
         rest = list(sdk.responses.retrieve(response_id, stream=True, starting_after=last))
+        # The SDK's own helper filters on the client: it fetches the whole stream and drops
+        # the events numbered `last` or less, so the replay must number them as live.
+        with sdk.responses.stream(response_id=response_id, starting_after=last) as helper:
+            helped = list(helper)
+            final = helper.get_final_response()
+        self.assertEqual([e.sequence_number for e in helped], [e.sequence_number for e in rest])
+        self.assertEqual(text_deltas(seen) + text_deltas(helped), full, "each character once")
+        self.assertEqual(final.output_text, full)
         numbers = [e.sequence_number for e in seen + rest]
         self.assertEqual(numbers, sorted(set(numbers)), "nothing twice")
         self.assertTrue(all(e.sequence_number > last for e in rest))
@@ -157,6 +170,46 @@ class Streaming(unittest.TestCase):
 
     def test_resume_with_starting_after_across_a_daemon_kill_9(self):
         self.drop_then_resume(kill=True)
+
+    def test_the_sdk_resume_helper_mid_reply_yields_each_character_once(self):
+        full = words(150)
+        sdk = client()
+        seen, response_id, last = read_then_drop(
+            sdk, full, lambda seen: sum(e.type == "response.output_text.delta" for e in seen) >= 10)
+        # Still replying: the helper's replay is part stored log, part live.
+        with sdk.responses.stream(response_id=response_id, starting_after=last) as helper:
+            rest = list(helper)
+            final = helper.get_final_response()
+        self.assertTrue(all(e.sequence_number > last for e in rest))
+        self.assertEqual(text_deltas(seen) + text_deltas(rest), full, "each character once")
+        self.assertEqual(rest[-1].type, "response.completed")
+        self.assertEqual(final.output_text, full)
+        served = list(sdk.responses.retrieve(response_id, stream=True, starting_after=last))
+        self.assertEqual(text_deltas(seen) + text_deltas(served), full)
+
+    def test_a_function_call_cut_mid_arguments_ends_with_response_completed(self):
+        sdk = client()
+        tools = [{"type": "function", "name": "lookup", "description": "Looks things up",
+                  "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]
+        script = {"id": f"py-cut-call-{time.time_ns()}", "steps": [
+            {"text": "Looking it up: ", "rate": 0,
+             "tool_calls": [{"name": "lookup", "args": {"query": "the weather in Oslo tomorrow"}}],
+             "cut": {"after": 5, "times": 1}},
+            {"text": "done.", "rate": 0}]}
+        with sdk.responses.stream(model=model(), input=mock("go", script), tools=tools) as stream:
+            events = list(stream)
+            final = stream.get_final_response()
+        self.assertEqual(events[-1].type, "response.completed")
+        stored = sdk.responses.retrieve(final.id)
+        self.assertTrue(stored.output_text.startswith("Looking it up: "))
+        self.assertEqual(text_deltas(events), stored.output_text)
+        self.assertEqual(final.output_text, stored.output_text)
+        self.assertEqual([(i.type, i.id) for i in final.output],
+                         [(i.type, i.id) for i in stored.output])
+        # Only stored calls were announced, with their own call ids.
+        announced = [e.item.call_id for e in events
+                     if e.type == "response.output_item.added" and e.item.type == "function_call"]
+        self.assertEqual(announced, [i.call_id for i in stored.output if i.type == "function_call"])
 
 
 class Lifecycle(unittest.TestCase):

@@ -240,3 +240,263 @@ async fn an_ai_sdk_regenerate_streams_a_new_reply_beside_the_old_one() {
     assert_eq!(messages.len(), 2, "{messages:?}");
     assert_eq!(messages[1]["siblings"], json!([2, 3]));
 }
+
+/// A reply that says "Looking it up: ", starts a call of `lookup` and is cut inside its
+/// arguments once; the recovery cancels the partial call and carries on.
+fn cut_inside_a_call(id: &str) -> String {
+    let script = json!({"id": id, "steps": [
+        {"text": "Looking it up: ", "rate": 0,
+         "tool_calls": [{"name": "lookup", "args": {"query": "the weather in Oslo tomorrow"}}],
+         "cut": {"after": 5, "times": 1}},
+        {"text": "done.", "rate": 0}
+    ]});
+    format!("go\n#mock {script}")
+}
+
+const LOOKUP: &str = "lookup";
+
+#[tokio::test]
+async fn a_function_call_cut_mid_arguments_still_ends_the_responses_stream() {
+    let (_dir, daemon) = demo_daemon_with("retry_initial_delay_ms = 10\nretry_max_delay_ms = 50\n");
+    let tools = json!([{"type": "function", "name": LOOKUP, "description": "Looks things up",
+                        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]);
+    let response = post_stream(
+        &format!("{}/v1/responses", daemon.url),
+        &json!({"model": "demo", "input": cut_inside_a_call("responses-cut-call"),
+                "tools": tools, "stream": true}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-accel-buffering"], "no");
+    let events = sse_data(response, |_| false).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "response.completed", "{events:?}");
+    let id = last["response"]["id"].as_str().unwrap();
+    let stored = get_json(&format!("{}/v1/responses/{id}", daemon.url)).await;
+    assert!(
+        stored["output_text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Looking it up: ")
+    );
+    assert_eq!(responses_text(&events), stored["output_text"]);
+    assert_eq!(last["response"]["output"], stored["output"]);
+    // Only the call that was stored was announced, with its own call id.
+    let announced: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.added")
+        .map(|e| &e["item"])
+        .collect();
+    let stored_items: Vec<&Value> = stored["output"].as_array().unwrap().iter().collect();
+    assert_eq!(announced.len(), stored_items.len(), "{events:?}");
+    for (announced, stored) in announced.iter().zip(&stored_items) {
+        assert_eq!(announced["id"], stored["id"]);
+        assert_eq!(announced["call_id"], stored["call_id"]);
+    }
+}
+
+#[tokio::test]
+async fn a_ui_stream_cut_inside_a_tool_call_ends_with_the_stored_reply() {
+    let (_dir, daemon) = demo_daemon_with("retry_initial_delay_ms = 10\nretry_max_delay_ms = 50\n");
+    let mut body = ui_body("cut-call-chat", &cut_inside_a_call("ui-cut-call"));
+    body["tools"] = json!([{"name": LOOKUP, "description": "Looks things up",
+                            "parameters": {"type": "object"}}]);
+    let response = post_stream(&daemon.api("/ai-sdk/chat"), &body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-accel-buffering"], "no");
+    let chunks = sse_data(response, |_| false).await;
+    let types: Vec<&str> = chunks.iter().filter_map(|c| c["type"].as_str()).collect();
+    assert_eq!(types[types.len() - 1], "finish", "{chunks:?}");
+    assert_eq!(chunks.last().unwrap(), "[DONE]");
+    let history = get_json(&daemon.api("/ai-sdk/chat/cut-call-chat/messages")).await;
+    let stored = history[1]["parts"].as_array().unwrap();
+    let stored_text: String = stored.iter().filter_map(|p| p["text"].as_str()).collect();
+    assert!(stored_text.starts_with("Looking it up: "), "{history}");
+    assert_eq!(ui_text(&chunks), stored_text);
+    // Every call the page saw is a stored one: the cut call was never shown.
+    let shown: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["type"] == "tool-input-start")
+        .map(|c| &c["toolCallId"])
+        .collect();
+    let kept: Vec<&Value> = stored
+        .iter()
+        .filter(|p| p.get("toolCallId").is_some())
+        .map(|p| &p["toolCallId"])
+        .collect();
+    assert_eq!(shown, kept, "{chunks:?}");
+}
+
+#[tokio::test]
+async fn a_responses_replay_numbers_its_events_as_the_live_stream_did() {
+    let (_dir, daemon) = demo_daemon();
+    let reply = words(60);
+    let response = post_stream(
+        &format!("{}/v1/responses", daemon.url),
+        &json!({"model": "demo", "input": scripted(&reply, 40.0), "stream": true, "background": true}),
+    )
+    .await;
+    let seen = sse_data(response, |events| responses_text(events).len() > 30).await;
+    let id = seen[0]["response"]["id"].as_str().unwrap().to_owned();
+    let last = seen.last().unwrap()["sequence_number"].as_u64().unwrap();
+    let http = http_client();
+    let url = format!("{}/v1/responses/{id}?stream=true", daemon.url);
+    // The SDK helpers' form: the whole stream, dropping what was seen on the client.
+    let replay = sse_data(http.get(&url).send().await.unwrap(), |_| false).await;
+    let rest: Vec<Value> = replay
+        .iter()
+        .filter(|e| e["sequence_number"].as_u64().unwrap() > last)
+        .cloned()
+        .collect();
+    assert_eq!(responses_text(&seen) + &responses_text(&rest), reply);
+    assert_eq!(
+        replay[..seen.len()],
+        seen[..],
+        "the same events, numbered alike"
+    );
+    // The server's form.
+    let served = sse_data(
+        http.get(format!("{url}&starting_after={last}"))
+            .send()
+            .await
+            .unwrap(),
+        |_| false,
+    )
+    .await;
+    assert_eq!(served, rest);
+    assert_eq!(served.last().unwrap()["type"], "response.completed");
+}
+
+#[tokio::test]
+async fn compat_streams_beyond_the_sse_cap_get_429_and_store_nothing() {
+    let (dir, database) = scratch();
+    let daemon = Daemon::start(dir.path(), &database, "[server]\nsse_max_total = 1\n");
+    let held = post_stream(
+        &daemon.api("/ai-sdk/chat"),
+        &ui_body("held-chat", &scripted(&words(200), 20.0)),
+    )
+    .await;
+    assert_eq!(held.status(), 200);
+    let refused = post_stream(
+        &daemon.api("/ai-sdk/chat"),
+        &ui_body("refused-chat", &scripted("hi", 0.0)),
+    )
+    .await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        get_json(&daemon.api("/ai-sdk/chat/refused-chat/messages")).await,
+        json!([]),
+        "nothing was stored"
+    );
+    let refused = post_stream(
+        &format!("{}/v1/responses", daemon.url),
+        &json!({"model": "demo", "input": "hi", "stream": true}),
+    )
+    .await;
+    assert_eq!(refused.status(), 429);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    let (status, chats) = Client::new().get(&daemon.api("/chats")).await;
+    assert_eq!(status, 200);
+    assert_eq!(chats["chats"].as_array().unwrap().len(), 1, "{chats}");
+    let refused = http_client()
+        .get(daemon.api("/ai-sdk/chat/held-chat/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+
+    // The slot is freed with the stream.
+    drop(held);
+    wait_until("the held slot to be freed", async || {
+        post_stream(
+            &format!("{}/v1/responses", daemon.url),
+            &json!({"model": "demo", "input": "again", "stream": true}),
+        )
+        .await
+        .status()
+            == 200
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_blocking_response_waits_without_holding_a_place_among_requests_in_flight() {
+    let (dir, database) = scratch();
+    let daemon = Daemon::start(
+        dir.path(),
+        &database,
+        "[server]\nmax_requests_in_flight = 1\n",
+    );
+    let reply = words(100);
+    let url = format!("{}/v1/responses", daemon.url);
+    let body = json!({"model": "demo", "input": scripted(&reply, 40.0)});
+    let waiting = tokio::spawn(async move {
+        let response = post_stream(&url, &body).await;
+        (response.status(), response.json::<Value>().await.unwrap())
+    });
+    // While it waits for its reply, the one place in flight serves other requests.
+    let client = Client::new();
+    wait_until("a request served while the reply runs", async || {
+        let (status, chats) = client.get(&daemon.api("/chats")).await;
+        status == 200 && chats["chats"][0]["status"] == "running"
+    })
+    .await;
+    let (status, object) = waiting.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(object["status"], "completed");
+    assert_eq!(object["output_text"], reply);
+}
+
+#[tokio::test]
+async fn a_resumed_ui_stream_replays_an_answered_client_call_as_already_run() {
+    let (_dir, daemon) = demo_daemon();
+    let reply = words(120);
+    let script = json!({"steps": [{"tool_calls": [{"name": "pick", "args": {}}]},
+                                  {"text": reply, "rate": 40.0}]});
+    let mut body = ui_body("answered", &format!("pick one\n#mock {script}"));
+    body["tools"] = json!([{"name": "pick", "parameters": {"type": "object"}}]);
+    let chunks = sse_data(
+        post_stream(&daemon.api("/ai-sdk/chat"), &body).await,
+        |_| false,
+    )
+    .await;
+    let call = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-input-available")
+        .unwrap();
+    assert_eq!(call.get("providerExecuted"), None, "live, the page runs it");
+    let call_id = call["toolCallId"].as_str().unwrap().to_owned();
+    let assistant = json!({"id": "a1", "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-pick", "toolCallId": call_id, "state": "output-available", "input": {}, "output": "B"}
+    ]});
+    body["messages"].as_array_mut().unwrap().push(assistant);
+    let continued = post_stream(&daemon.api("/ai-sdk/chat"), &body).await;
+    let _ = sse_data(continued, |chunks| !ui_text(chunks).is_empty()).await;
+
+    // The page reloads mid-reply and resumes: the answered call is replayed as already run.
+    let resumed = http_client()
+        .get(daemon.api("/ai-sdk/chat/answered/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let chunks = sse_data(resumed, |_| false).await;
+    let replayed: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["toolCallId"] == json!(call_id))
+        .collect();
+    let available = replayed
+        .iter()
+        .find(|c| c["type"] == "tool-input-available")
+        .unwrap();
+    assert_eq!(available["providerExecuted"], true, "{chunks:?}");
+    let output = replayed
+        .iter()
+        .find(|c| c["type"] == "tool-output-available")
+        .unwrap();
+    assert_eq!(output["output"], "B");
+    assert_eq!(ui_text(&chunks), reply, "the reply once");
+    assert_eq!(chunks.last().unwrap(), "[DONE]");
+}

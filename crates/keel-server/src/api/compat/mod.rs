@@ -2,6 +2,7 @@
 //! Keel's own events and store (no run engine or storage of their own).
 //!
 //! * [`reply`]: one reply as Keel's events build it, which every protocol translates;
+//! * [`project`]: the reply as a stream of parts followed by identity, which every protocol spells;
 //! * [`sse`]: streaming a reply in a protocol's framing;
 //! * [`ai_sdk`]: the AI SDK UI message stream (`useChat`, `DefaultChatTransport`);
 //! * [`responses`]: the OpenAI Responses API (`/v1/responses`, the official OpenAI SDKs).
@@ -9,6 +10,7 @@
 //! The mapping tables are in `docs/compat.md` and in each module's documentation.
 
 pub(super) mod ai_sdk;
+pub(super) mod project;
 pub(super) mod reply;
 pub(super) mod responses;
 pub(super) mod sse;

@@ -17,10 +17,17 @@
 //! | `message` tool | results of the calls with those ids |
 //! | `message` user (after the reply began) | the reply is over (`Done`) |
 //! | `message` tool answering a client-side call, with [`Reply::ending_at_answers_to`] | the reply is over (`ToolCalls`): the answers start the next turn |
-//! | `stream_reset` | the step in progress loses its blocks (what follows republishes them) |
+//! | `stream_reset` | the step in progress loses its blocks (what follows republishes them) and starts a new generation |
 //! | `tool_call_cancel` | the call leaves the step in progress |
+//! | `message` system (a compaction's notice, after the reply began) | the step in progress loses its blocks, like `stream_reset`: they were the summary's |
 //! | `status` waiting / requires_action / error | the reply ends: `Done` or `Interrupted`, `ToolCalls`, `Failed` |
 //! | `branch` | the reply ends (`Interrupted`): the current branch changed under it, and the messages after the event are the new branch's |
+//!
+//! Every block has a key that follows it for as long as the reply knows it: text appended
+//! after a tool call was cancelled lands in the same block (same key), a stored message
+//! keeps the keys of the live blocks it replaces (calls by id, text and reasoning by their
+//! order among blocks of their kind), and blocks republished after a `stream_reset` get new
+//! keys in a new generation of the step. [`super::project`] follows the keys.
 
 use keel_core::{Part, PartKind};
 use serde_json::Value;
@@ -68,8 +75,30 @@ pub(crate) enum Block {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Step {
     pub blocks: Vec<Block>,
+    /// The key of each block (same order as `blocks`).
+    keys: Vec<u64>,
     /// Stored: nothing in it changes any more (results of its calls may still arrive).
     pub committed: bool,
+    /// How many times the step's blocks were voided (`stream_reset`, a compaction).
+    pub generation: u32,
+}
+
+impl Step {
+    /// The blocks with their keys.
+    pub(crate) fn keyed(&self) -> impl Iterator<Item = (u64, &Block)> {
+        self.keys.iter().copied().zip(&self.blocks)
+    }
+
+    fn push(&mut self, key: u64, block: Block) {
+        self.keys.push(key);
+        self.blocks.push(block);
+    }
+
+    fn void(&mut self) {
+        self.blocks.clear();
+        self.keys.clear();
+        self.generation += 1;
+    }
 }
 
 /// A reply built from Keel events.
@@ -82,6 +111,8 @@ pub(crate) struct Reply {
     /// Client-side tools whose stored answers end the reply (see
     /// [`Reply::ending_at_answers_to`]).
     client_tools: Vec<String>,
+    /// The key the next new block takes.
+    next_key: u64,
 }
 
 impl Reply {
@@ -118,16 +149,20 @@ impl Reply {
         match event {
             "message" => self.message(data),
             "part" => self.part(data),
-            "stream_reset" => {
-                if let Some(step) = self.steps.last_mut().filter(|s| !s.committed) {
-                    step.blocks.clear();
-                }
-            }
+            "stream_reset" => self.void_step_in_progress(),
             "tool_call_cancel" => {
                 let id = str_field(data, "tool_call_id");
                 if let Some(step) = self.steps.last_mut().filter(|s| !s.committed) {
+                    let keep: Vec<bool> = step
+                        .blocks
+                        .iter()
+                        .map(|b| !matches!(b, Block::Call(c) if c.id == id))
+                        .collect();
+                    let mut flags = keep.iter();
                     step.blocks
-                        .retain(|b| !matches!(b, Block::Call(c) if c.id == id));
+                        .retain(|_| flags.next().copied().unwrap_or(true));
+                    let mut flags = keep.iter();
+                    step.keys.retain(|_| flags.next().copied().unwrap_or(true));
                 }
             }
             "status" => self.status(data),
@@ -140,6 +175,17 @@ impl Reply {
 
     fn begun(&self) -> bool {
         !self.steps.is_empty()
+    }
+
+    fn void_step_in_progress(&mut self) {
+        if let Some(step) = self.steps.last_mut().filter(|s| !s.committed) {
+            step.void();
+        }
+    }
+
+    fn fresh_key(&mut self) -> u64 {
+        self.next_key += 1;
+        self.next_key
     }
 
     fn message(&mut self, data: &Value) {
@@ -160,6 +206,9 @@ impl Reply {
             }
             Some("tool") => self.results(&parts),
             Some("user") if self.begun() => self.end = Some(End::Done),
+            // A compaction's notice: the parts streamed since the last commit were its
+            // summary, never part of the reply.
+            Some("system") if self.begun() => self.void_step_in_progress(),
             _ => {}
         }
     }
@@ -195,6 +244,21 @@ impl Reply {
                 _ => {}
             }
         }
+        let keys: Vec<Option<u64>> = match self.steps.last() {
+            Some(step) => {
+                let mut ordinal = [0usize; 2];
+                let mut keys = Vec::with_capacity(blocks.len());
+                for block in &blocks {
+                    keys.push(live_key(step, block, &mut ordinal));
+                }
+                keys
+            }
+            None => Vec::new(),
+        };
+        let keys: Vec<u64> = keys
+            .into_iter()
+            .map(|k| k.unwrap_or_else(|| self.fresh_key()))
+            .collect();
         if let Some(step) = self.steps.last_mut() {
             // Results that arrived live stay with their calls.
             for block in &mut blocks {
@@ -206,6 +270,7 @@ impl Reply {
                 }
             }
             step.blocks = blocks;
+            step.keys = keys;
             step.committed = true;
         }
         self.results(&provider_results);
@@ -254,27 +319,25 @@ impl Reply {
         &mut self.steps[last]
     }
 
+    /// Appends text to the step's last block of that kind if it is the last block, or to
+    /// a new block.
+    fn append_text(&mut self, text: &str, reasoning: bool) {
+        let key = self.fresh_key();
+        let step = self.live_step();
+        match (step.blocks.last_mut(), reasoning) {
+            (Some(Block::Text(t)), false) | (Some(Block::Reasoning(t)), true) => t.push_str(text),
+            (_, false) => step.push(key, Block::Text(text.to_owned())),
+            (_, true) => step.push(key, Block::Reasoning(text.to_owned())),
+        }
+    }
+
     fn part(&mut self, data: &Value) {
         let Some(part) = data.get("part") else {
             return;
         };
         match part.get("type").and_then(Value::as_str) {
-            Some("text" | "refusal") => {
-                let text = str_field(part, "text");
-                let step = self.live_step();
-                match step.blocks.last_mut() {
-                    Some(Block::Text(t)) => t.push_str(text),
-                    _ => step.blocks.push(Block::Text(text.to_owned())),
-                }
-            }
-            Some("reasoning") => {
-                let text = str_field(part, "text");
-                let step = self.live_step();
-                match step.blocks.last_mut() {
-                    Some(Block::Reasoning(t)) => t.push_str(text),
-                    _ => step.blocks.push(Block::Reasoning(text.to_owned())),
-                }
-            }
+            Some("text" | "refusal") => self.append_text(str_field(part, "text"), false),
+            Some("reasoning") => self.append_text(str_field(part, "text"), true),
             Some("tool_call") => self.call_delta(part),
             Some("tool_result") => {
                 let id = str_field(part, "tool_call_id").to_owned();
@@ -291,19 +354,23 @@ impl Reply {
         let name = str_field(part, "tool_name").to_owned();
         let delta = str_field(part, "args_delta");
         let complete = part.get("complete").and_then(Value::as_bool) == Some(true);
+        let key = self.fresh_key();
         let step = self.live_step();
         let index = step
             .blocks
             .iter()
             .position(|b| matches!(b, Block::Call(c) if c.id == id));
         let index = index.unwrap_or_else(|| {
-            step.blocks.push(Block::Call(Call {
-                id,
-                name,
-                args: String::new(),
-                complete: false,
-                result: None,
-            }));
+            step.push(
+                key,
+                Block::Call(Call {
+                    id,
+                    name,
+                    args: String::new(),
+                    complete: false,
+                    result: None,
+                }),
+            );
             step.blocks.len() - 1
         });
         if let Block::Call(call) = &mut step.blocks[index] {
@@ -337,6 +404,35 @@ impl Reply {
             _ => {}
         }
     }
+}
+
+/// The key of the live block a stored block replaces: the call with its id, or the live
+/// block of its kind at the same place among blocks of that kind (`ordinal` counts text and
+/// reasoning blocks seen so far).
+fn live_key(step: &Step, block: &Block, ordinal: &mut [usize; 2]) -> Option<u64> {
+    if step.committed {
+        return None;
+    }
+    let kind = match block {
+        Block::Call(call) => {
+            return step
+                .keyed()
+                .find(|(_, b)| matches!(b, Block::Call(c) if c.id == call.id))
+                .map(|(k, _)| k);
+        }
+        Block::Text(_) => 0,
+        Block::Reasoning(_) => 1,
+    };
+    let nth = ordinal[kind];
+    ordinal[kind] += 1;
+    step.keyed()
+        .filter(|(_, b)| match b {
+            Block::Text(_) => kind == 0,
+            Block::Reasoning(_) => kind == 1,
+            Block::Call(_) => false,
+        })
+        .nth(nth)
+        .map(|(k, _)| k)
 }
 
 fn str_field<'a>(value: &'a Value, key: &str) -> &'a str {

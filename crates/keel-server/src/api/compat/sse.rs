@@ -2,6 +2,11 @@
 //! builds the [`Reply`] and writes what a [`Translator`] makes of each change, until the
 //! reply ends, the client leaves or the process stops. The run never depends on the
 //! connection: dropping it only stops the following.
+//!
+//! Each stream holds a slot of [`crate::net::sse_slots`] (taken by the handler before it
+//! changes anything, so a refused stream is a `429` with nothing stored), like the native
+//! event streams, and says `x-accel-buffering: no` so a proxy such as nginx passes each
+//! event on at once.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -17,6 +22,7 @@ use tokio::sync::mpsc;
 use crate::api::compat::reply::Reply;
 use crate::api::events::{LiveItem, follow_chat};
 use crate::api::state::AppState;
+use crate::net::sse_slots::SseSlot;
 
 /// A comment line at least this often keeps proxies from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -41,24 +47,27 @@ struct Feed<T> {
     /// The first update (the stream's opening) was made.
     opened: bool,
     done: bool,
+    /// Held as long as the stream is open.
+    _slot: SseSlot,
 }
 
 /// The `text/event-stream` answer streaming a reply whose events come after `position`, with
-/// a protocol's own `headers` besides the stream's.
+/// a protocol's own `headers` besides the stream's, holding `slot` while it is open.
 pub(crate) fn response<T: Translator>(
     state: AppState,
     chat: Chat,
     position: i64,
-    reply: Reply,
-    translator: T,
+    (reply, translator): (Reply, T),
+    slot: SseSlot,
     headers: &[(&'static str, &'static str)],
 ) -> Response {
     let mut response = (
         [
             ("content-type", "text/event-stream"),
             ("cache-control", "no-cache"),
+            ("x-accel-buffering", "no"),
         ],
-        body(state, chat, position, reply, translator),
+        body(state, chat, position, reply, translator, slot),
     )
         .into_response();
     for (name, value) in headers {
@@ -77,6 +86,7 @@ fn body<T: Translator>(
     position: i64,
     reply: Reply,
     translator: T,
+    slot: SseSlot,
 ) -> Body {
     let feed = Feed {
         events: follow_chat(state, chat, position),
@@ -85,6 +95,7 @@ fn body<T: Translator>(
         pending: VecDeque::new(),
         opened: false,
         done: false,
+        _slot: slot,
     };
     Body::from_stream(futures::stream::unfold(feed, next))
 }

@@ -28,8 +28,10 @@ use crate::api::compat::reply::Reply;
 use crate::api::compat::sse::{self, Translator};
 use crate::api::dto::{ClientTool, CreateChatRequest};
 use crate::api::error::ApiError;
+use crate::api::events::stream_slot;
 use crate::api::extract::{ApiJson, Caller, user_parts};
 use crate::api::state::AppState;
+use crate::net::sse_slots::SseSlot;
 
 use self::stream::UiStream;
 
@@ -116,18 +118,30 @@ async fn position_of(
         .ok_or_else(|| ApiError::not_found(format!("message {message} not found")))
 }
 
+/// The UI message stream of the reply after `position`, in `slot`. Calls of the chat's
+/// client-side tools are announced with their answer when they have one (see
+/// [`UiStream::holding`]).
 fn ui_stream(
     state: AppState,
     chat: keel_store::Chat,
     position: i64,
     message_id: String,
+    slot: SseSlot,
 ) -> Response {
+    let client_tools = chat
+        .tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    let stream = UiStream::holding(message_id, client_tools);
     sse::response(
         state,
         chat,
         position,
-        Reply::default(),
-        UiStream::new(message_id),
+        (Reply::default(), stream),
+        slot,
         &[STREAM_HEADER],
     )
 }
@@ -141,6 +155,8 @@ pub(crate) async fn chat(
     ApiJson(request): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     valid_alias(&request.id)?;
+    // Before anything is stored: a refused stream leaves nothing to resend twice.
+    let slot = stream_slot(&state, &caller)?;
     let last = request
         .messages
         .last()
@@ -152,7 +168,7 @@ pub(crate) async fn chat(
             let parts = messages::user_message_parts(last).map_err(ApiError::invalid)?;
             let parts = user_parts(None, Some(parts))?;
             let Some(chat) = existing else {
-                return start_chat(state, caller, headers, request, parts).await;
+                return start_chat(state, caller, headers, request, parts, slot).await;
             };
             let busy = match chat.status {
                 ChatStatus::Running | ChatStatus::Interrupting => {
@@ -181,6 +197,7 @@ pub(crate) async fn chat(
                 chat,
                 position,
                 messages::reply_id(message_id),
+                slot,
             ))
         }
         ("submit-message", Some("assistant")) => {
@@ -205,7 +222,7 @@ pub(crate) async fn chat(
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            Ok(ui_stream(state, chat, position, message_id))
+            Ok(ui_stream(state, chat, position, message_id, slot))
         }
         ("regenerate-message", _) => {
             let chat = existing
@@ -226,6 +243,7 @@ pub(crate) async fn chat(
                 chat,
                 position,
                 messages::reply_id(user_id),
+                slot,
             ))
         }
         (other, _) if other != "submit-message" => Err(ApiError::invalid(format!(
@@ -244,6 +262,7 @@ async fn start_chat(
     headers: HeaderMap,
     request: ChatRequest,
     parts: Vec<keel_core::Part>,
+    slot: SseSlot,
 ) -> Result<Response, ApiError> {
     let create = CreateChatRequest {
         text: None,
@@ -294,6 +313,7 @@ async fn start_chat(
         chat,
         first.event_seq,
         messages::reply_id(first.id),
+        slot,
     ))
 }
 
@@ -319,7 +339,8 @@ pub(crate) async fn resume(
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let (position, message_id) = (user.event_seq, messages::reply_id(user.id));
-    Ok(ui_stream(state, chat, position, message_id))
+    let slot = stream_slot(&state, &caller)?;
+    Ok(ui_stream(state, chat, position, message_id, slot))
 }
 
 /// `GET /api/v1/ai-sdk/chat/{id}/messages`: the history as `UIMessage[]` (empty for a chat

@@ -1,302 +1,145 @@
-//! The AI SDK's UI message stream of one reply: what to send next, given the reply as Keel's
-//! events built it and what was sent so far.
+//! The AI SDK's UI message stream of one reply: the [`Op`]s of the reply's projection as
+//! chunks of the `ui-message-chunks` schema of the `ai` package (version 6).
 //!
-//! Chunks follow the `ui-message-chunks` schema of the `ai` package (version 6). Text and
-//! reasoning are sent as deltas of what the client has; when the reply's content no longer
-//! extends what was sent (a whole restart after a provider failure), the old part is ended
-//! and the new content starts a new part, since the protocol cannot take text back.
-//!
-//! | reply | chunks |
+//! | op | chunks |
 //! | --- | --- |
-//! | first update | `start` (`messageId`) |
+//! | start | `start` (`messageId`) |
 //! | a new step | `start-step` |
-//! | text / reasoning block | `text-start`, `text-delta`…, `text-end` (`reasoning-…` likewise) once a later block exists or the step is stored |
-//! | tool call | `tool-input-start`, `tool-input-delta`…, `tool-input-available` (`tool-input-error` when the arguments are not JSON or the call was cancelled) |
+//! | text / reasoning part | `text-start`, `text-delta`…, `text-end` (`reasoning-…` likewise); a voided part (a whole restart said something else) just ends, and the new text comes in a new part: the protocol cannot take text back |
+//! | tool call (arguments complete) | `tool-input-start`, `tool-input-delta` (all of them), `tool-input-available` (`tool-input-error` when the arguments are not JSON); `providerExecuted: true` when its result is already known, so a resumed page does not run a client-side tool again |
 //! | tool result | `tool-output-available`, or `tool-output-error` with the result as text |
 //! | step stored | `finish-step` |
 //! | end `Done` / `ToolCalls` | `finish` with `stop` / `tool-calls` |
-//! | end `Interrupted` | `abort` |
+//! | end `Interrupted` (a stop, or a change of branch under the reply) | `abort` |
 //! | end `Failed` | `error` with the message |
 
 use serde_json::{Value, json};
 
-use crate::api::compat::reply::{Block, Call, End, Reply};
-
-/// What was sent of one block.
-#[derive(Debug, Clone, PartialEq)]
-enum Sent {
-    Text {
-        id: String,
-        reasoning: bool,
-        text: String,
-        ended: bool,
-    },
-    Call {
-        id: String,
-        name: String,
-        args: String,
-        input_done: bool,
-        output_done: bool,
-    },
-}
-
-#[derive(Debug, Default)]
-struct SentStep {
-    blocks: Vec<Sent>,
-    finished: bool,
-}
+use crate::api::compat::project::{Op, Projection, TextKind};
+use crate::api::compat::reply::{Call, End, Reply};
 
 /// The stream of one reply.
 #[derive(Debug)]
 pub(crate) struct UiStream {
     message_id: String,
-    started: bool,
-    steps: Vec<SentStep>,
-    next_part: usize,
-    finished: bool,
+    projection: Projection,
+    /// Calls announced as already answered.
+    answered: Vec<String>,
 }
 
 impl UiStream {
     /// A stream for the assistant message with this id.
+    #[cfg(test)]
     pub(crate) fn new(message_id: impl Into<String>) -> Self {
+        Self::holding(message_id, Vec::new())
+    }
+
+    /// A stream that announces calls of these client-side tools only once answered or at
+    /// the reply's end (see [`Projection::new`]).
+    pub(crate) fn holding(message_id: impl Into<String>, client_tools: Vec<String>) -> Self {
         Self {
             message_id: message_id.into(),
-            started: false,
-            steps: Vec::new(),
-            next_part: 0,
-            finished: false,
+            projection: Projection::new(client_tools),
+            answered: Vec::new(),
         }
     }
 
     /// The chunks that bring the client from what it has to `reply`.
     pub(crate) fn update(&mut self, reply: &Reply) -> Vec<Value> {
         let mut out = Vec::new();
-        if self.finished {
-            return out;
-        }
-        if !self.started {
-            self.started = true;
-            out.push(json!({"type": "start", "messageId": self.message_id}));
-        }
-        for (index, step) in reply.steps.iter().enumerate() {
-            if index == self.steps.len() {
-                // A step that nothing was sent of yet is announced only once it has content.
-                if step.blocks.is_empty() && !step.committed {
-                    break;
-                }
-                out.push(json!({"type": "start-step"}));
-                self.steps.push(SentStep::default());
-            }
-            let mut next_part = self.next_part;
-            let sent = &mut self.steps[index];
-            for (b, block) in step.blocks.iter().enumerate() {
-                let closed = step.committed || b + 1 < step.blocks.len();
-                sync_block(sent, b, block, closed, &mut next_part, &mut out);
-            }
-            if step.committed && !sent.finished {
-                // Blocks the stored step no longer has (a cancelled call) end here.
-                for extra in sent.blocks.iter_mut().skip(step.blocks.len()) {
-                    close(extra, "the call was cancelled", &mut out);
-                }
-                sent.finished = true;
-                out.push(json!({"type": "finish-step"}));
-            }
-            self.next_part = next_part;
-        }
-        if let Some(end) = &reply.end {
-            self.finished = true;
-            match end {
-                End::Done => out.push(json!({"type": "finish", "finishReason": "stop"})),
-                End::ToolCalls => {
-                    out.push(json!({"type": "finish", "finishReason": "tool-calls"}));
-                }
-                End::Interrupted => out.push(json!({"type": "abort", "reason": "interrupted"})),
-                End::Failed(message) => out.push(json!({"type": "error", "errorText": message})),
-            }
+        for op in self.projection.update(reply) {
+            self.chunks(op, &mut out);
         }
         out
     }
 
     /// True once the reply's end was sent.
     pub(crate) fn finished(&self) -> bool {
-        self.finished
+        self.projection.ended()
     }
-}
 
-fn sync_block(
-    sent: &mut SentStep,
-    index: usize,
-    block: &Block,
-    closed: bool,
-    next_part: &mut usize,
-    out: &mut Vec<Value>,
-) {
-    let fresh = |next_part: &mut usize, reasoning: bool| {
-        *next_part += 1;
-        let id = format!(
-            "{}-{}",
-            if reasoning { "reasoning" } else { "text" },
-            next_part
-        );
-        Sent::Text {
-            id,
-            reasoning,
-            text: String::new(),
-            ended: false,
-        }
-    };
-    match block {
-        Block::Text(target) | Block::Reasoning(target) => {
-            let reasoning = matches!(block, Block::Reasoning(_));
-            let reusable = matches!(sent.blocks.get(index),
-                Some(Sent::Text { reasoning: r, text, .. })
-                    if *r == reasoning && (target.starts_with(text.as_str()) || text.starts_with(target.as_str())));
-            if !reusable {
-                if target.is_empty() {
-                    return;
-                }
-                if let Some(old) = sent.blocks.get_mut(index) {
-                    close(old, "the call was cancelled", out);
-                }
-                let new = fresh(next_part, reasoning);
-                if let Sent::Text { id, .. } = &new {
-                    let kind = if reasoning { "reasoning" } else { "text" };
-                    out.push(json!({"type": format!("{kind}-start"), "id": id}));
-                }
-                if index < sent.blocks.len() {
-                    sent.blocks[index] = new;
+    fn chunks(&mut self, op: Op, out: &mut Vec<Value>) {
+        out.push(match op {
+            Op::Start => json!({"type": "start", "messageId": self.message_id}),
+            Op::StartStep => json!({"type": "start-step"}),
+            Op::Open { part, kind } => {
+                json!({"type": format!("{}-start", name(kind)), "id": part_id(part, kind)})
+            }
+            Op::Delta { part, kind, text } => {
+                json!({"type": format!("{}-delta", name(kind)), "id": part_id(part, kind), "delta": text})
+            }
+            Op::Close { part, kind, .. } => {
+                json!({"type": format!("{}-end", name(kind)), "id": part_id(part, kind)})
+            }
+            Op::Call { call, answered, .. } => return self.call(&call, answered, out),
+            Op::Output {
+                call_id, outcome, ..
+            } => {
+                let answered = self.answered.contains(&call_id);
+                let mut chunk = if outcome.is_error {
+                    let text = match &outcome.value {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    json!({"type": "tool-output-error", "toolCallId": call_id, "errorText": text})
                 } else {
-                    sent.blocks.push(new);
+                    json!({"type": "tool-output-available", "toolCallId": call_id, "output": outcome.value})
+                };
+                if answered {
+                    chunk["providerExecuted"] = json!(true);
                 }
+                chunk
             }
-            if let Some(Sent::Text {
-                id,
-                text,
-                ended,
-                reasoning,
-            }) = sent.blocks.get_mut(index)
-            {
-                let kind = if *reasoning { "reasoning" } else { "text" };
-                if !*ended && target.len() > text.len() && target.starts_with(text.as_str()) {
-                    let delta = &target[text.len()..];
-                    out.push(json!({"type": format!("{kind}-delta"), "id": id, "delta": delta}));
-                    text.push_str(delta);
-                }
-                if closed && !*ended && text == target {
-                    *ended = true;
-                    out.push(json!({"type": format!("{kind}-end"), "id": id}));
-                }
-            }
-        }
-        Block::Call(call) => sync_call(sent, index, call, out),
+            Op::FinishStep => json!({"type": "finish-step"}),
+            Op::End(end) => match end {
+                End::Done => json!({"type": "finish", "finishReason": "stop"}),
+                End::ToolCalls => json!({"type": "finish", "finishReason": "tool-calls"}),
+                End::Interrupted => json!({"type": "abort", "reason": "interrupted"}),
+                End::Failed(message) => json!({"type": "error", "errorText": message}),
+            },
+        });
     }
-}
 
-fn sync_call(sent: &mut SentStep, index: usize, call: &Call, out: &mut Vec<Value>) {
-    let same = matches!(sent.blocks.get(index), Some(Sent::Call { id, .. }) if *id == call.id);
-    if !same {
-        if let Some(old) = sent.blocks.get_mut(index) {
-            close(old, "the call was cancelled", out);
-        }
-        out.push(json!({"type": "tool-input-start", "toolCallId": call.id, "toolName": call.name}));
-        let new = Sent::Call {
-            id: call.id.clone(),
-            name: call.name.clone(),
-            args: String::new(),
-            input_done: false,
-            output_done: false,
-        };
-        if index < sent.blocks.len() {
-            sent.blocks[index] = new;
-        } else {
-            sent.blocks.push(new);
-        }
-    }
-    let Some(Sent::Call {
-        args,
-        input_done,
-        output_done,
-        ..
-    }) = sent.blocks.get_mut(index)
-    else {
-        return;
-    };
-    if !*input_done && call.args.len() > args.len() && call.args.starts_with(args.as_str()) {
-        let delta = &call.args[args.len()..];
-        out.push(
-            json!({"type": "tool-input-delta", "toolCallId": call.id, "inputTextDelta": delta}),
+    /// A call's input, whole: its arguments are complete when it is announced.
+    fn call(&mut self, call: &Call, answered: bool, chunks: &mut Vec<Value>) {
+        chunks.push(
+            json!({"type": "tool-input-start", "toolCallId": call.id, "toolName": call.name}),
         );
-        args.push_str(delta);
-    }
-    if call.complete && !*input_done {
-        *input_done = true;
-        match serde_json::from_str::<Value>(if call.args.trim().is_empty() {
+        if !call.args.is_empty() {
+            chunks.push(json!({"type": "tool-input-delta", "toolCallId": call.id, "inputTextDelta": call.args}));
+        }
+        let args = if call.args.trim().is_empty() {
             "{}"
         } else {
             &call.args
-        }) {
-            Ok(input) => out.push(
-                json!({"type": "tool-input-available", "toolCallId": call.id,
-                                         "toolName": call.name, "input": input}),
-            ),
-            Err(error) => {
-                *output_done = true;
-                out.push(json!({"type": "tool-input-error", "toolCallId": call.id, "toolName": call.name,
-                                "input": call.args, "errorText": format!("the arguments are not JSON: {error}")}));
+        };
+        match serde_json::from_str::<Value>(args) {
+            Ok(input) => {
+                let mut available = json!({"type": "tool-input-available", "toolCallId": call.id,
+                                           "toolName": call.name, "input": input});
+                if answered {
+                    // Answered already (a resumed stream): the page must not run it again.
+                    available["providerExecuted"] = json!(true);
+                    self.answered.push(call.id.clone());
+                }
+                chunks.push(available);
             }
-        }
-    }
-    if let Some(result) = &call.result
-        && *input_done
-        && !*output_done
-    {
-        *output_done = true;
-        if result.is_error {
-            let text = match &result.value {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            out.push(
-                json!({"type": "tool-output-error", "toolCallId": call.id, "errorText": text}),
-            );
-        } else {
-            out.push(json!({"type": "tool-output-available", "toolCallId": call.id, "output": result.value}));
+            Err(error) => chunks.push(json!({"type": "tool-input-error", "toolCallId": call.id,
+                "toolName": call.name, "input": call.args,
+                "errorText": format!("the arguments are not JSON: {error}")})),
         }
     }
 }
 
-/// Ends a block the reply no longer has.
-fn close(block: &mut Sent, reason: &str, out: &mut Vec<Value>) {
-    match block {
-        Sent::Text {
-            id,
-            reasoning,
-            ended,
-            ..
-        } => {
-            if !*ended {
-                *ended = true;
-                let kind = if *reasoning { "reasoning" } else { "text" };
-                out.push(json!({"type": format!("{kind}-end"), "id": id}));
-            }
-        }
-        Sent::Call {
-            id,
-            name,
-            args,
-            input_done,
-            output_done,
-        } => {
-            if !*input_done {
-                *input_done = true;
-                *output_done = true;
-                out.push(
-                    json!({"type": "tool-input-error", "toolCallId": id, "toolName": name,
-                                "input": args, "errorText": reason}),
-                );
-            }
-        }
+fn name(kind: TextKind) -> &'static str {
+    match kind {
+        TextKind::Text => "text",
+        TextKind::Reasoning => "reasoning",
     }
+}
+
+fn part_id(part: usize, kind: TextKind) -> String {
+    format!("{}-{}", name(kind), part + 1)
 }
 
 #[cfg(test)]
@@ -372,7 +215,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_call_streams_its_input_then_its_output() {
+    fn a_tool_call_is_announced_whole_once_its_arguments_are_complete() {
         let mut reply = Reply::default();
         let mut stream = UiStream::new("m");
         reply.apply(
@@ -380,15 +223,7 @@ mod tests {
             &json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "c",
                     "tool_name": "weather", "args_delta": "{\"city\":"}}),
         );
-        assert_eq!(
-            types(&stream.update(&reply)),
-            [
-                "start",
-                "start-step",
-                "tool-input-start",
-                "tool-input-delta"
-            ]
-        );
+        assert_eq!(types(&stream.update(&reply)), ["start"]);
         reply.apply(
             "part",
             &json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "c",
@@ -403,14 +238,90 @@ mod tests {
         assert_eq!(
             types(&chunks),
             [
+                "start-step",
+                "tool-input-start",
                 "tool-input-delta",
                 "tool-input-available",
                 "tool-output-available"
             ]
         );
-        assert_eq!(chunks[0]["inputTextDelta"], "\"Oslo\"}");
-        assert_eq!(chunks[1]["input"], json!({"city": "Oslo"}));
-        assert_eq!(chunks[2]["output"], json!({"c": 3}));
+        assert_eq!(chunks[2]["inputTextDelta"], "{\"city\":\"Oslo\"}");
+        assert_eq!(chunks[3]["input"], json!({"city": "Oslo"}));
+        assert_eq!(chunks[3].get("providerExecuted"), None);
+        assert_eq!(chunks[4]["output"], json!({"c": 3}));
+    }
+
+    #[test]
+    fn a_reply_cut_inside_a_tool_call_keeps_its_continuation_in_the_same_text_part() {
+        let mut reply = Reply::default();
+        let mut stream = UiStream::new("m");
+        let mut chunks = stream.update(&reply);
+        for (event, data) in [
+            ("part", text("Looking it up: ")),
+            (
+                "part",
+                json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "c",
+                       "tool_name": "lookup", "args_delta": "{\"q\": \"lo"}}),
+            ),
+            (
+                "tool_call_cancel",
+                json!({"tool_call_id": "c", "tool_name": "lookup", "reason": "cut"}),
+            ),
+            ("part", text("done.")),
+            (
+                "message",
+                json!({"role": "assistant", "parts": [{"type": "text", "text": "Looking it up: done."}]}),
+            ),
+            ("status", json!({"status": "waiting"})),
+        ] {
+            reply.apply(event, &data);
+            chunks.extend(stream.update(&reply));
+        }
+        assert_eq!(
+            types(&chunks),
+            [
+                "start",
+                "start-step",
+                "text-start",
+                "text-delta",
+                "text-delta",
+                "text-end",
+                "finish-step",
+                "finish"
+            ]
+        );
+        let text: String = chunks.iter().filter_map(|c| c["delta"].as_str()).collect();
+        assert_eq!(text, "Looking it up: done.");
+    }
+
+    #[test]
+    fn a_resumed_client_call_that_was_answered_is_not_asked_again() {
+        let mut reply = Reply::default();
+        let mut stream = UiStream::holding("m", vec!["ask".into()]);
+        reply.apply(
+            "message",
+            &json!({"role": "assistant", "parts": [{"type": "tool_call", "tool_call_id": "c",
+                    "tool_name": "ask", "args": "{}"}]}),
+        );
+        // The replay's answer may come in a later batch than the call.
+        assert_eq!(types(&stream.update(&reply)), ["start", "start-step"]);
+        reply.apply(
+            "message",
+            &json!({"role": "tool", "parts": [{"type": "tool_result", "tool_call_id": "c",
+                    "tool_name": "ask", "result": "yes"}]}),
+        );
+        let chunks = stream.update(&reply);
+        let available = chunks
+            .iter()
+            .find(|c| c["type"] == "tool-input-available")
+            .unwrap();
+        assert_eq!(available["providerExecuted"], true);
+        let output = chunks
+            .iter()
+            .find(|c| c["type"] == "tool-output-available")
+            .unwrap();
+        assert_eq!(output["output"], "yes");
+        assert_eq!(output["providerExecuted"], true);
     }
 
     #[test]

@@ -30,8 +30,10 @@ use crate::api::compat::reply::{End, Reply};
 use crate::api::compat::sse::{self, Translator};
 use crate::api::dto::{ClientTool, CreateChatRequest, MessageView};
 use crate::api::error::{ApiError, Code};
+use crate::api::events::stream_slot;
 use crate::api::extract::{ApiJson, Caller, user_parts};
 use crate::api::state::AppState;
+use crate::net::sse_slots::SseSlot;
 
 use self::stream::{Meta, ResponsesStream, response_object};
 
@@ -249,9 +251,24 @@ impl Translator for ResponsesStream {
     }
 }
 
-fn event_stream(state: AppState, chat: Chat, position: i64, stream: ResponsesStream) -> Response {
+fn event_stream(
+    state: AppState,
+    chat: Chat,
+    position: i64,
+    stream: ResponsesStream,
+    slot: SseSlot,
+) -> Response {
     let reply = Reply::ending_at_answers_to(client_tool_names(&chat));
-    sse::response(state, chat, position, reply, stream, &[])
+    sse::response(state, chat, position, (reply, stream), slot, &[])
+}
+
+/// A slot for the event stream a request asks for, taken before anything is stored.
+fn slot_for(state: &AppState, caller: &Caller, stream: bool) -> Result<Option<SseSlot>> {
+    Ok(if stream {
+        Some(stream_slot(state, caller)?)
+    } else {
+        None
+    })
 }
 
 async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<(Chat, i64)> {
@@ -323,6 +340,9 @@ pub(crate) async fn create(
 ) -> Result<Response> {
     let input = parse_input(request.input.as_ref().unwrap_or(&Value::Null))
         .map_err(|m| OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", m))?;
+    // A blocking request waits like a stream does: it holds a stream's slot, not a place
+    // among the requests in flight.
+    let slot = slot_for(&state, &caller, request.stream || !request.background)?;
     let created_at = chrono::Utc::now().timestamp();
     let (chat, position, previous) = match &request.previous_response_id {
         None => {
@@ -346,24 +366,37 @@ pub(crate) async fn create(
         request.background,
     );
     meta.previous_response_id = previous;
-    if request.stream {
-        return Ok(event_stream(
+    match slot {
+        Some(slot) if request.stream => Ok(event_stream(
             state,
             chat,
             position,
             ResponsesStream::new(meta, None),
-        ));
+            slot,
+        )),
+        Some(slot) => Ok(blocking(state, chat, position, meta, slot)),
+        None => {
+            let mut object = response_object(&meta, &Reply::default());
+            object["status"] = json!("queued");
+            Ok(Json(object).into_response())
+        }
     }
-    let reply = if request.background {
-        Reply::default()
-    } else {
-        wait_for_end(&state, chat, position).await
-    };
-    let mut object = response_object(&meta, &reply);
-    if request.background && reply.end.is_none() {
-        object["status"] = json!("queued");
-    }
-    Ok(Json(object).into_response())
+}
+
+/// The answer of a request that is neither streamed nor in the background: its headers at
+/// once (which frees its place among the requests in flight), its body, the Response
+/// object, once the reply ended (or [`WAIT`] passed).
+fn blocking(state: AppState, chat: Chat, position: i64, meta: Meta, slot: SseSlot) -> Response {
+    let body = futures::stream::once(async move {
+        let _slot = slot;
+        let reply = wait_for_end(&state, chat, position).await;
+        serde_json::to_vec(&response_object(&meta, &reply))
+    });
+    (
+        [("content-type", "application/json")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// A new chat: the input's user text, `instructions` as its system prompt, function tools
@@ -535,12 +568,13 @@ pub(crate) async fn retrieve(
         .map_err(|e| OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
     let (chat, position) = owned(&state, &caller, &id).await?;
     let meta = meta(&chat, id, chat.created_at.timestamp(), true);
-    if query.stream {
+    if let Some(slot) = slot_for(&state, &caller, query.stream)? {
         return Ok(event_stream(
             state,
             chat,
             position,
             ResponsesStream::new(meta, query.starting_after),
+            slot,
         ));
     }
     let reply = stored_reply(&state, &chat, position).await?;

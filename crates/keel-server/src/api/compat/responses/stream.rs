@@ -1,26 +1,39 @@
 //! A reply as an OpenAI Responses object and as its streaming events, numbered so that a
-//! client resuming with `starting_after` gets exactly what it has not seen.
+//! client resuming with `starting_after` — on the server, or by dropping events itself as
+//! the SDKs' `responses.stream(response_id=…, starting_after=…)` helpers do — gets exactly
+//! what it has not seen.
 //!
 //! **Sequence numbers.** Keel keeps the reply, not the deltas it was streamed in (a step's
-//! live parts are replaced by the stored message). So numbers are derived from the content:
-//! every event takes one number, except a delta, which takes one per character and carries
-//! the number of its last character. The numbers grow strictly and depend only on the
-//! reply's content, so after a reconnect, a commit or a daemon restart the same position
-//! names the same point; a resumed delta that straddles it is cut there.
+//! live parts are replaced by the stored message). So the events are made from the content
+//! alone: the events follow the reply's [`Projection`], and a text or arguments delta is
+//! always one *chunk* of its item's text — a word with the whitespace before it, or
+//! [`CHUNK_CHARS`] characters of a longer one — whatever deltas the provider sent. The
+//! chunk still growing is held until the next one starts or its item ends. Every event
+//! takes the next number. A live stream and any replay of the same reply (after a drop, a
+//! commit or a daemon restart) are then the same events with the same numbers, and any
+//! number a client saw ends an event of the replay. The exception is a whole restart that
+//! said something else (`stream_reset`): the voided item and its numbers exist only in
+//! the streams that saw it before the step was stored.
 //!
-//! | reply | Responses |
+//! | projection | Responses |
 //! | --- | --- |
 //! | start | `response.created`, `response.in_progress` |
-//! | text block | a `message` item: `output_item.added`, `content_part.added`, `output_text.delta`…, `output_text.done`, `content_part.done`, `output_item.done` |
-//! | call of a client-side tool (`tools` of the request) | a `function_call` item (`call_id` = Keel's tool call id): `output_item.added`, `function_call_arguments.delta`…, `.done`, `output_item.done` |
-//! | call of one of Keel's own tools | an `mcp_call` item (`server_label: "keel"`) added when its arguments are complete, done with its `output` (or `error`) |
+//! | text part | a `message` item: `output_item.added`, `content_part.added`, `output_text.delta`…, `output_text.done`, `content_part.done`, `output_item.done` (status `incomplete` when a restart voided it; the new text comes in a new item) |
+//! | call of a client-side tool (`tools` of the request), arguments complete | a `function_call` item (`call_id` = Keel's tool call id): `output_item.added`, `function_call_arguments.delta`…, `.done`, `output_item.done` |
+//! | call of one of Keel's own tools | an `mcp_call` item (`server_label: "keel"`) added with its arguments, done with its `output` (or `error`) |
 //! | reasoning | not sent (Keel keeps it; the Responses summary format does not fit it) |
 //! | end `Done` / `ToolCalls` | `response.completed` |
-//! | end `Interrupted` (cancel) | `response.incomplete`, status `cancelled` |
+//! | end `Interrupted` (cancel, or a change of branch under the reply) | `response.incomplete`, status `cancelled` |
 //! | end `Failed` | `response.failed` with the message |
+//!
+//! The final event carries the Response object of the stored reply, which is what the SDKs
+//! return as the final response.
+
+use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
+use crate::api::compat::project::{Op, Projection, TextKind};
 use crate::api::compat::reply::{Block, End, Reply};
 
 /// What a response is about, besides its reply.
@@ -65,7 +78,8 @@ fn items(reply: &Reply, client_tools: &[String]) -> Vec<Item> {
             .filter(|b| match b {
                 Block::Text(t) => !t.is_empty(),
                 Block::Reasoning(_) => false,
-                Block::Call(_) => true,
+                // A call is shown once its arguments are complete, as in the stream.
+                Block::Call(c) => c.complete || step.committed,
             })
             .collect();
         for (i, block) in blocks.iter().enumerate() {
@@ -203,24 +217,58 @@ pub(crate) fn response_object(meta: &Meta, reply: &Reply) -> Value {
     })
 }
 
-/// What was sent of one item.
-#[derive(Debug, Clone)]
-struct Sent {
-    sent: String,
-    added: bool,
-    done: bool,
+/// The longest chunk a delta carries (see the module documentation).
+pub(crate) const CHUNK_CHARS: usize = 32;
+
+/// Takes the complete chunks off the front of `pending`, and the rest too when `flush`.
+/// A chunk ends before a whitespace character that follows another character, or after
+/// [`CHUNK_CHARS`] characters.
+fn take_chunks(pending: &mut String, flush: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut count = 0;
+    let mut previous_space = false;
+    for (i, c) in pending.char_indices() {
+        let space = c.is_whitespace();
+        if count > 0 && ((space && !previous_space) || count == CHUNK_CHARS) {
+            out.push(pending[start..i].to_owned());
+            start = i;
+            count = 0;
+        }
+        count += 1;
+        previous_space = space;
+    }
+    if flush && start < pending.len() {
+        out.push(pending[start..].to_owned());
+        start = pending.len();
+    }
+    pending.drain(..start);
+    out
+}
+
+/// An output item the stream opened.
+#[derive(Debug)]
+struct OpenItem {
+    output_index: usize,
+    id: String,
+    /// Text not yet sent as a chunk.
+    pending: String,
+    /// An `mcp_call` not yet done: its name and arguments.
+    mcp: Option<(String, String)>,
 }
 
 /// The streaming events of one response.
 #[derive(Debug)]
 pub(crate) struct ResponsesStream {
     meta: Meta,
-    /// The number the next event (or a delta's first character) takes.
+    projection: Projection,
+    /// The number the next event takes.
     next: u64,
     /// Events numbered up to this were seen by the client already.
     seen_through: Option<u64>,
-    opened: bool,
-    sent: Vec<Sent>,
+    /// The output item of each part of the projection that has one.
+    items: HashMap<usize, OpenItem>,
+    outputs: usize,
     finished: bool,
 }
 
@@ -229,10 +277,11 @@ impl ResponsesStream {
     pub(crate) fn new(meta: Meta, starting_after: Option<u64>) -> Self {
         Self {
             meta,
+            projection: Projection::default(),
             next: 0,
             seen_through: starting_after,
-            opened: false,
-            sent: Vec::new(),
+            items: HashMap::new(),
+            outputs: 0,
             finished: false,
         }
     }
@@ -241,29 +290,12 @@ impl ResponsesStream {
         self.finished
     }
 
-    /// Numbers an event taking `units` numbers; drops or cuts what the client has seen.
-    /// `delta` names the field a delta's text is in.
-    fn push(&mut self, out: &mut Vec<Value>, mut event: Value, units: u64, delta: Option<&str>) {
-        let units = units.max(1);
-        let first = self.next;
-        self.next += units;
-        let number = self.next - 1;
-        if let Some(seen) = self.seen_through {
-            if number <= seen {
-                return;
-            }
-            if let Some(field) = delta
-                && first <= seen
-            {
-                let skip = usize::try_from(seen - first + 1).unwrap_or(usize::MAX);
-                let text: String = event[field]
-                    .as_str()
-                    .unwrap_or_default()
-                    .chars()
-                    .skip(skip)
-                    .collect();
-                event[field] = json!(text);
-            }
+    /// Numbers an event; drops it when the client has seen it.
+    fn push(&mut self, out: &mut Vec<Value>, mut event: Value) {
+        let number = self.next;
+        self.next += 1;
+        if self.seen_through.is_some_and(|seen| number <= seen) {
+            return;
         }
         event["sequence_number"] = json!(number);
         out.push(event);
@@ -272,181 +304,190 @@ impl ResponsesStream {
     /// The events that bring the client from what it has to `reply`.
     pub(crate) fn update(&mut self, reply: &Reply) -> Vec<Value> {
         let mut out = Vec::new();
-        if self.finished {
-            return out;
-        }
-        if !self.opened {
-            self.opened = true;
-            let mut created = response_object(&self.meta, &Reply::default());
-            created["status"] = json!("in_progress");
-            self.push(
-                &mut out,
-                json!({"type": "response.created", "response": created}),
-                1,
-                None,
-            );
-            self.push(
-                &mut out,
-                json!({"type": "response.in_progress", "response": created}),
-                1,
-                None,
-            );
-        }
-        let items = items(reply, &self.meta.client_tools);
-        for (index, item) in items.iter().enumerate() {
-            if index == self.sent.len() {
-                self.sent.push(Sent {
-                    sent: String::new(),
-                    added: false,
-                    done: false,
-                });
-            }
-            self.sync(index, item, &mut out);
-            if !self.sent[index].done {
-                // Items are sent one after another: later ones wait for this one.
-                break;
-            }
-        }
-        let all_done = self.sent.len() == items.len() && self.sent.iter().all(|s| s.done);
-        if let Some(end) = &reply.end
-            && all_done
-        {
-            self.finished = true;
-            let response = response_object(&self.meta, reply);
-            let kind = match end {
-                End::Done | End::ToolCalls => "response.completed",
-                End::Interrupted => "response.incomplete",
-                End::Failed(_) => "response.failed",
-            };
-            self.push(
-                &mut out,
-                json!({"type": kind, "response": response}),
-                1,
-                None,
-            );
+        for op in self.projection.update(reply) {
+            self.op(op, reply, &mut out);
         }
         out
     }
 
-    fn sync(&mut self, index: usize, item: &Item, out: &mut Vec<Value>) {
-        let meta = self.meta.clone();
-        let id = item_id(&meta, &item.kind, index);
-        let output_index = index;
-        let state = self.sent[index].clone();
-        if state.done {
+    fn open_item(&mut self, part: usize, kind: &Kind) -> (usize, String) {
+        let output_index = self.outputs;
+        self.outputs += 1;
+        let id = item_id(&self.meta, kind, output_index);
+        self.items.insert(
+            part,
+            OpenItem {
+                output_index,
+                id: id.clone(),
+                pending: String::new(),
+                mcp: None,
+            },
+        );
+        (output_index, id)
+    }
+
+    fn op(&mut self, op: Op, reply: &Reply, out: &mut Vec<Value>) {
+        match op {
+            Op::Start => {
+                let mut created = response_object(&self.meta, &Reply::default());
+                created["status"] = json!("in_progress");
+                self.push(
+                    out,
+                    json!({"type": "response.created", "response": created}),
+                );
+                self.push(
+                    out,
+                    json!({"type": "response.in_progress", "response": created}),
+                );
+            }
+            Op::Open {
+                part,
+                kind: TextKind::Text,
+            } => {
+                let (output_index, id) = self.open_item(part, &Kind::Message);
+                self.push(out, json!({"type": "response.output_item.added", "output_index": output_index,
+                    "item": {"id": id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}}));
+                self.push(out, json!({"type": "response.content_part.added", "item_id": id,
+                    "output_index": output_index, "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}));
+            }
+            Op::Delta {
+                part,
+                kind: TextKind::Text,
+                text,
+            } => self.text_chunks(part, &text, false, out),
+            Op::Close {
+                part,
+                kind: TextKind::Text,
+                text,
+                voided,
+            } => {
+                self.text_chunks(part, "", true, out);
+                let Some(item) = self.items.remove(&part) else {
+                    return;
+                };
+                let (index, id) = (item.output_index, item.id);
+                let status = if voided { "incomplete" } else { "completed" };
+                let content =
+                    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+                self.push(
+                    out,
+                    json!({"type": "response.output_text.done", "item_id": id,
+                    "output_index": index, "content_index": 0, "text": text, "logprobs": []}),
+                );
+                self.push(
+                    out,
+                    json!({"type": "response.content_part.done", "item_id": id,
+                    "output_index": index, "content_index": 0, "part": content}),
+                );
+                self.push(out, json!({"type": "response.output_item.done", "output_index": index,
+                    "item": {"id": id, "type": "message", "role": "assistant", "status": status, "content": [content]}}));
+            }
+            Op::Call { part, call, .. } if self.meta.client_tools.contains(&call.name) => {
+                let (index, id) = self.open_item(part, &Kind::Function);
+                self.items.remove(&part);
+                let item = |arguments: &str, status: &str| {
+                    json!({"id": id, "type": "function_call", "call_id": call.id, "name": call.name,
+                           "arguments": arguments, "status": status})
+                };
+                self.push(
+                    out,
+                    json!({"type": "response.output_item.added", "output_index": index,
+                    "item": item("", "in_progress")}),
+                );
+                let mut pending = call.args.clone();
+                for chunk in take_chunks(&mut pending, true) {
+                    self.push(
+                        out,
+                        json!({"type": "response.function_call_arguments.delta",
+                        "item_id": id, "output_index": index, "delta": chunk}),
+                    );
+                }
+                self.push(
+                    out,
+                    json!({"type": "response.function_call_arguments.done", "item_id": id,
+                    "output_index": index, "name": call.name, "arguments": call.args}),
+                );
+                self.push(
+                    out,
+                    json!({"type": "response.output_item.done", "output_index": index,
+                    "item": item(&call.args, "completed")}),
+                );
+            }
+            Op::Call { part, call, .. } => {
+                let (index, id) = self.open_item(part, &Kind::Mcp);
+                if let Some(item) = self.items.get_mut(&part) {
+                    item.mcp = Some((call.name.clone(), call.args.clone()));
+                }
+                self.push(out, json!({"type": "response.output_item.added", "output_index": index,
+                    "item": {"id": id, "type": "mcp_call", "server_label": "keel", "name": call.name,
+                             "arguments": call.args, "output": null, "error": null, "status": "in_progress"}}));
+            }
+            Op::Output { part, outcome, .. } => {
+                let result = if outcome.is_error {
+                    Err(text_of(&outcome.value))
+                } else {
+                    Ok(text_of(&outcome.value))
+                };
+                self.mcp_done(part, result, out);
+            }
+            Op::End(end) => {
+                let mut open: Vec<usize> = self.items.keys().copied().collect();
+                open.sort_unstable();
+                for part in open {
+                    self.mcp_done(part, Err("the call was interrupted".to_owned()), out);
+                }
+                self.finished = true;
+                let kind = match end {
+                    End::Done | End::ToolCalls => "response.completed",
+                    End::Interrupted => "response.incomplete",
+                    End::Failed(_) => "response.failed",
+                };
+                let response = response_object(&self.meta, reply);
+                self.push(out, json!({"type": kind, "response": response}));
+            }
+            // Reasoning is not sent; steps have no events of their own.
+            Op::Open { .. }
+            | Op::Delta { .. }
+            | Op::Close { .. }
+            | Op::StartStep
+            | Op::FinishStep => {}
+        }
+    }
+
+    fn text_chunks(&mut self, part: usize, text: &str, flush: bool, out: &mut Vec<Value>) {
+        let Some(item) = self.items.get_mut(&part) else {
             return;
-        }
-        let mut sent = state.sent.clone();
-        let mut added = state.added;
-        match item.kind {
-            Kind::Message => {
-                if !added {
-                    added = true;
-                    self.push(
-                        out,
-                        json!({"type": "response.output_item.added", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, false, false)}),
-                        1,
-                        None,
-                    );
-                    self.push(out, json!({"type": "response.content_part.added", "item_id": id,
-                                          "output_index": output_index, "content_index": 0,
-                                          "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}), 1, None);
-                }
-                if item.text.len() > sent.len() && item.text.starts_with(sent.as_str()) {
-                    let delta = item.text[sent.len()..].to_owned();
-                    let units = delta.chars().count() as u64;
-                    self.push(
-                        out,
-                        json!({"type": "response.output_text.delta", "item_id": id,
-                                          "output_index": output_index, "content_index": 0,
-                                          "delta": delta, "logprobs": []}),
-                        units,
-                        Some("delta"),
-                    );
-                    sent.push_str(&delta);
-                }
-                if item.closed {
-                    self.push(
-                        out,
-                        json!({"type": "response.output_text.done", "item_id": id,
-                                          "output_index": output_index, "content_index": 0,
-                                          "text": item.text, "logprobs": []}),
-                        1,
-                        None,
-                    );
-                    self.push(out, json!({"type": "response.content_part.done", "item_id": id,
-                                          "output_index": output_index, "content_index": 0,
-                                          "part": {"type": "output_text", "text": item.text, "annotations": [], "logprobs": []}}), 1, None);
-                    self.push(
-                        out,
-                        json!({"type": "response.output_item.done", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, true, false)}),
-                        1,
-                        None,
-                    );
-                }
-            }
-            Kind::Function => {
-                if !added {
-                    added = true;
-                    self.push(
-                        out,
-                        json!({"type": "response.output_item.added", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, false, false)}),
-                        1,
-                        None,
-                    );
-                }
-                if item.text.len() > sent.len() && item.text.starts_with(sent.as_str()) {
-                    let delta = item.text[sent.len()..].to_owned();
-                    let units = delta.chars().count() as u64;
-                    self.push(
-                        out,
-                        json!({"type": "response.function_call_arguments.delta", "item_id": id,
-                                          "output_index": output_index, "delta": delta}),
-                        units,
-                        Some("delta"),
-                    );
-                    sent.push_str(&delta);
-                }
-                if item.closed {
-                    self.push(out, json!({"type": "response.function_call_arguments.done", "item_id": id,
-                                          "output_index": output_index, "name": item.name, "arguments": item.text}), 1, None);
-                    self.push(
-                        out,
-                        json!({"type": "response.output_item.done", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, true, false)}),
-                        1,
-                        None,
-                    );
-                }
-            }
-            Kind::Mcp => {
-                if item.closed {
-                    added = true;
-                    self.push(
-                        out,
-                        json!({"type": "response.output_item.added", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, false, false)}),
-                        1,
-                        None,
-                    );
-                    self.push(
-                        out,
-                        json!({"type": "response.output_item.done", "output_index": output_index,
-                                          "item": item_json(&meta, index, item, true, false)}),
-                        1,
-                        None,
-                    );
-                }
-            }
-        }
-        self.sent[index] = Sent {
-            sent,
-            added,
-            done: item.closed,
         };
+        item.pending.push_str(text);
+        let chunks = take_chunks(&mut item.pending, flush);
+        let (index, id) = (item.output_index, item.id.clone());
+        for chunk in chunks {
+            self.push(
+                out,
+                json!({"type": "response.output_text.delta", "item_id": id,
+                "output_index": index, "content_index": 0, "delta": chunk, "logprobs": []}),
+            );
+        }
+    }
+
+    fn mcp_done(&mut self, part: usize, result: Result<String, String>, out: &mut Vec<Value>) {
+        let Some(item) = self.items.remove(&part) else {
+            return;
+        };
+        let Some((name, arguments)) = item.mcp else {
+            return;
+        };
+        let (output, error, status) = match result {
+            Ok(output) => (Some(output), None, "completed"),
+            Err(error) => (None, Some(error), "failed"),
+        };
+        self.push(
+            out,
+            json!({"type": "response.output_item.done", "output_index": item.output_index,
+            "item": {"id": item.id, "type": "mcp_call", "server_label": "keel", "name": name,
+                     "arguments": arguments, "output": output, "error": error, "status": status}}),
+        );
     }
 }
 
@@ -489,13 +530,42 @@ mod tests {
             .collect()
     }
 
+    fn types(events: &[Value]) -> Vec<&str> {
+        events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+    }
+
+    fn deltas(events: &[Value]) -> String {
+        events
+            .iter()
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .filter_map(|e| e["delta"].as_str())
+            .collect()
+    }
+
+    /// Every event of a reply streamed live, one update per event.
+    fn live(events: &[(&str, Value)], client_tools: Vec<String>) -> Vec<Value> {
+        let mut reply = Reply::ending_at_answers_to(client_tools.clone());
+        let mut stream = ResponsesStream::new(
+            Meta {
+                client_tools,
+                ..meta()
+            },
+            None,
+        );
+        let mut out = stream.update(&reply);
+        for (event, data) in events {
+            reply.apply(event, data);
+            out.extend(stream.update(&reply));
+        }
+        out
+    }
+
     #[test]
     fn a_text_reply_streams_the_reference_event_sequence() {
         let mut stream = ResponsesStream::new(meta(), None);
         let events = stream.update(&finished_reply(&["Hello"]));
-        let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(
-            types,
+            types(&events),
             [
                 "response.created",
                 "response.in_progress",
@@ -508,35 +578,156 @@ mod tests {
                 "response.completed"
             ]
         );
-        // A delta takes one number per character and carries its last one.
-        assert_eq!(numbers(&events), [0, 1, 2, 3, 8, 9, 10, 11, 12]);
+        assert_eq!(numbers(&events), (0..9).collect::<Vec<u64>>());
         assert_eq!(events[8]["response"]["output_text"], "Hello");
         assert_eq!(events[8]["response"]["status"], "completed");
         assert!(stream.finished());
     }
 
     #[test]
-    fn numbers_depend_on_content_not_on_how_it_was_streamed() {
-        // Live, in two deltas; the client drops after the first.
-        let mut live = ResponsesStream::new(meta(), None);
-        let mut reply = Reply::default();
-        reply.apply("part", &text("Hel"));
-        let seen = live.update(&reply);
-        assert_eq!(seen[4]["delta"], "Hel");
-        assert_eq!(seen[4]["sequence_number"], 6);
-        reply.apply("part", &text("lo world"));
-        let missed = live.update(&reply);
-        // Resumed from 6 after the step was stored (the live parts are gone).
-        let mut resumed = ResponsesStream::new(meta(), Some(6));
-        let events = resumed.update(&finished_reply(&["Hello world"]));
+    fn deltas_are_chunks_of_the_content_whatever_the_provider_sent() {
+        let mut pending = "Hello wonderful  world, ".to_owned() + &"x".repeat(40);
+        let chunks = take_chunks(&mut pending, false);
         assert_eq!(
-            events[0]["delta"], "lo world",
-            "the rest, cut where the client was"
+            chunks,
+            [
+                "Hello",
+                " wonderful",
+                "  world,",
+                " xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+            ]
         );
-        assert_eq!(events[0]["sequence_number"], missed[0]["sequence_number"]);
-        let numbers = numbers(&events);
-        assert!(numbers.windows(2).all(|w| w[0] < w[1]));
-        assert!(numbers[0] > 6);
+        assert_eq!(pending, "x".repeat(9), "the chunk still growing is held");
+        assert_eq!(take_chunks(&mut pending, true), ["x".repeat(9)]);
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_replay_is_the_live_stream_event_for_event() {
+        let full = "Hello world, how are you today?";
+        let live = live(
+            &[
+                ("part", text("Hel")),
+                ("part", text("lo wor")),
+                ("part", text("ld, how are")),
+                ("part", text(" you today?")),
+                (
+                    "message",
+                    json!({"role": "assistant", "parts": [{"type": "text", "text": full}]}),
+                ),
+                ("status", json!({"status": "waiting"})),
+            ],
+            meta().client_tools,
+        );
+        let replay = ResponsesStream::new(meta(), None).update(&finished_reply(&[full]));
+        assert_eq!(live, replay);
+        assert_eq!(deltas(&live), full);
+        // Whatever event a client stopped after, dropping the numbers it saw from a replay
+        // (the SDK helpers' client-side `starting_after`) or asking the server for what
+        // follows gives each character exactly once.
+        for (seen, event) in live.iter().enumerate() {
+            let last = event["sequence_number"].as_u64().unwrap();
+            let rest: Vec<Value> = replay
+                .iter()
+                .filter(|e| e["sequence_number"].as_u64().unwrap() > last)
+                .cloned()
+                .collect();
+            assert_eq!(deltas(&live[..=seen]) + &deltas(&rest), full);
+            let served = ResponsesStream::new(meta(), Some(last)).update(&finished_reply(&[full]));
+            assert_eq!(served, rest);
+        }
+    }
+
+    #[test]
+    fn a_function_call_cut_mid_arguments_still_ends_the_stream() {
+        let events = live(
+            &[
+                ("part", text("Looking it up: ")),
+                (
+                    "part",
+                    json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "c1",
+                           "tool_name": "ask", "args_delta": "{\"q\": \"wea"}}),
+                ),
+                (
+                    "tool_call_cancel",
+                    json!({"tool_call_id": "c1", "tool_name": "ask", "reason": "cut"}),
+                ),
+                ("part", text("done.")),
+                (
+                    "message",
+                    json!({"role": "assistant", "parts": [{"type": "text", "text": "Looking it up: done."}]}),
+                ),
+                ("status", json!({"status": "waiting"})),
+            ],
+            vec!["ask".into()],
+        );
+        let last = events.last().unwrap();
+        assert_eq!(last["type"], "response.completed");
+        assert_eq!(last["response"]["output_text"], "Looking it up: done.");
+        assert_eq!(deltas(&events), "Looking it up: done.");
+        assert!(!types(&events).iter().any(|t| t.contains("function_call")));
+    }
+
+    #[test]
+    fn a_cancelled_call_leaves_later_calls_their_items_and_call_ids() {
+        let call = |id: &str, delta: &str, complete: bool| {
+            json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": id,
+                   "tool_name": "ask", "args_delta": delta, "complete": complete}})
+        };
+        let events = live(
+            &[
+                ("part", call("c1", "{\"a", false)),
+                (
+                    "tool_call_cancel",
+                    json!({"tool_call_id": "c1", "tool_name": "ask", "reason": "cut"}),
+                ),
+                ("part", call("c2", "{}", true)),
+                (
+                    "message",
+                    json!({"role": "assistant", "parts": [{"type": "tool_call", "tool_call_id": "c2",
+                           "tool_name": "ask", "args": "{}"}]}),
+                ),
+                ("status", json!({"status": "requires_action"})),
+            ],
+            vec!["ask".into()],
+        );
+        let added: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "response.output_item.added")
+            .collect();
+        assert_eq!(added.len(), 1);
+        assert_eq!(added[0]["item"]["call_id"], "c2");
+        assert_eq!(added[0]["output_index"], 0);
+        let last = events.last().unwrap();
+        assert_eq!(last["type"], "response.completed");
+        assert_eq!(last["response"]["output"][0]["call_id"], "c2");
+    }
+
+    #[test]
+    fn a_restart_with_other_text_ends_the_item_and_a_new_item_carries_the_new_text() {
+        let events = live(
+            &[
+                ("part", text("abc def")),
+                ("stream_reset", json!({})),
+                ("part", text("xyz")),
+                (
+                    "message",
+                    json!({"role": "assistant", "parts": [{"type": "text", "text": "xyz"}]}),
+                ),
+                ("status", json!({"status": "waiting"})),
+            ],
+            Vec::new(),
+        );
+        let done: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "response.output_item.done")
+            .collect();
+        assert_eq!(done[0]["item"]["status"], "incomplete");
+        assert_eq!(done[0]["item"]["content"][0]["text"], "abc def");
+        assert_eq!(done[1]["output_index"], 1);
+        assert_eq!(done[1]["item"]["content"][0]["text"], "xyz");
+        let last = events.last().unwrap();
+        assert_eq!(last["response"]["output_text"], "xyz");
     }
 
     #[test]
