@@ -50,7 +50,7 @@ class StatelessInput(unittest.TestCase):
         conversation.append({"role": "user", "content": "and a keel in a sentence?"})
         third = sdk.responses.create(model=model(), input=conversation, tools=tools)
         self.assertEqual(third.output_text, "and a keel in a sentence?")
-        stored = sdk.responses.input_items(third.id).data
+        stored = sdk.responses.input_items.list(third.id).data
         self.assertEqual([i.type for i in stored], ["message"])
 
     def test_input_keel_cannot_represent_is_a_bad_request_naming_the_item(self):
