@@ -734,6 +734,21 @@ async fn rename_and_model_switch_change_only_what_they_name(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(same.version, switched.version);
+    // A new system prompt changes only that, and holds for the chat's next prompts.
+    let instructed = s
+        .update_chat(
+            chat.id,
+            ChatUpdate {
+                system: Some("Be brief.".into()),
+                ..ChatUpdate::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(instructed.system.as_deref(), Some("Be brief."));
+    assert_eq!(instructed.model, "other");
+    assert_eq!(instructed.title.as_deref(), Some("Trip plans"));
+    assert_eq!(s.get_chat(chat.id).await.unwrap().system, instructed.system);
     let missing = s
         .update_chat(uuid::Uuid::new_v4(), ChatUpdate::default())
         .await
