@@ -41,4 +41,4 @@ export KEEL_BIN="$target/debug/keel" CHROMIUM="$chromium"
 echo "== AI SDK UI (ai package, React useChat in Chromium) and Responses (openai npm package)"
 (cd "$work" && node --test --test-concurrency=1 ai-sdk.test.mjs react.test.mjs responses.test.mjs)
 echo "== Responses (openai Python package)"
-(cd "$work" && "$work/venv/bin/python" -m unittest -q responses_test.py)
+(cd "$work" && "$work/venv/bin/python" -m unittest -q responses_test.py responses_input_test.py)

@@ -260,3 +260,47 @@ test("readUIMessageStream after a tool call cut mid-arguments equals the stored 
   const calls = (m) => m.parts.filter((p) => p.type.startsWith("tool-")).map((p) => p.toolCallId);
   assert.deepEqual(calls(last), calls(stored[1]), "only stored calls were shown");
 });
+
+test("an edit with messageId branches from that message; regenerate({ messageId }) answers an older one again", async () => {
+  const id = chatId();
+  const chat = new Chat({ id, transport: transport() });
+  await chat.sendMessage({ text: "first" });
+  await chat.sendMessage({ text: "second" });
+  assert.equal(chat.messages.length, 4);
+  await until(() => idle(id), 30000, "the reply to end");
+
+  await chat.regenerate({ messageId: chat.messages[1].id });
+  assert.equal(chat.status, "ready", String(chat.error));
+  assert.deepEqual(chat.messages.map(textOf), ["first", "first"]);
+  await until(() => idle(id), 30000, "the new reply to end");
+  assert.deepEqual((await history(id)).map(textOf), ["first", "first"]);
+
+  await chat.sendMessage({ text: "second" });
+  await until(() => idle(id), 30000, "the reply to end");
+  await chat.sendMessage({ text: "first, edited", messageId: chat.messages[0].id });
+  assert.equal(chat.status, "ready", String(chat.error));
+  assert.deepEqual(chat.messages.map(textOf), ["first, edited", "first, edited"]);
+  await until(() => idle(id), 30000, "the reply to the edit to end");
+  assert.deepEqual((await history(id)).map(textOf), ["first, edited", "first, edited"]);
+});
+
+test("a message sent from a second tab while a reply streams is queued, not refused", async () => {
+  const id = chatId();
+  const first = new Chat({ id, transport: transport() });
+  const sending = first.sendMessage({ text: mock(words(300), { rate: 40 }) });
+  await until(() => first.messages[1] && textOf(first.messages[1]).length > 10, 30000, "some text");
+  const data = [];
+  const second = new Chat({ id, transport: transport(), onData: (part) => data.push(part) });
+  await second.sendMessage({ text: "queued one" });
+  assert.equal(second.status, "ready", String(second.error));
+  assert.equal(data.length, 1);
+  assert.equal(data[0].type, "data-queued");
+  first.stop();
+  await stopOnServer(id);
+  await sending;
+  const stored = await until(async () => {
+    const h = await history(id);
+    return h.length === 4 && textOf(h[3]) === "queued one" && h;
+  }, 30000, "the queued message to be answered");
+  assert.equal(textOf(stored[2]), "queued one");
+});

@@ -1,5 +1,6 @@
 // A chat page as a Next.js app would write it: `useChat` with the stock transport pointed at
-// Keel, `resume: true`, initial messages from Keel, a Stop button and a client-side tool.
+// Keel, `resume: true`, initial messages from Keel, a Stop button, a client-side tool, and an
+// edit button on each user message and a regenerate button on each reply.
 import { useState } from "react";
 import { createRoot } from "react-dom/client";
 import { useChat } from "@ai-sdk/react";
@@ -9,7 +10,7 @@ const api = "/api/v1/ai-sdk/chat";
 const tools = [{ name: "favourite_colour", description: "Asks the user", parameters: { type: "object" } }];
 
 function Chat({ id, initialMessages }) {
-  const { messages, sendMessage, stop, status, addToolResult } = useChat({
+  const { messages, sendMessage, regenerate, stop, status, addToolResult } = useChat({
     id,
     messages: initialMessages,
     resume: true,
@@ -26,6 +27,15 @@ function Chat({ id, initialMessages }) {
       <div id="status">{status}</div>
       {messages.map((m) => (
         <div key={m.id} className={`message ${m.role}`}>
+          {m.role === "user" ? (
+            <button className="edit" onClick={() => sendMessage({ text: input, messageId: m.id })}>
+              edit
+            </button>
+          ) : (
+            <button className="regenerate" onClick={() => regenerate({ messageId: m.id })}>
+              regenerate
+            </button>
+          )}
           {m.parts.map((p, i) => {
             if (p.type === "text") return <span key={i} className="text">{p.text}</span>;
             if (!p.type.startsWith("tool-")) return null;

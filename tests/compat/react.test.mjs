@@ -109,3 +109,31 @@ test("a tool call is rendered with its result, a client-side tool is answered on
   await page.waitForSelector('.tool[data-tool="tool-favourite_colour"][data-state="output-available"]');
   await page.close();
 });
+
+const texts = (page, role) =>
+  page.evaluate((role) => [...document.querySelectorAll(`.message.${role}`)].map((e) => [...e.querySelectorAll(".text")].map((t) => t.textContent).join("")), role);
+
+test("an edit with messageId makes a branch, and regenerate({ messageId }) answers an older message again", async () => {
+  const { id, page } = await openPage();
+  for (const text of ["first", "second"]) {
+    await send(page, text);
+    await until(async () => (await texts(page, "assistant")).at(-1) === text && (await idle(id)), 30000, `the reply to ${text}`);
+  }
+  // Regenerate the older reply: the page keeps the history up to it and streams a new one.
+  await page.locator(".message.assistant button.regenerate").first().click();
+  await until(async () => JSON.stringify(await texts(page, "assistant")) === '["first"]' && (await idle(id)), 30000, "the regenerated reply");
+  assert.deepEqual(await texts(page, "user"), ["first"]);
+  const history = async () => (await (await fetch(`${daemon.url}/api/v1/ai-sdk/chat/${id}/messages`)).json()).map((m) => m.parts.filter((p) => p.type === "text").map((p) => p.text).join(""));
+  assert.deepEqual(await history(), ["first", "first"]);
+
+  // Edit the first message: a new branch from it, the same after a reload.
+  await send(page, "second");
+  await until(async () => (await texts(page, "assistant")).length === 2 && (await idle(id)), 30000, "the second reply");
+  await page.fill("#input", "first, edited");
+  await page.locator(".message.user button.edit").first().click();
+  await until(async () => JSON.stringify(await texts(page, "assistant")) === '["first, edited"]' && (await idle(id)), 30000, "the reply to the edit");
+  assert.deepEqual(await history(), ["first, edited", "first, edited"]);
+  await page.reload();
+  await until(async () => JSON.stringify(await texts(page, "user")) === '["first, edited"]', 30000, "the edited history after reload");
+  await page.close();
+});

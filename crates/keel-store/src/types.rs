@@ -242,6 +242,12 @@ pub struct NewChat {
     /// Client-side tool definitions (a JSON array); `Null` means none.
     pub tools: Value,
     pub max_steps: Option<i64>,
+    /// Earlier turns a client brings along (a stateless client sends the whole
+    /// conversation each time), stored before `parts` in the same transaction. Each is a
+    /// user, assistant or tool message.
+    pub history: Vec<NewMessage>,
+    /// The new user message; empty when `history` ends with tool results, which the run
+    /// then answers.
     pub parts: Vec<Part>,
     pub idempotency_key: Option<String>,
 }
@@ -441,6 +447,8 @@ fn true_unless_said() -> bool {
 pub struct ChatUpdate {
     pub title: Option<String>,
     pub model: Option<String>,
+    /// The system prompt of the chat's next runs.
+    pub system: Option<String>,
 }
 
 /// What a subscriber to every replica's changes hears.

@@ -13,6 +13,8 @@ use serde_json::json;
 
 both_backends!(
     create_then_read,
+    a_chat_created_with_history_stores_its_turns_before_the_new_message,
+    a_history_with_nothing_to_answer_is_refused_and_stores_nothing,
     send_to_idle_chat_starts_a_run,
     busy_queue_and_interrupt,
     edit_branches_and_fences,
@@ -383,6 +385,92 @@ async fn archive_and_delete(db: TestDb) {
     ));
 }
 
+async fn a_chat_created_with_history_stores_its_turns_before_the_new_message(db: TestDb) {
+    let s = &db.store;
+    let history = vec![
+        NewMessage::new(Role::User, text("first")),
+        NewMessage::new(
+            Role::Assistant,
+            vec![Part::tool_call("c1", "lookup", "{}", false)],
+        ),
+        NewMessage::new(
+            Role::Tool,
+            vec![Part::tool_result("c1", "lookup", json!("42"), false, false)],
+        ),
+        assistant("it is 42"),
+    ];
+    let chat = s
+        .create_chat(NewChat {
+            owner: "alice".into(),
+            model: "m".into(),
+            history: history.clone(),
+            parts: text("second"),
+            ..NewChat::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(chat.status, ChatStatus::Running);
+    let stored = s.list_messages(chat.id, None).await.unwrap();
+    let roles: Vec<Role> = stored.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Assistant,
+            Role::User
+        ]
+    );
+    assert_eq!(stored[2].parts, history[2].parts);
+    assert_eq!(stored[4].parts, text("second"));
+    // Tool results at the end are what the first run answers: no new user message.
+    let answered = s
+        .create_chat(NewChat {
+            owner: "alice".into(),
+            model: "m".into(),
+            history: history[..3].to_vec(),
+            ..NewChat::default()
+        })
+        .await
+        .unwrap();
+    let stored = s.list_messages(answered.id, None).await.unwrap();
+    assert_eq!(stored.last().map(|m| m.role), Some(Role::Tool));
+    assert_eq!(s.load_prompt_history(answered.id).await.unwrap().len(), 3);
+}
+
+async fn a_history_with_nothing_to_answer_is_refused_and_stores_nothing(db: TestDb) {
+    let s = &db.store;
+    let refused = [
+        // Ends with the model's own reply.
+        (
+            vec![NewMessage::new(Role::User, text("q")), assistant("a")],
+            vec![],
+        ),
+        // A system message is not a turn.
+        (
+            vec![NewMessage::new(Role::System, text("be brief"))],
+            text("q"),
+        ),
+        // An empty turn.
+        (vec![NewMessage::new(Role::Assistant, vec![])], text("q")),
+    ];
+    for (history, parts) in refused {
+        let error = s
+            .create_chat(NewChat {
+                owner: "alice".into(),
+                model: "m".into(),
+                history,
+                parts,
+                ..NewChat::default()
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(error, StoreError::InvalidInput(_)), "{error:?}");
+    }
+    assert!(s.list_chats(None, None, 10).await.unwrap().is_empty());
+}
+
 async fn idempotent_create_and_send(db: TestDb) {
     let s = &db.store;
     let req = NewChat {
@@ -611,6 +699,7 @@ async fn rename_and_model_switch_change_only_what_they_name(db: TestDb) {
             ChatUpdate {
                 title: Some("Trip plans".into()),
                 model: None,
+                system: None,
             },
         )
         .await
@@ -625,6 +714,7 @@ async fn rename_and_model_switch_change_only_what_they_name(db: TestDb) {
             ChatUpdate {
                 title: None,
                 model: Some("other".into()),
+                system: None,
             },
         )
         .await
@@ -638,11 +728,27 @@ async fn rename_and_model_switch_change_only_what_they_name(db: TestDb) {
             ChatUpdate {
                 title: Some("Trip plans".into()),
                 model: Some("other".into()),
+                system: None,
             },
         )
         .await
         .unwrap();
     assert_eq!(same.version, switched.version);
+    // A new system prompt changes only that, and holds for the chat's next prompts.
+    let instructed = s
+        .update_chat(
+            chat.id,
+            ChatUpdate {
+                system: Some("Be brief.".into()),
+                ..ChatUpdate::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(instructed.system.as_deref(), Some("Be brief."));
+    assert_eq!(instructed.model, "other");
+    assert_eq!(instructed.title.as_deref(), Some("Trip plans"));
+    assert_eq!(s.get_chat(chat.id).await.unwrap().system, instructed.system);
     let missing = s
         .update_chat(uuid::Uuid::new_v4(), ChatUpdate::default())
         .await
@@ -664,6 +770,7 @@ async fn a_generated_title_never_replaces_one_already_set(db: TestDb) {
         ChatUpdate {
             title: Some("Mine".into()),
             model: None,
+            system: None,
         },
     )
     .await
@@ -693,6 +800,7 @@ async fn list_notices_name_the_owner_and_skip_live_parts(db: TestDb) {
         ChatUpdate {
             title: Some("T".into()),
             model: None,
+            system: None,
         },
     )
     .await

@@ -60,6 +60,7 @@ async fn renames_land(db: &TestDb, chat: keel_store::ChatId, round: usize) {
         let update = keel_store::ChatUpdate {
             title: Some(title.clone()),
             model: None,
+            system: None,
         };
         let named = db.store.update_chat(chat, update).await;
         assert_eq!(named.map(|c| c.title).ok().flatten(), Some(title));

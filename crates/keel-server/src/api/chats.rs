@@ -42,9 +42,25 @@ pub(super) async fn create_chat(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(request): ApiJson<CreateChatRequest>,
+    ApiJson(mut request): ApiJson<CreateChatRequest>,
 ) -> Result<Response, ApiError> {
-    let parts = user_parts(request.text, request.parts)?;
+    let key = idempotency_key(&headers, &caller)?;
+    let parts = user_parts(request.text.take(), request.parts.take())?;
+    let chat = new_chat(&state, &caller, request, Vec::new(), parts, key).await?;
+    Ok((StatusCode::CREATED, Json(ChatView::from(&chat))).into_response())
+}
+
+/// Creates a chat after the API's checks of its model, steps and tools: `history` (turns a
+/// client brings along) and then `parts` (the new user message, or nothing when `history`
+/// ends with tool results), in one transaction.
+pub(super) async fn new_chat(
+    state: &AppState,
+    caller: &Caller,
+    request: CreateChatRequest,
+    history: Vec<keel_store::NewMessage>,
+    parts: Vec<keel_core::Part>,
+    idempotency_key: Option<String>,
+) -> Result<keel_store::Chat, ApiError> {
     let model = request
         .model
         .unwrap_or_else(|| state.models.default_id().to_owned());
@@ -86,11 +102,12 @@ pub(super) async fn create_chat(
             system: request.system,
             tools: serde_json::to_value(&request.tools).unwrap_or_default(),
             max_steps: request.max_steps,
+            history,
             parts,
-            idempotency_key: idempotency_key(&headers, &caller)?,
+            idempotency_key,
         })
         .await?;
-    Ok((StatusCode::CREATED, Json(ChatView::from(&chat))).into_response())
+    Ok(chat)
 }
 
 #[utoipa::path(get, path = "/chats", tag = "chats", summary = "List chats, newest first", params(ListChatsQuery), responses((status = 200, description = "Chats", body = ChatList)))]
@@ -178,6 +195,7 @@ pub(super) async fn update_chat(
     let update = ChatUpdate {
         title,
         model: request.model,
+        system: None,
     };
     let chat = state.store.update_chat(chat.id, update).await?;
     Ok(Json(ChatView::from(&chat)))

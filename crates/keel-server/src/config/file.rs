@@ -113,6 +113,9 @@ pub struct RunsConfig {
     pub pending_action_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Largest accepted body of `POST /api/v1/ai-sdk/chat`, which carries a front end's
+    /// whole history (tool outputs, images) on every turn.
+    pub ai_sdk_max_body_bytes: usize,
     /// Whether an untitled chat gets a title generated after its first reply.
     pub titles: bool,
     /// The model that writes titles; the chat's own model when absent.
@@ -138,6 +141,7 @@ impl Default for RunsConfig {
             queue_max: 20,
             pending_action_timeout_ms: 300_000,
             max_body_bytes: 1024 * 1024,
+            ai_sdk_max_body_bytes: 32 * 1024 * 1024,
             titles: true,
             title_model: None,
             database_connections_set: None,

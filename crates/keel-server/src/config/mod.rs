@@ -125,6 +125,7 @@ mod tests {
     use super::*;
 
     const KEYS: &[&str] = &[
+        "ai_sdk_max_body_bytes",
         "api_key_env",
         "args",
         "base_url",

@@ -186,6 +186,12 @@ pub(super) fn runs(runs: &RunsConfig) -> Result<(), ConfigError> {
             "must be at least 1024",
         ));
     }
+    if runs.ai_sdk_max_body_bytes < runs.max_body_bytes {
+        return Err(ConfigError::invalid(
+            "runs.ai_sdk_max_body_bytes",
+            "must be at least runs.max_body_bytes (the body carries a whole history)",
+        ));
+    }
     Ok(())
 }
 

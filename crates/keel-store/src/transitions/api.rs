@@ -3,7 +3,7 @@
 use super::*;
 
 pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> {
-    check_content(cx.opts, &req.parts)?;
+    check_history(cx.opts, &req.history, &req.parts)?;
     check_size(cx.opts, &req.tools)?;
     if let Some(key) = &req.idempotency_key
         && let Some(first) = cx.idem_lookup::<Chat>(&req.owner, &create_key(key)).await?
@@ -38,7 +38,12 @@ pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> 
         queued: Vec::new(),
     };
     cx.ops.insert_chat(&ChatCols::from_chat(&chat)?).await?;
-    cx.insert_user(&mut chat, req.parts).await?;
+    for message in req.history {
+        cx.insert_message(&mut chat, message).await?;
+    }
+    if !req.parts.is_empty() {
+        cx.insert_user(&mut chat, req.parts).await?;
+    }
     cx.ops.update_chat(&ChatCols::from_chat(&chat)?).await?;
     cx.notice_with(
         &chat,
@@ -296,12 +301,16 @@ pub(crate) async fn update_chat(
     let mv = check(&chat, Transition::UpdateChat)?;
     let title = update.title.filter(|t| chat.title.as_ref() != Some(t));
     let model = update.model.filter(|m| *m != chat.model);
-    if title.is_some() || model.is_some() {
+    let system = update.system.filter(|s| chat.system.as_ref() != Some(s));
+    if title.is_some() || model.is_some() || system.is_some() {
         if let Some(title) = title {
             chat.title = Some(title);
         }
         if let Some(model) = model {
             chat.model = model;
+        }
+        if let Some(system) = system {
+            chat.system = Some(system);
         }
         cx.save(&mut chat, mv, false).await?;
     }

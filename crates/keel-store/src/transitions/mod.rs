@@ -508,6 +508,31 @@ impl HeldBy<'_> {
     }
 }
 
+/// Rejects a new chat's history that Keel would not have written itself: messages other
+/// than user, assistant and tool ones, empty or oversize ones, and a chat with nothing for
+/// its first run to answer (no new user message, and no tool results at the end).
+pub(crate) fn check_history(
+    opts: &StoreOptions,
+    history: &[NewMessage],
+    parts: &[Part],
+) -> Result<()> {
+    for message in history {
+        if !matches!(
+            message.role,
+            Some(Role::User | Role::Assistant | Role::Tool)
+        ) {
+            return Err(StoreError::invalid(
+                "a chat's history holds only user, assistant and tool messages",
+            ));
+        }
+        check_content(opts, &message.parts)?;
+    }
+    if parts.is_empty() && history.last().and_then(|m| m.role) == Some(Role::Tool) {
+        return Ok(());
+    }
+    check_content(opts, parts)
+}
+
 /// Rejects empty or oversize user content.
 pub(crate) fn check_content(opts: &StoreOptions, parts: &[Part]) -> Result<()> {
     if parts.is_empty() {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 /// The data of each SSE event of a response, until it ends or `stop` says enough.
-async fn sse_data(
+pub(crate) async fn sse_data(
     response: reqwest::Response,
     mut stop: impl FnMut(&[Value]) -> bool,
 ) -> Vec<Value> {
@@ -33,7 +33,7 @@ async fn sse_data(
     }
 }
 
-fn ui_text(chunks: &[Value]) -> String {
+pub(crate) fn ui_text(chunks: &[Value]) -> String {
     chunks
         .iter()
         .filter(|c| c["type"] == "text-delta")

@@ -7,6 +7,7 @@ mod chain;
 mod chat_list;
 mod compaction;
 mod compat;
+mod compat_input;
 mod concurrency;
 mod confinement;
 mod continuation;

@@ -15,6 +15,7 @@ pub(super) mod reply;
 pub(super) mod responses;
 pub(super) mod sse;
 
+use axum::extract::DefaultBodyLimit;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -22,8 +23,13 @@ use crate::api::state::AppState;
 
 /// Routes under `/api/v1` (authenticated like the rest of the API).
 pub(super) fn api_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+    // The transport posts a page's whole history: the handler reads its body within
+    // `runs.ai_sdk_max_body_bytes` instead of the router's `runs.max_body_bytes`.
+    let chat = OpenApiRouter::new()
         .routes(routes!(ai_sdk::chat))
+        .route_layer(DefaultBodyLimit::disable());
+    OpenApiRouter::new()
+        .merge(chat)
         .routes(routes!(ai_sdk::resume))
         .routes(routes!(ai_sdk::history))
         .routes(routes!(ai_sdk::stop))

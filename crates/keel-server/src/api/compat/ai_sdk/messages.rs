@@ -113,6 +113,37 @@ fn assistant_parts(reply: &Reply) -> Vec<Value> {
     parts
 }
 
+/// The stored user message that UI message `index` of `ui` (a user message) stands for,
+/// among `users`, the ids of the user messages of the chat's current branch in order: the
+/// one its id names (`keel-N`, as the history endpoint gives it), else the one at the same
+/// place (the UI history and the branch hold the same user messages, one reply between).
+/// `None` when it is newer than anything stored.
+pub(crate) fn stored_user(ui: &[Value], index: usize, users: &[i64]) -> Option<i64> {
+    let named = ui
+        .get(index)
+        .and_then(|m| m.get("id"))
+        .and_then(Value::as_str)
+        .and_then(|id| id.strip_prefix("keel-"))
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| users.contains(n));
+    named.or_else(|| {
+        let before = ui
+            .iter()
+            .take(index)
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+            .count();
+        users.get(before).copied()
+    })
+}
+
+/// The stored user message a reply id (`keel-N-reply`) answers, when it is one of `users`.
+pub(crate) fn reply_of(id: &str, users: &[i64]) -> Option<i64> {
+    id.strip_prefix("keel-")
+        .and_then(|rest| rest.strip_suffix("-reply"))
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| users.contains(n))
+}
+
 /// The Keel parts of a user `UIMessage`: its text and file parts.
 pub(crate) fn user_message_parts(message: &Value) -> Result<Vec<Part>, String> {
     let parts = message
@@ -188,12 +219,13 @@ pub(crate) fn tool_results(message: &Value, pending: &[String]) -> Vec<ToolResul
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chrono::Utc;
     use keel_core::Part;
 
-    fn stored(id: i64, role: Role, parts: Vec<Part>) -> StoredMessage {
+    /// A stored message numbered after its id (shared by the compat modules' tests).
+    pub(crate) fn stored(id: i64, role: Role, parts: Vec<Part>) -> StoredMessage {
         StoredMessage {
             id,
             chat_id: uuid::Uuid::nil(),
@@ -273,6 +305,32 @@ mod tests {
             matches!(&parts[1].kind, PartKind::File { data: Some(d), url: None, .. } if d == "AAAA")
         );
         assert!(user_message_parts(&json!({"role": "user"})).is_err());
+    }
+
+    #[test]
+    fn a_ui_message_stands_for_the_stored_user_message_it_names_or_sits_at() {
+        let users = [1, 4, 9];
+        let ui = vec![
+            json!({"id": "a", "role": "user"}),
+            json!({"id": "b", "role": "assistant"}),
+            json!({"id": "c", "role": "user"}),
+            json!({"id": "d", "role": "assistant"}),
+            json!({"id": "keel-9", "role": "user"}),
+            json!({"id": "e", "role": "user"}),
+        ];
+        assert_eq!(stored_user(&ui, 0, &users), Some(1));
+        assert_eq!(stored_user(&ui, 2, &users), Some(4));
+        // Named, wherever it sits.
+        assert_eq!(stored_user(&ui, 4, &users), Some(9));
+        // A fourth user message: nothing stored yet.
+        assert_eq!(stored_user(&ui, 5, &users), None);
+        // An id naming a message of another branch counts by place.
+        let moved = vec![json!({"id": "keel-7", "role": "user"})];
+        assert_eq!(stored_user(&moved, 0, &users), Some(1));
+        assert_eq!(reply_of("keel-4-reply", &users), Some(4));
+        for other in ["keel-5-reply", "keel-4", "msg-1", "keel-x-reply"] {
+            assert_eq!(reply_of(other, &users), None, "{other}");
+        }
     }
 
     #[test]

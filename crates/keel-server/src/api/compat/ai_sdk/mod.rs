@@ -16,8 +16,9 @@ pub(crate) mod messages;
 pub(crate) mod stream;
 
 use axum::Json;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Body;
+use axum::extract::{FromRequest, Path, Request, State};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use keel_store::{Busy, ChatStatus, SendOutcome};
 use serde::Deserialize;
@@ -50,12 +51,9 @@ pub(crate) struct ChatRequest {
     #[schema(value_type = Vec<Object>)]
     pub messages: Vec<Value>,
     pub trigger: Option<String>,
-    /// The transport's `messageId`.
+    /// The transport's `messageId`: the user message an edit replaces
+    /// (`sendMessage({ messageId })`), or the reply to regenerate.
     #[serde(rename = "messageId")]
-    #[allow(
-        dead_code,
-        reason = "part of the transport's body, documented; not needed to act"
-    )]
     pub message_id: Option<String>,
     pub model: Option<String>,
     pub system: Option<String>,
@@ -147,13 +145,16 @@ fn ui_stream(
 }
 
 /// `POST /api/v1/ai-sdk/chat`.
-#[utoipa::path(post, path = "/ai-sdk/chat", tag = "ai-sdk", summary = "AI SDK UI: send a message (or tool results, or regenerate) and stream the reply as a UI message stream", request_body = ChatRequest, responses((status = 200, description = "UI message stream (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
+#[utoipa::path(post, path = "/ai-sdk/chat", tag = "ai-sdk", summary = "AI SDK UI: send a message (or an edit, tool results, a regeneration) and stream the reply as a UI message stream", request_body = ChatRequest, responses((status = 200, description = "UI message stream (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = crate::api::dto::SseEvent), (status = 202, description = "The chat is busy: the message was queued (a UI message stream with one transient `data-queued` part)", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
 pub(crate) async fn chat(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    ApiJson(request): ApiJson<ChatRequest>,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    // The route has no default limit (a whole history rides along): this is its limit.
+    let limit = state.config.runs.ai_sdk_max_body_bytes;
+    let request = request.map(|body| Body::new(http_body_util::Limited::new(body, limit)));
+    let ApiJson(request) = ApiJson::<ChatRequest>::from_request(request, &state).await?;
     valid_alias(&request.id)?;
     // Before anything is stored: a refused stream leaves nothing to resend twice.
     let slot = stream_slot(&state, &caller)?;
@@ -168,15 +169,23 @@ pub(crate) async fn chat(
             let parts = messages::user_message_parts(last).map_err(ApiError::invalid)?;
             let parts = user_parts(None, Some(parts))?;
             let Some(chat) = existing else {
-                return start_chat(state, caller, headers, request, parts, slot).await;
+                return start_chat(state, caller, request, parts, slot).await;
             };
-            let busy = match chat.status {
-                ChatStatus::Running | ChatStatus::Interrupting => {
-                    return Err(ApiError::conflict(
-                        "a reply is still streaming; stop it or wait for it to finish",
-                    ));
+            let edited = match request.message_id.as_deref() {
+                // `sendMessage({ messageId })`: the last message replaces the one of that id.
+                Some(id) if last.get("id").and_then(Value::as_str) == Some(id) => {
+                    let users = user_ids(&state, &chat).await?;
+                    messages::stored_user(&request.messages, request.messages.len() - 1, &users)
                 }
-                // New text while client-side calls wait answers them with errors.
+                _ => None,
+            };
+            if let Some(original) = edited {
+                let chat = state.store.edit_message(chat.id, original, parts).await?;
+                let input = chat.leaf_id;
+                return reply_to(state, chat.id, input, slot).await;
+            }
+            // New text while client-side calls wait answers them with errors.
+            let busy = match chat.status {
                 ChatStatus::RequiresAction => Busy::Interrupt,
                 _ => Busy::Queue,
             };
@@ -184,21 +193,12 @@ pub(crate) async fn chat(
                 .store
                 .send_message(chat.id, None, parts, busy, None)
                 .await?;
-            let SendOutcome::Started { message_id } = outcome else {
-                return Err(ApiError::conflict(
-                    "the chat is busy; the message was queued",
-                ));
-            };
-            let position = position_of(&state, chat.id, message_id).await?;
-            // The follower announces the status it is given first: it must be the current one.
-            let chat = state.store.get_chat(chat.id).await?;
-            Ok(ui_stream(
-                state,
-                chat,
-                position,
-                messages::reply_id(message_id),
-                slot,
-            ))
+            match outcome {
+                SendOutcome::Started { message_id } => {
+                    reply_to(state, chat.id, message_id, slot).await
+                }
+                SendOutcome::Queued { queue_id } => Ok(queued(queue_id)),
+            }
         }
         ("submit-message", Some("assistant")) => {
             let chat = existing
@@ -227,22 +227,32 @@ pub(crate) async fn chat(
         ("regenerate-message", _) => {
             let chat = existing
                 .ok_or_else(|| ApiError::not_found(format!("chat {} not found", request.id)))?;
-            let history = state.store.list_messages(chat.id, None).await?;
-            let user = history
-                .iter()
-                .rev()
-                .find(|m| m.role == keel_core::Role::User)
-                .ok_or_else(|| ApiError::invalid("there is no user message to answer again"))?;
-            let user_id = user.id;
+            let users = user_ids(&state, &chat).await?;
+            // The reply named by `messageId` (or, as the body ends with the user message it
+            // answers, that message) is answered again; without one, the last reply.
+            let user = request
+                .message_id
+                .as_deref()
+                .and_then(|id| messages::reply_of(id, &users))
+                .or_else(|| {
+                    let index = request
+                        .messages
+                        .iter()
+                        .rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
+                    messages::stored_user(&request.messages, index, &users)
+                })
+                .ok_or_else(|| {
+                    ApiError::invalid("no stored user message matches the reply to regenerate")
+                })?;
             // A new reply beside the old one, to the same user message: the reply keeps
             // the id the front end knows it by.
-            let chat = state.store.regenerate(chat.id, user_id).await?;
-            let position = position_of(&state, chat.id, user_id).await?;
+            let chat = state.store.regenerate(chat.id, user).await?;
+            let position = position_of(&state, chat.id, user).await?;
             Ok(ui_stream(
                 state,
                 chat,
                 position,
-                messages::reply_id(user_id),
+                messages::reply_id(user),
                 slot,
             ))
         }
@@ -255,43 +265,76 @@ pub(crate) async fn chat(
     }
 }
 
+/// The ids of the user messages of a chat's current branch, in order.
+async fn user_ids(state: &AppState, chat: &keel_store::Chat) -> Result<Vec<i64>, ApiError> {
+    Ok(state
+        .store
+        .list_messages(chat.id, None)
+        .await?
+        .iter()
+        .filter(|m| m.role == keel_core::Role::User)
+        .map(|m| m.id)
+        .collect())
+}
+
+/// The stream of the reply to user message `message`, with the chat as it is now: the
+/// follower announces the status it is given first, so it must be the current one.
+async fn reply_to(
+    state: AppState,
+    chat: keel_store::ChatId,
+    message: i64,
+    slot: SseSlot,
+) -> Result<Response, ApiError> {
+    let position = position_of(&state, chat, message).await?;
+    let chat = state.store.get_chat(chat).await?;
+    Ok(ui_stream(
+        state,
+        chat,
+        position,
+        messages::reply_id(message),
+        slot,
+    ))
+}
+
+/// A message queued behind the reply in progress, answered as the native API answers it:
+/// `202`, naming the queue entry (header `x-keel-queue-id`, and a transient `data-queued`
+/// part a page receives in `onData`), so a client does not send it again. Its reply is
+/// followed through `GET .../stream` once it starts.
+fn queued(queue_id: keel_store::QueueId) -> Response {
+    let part = json!({"type": "data-queued", "data": {"queueId": queue_id.to_string()}, "transient": true});
+    let body = format!("data: {part}\n\ndata: [DONE]\n\n");
+    let mut response = (StatusCode::ACCEPTED, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(STREAM_HEADER.0, HeaderValue::from_static(STREAM_HEADER.1));
+    if let Ok(value) = HeaderValue::from_str(&queue_id.to_string()) {
+        headers.insert("x-keel-queue-id", value);
+    }
+    response
+}
+
 /// Creates the Keel chat behind a new client chat id, through the API's own validation.
 async fn start_chat(
     state: AppState,
     caller: Caller,
-    headers: HeaderMap,
     request: ChatRequest,
     parts: Vec<keel_core::Part>,
     slot: SseSlot,
 ) -> Result<Response, ApiError> {
     let create = CreateChatRequest {
         text: None,
-        parts: Some(parts),
+        parts: None,
         model: request.model,
         title: None,
         system: request.system,
         tools: request.tools,
         max_steps: None,
     };
-    let mut headers = headers;
-    headers.remove("idempotency-key");
-    let response = chats::create_chat(
-        State(state.clone()),
-        caller.clone(),
-        headers,
-        ApiJson(create),
-    )
-    .await?;
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .map_err(|e| ApiError::new(crate::api::error::Code::Internal, e.to_string()))?;
-    let id = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned))
-        .and_then(|id| uuid::Uuid::parse_str(&id).ok())
-        .ok_or_else(|| {
-            ApiError::new(crate::api::error::Code::Internal, "created chat has no id")
-        })?;
+    let chat = chats::new_chat(&state, &caller, create, Vec::new(), parts, None).await?;
+    let id = chat.id;
     let named = state.store.claim_alias(&caller.0, &request.id, id).await?;
     if named != id {
         // A concurrent first message named another chat first: this one goes.
@@ -300,7 +343,6 @@ async fn start_chat(
             "another request started this chat at the same time",
         ));
     }
-    let chat = state.owned_chat(&caller, id).await?;
     let first = state
         .store
         .list_messages(id, None)
@@ -308,13 +350,7 @@ async fn start_chat(
         .into_iter()
         .next()
         .ok_or_else(|| ApiError::not_found("the chat's first message"))?;
-    Ok(ui_stream(
-        state,
-        chat,
-        first.event_seq,
-        messages::reply_id(first.id),
-        slot,
-    ))
+    reply_to(state, id, first.id, slot).await
 }
 
 /// `GET /api/v1/ai-sdk/chat/{id}/stream`: the reply in progress, replayed from its start.

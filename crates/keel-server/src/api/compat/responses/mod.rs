@@ -1,27 +1,34 @@
 //! OpenAI Responses-compatible endpoints under `/v1`, for the official OpenAI SDKs with
 //! `base_url = "<keel>/v1"` and a Keel token as the API key.
 //!
-//! * `POST /v1/responses` — a new chat, or the next turn of the chat behind
-//!   `previous_response_id` (a user message, or `function_call_output` items answering its
-//!   client-side calls); `stream`, `background`; `store` is always on (Keel keeps everything).
+//! * `POST /v1/responses` — without `previous_response_id`, a new chat holding the whole
+//!   conversation of `input` ([`input`]); with it, the next turn after that response (a user
+//!   message, or `function_call_output` items answering its client-side calls), a fork when
+//!   that response is not the newest ([`ids`]); `stream`, `background`; `store` is always on
+//!   (Keel keeps everything).
 //! * `GET /v1/responses/{id}` — the response; with `stream=true` its events, after
 //!   `starting_after` when given.
 //! * `POST /v1/responses/{id}/cancel` — interrupts it.
 //! * `GET /v1/responses/{id}/input_items` — what started it.
 //!
-//! A response is one run of one chat: its id names the chat and the event position of the
-//! input that started it, so nothing is stored besides the chat itself.
+//! A response is one run of one chat: its id names the chat and the input message that
+//! started it, so nothing is stored besides the chat itself.
 
+mod ids;
+mod input;
 pub(crate) mod stream;
 
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use keel_core::Role;
-use keel_store::{Busy, Chat, ChatId, ChatStatus, SendOutcome, ToolResultInput};
+use keel_core::{PartKind, Role};
+use keel_store::{
+    Busy, Chat, ChatId, ChatStatus, ChatUpdate, NewMessage, SendOutcome, StoredMessage,
+    ToolResultInput,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -35,6 +42,7 @@ use crate::api::extract::{ApiJson, Caller, user_parts};
 use crate::api::state::AppState;
 use crate::net::sse_slots::SseSlot;
 
+use self::ids::{Anchor, parse_response_id, response_id};
 use self::stream::{Meta, ResponsesStream, response_object};
 
 /// How long a blocking (neither streamed nor background) request or a cancel waits.
@@ -111,22 +119,6 @@ impl IntoResponse for OpenAiError {
 
 type Result<T> = std::result::Result<T, OpenAiError>;
 
-/// `resp_` + the chat id (32 hex digits) + the input's event position (16 hex digits).
-pub(crate) fn response_id(chat: ChatId, position: i64) -> String {
-    format!("resp_{}{:016x}", chat.simple(), position)
-}
-
-/// The chat and position a response id names.
-pub(crate) fn parse_response_id(id: &str) -> Option<(ChatId, i64)> {
-    let hex = id.strip_prefix("resp_")?;
-    if hex.len() != 48 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let chat = ChatId::parse_str(&hex[..32]).ok()?;
-    let position = i64::from_str_radix(&hex[32..], 16).ok()?;
-    Some((chat, position))
-}
-
 /// `POST /v1/responses`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[schema(example = json!({"model": "demo", "input": "Hello", "stream": false}))]
@@ -142,74 +134,6 @@ pub(crate) struct CreateResponse {
     pub stream: bool,
     #[serde(default)]
     pub background: bool,
-}
-
-/// What `input` asks for: a user message and/or answers to client-side calls.
-#[derive(Debug, Default, PartialEq)]
-pub(crate) struct Input {
-    pub text: String,
-    pub system: Vec<String>,
-    pub outputs: Vec<ToolResultInput>,
-}
-
-/// Reads `input`: a string, or a list of messages and `function_call_output` items
-/// (`function_call` and other output items echoed back are skipped).
-pub(crate) fn parse_input(input: &Value) -> std::result::Result<Input, String> {
-    let mut out = Input::default();
-    let items = match input {
-        Value::String(text) => {
-            out.text = text.clone();
-            return Ok(out);
-        }
-        Value::Array(items) => items,
-        _ => return Err("`input` must be a string or a list of items".to_owned()),
-    };
-    let mut texts = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let kind = item.get("type").and_then(Value::as_str);
-        match (kind, item.get("role").and_then(Value::as_str)) {
-            (Some("function_call_output"), _) => {
-                let call_id = item
-                    .get("call_id")
-                    .and_then(Value::as_str)
-                    .ok_or(format!("input[{i}].call_id is required"))?;
-                let output = item.get("output").cloned().unwrap_or(Value::Null);
-                out.outputs.push(ToolResultInput {
-                    tool_call_id: call_id.to_owned(),
-                    result: output,
-                    is_error: false,
-                });
-            }
-            (None | Some("message"), Some(role)) => {
-                let text = content_text(item.get("content")).ok_or(format!(
-                    "input[{i}].content must be a string or a list of text parts"
-                ))?;
-                match role {
-                    "user" => texts.push(text),
-                    "system" | "developer" => out.system.push(text),
-                    // Earlier assistant turns are Keel's own history already.
-                    _ => {}
-                }
-            }
-            _ => {}
-        }
-    }
-    out.text = texts.join("\n\n");
-    Ok(out)
-}
-
-fn content_text(content: Option<&Value>) -> Option<String> {
-    match content? {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => Some(
-            parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join(""),
-        ),
-        _ => None,
-    }
 }
 
 fn client_tool_names(chat: &Chat) -> Vec<String> {
@@ -271,8 +195,20 @@ fn slot_for(state: &AppState, caller: &Caller, stream: bool) -> Result<Option<Ss
     })
 }
 
-async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<(Chat, i64)> {
-    let (chat_id, position) = parse_response_id(id).ok_or_else(|| OpenAiError::not_found(id))?;
+/// A response found by its id: its chat, its input message and, when that message is on
+/// the chat's current branch, the input's event position there.
+struct Located {
+    chat: Chat,
+    input: StoredMessage,
+    position: Option<i64>,
+}
+
+fn bad_request(message: impl Into<String>) -> OpenAiError {
+    OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+}
+
+async fn locate(state: &AppState, caller: &Caller, id: &str) -> Result<Located> {
+    let (chat_id, anchor) = parse_response_id(id).ok_or_else(|| OpenAiError::not_found(id))?;
     let chat = state
         .owned_chat(caller, chat_id)
         .await
@@ -280,23 +216,93 @@ async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<(Chat, i64
             Code::NotFound => OpenAiError::not_found(id),
             _ => e.into(),
         })?;
-    if position > chat.event_seq {
-        return Err(OpenAiError::not_found(id));
+    let message = match anchor {
+        Anchor::Position(position) => {
+            let found = state
+                .store
+                .messages_after_seq(chat.id, position - 1)
+                .await?
+                .into_iter()
+                .next()
+                .filter(|m| m.event_seq == position);
+            let input = found.ok_or_else(|| OpenAiError::not_found(id))?;
+            return Ok(Located {
+                chat,
+                input,
+                position: Some(position),
+            });
+        }
+        Anchor::Message(message) => message,
+    };
+    if let Some(input) = state
+        .store
+        .list_messages(chat.id, Some(message - 1))
+        .await?
+        .into_iter()
+        .next()
+        .filter(|m| m.id == message)
+    {
+        let position = Some(input.event_seq);
+        return Ok(Located {
+            chat,
+            input,
+            position,
+        });
     }
-    Ok((chat, position))
+    // On a branch that is not current (or nowhere: then not found).
+    let branch = state
+        .store
+        .branch_messages(chat.id, message, Some(message - 1), Some(1))
+        .await
+        .map_err(|_| OpenAiError::not_found(id))?;
+    let input = branch
+        .into_iter()
+        .next()
+        .filter(|m| m.id == message)
+        .ok_or_else(|| OpenAiError::not_found(id))?;
+    Ok(Located {
+        chat,
+        input,
+        position: None,
+    })
 }
 
-/// The reply of the response starting at `position`, as stored now: messages after it up to
-/// the next input, the step in progress, and the chat's status.
-async fn stored_reply(state: &AppState, chat: &Chat, position: i64) -> Result<Reply> {
+/// The messages after a response's input on its branch, in order.
+async fn messages_after(state: &AppState, located: &Located) -> Result<Vec<StoredMessage>> {
+    Ok(match located.position {
+        Some(position) => {
+            state
+                .store
+                .messages_after_seq(located.chat.id, position)
+                .await?
+        }
+        None => {
+            let id = located.input.id;
+            state
+                .store
+                .branch_messages(located.chat.id, id, Some(id), None)
+                .await?
+        }
+    })
+}
+
+/// The reply of a response as stored now: messages after its input up to the next input,
+/// and on the current branch the step in progress and the chat's status.
+async fn stored_reply(state: &AppState, located: &Located) -> Result<Reply> {
+    let chat = &located.chat;
     let mut reply = Reply::ending_at_answers_to(client_tool_names(chat));
-    for message in state.store.messages_after_seq(chat.id, position).await? {
+    for message in messages_after(state, located).await? {
         let view = serde_json::to_value(MessageView::from(&message)).unwrap_or(Value::Null);
         reply.apply("message", &view);
         if reply.end.is_some() {
             return Ok(reply);
         }
     }
+    let Some(position) = located.position else {
+        // A branch nothing runs on: its reply is as it was left.
+        reply.apply("status", &json!({"status": "waiting", "last_error": null}));
+        return Ok(reply);
+    };
     for entry in state.store.live_parts_after(chat.id, position).await? {
         if let Some((event, data)) = crate::live::from_log(&entry.payload) {
             reply.apply(event, &data);
@@ -331,41 +337,62 @@ async fn wait_for_end(state: &AppState, chat: Chat, position: i64) -> Reply {
     reply
 }
 
-#[utoipa::path(post, path = "/responses", tag = "responses", summary = "OpenAI Responses: create a response (a new chat, or the next turn after previous_response_id)", request_body = CreateResponse, responses((status = 200, description = "Response object, or its events with stream=true", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream"))), (status = 429, description = "A response of the conversation is still in progress", body = Object)))]
+/// What a request for a new turn did: started a response, or queued the message.
+enum Turned {
+    Started(Box<Started>),
+    Queued(keel_store::QueueId),
+}
+
+/// Where a new response starts: the chat, its input message and that input's position.
+struct Started {
+    chat: Chat,
+    message: i64,
+    position: i64,
+}
+
+#[utoipa::path(post, path = "/responses", tag = "responses", summary = "OpenAI Responses: create a response (a new chat from the whole conversation, or the next turn after previous_response_id, forking from an older one)", request_body = CreateResponse, responses((status = 200, description = "Response object, or its events with stream=true", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream"))), (status = 429, description = "A response of the conversation is still in progress", body = Object)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
     ApiJson(request): ApiJson<CreateResponse>,
 ) -> Result<Response> {
-    let input = parse_input(request.input.as_ref().unwrap_or(&Value::Null))
-        .map_err(|m| OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", m))?;
+    let conversation =
+        input::parse(request.input.as_ref().unwrap_or(&Value::Null)).map_err(bad_request)?;
+    let mut system: Vec<String> = request.instructions.iter().cloned().collect();
+    system.extend(conversation.system.iter().cloned());
+    let system = (!system.is_empty()).then(|| system.join("\n\n"));
     // A blocking request waits like a stream does: it holds a stream's slot, not a place
-    // among the requests in flight.
+    // among the requests in flight. Taken before anything is stored.
     let slot = slot_for(&state, &caller, request.stream || !request.background)?;
     let created_at = chrono::Utc::now().timestamp();
-    let (chat, position, previous) = match &request.previous_response_id {
-        None => {
-            let (chat, position) = start(&state, &caller, headers, &request, &input).await?;
-            (chat, position, None)
-        }
+    let turned = match &request.previous_response_id {
+        None => Turned::Started(Box::new(
+            start(&state, &caller, &request, conversation, system).await?,
+        )),
         Some(previous) => {
-            let (chat, _) = owned(&state, &caller, previous).await?;
-            let position = continue_chat(&state, &chat, input).await?;
-            (
-                state.store.get_chat(chat.id).await?,
-                position,
-                Some(previous.clone()),
-            )
+            let turn = input::single_turn(conversation).map_err(bad_request)?;
+            let located = locate(&state, &caller, previous).await?;
+            next_turn(&state, located, turn, system).await?
         }
     };
-    let mut meta = meta(
-        &chat,
-        response_id(chat.id, position),
-        created_at,
-        request.background,
-    );
-    meta.previous_response_id = previous;
+    let started = match turned {
+        Turned::Started(started) => *started,
+        Turned::Queued(queue_id) => return Ok(queued(&request, queue_id, created_at)),
+    };
+    let Started {
+        chat,
+        message,
+        position,
+    } = started;
+    let meta = Meta {
+        previous_response_id: request.previous_response_id.clone(),
+        ..meta(
+            &chat,
+            response_id(chat.id, message),
+            created_at,
+            request.background,
+        )
+    };
     match slot {
         Some(slot) if request.stream => Ok(event_stream(
             state,
@@ -399,144 +426,259 @@ fn blocking(state: AppState, chat: Chat, position: i64, meta: Meta, slot: SseSlo
         .into_response()
 }
 
-/// A new chat: the input's user text, `instructions` as its system prompt, function tools
-/// as client-side tools.
-async fn start(
-    state: &AppState,
-    caller: &Caller,
-    mut headers: HeaderMap,
-    request: &CreateResponse,
-    input: &Input,
-) -> Result<(Chat, i64)> {
-    if !input.outputs.is_empty() {
-        return Err(OpenAiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "function_call_output items need previous_response_id",
-        ));
-    }
-    let parts = user_parts(Some(input.text.clone()), None)?;
-    let mut tools = Vec::new();
-    for (i, tool) in request.tools.iter().enumerate() {
+/// The request's function tools as client-side tools.
+fn client_tools(tools: &[Value]) -> Result<Vec<ClientTool>> {
+    let mut out = Vec::new();
+    for (i, tool) in tools.iter().enumerate() {
         if tool.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(OpenAiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!("tools[{i}]: only function tools are supported"),
-            ));
+            return Err(bad_request(format!(
+                "tools[{i}]: only function tools are supported"
+            )));
         }
-        tools.push(ClientTool {
-            name: tool
-                .get("name")
+        let text = |key: &str| {
+            tool.get(key)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
-                .to_owned(),
-            description: tool
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
+                .to_owned()
+        };
+        out.push(ClientTool {
+            name: text("name"),
+            description: text("description"),
             parameters: tool.get("parameters").cloned().unwrap_or(Value::Null),
         });
     }
-    let mut system: Vec<String> = request.instructions.iter().cloned().collect();
-    system.extend(input.system.iter().cloned());
+    Ok(out)
+}
+
+/// A new chat holding the whole conversation of the input: its earlier turns as history,
+/// its last user message (or function outputs) as what the first run answers; the
+/// instructions and leading system messages as its system prompt, function tools as
+/// client-side tools. One transaction: a refusal stores nothing.
+async fn start(
+    state: &AppState,
+    caller: &Caller,
+    request: &CreateResponse,
+    mut conversation: input::Conversation,
+    system: Option<String>,
+) -> Result<Started> {
+    input::pair_calls(&mut conversation).map_err(bad_request)?;
+    let tools = client_tools(&request.tools)?;
+    let mut turns = conversation.turns;
+    let parts = match turns.last() {
+        Some(turn) if turn.role == Role::User => turns.pop().map(|t| t.parts).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let parts = if parts.is_empty() {
+        parts
+    } else {
+        user_parts(None, Some(parts))?
+    };
+    let mut history = Vec::with_capacity(turns.len());
+    for turn in turns {
+        let parts = if turn.role == Role::User {
+            user_parts(None, Some(turn.parts)).map_err(|e| {
+                bad_request(format!(
+                    "input[{}] (user message): {}",
+                    turn.first, e.message
+                ))
+            })?
+        } else {
+            turn.parts
+        };
+        history.push(NewMessage::new(turn.role, parts));
+    }
     let create = CreateChatRequest {
         text: None,
-        parts: Some(parts),
+        parts: None,
         model: request.model.clone(),
         title: None,
-        system: (!system.is_empty()).then(|| system.join("\n\n")),
+        system,
         tools,
         max_steps: None,
     };
-    headers.remove("idempotency-key");
-    let response = chats::create_chat(
-        State(state.clone()),
-        caller.clone(),
-        headers,
-        ApiJson(create),
-    )
-    .await?;
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .map_err(|e| {
-            OpenAiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-        })?;
-    let id = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned))
-        .and_then(|id| ChatId::parse_str(&id).ok())
-        .ok_or_else(|| {
-            OpenAiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "created chat has no id",
-            )
-        })?;
-    let chat = state.store.get_chat(id).await?;
-    let first = state
+    let chat = chats::new_chat(state, caller, create, history, parts, None).await?;
+    // The first run answers the chat's last message.
+    let input = state
         .store
-        .list_messages(id, None)
+        .recent_messages(chat.id, 1)
         .await?
-        .into_iter()
-        .next()
-        .ok_or_else(|| {
-            OpenAiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "no first message",
-            )
-        })?;
-    Ok((chat, first.event_seq))
+        .pop()
+        .ok_or_else(|| OpenAiError::not_found("the new chat's input"))?;
+    Ok(Started {
+        chat,
+        message: input.id,
+        position: input.event_seq,
+    })
 }
 
-/// The next turn of an existing chat; returns the position its reply follows.
-async fn continue_chat(state: &AppState, chat: &Chat, input: Input) -> Result<i64> {
-    if !input.outputs.is_empty() {
+/// The turn after a response: the next one of its chat when it is the newest of its
+/// branch, else a fork from it (the user message becomes a sibling of the input that
+/// followed it). Per-request instructions become the chat's system prompt first.
+async fn next_turn(
+    state: &AppState,
+    located: Located,
+    turn: input::Turn,
+    system: Option<String>,
+) -> Result<Turned> {
+    let chat = &located.chat;
+    if turn.role == Role::User {
+        user_parts(None, Some(turn.parts.clone()))?;
+    }
+    if matches!(chat.status, ChatStatus::Running | ChatStatus::Interrupting) {
+        // Nothing is stored: the client retries the same request when the reply is done.
+        return Err(OpenAiError::busy());
+    }
+    let after = messages_after(state, &located).await?;
+    let next = ids::next_input(&after, &client_tool_names(chat)).cloned();
+    let plan = next_move(
+        turn.role,
+        located.position.is_some(),
+        next.as_ref().map(|m| m.role),
+    )?;
+    if system.is_some() {
+        let update = ChatUpdate {
+            system,
+            ..ChatUpdate::default()
+        };
+        state.store.update_chat(chat.id, update).await?;
+    }
+    let chat_id = chat.id;
+    match (plan, next) {
+        (Move::Fork, Some(next)) => {
+            let chat = state
+                .store
+                .edit_message(chat_id, next.id, turn.parts)
+                .await?;
+            let input = input_at(state, chat_id, chat.leaf_id).await?;
+            Ok(Turned::Started(Box::new(
+                started(state, chat_id, &input).await?,
+            )))
+        }
+        (Move::SwitchThenContinue, _) => {
+            state.store.switch_branch(chat_id, located.input.id).await?;
+            let chat = state.store.get_chat(chat_id).await?;
+            continue_chat(state, &chat, turn).await
+        }
+        _ => continue_chat(state, chat, turn).await,
+    }
+}
+
+/// What a turn after a response does to the chat's message tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    /// The response is the newest of the current branch: the turn continues it.
+    Continue,
+    /// The newest of another branch: that branch becomes current, then the turn continues it.
+    SwitchThenContinue,
+    /// An older response: the turn's user message becomes a sibling of the next input.
+    Fork,
+}
+
+/// Decides [`Move`] from the turn's kind, whether the response is on the current branch
+/// and the input that followed it, if any.
+fn next_move(turn: Role, current: bool, next: Option<Role>) -> Result<Move> {
+    match (next, turn) {
+        (None, _) if current => Ok(Move::Continue),
+        (None, _) => Ok(Move::SwitchThenContinue),
+        (Some(Role::User), Role::User) => Ok(Move::Fork),
+        (Some(_), Role::Tool) => Err(bad_request(
+            "function_call_output items answer the newest response of a conversation; the calls of this older response were answered already",
+        )),
+        (Some(_), _) => Err(bad_request(
+            "this older response was followed by function outputs, not by a user message: Keel forks a conversation only at a user message",
+        )),
+    }
+}
+
+/// A message of the current branch by its id.
+async fn input_at(state: &AppState, chat: ChatId, message: i64) -> Result<StoredMessage> {
+    state
+        .store
+        .list_messages(chat, Some(message - 1))
+        .await?
+        .into_iter()
+        .find(|m| m.id == message)
+        .ok_or_else(|| OpenAiError::not_found("the new input"))
+}
+
+/// The response that `input` starts, with the chat as it is now: the follower announces
+/// the status it is given first, so it must be the current one.
+async fn started(state: &AppState, chat: ChatId, input: &StoredMessage) -> Result<Started> {
+    Ok(Started {
+        chat: state.store.get_chat(chat).await?,
+        message: input.id,
+        position: input.event_seq,
+    })
+}
+
+/// The next turn of a chat's current branch.
+async fn continue_chat(state: &AppState, chat: &Chat, turn: input::Turn) -> Result<Turned> {
+    if turn.role == Role::Tool {
         if chat.status != ChatStatus::RequiresAction {
-            return Err(OpenAiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
+            return Err(bad_request(
                 "no function call of this conversation is waiting for output",
             ));
         }
+        let results = turn
+            .parts
+            .into_iter()
+            .filter_map(|part| match part.kind {
+                PartKind::ToolResult {
+                    tool_call_id,
+                    result,
+                    ..
+                } => Some(ToolResultInput {
+                    tool_call_id,
+                    result,
+                    is_error: false,
+                }),
+                _ => None,
+            })
+            .collect();
         let before = chat.event_seq;
-        state
-            .store
-            .submit_tool_results(chat.id, input.outputs)
-            .await?;
+        state.store.submit_tool_results(chat.id, results).await?;
         // The response starts at the stored results (its input).
         let after = state.store.messages_after_seq(chat.id, before).await?;
-        return Ok(after
+        let input = after
             .iter()
             .find(|m| m.role == Role::Tool)
-            .map_or(before, |m| m.event_seq));
+            .ok_or_else(|| OpenAiError::not_found("the stored function outputs"))?;
+        return Ok(Turned::Started(Box::new(
+            started(state, chat.id, input).await?,
+        )));
     }
     let busy = match chat.status {
-        ChatStatus::Running | ChatStatus::Interrupting => return Err(OpenAiError::busy()),
         ChatStatus::RequiresAction => Busy::Interrupt,
         _ => Busy::Queue,
     };
-    let parts = user_parts(Some(input.text), None)?;
+    let parts = user_parts(None, Some(turn.parts))?;
     match state
         .store
         .send_message(chat.id, None, parts, busy, None)
         .await?
     {
         SendOutcome::Started { message_id } => {
-            let messages = state
-                .store
-                .list_messages(chat.id, Some(message_id - 1))
-                .await?;
-            messages
-                .iter()
-                .find(|m| m.id == message_id)
-                .map(|m| m.event_seq)
-                .ok_or_else(|| OpenAiError::not_found("the new message"))
+            let input = input_at(state, chat.id, message_id).await?;
+            Ok(Turned::Started(Box::new(
+                started(state, chat.id, &input).await?,
+            )))
         }
-        SendOutcome::Queued { .. } => Err(OpenAiError::busy()),
+        SendOutcome::Queued { queue_id } => Ok(Turned::Queued(queue_id)),
     }
+}
+
+/// A message queued behind others (a failed run left its queue): `202` with a response
+/// object in status `queued` naming the queue entry, as the native API answers `202` with
+/// its `queue_id`, so that a client does not send it again. It has no response id yet: its
+/// reply is read through the chat (`GET /api/v1/chats/{id}`).
+fn queued(request: &CreateResponse, queue_id: keel_store::QueueId, created_at: i64) -> Response {
+    let body = json!({
+        "id": null, "object": "response", "created_at": created_at, "status": "queued",
+        "model": request.model, "output": [], "output_text": "", "error": null,
+        "previous_response_id": request.previous_response_id,
+        "metadata": {"queue_id": queue_id.to_string()},
+    });
+    (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -566,18 +708,25 @@ pub(crate) async fn retrieve(
 ) -> Result<Response> {
     let Query(query) = query
         .map_err(|e| OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
-    let (chat, position) = owned(&state, &caller, &id).await?;
-    let meta = meta(&chat, id, chat.created_at.timestamp(), true);
+    let located = locate(&state, &caller, &id).await?;
+    let meta = meta(&located.chat, id, located.chat.created_at.timestamp(), true);
     if let Some(slot) = slot_for(&state, &caller, query.stream)? {
+        let Some(position) = located.position else {
+            return Err(OpenAiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "this response is on a branch that is not current: retrieve it without stream",
+            ));
+        };
         return Ok(event_stream(
             state,
-            chat,
+            located.chat,
             position,
             ResponsesStream::new(meta, query.starting_after),
             slot,
         ));
     }
-    let reply = stored_reply(&state, &chat, position).await?;
+    let reply = stored_reply(&state, &located).await?;
     Ok(Json(response_object(&meta, &reply)).into_response())
 }
 
@@ -587,9 +736,10 @@ pub(crate) async fn cancel(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    let (chat, position) = owned(&state, &caller, &id).await?;
-    let reply = stored_reply(&state, &chat, position).await?;
+    let mut located = locate(&state, &caller, &id).await?;
+    let reply = stored_reply(&state, &located).await?;
     let cancelling = reply.end.is_none();
+    let chat = located.chat.clone();
     if cancelling {
         state.store.interrupt(chat.id).await?;
     }
@@ -604,7 +754,8 @@ pub(crate) async fn cancel(
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let meta = meta(&chat, id, chat.created_at.timestamp(), true);
-    let mut reply = stored_reply(&state, &chat, position).await?;
+    located.chat = chat;
+    let mut reply = stored_reply(&state, &located).await?;
     if cancelling && reply.end == Some(End::Done) {
         // Stopped before it said anything: nothing was stored to show the interrupt.
         reply.end = Some(End::Interrupted);
@@ -618,13 +769,9 @@ pub(crate) async fn input_items(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    let (chat, position) = owned(&state, &caller, &id).await?;
-    let messages = state
-        .store
-        .messages_after_seq(chat.id, position - 1)
-        .await?;
+    let input = locate(&state, &caller, &id).await?.input;
     let mut data = Vec::new();
-    if let Some(input) = messages.first().filter(|m| m.event_seq == position) {
+    {
         for (i, part) in input.parts.iter().enumerate() {
             let item_id = format!("in_{}_{i}", id.trim_start_matches("resp_"));
             match &part.kind {
@@ -660,31 +807,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn response_ids_name_a_chat_and_a_position() {
-        let chat = uuid::Uuid::new_v4();
-        let id = response_id(chat, 42);
-        assert!(id.starts_with("resp_"));
-        assert_eq!(parse_response_id(&id), Some((chat, 42)));
-        for bad in ["resp_", "resp_xyz", "nope", &id[..id.len() - 1]] {
-            assert_eq!(parse_response_id(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn input_is_a_string_or_messages_and_function_outputs() {
-        assert_eq!(parse_input(&json!("hi")).unwrap().text, "hi");
-        let input = parse_input(&json!([
-            {"role": "developer", "content": "be brief"},
-            {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
-            {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c", "output": "42"}
-        ]))
-        .unwrap();
-        assert_eq!(input.text, "ab");
-        assert_eq!(input.system, vec!["be brief".to_owned()]);
-        assert_eq!(input.outputs[0].tool_call_id, "c");
-        assert_eq!(input.outputs[0].result, json!("42"));
-        assert!(parse_input(&json!(3)).is_err());
-        assert!(parse_input(&json!([{"type": "function_call_output"}])).is_err());
+    fn a_turn_after_a_response_continues_switches_or_forks() {
+        let user = Some(Role::User);
+        assert_eq!(next_move(Role::User, true, None).unwrap(), Move::Continue);
+        assert_eq!(next_move(Role::Tool, true, None).unwrap(), Move::Continue);
+        assert_eq!(
+            next_move(Role::User, false, None).unwrap(),
+            Move::SwitchThenContinue
+        );
+        assert_eq!(next_move(Role::User, true, user).unwrap(), Move::Fork);
+        assert_eq!(next_move(Role::User, false, user).unwrap(), Move::Fork);
+        // Function outputs answer only the newest response; a fork starts at a user message.
+        assert!(next_move(Role::Tool, true, user).is_err());
+        assert!(next_move(Role::User, true, Some(Role::Tool)).is_err());
     }
 }
