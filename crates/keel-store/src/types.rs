@@ -307,15 +307,26 @@ impl RunStart {
     /// The last `n` messages clients see (no summaries), oldest first: the end of the
     /// history [`crate::Store::recent_messages`] lists.
     pub fn recent(&self, n: usize) -> Vec<&StoredMessage> {
-        let mut recent: Vec<&StoredMessage> = self
+        self.last_where(n, |m| m.kind != MessageKind::Summary)
+    }
+
+    /// The last `n` messages of the conversation itself, oldest first: no summaries and no
+    /// compaction notices, so that a run taking over after a compaction sees the step the
+    /// summary followed.
+    pub fn conversation_end(&self, n: usize) -> Vec<&StoredMessage> {
+        self.last_where(n, |m| m.kind == MessageKind::Normal)
+    }
+
+    fn last_where(&self, n: usize, keep: impl Fn(&StoredMessage) -> bool) -> Vec<&StoredMessage> {
+        let mut last: Vec<&StoredMessage> = self
             .history
             .iter()
             .rev()
-            .filter(|m| m.kind != MessageKind::Summary)
+            .filter(|m| keep(m))
             .take(n)
             .collect();
-        recent.reverse();
-        recent
+        last.reverse();
+        last
     }
 
     /// The prompt the history makes: from the latest summary on, orphans repaired, and the
