@@ -122,7 +122,11 @@ async fn run_once(
         shared.log.clone(),
     );
 
-    if summary_log {
+    // A run taking over a chat begins by voiding what clients were sent of the step in
+    // progress: the previous owner may have sent parts it never logged (a client resuming
+    // from one of them would get the new text after the old), and a summary's log is not
+    // a reply. The reset is numbered above every number that owner may have given out.
+    if summary_log || start.taken_over() {
         keel_agent::EventSink::publish(sink.as_ref(), keel_agent::LiveEvent::StreamReset);
     }
     if chat.status == ChatStatus::Interrupting {
