@@ -16,9 +16,6 @@ use crate::persist::PersistError;
 /// The share of the context limit at which compaction starts, unless configured.
 pub const DEFAULT_THRESHOLD: f64 = 0.8;
 
-/// How many times one run may re-enter the loop after compacting on the model's final step.
-pub const MAX_REENTRIES: usize = 3;
-
 pub use keel_core::SUMMARY_PREFIX;
 
 /// The instruction appended to the history to ask for the summary.

@@ -12,6 +12,7 @@
 //! * [`accumulate`] — stream events into step content;
 //! * [`response`] — step content into assistant and tool messages;
 //! * [`execute`] — concurrent tool execution;
+//! * [`next_step`] — whether a run goes on after a committed step (the loop and a takeover);
 //! * [`context_limit`] — context limit discovery from provider metadata;
 //! * [`compaction`] — when to summarise the history, and the hook that stores a summary;
 //!   `summarize` — streaming and committing the summary;
@@ -29,6 +30,7 @@ pub mod checkpoint;
 pub mod compaction;
 pub mod context_limit;
 pub mod execute;
+pub mod next_step;
 pub mod persist;
 pub mod recovery;
 pub mod response;
@@ -42,6 +44,7 @@ pub mod tool;
 
 pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StreamCheckpoint};
 pub use compaction::{Compaction, CompactionHooks, SummaryRecord};
+pub use next_step::{NextStep, next_step};
 pub use persist::{PersistError, PersistedStep, StepPersister};
 pub use recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
 pub use retry::RetryPolicy;

@@ -3,7 +3,8 @@
 //! For each step: prepare a prompt *copy*, stream the model's reply into a
 //! [`StepAccumulator`] (publishing every delta), run the local tool calls concurrently,
 //! persist the step, and go round again only if the model asked for a local tool and finished
-//! with reason tool-calls, or if the provider paused the turn (`pause_turn`) to be carried on.
+//! with reason tool-calls, or if the provider paused the turn (`pause_turn`) to be carried on
+//! ([`next_step`](crate::next_step), the rule a daemon taking over a chat follows too).
 //!
 //! Interrupts are the heart of it. Whichever way a user interrupt surfaces — an error event,
 //! a stream that stops yielding, between the stream and the tools, while tools run, or right
@@ -17,8 +18,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use keel_core::{
-    CallOptions, Cancel, CancelCause, Clock, ErrorKind, FinishReason, LanguageModel, Message,
-    ModelCall, PendingToolCall, ProviderError, SystemClock, ToolDefinition,
+    CallOptions, Cancel, CancelCause, Clock, ErrorKind, LanguageModel, Message, ModelCall,
+    PendingToolCall, ProviderError, SystemClock, ToolDefinition,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -26,9 +27,10 @@ use tokio::time::Instant;
 
 use crate::accumulate::StepAccumulator;
 use crate::checkpoint::CheckpointStore;
-use crate::compaction::{Compaction, MAX_REENTRIES, context_tokens, should_compact};
+use crate::compaction::{Compaction, context_tokens, should_compact};
 use crate::context_limit;
 use crate::execute::{FinishedCall, run_batch};
+use crate::next_step::{NextStep, next_step};
 use crate::persist::{PersistError, PersistedStep, StepPersister};
 use crate::recovery::StreamSnapshot;
 use crate::response::{assistant_message, for_prompt, tool_message};
@@ -294,32 +296,21 @@ impl Runner {
             };
         }
         let mut state = PassState::default();
-        let mut reentries = 0;
-        loop {
-            let last = match self.run_pass(&mut history, max_steps, &mut state).await? {
-                PassEnd::Outcome(outcome) => return Ok(outcome),
-                PassEnd::Final(last) => last,
-            };
-            // The safety net: the final step is never compacted inline.
-            if !self.over_threshold(&last) {
-                return Ok(RunOutcome::Completed {
-                    steps: state.persisted,
-                });
-            }
-            self.check_not_just_compacted(&last, &state)
-                .map_err(|e| *e)?;
-            if let Compacted::Interrupted = self.compact(&mut history).await? {
-                return Ok(RunOutcome::Interrupted);
-            }
-            state.just_compacted = true;
-            if reentries >= MAX_REENTRIES {
-                return Ok(RunOutcome::Completed {
-                    steps: state.persisted,
-                });
-            }
-            // The model stopped with a full context; let it carry on from the summary.
-            reentries += 1;
+        let last = match self.run_pass(&mut history, max_steps, &mut state).await? {
+            PassEnd::Outcome(outcome) => return Ok(outcome),
+            PassEnd::Final(last) => last,
+        };
+        // The safety net: a final step over the threshold is summarised so that the next
+        // message has room. The run ends there (see `next_step`): the summary is not a
+        // request, and calling the model on it would answer the same message twice.
+        if self.over_threshold(&last)
+            && let Compacted::Interrupted = self.compact(&mut history).await?
+        {
+            return Ok(RunOutcome::Interrupted);
         }
+        Ok(RunOutcome::Completed {
+            steps: state.persisted,
+        })
     }
 
     /// Up to `max_steps` steps: returns the facts of the final step, or how the run ended.
@@ -330,8 +321,6 @@ impl Runner {
         state: &mut PassState,
     ) -> Result<PassEnd, RunError> {
         let mut last = StepFacts::default();
-        // `max_steps` bounds the whole run: a pass re-entered after a compaction continues
-        // the count instead of starting a new one.
         while state.next_index < max_steps {
             let step_index = state.next_index;
             state.next_index += 1;
@@ -435,16 +424,18 @@ impl Runner {
                 }
                 return Ok(PassEnd::Outcome(RunOutcome::PendingToolCalls(plan.pending)));
             }
-            let wants_tools = !plan.local.is_empty();
             // A paused turn (Anthropic `pause_turn`: the provider's own tools ran long) is
             // not the end of the reply: the next step carries it on. It goes back as the
             // last message, so nothing (no compaction) may come between.
-            self.paused_turn = !wants_tools && acc.finish_reason == Some(FinishReason::PauseTurn);
-            if self.paused_turn {
-                continue;
-            }
-            if !(wants_tools && acc.finish_reason == Some(FinishReason::ToolCalls)) {
-                return Ok(PassEnd::Final(last));
+            let next = next_step(
+                Some(acc.finish_reason.unwrap_or_default()),
+                !finished.is_empty(),
+            );
+            self.paused_turn = next == NextStep::CarryOn;
+            match next {
+                NextStep::CarryOn => continue,
+                NextStep::End => return Ok(PassEnd::Final(last)),
+                NextStep::Call => {}
             }
             self.leave_chain_mode(history).await;
             if over {
@@ -662,7 +653,7 @@ struct StepFacts {
     limit: Option<u64>,
 }
 
-/// Progress of a run across its passes (a pass re-enters after compaction).
+/// Progress of a run: its steps, and whether the last thing it did was compact.
 #[derive(Debug, Default)]
 struct PassState {
     next_index: usize,

@@ -1,4 +1,4 @@
-//! Context compaction in the loop: each trigger, re-entry, overflow, and interrupts.
+//! Context compaction in the loop: each trigger, the end of a run, overflow, and interrupts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -150,26 +150,45 @@ async fn below_the_threshold_or_without_a_limit_nothing_is_compacted() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_final_step_is_compacted_by_the_safety_net_and_the_loop_continues() {
+async fn a_final_reply_over_the_threshold_is_summarised_and_the_run_ends() {
     let model = ScriptedModel::new(vec![
-        reply_text("part one", 85),
+        reply_text("the answer", 85),
         summary("SUM-1"),
-        reply_text("part two", 15),
+        reply_text("an answer to the summary", 15),
     ]);
     let hooks = Arc::new(RecordingHooks::default());
     let (options, persister) = compacting(model.clone(), hooks.clone());
 
     let outcome = run(options, Cancel::new()).await.unwrap();
 
-    assert_eq!(outcome, RunOutcome::Completed { steps: 2 });
+    // The summary is not a message to answer: the reply the user asked for is the only one.
+    assert_eq!(outcome, RunOutcome::Completed { steps: 1 });
     let calls = model.calls();
-    assert_eq!(calls.len(), 3);
+    assert_eq!(calls.len(), 2);
     assert!(is_summary_request(&calls[1]));
-    assert!(starts_from_summary(&calls[2], "SUM-1"));
     assert_eq!(hooks.summaries().len(), 1);
-    let steps = persister.steps();
-    assert_eq!(steps.len(), 2);
-    assert_eq!(steps[1].step_index, 1);
+    assert_eq!(persister.steps().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_cut_at_its_output_limit_over_the_threshold_also_ends_the_run() {
+    let cut = Reply::Stream(
+        [
+            text("t", "half an ans"),
+            vec![finish_using(FinishReason::Length, 85)],
+        ]
+        .concat(),
+        Ending::Done,
+    );
+    let model = ScriptedModel::new(vec![cut, summary("SUM-1"), reply_text("more", 15)]);
+    let hooks = Arc::new(RecordingHooks::default());
+    let (options, _) = compacting(model.clone(), hooks.clone());
+
+    let outcome = run(options, Cancel::new()).await.unwrap();
+
+    // As without a compaction: a cut reply is the run's last step.
+    assert_eq!(outcome, RunOutcome::Completed { steps: 1 });
+    assert_eq!(model.calls().len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -261,44 +280,21 @@ async fn a_second_overflow_after_compacting_fails_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn re_entry_after_compaction_is_capped_at_three() {
-    let mut replies = Vec::new();
-    for pass in 0..5 {
-        replies.push(reply_tool(&format!("c{pass}"), "read_file", 10));
-        replies.push(reply_text("stopping with a full context", 90));
-        replies.push(summary(&format!("SUM-{pass}")));
-    }
-    let model = ScriptedModel::new(replies);
-    let hooks = Arc::new(RecordingHooks::default());
-    let (mut options, persister) = compacting(model.clone(), hooks.clone());
-    options.max_steps = 20;
-
-    let outcome = run(options, Cancel::new()).await.unwrap();
-
-    // The first pass and three re-entries, each compacting on its final step.
-    assert_eq!(outcome, RunOutcome::Completed { steps: 8 });
-    assert_eq!(hooks.summaries().len(), 4);
-    assert_eq!(model.calls().len(), 12);
-    let indexes: Vec<usize> = persister.steps().iter().map(|s| s.step_index).collect();
-    assert_eq!(indexes, (0..8).collect::<Vec<_>>());
-}
-
-#[tokio::test(start_paused = true)]
 async fn max_steps_bounds_the_whole_run_across_compactions() {
-    let mut replies = Vec::new();
-    for pass in 0..3 {
-        replies.push(reply_tool(&format!("c{pass}"), "read_file", 10));
-        replies.push(reply_text("stopping with a full context", 90));
-        replies.push(summary(&format!("SUM-{pass}")));
-    }
-    let model = ScriptedModel::new(replies);
+    let model = ScriptedModel::new(vec![
+        reply_tool("c0", "read_file", 90),
+        summary("SUM-0"),
+        reply_tool("c1", "read_file", 10),
+        reply_tool("c2", "read_file", 10),
+        reply_text("never asked", 10),
+    ]);
     let hooks = Arc::new(RecordingHooks::default());
     let (mut options, persister) = compacting(model.clone(), hooks.clone());
     options.max_steps = 3;
 
     let outcome = run(options, Cancel::new()).await.unwrap();
 
-    // Two steps, a summary, and one step of the re-entry: three steps in all.
+    // A step, a summary, and two steps after it: three steps in all.
     assert_eq!(outcome, RunOutcome::Completed { steps: 3 });
     assert_eq!(model.calls().len(), 4);
     let indexes: Vec<usize> = persister.steps().iter().map(|s| s.step_index).collect();

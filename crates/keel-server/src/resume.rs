@@ -4,8 +4,8 @@
 //! tool calls of the step, which the loop resumes with its recovery plans: the final reply
 //! then contains what was streamed before the crash exactly once.
 
-use keel_agent::StreamSnapshot;
 use keel_agent::recovery::{CapturedCall, CapturedReasoning, args_are_json};
+use keel_agent::{NextStep, StreamSnapshot, next_step};
 use keel_core::PendingToolCall;
 use keel_core::{FinishReason, Part, PartKind, Role};
 use serde_json::Value;
@@ -182,23 +182,22 @@ pub(crate) fn last_step(recent: &[Committed<'_>], client_tools: &[String]) -> La
             _ => None,
         })
         .collect();
-    let calls_tools = assistant.iter().any(|p| {
-        matches!(
-            p.kind,
-            PartKind::ToolCall {
-                provider_executed: false,
-                ..
-            }
-        )
+    let answered_client_call = assistant.iter().any(|part| {
+        matches!(&part.kind, PartKind::ToolCall { tool_call_id, tool_name, provider_executed: false, .. }
+            if client_tools.contains(tool_name) && answered(tool_call_id))
     });
     if !unhanded.is_empty() {
-        LastStep::Unhanded(unhanded)
-    } else if results.is_empty() && finish == Some(FinishReason::PauseTurn) {
-        LastStep::Paused
-    } else if results.is_empty() && !calls_tools {
-        LastStep::Final
-    } else {
-        LastStep::Continue
+        return LastStep::Unhanded(unhanded);
+    }
+    if answered_client_call {
+        // The client answered its calls: those answers go to the model, whatever the
+        // provider said the step finished with (the loop hands client calls over on any).
+        return LastStep::Continue;
+    }
+    match next_step(finish, !results.is_empty()) {
+        NextStep::Call => LastStep::Continue,
+        NextStep::CarryOn => LastStep::Paused,
+        NextStep::End => LastStep::Final,
     }
 }
 
@@ -396,6 +395,15 @@ mod tests {
             (Role::Tool, &result[..], None),
         ];
         assert_eq!(last_step(&step, &tools), LastStep::Continue);
+        // Local results with the model saying it is done (or cut at its output limit): the
+        // loop ended the run after this step, and so does a takeover.
+        for finish in [FinishReason::Stop, FinishReason::Length] {
+            let step = [
+                (Role::Assistant, &call[..], Some(finish)),
+                (Role::Tool, &result[..], None),
+            ];
+            assert_eq!(last_step(&step, &tools), LastStep::Final, "{finish:?}");
+        }
     }
 
     #[test]

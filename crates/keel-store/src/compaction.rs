@@ -3,11 +3,14 @@
 //! A summary message is a boundary: the model starts from the summary (as a user message
 //! with [`keel_core::SUMMARY_PREFIX`]) and sees only what was committed after it. User
 //! messages that were still unanswered when the summary was written are carried over
-//! verbatim, so a compaction never swallows the task the model has yet to start. Notices
+//! verbatim, so a compaction never swallows the task the model has yet to start; so is a
+//! step waiting for client-side results, so that the results answer a call the model was
+//! sent. Notices
 //! that a compaction happened are for people and never reach the model.
 
-use keel_core::{Message, Role};
+use keel_core::{Message, Part, Role};
 
+use crate::orphans::open_calls_at_end;
 use crate::types::{MessageKind, StoredMessage};
 
 /// The messages a prompt is built from, in order, before orphan repair.
@@ -21,13 +24,15 @@ pub fn prompt_messages(stored: &[StoredMessage]) -> Vec<Message> {
             .collect();
     };
     let before = &stored[..boundary];
-    let answered_up_to = before
-        .iter()
-        .rposition(|m| m.kind == MessageKind::Normal && m.role != Role::User)
-        .map_or(0, |i| i + 1);
+    let carried_from = waiting_step(before).unwrap_or_else(|| {
+        before
+            .iter()
+            .rposition(|m| m.kind == MessageKind::Normal && m.role != Role::User)
+            .map_or(0, |i| i + 1)
+    });
     let mut prompt = vec![Message::summary(&stored[boundary].to_message().text())];
     prompt.extend(
-        before[answered_up_to..]
+        before[carried_from..]
             .iter()
             .filter(normal)
             .map(StoredMessage::to_message),
@@ -41,10 +46,30 @@ pub fn prompt_messages(stored: &[StoredMessage]) -> Vec<Message> {
     prompt
 }
 
+/// Where the step that ends `before` starts, when it waits for client-side results: the
+/// results come after the boundary, and a provider (and the orphan repair) drops a result
+/// whose call it was not sent, so the calling message stays in the prompt.
+fn waiting_step(before: &[StoredMessage]) -> Option<usize> {
+    let normal: Vec<(usize, &StoredMessage)> = before
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.kind == MessageKind::Normal)
+        .collect();
+    let tail = &normal[normal.len().saturating_sub(2)..];
+    let recent: Vec<(Role, &[Part])> = tail.iter().map(|(_, m)| (m.role, &m.parts[..])).collect();
+    if open_calls_at_end(&recent).is_empty() {
+        return None;
+    }
+    tail.iter()
+        .rev()
+        .find(|(_, m)| m.role == Role::Assistant)
+        .map(|(i, _)| *i)
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::Utc;
-    use keel_core::{Part, SUMMARY_PREFIX};
+    use keel_core::SUMMARY_PREFIX;
     use uuid::Uuid;
 
     use super::*;
@@ -119,5 +144,35 @@ mod tests {
                 "and this".into()
             ]
         );
+    }
+
+    #[test]
+    fn a_step_waiting_for_client_results_is_carried_over_with_its_call() {
+        let mut calling = stored(2, Role::Assistant, "asking", MessageKind::Normal);
+        calling
+            .parts
+            .push(Part::tool_call("c1", "get_weather", "{}", false));
+        let mut results = stored(5, Role::Tool, "", MessageKind::Normal);
+        results.parts = vec![Part::tool_result(
+            "c1",
+            "get_weather",
+            serde_json::json!("sunny"),
+            false,
+            false,
+        )];
+        let history = [
+            stored(1, Role::User, "weather?", MessageKind::Normal),
+            calling,
+            stored(3, Role::Assistant, "S", MessageKind::Summary),
+            stored(4, Role::System, "notice", MessageKind::CompactionNotice),
+            results,
+        ];
+        let prompt = crate::repair_orphans(prompt_messages(&history));
+        let roles: Vec<Role> = prompt.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool]);
+        assert!(prompt[2].parts.iter().any(|p| matches!(
+            &p.kind,
+            keel_core::PartKind::ToolResult { tool_call_id, .. } if tool_call_id == "c1"
+        )));
     }
 }

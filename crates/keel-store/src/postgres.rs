@@ -158,10 +158,9 @@ impl PgBackend {
         let sender = self
             .remote
             .get_or_try_init(|| async {
-                let mut listener = PgListener::connect_with(&self.pool).await?;
-                listener.listen(NOTICE_CHANNEL).await?;
+                let listener = listen(&self.pool).await?;
                 let (sender, _) = broadcast::channel(REMOTE_BUFFER);
-                tokio::spawn(relay_notices(listener, sender.clone()));
+                tokio::spawn(relay_notices(self.pool.clone(), listener, sender.clone()));
                 Ok::<_, crate::error::StoreError>(sender)
             })
             .await?;
@@ -169,10 +168,24 @@ impl PgBackend {
     }
 }
 
+/// A listener connected and listening to [`NOTICE_CHANNEL`].
+async fn listen(pool: &PgPool) -> std::result::Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(NOTICE_CHANNEL).await?;
+    Ok(listener)
+}
+
 /// Forwards `LISTEN` notifications to the process's subscribers for as long as the process
-/// runs. `PgListener` reconnects by itself after a lost connection; notices sent meanwhile
-/// are lost, so subscribers are told to read again ([`RemoteNotice::Missed`]).
-async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<RemoteNotice>) {
+/// runs. Notices sent while the connection is down are lost, so every re-opened
+/// connection is followed by [`RemoteNotice::Missed`] (subscribers read again):
+/// `PgListener` re-opens a lost connection by itself and says so (`Ok(None)`); after any
+/// error the relay opens a new listener of its own rather than leave the re-opening to the
+/// next receive, which would re-open it without a word.
+async fn relay_notices(
+    pool: PgPool,
+    mut listener: PgListener,
+    sender: broadcast::Sender<RemoteNotice>,
+) {
     loop {
         // No subscriber at the moment is fine: the next one starts from now.
         match listener.try_recv().await {
@@ -181,22 +194,27 @@ async fn relay_notices(mut listener: PgListener, sender: broadcast::Sender<Remot
                     let _ = sender.send(RemoteNotice::Changed(notice));
                 }
             }
-            // The connection was lost; the next call reconnects and listens again.
+            // The connection was lost and is listening again.
             Ok(None) => {
                 tracing::info!("the LISTEN connection was lost; subscribers resynchronise");
                 let _ = sender.send(RemoteNotice::Missed);
             }
             Err(error) => {
-                tracing::warn!(%error, "listening for other replicas' changes failed; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                // Notices may have been lost whatever failed (a reconnect that failed is
-                // retried inside the next receive, which would then say nothing): listen
-                // again first, then have subscribers read again, so that nothing sent after
-                // their read is lost. A failed attempt is retried on the next turn.
-                if listener.listen(NOTICE_CHANNEL).await.is_ok() {
-                    let _ = sender.send(RemoteNotice::Missed);
-                }
+                tracing::warn!(%error, "listening for other replicas' changes failed; listening anew");
+                listener = listen_anew(&pool).await;
+                let _ = sender.send(RemoteNotice::Missed);
             }
+        }
+    }
+}
+
+/// A new listener, retried every second until it listens.
+async fn listen_anew(pool: &PgPool) -> PgListener {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        match listen(pool).await {
+            Ok(listener) => return listener,
+            Err(error) => tracing::debug!(%error, "listening again failed; retrying"),
         }
     }
 }

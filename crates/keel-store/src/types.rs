@@ -313,15 +313,43 @@ impl RunStart {
     /// The last `n` messages clients see (no summaries), oldest first: the end of the
     /// history [`crate::Store::recent_messages`] lists.
     pub fn recent(&self, n: usize) -> Vec<&StoredMessage> {
-        let mut recent: Vec<&StoredMessage> = self
+        self.last_where(n, |m| m.kind != MessageKind::Summary)
+    }
+
+    /// The last `n` messages of the conversation itself, oldest first: no summaries and no
+    /// compaction notices, so that a run taking over after a compaction sees the step the
+    /// summary followed.
+    pub fn conversation_end(&self, n: usize) -> Vec<&StoredMessage> {
+        self.last_where(n, |m| m.kind == MessageKind::Normal)
+    }
+
+    /// Whether this run takes the chat over from an owner that stopped without ending its
+    /// run (it died, lost its lease, or gave the chat back): taking it skipped the numbers
+    /// that owner may have sent clients without logging ([`crate::RECOVERY_SEQ_GAP`]), and
+    /// nothing but transitions was numbered since. Such clients hold parts no store has, so
+    /// the new run's first event voids them. A run started afresh, or on the queue head by
+    /// the same owner, numbers right after what is stored.
+    pub fn taken_over(&self) -> bool {
+        let last_stored = self
+            .log
+            .iter()
+            .map(|e| e.seq)
+            .chain(self.history.iter().map(|m| m.event_seq))
+            .max()
+            .unwrap_or(0);
+        self.chat.event_seq.saturating_sub(last_stored) >= crate::RECOVERY_SEQ_GAP
+    }
+
+    fn last_where(&self, n: usize, keep: impl Fn(&StoredMessage) -> bool) -> Vec<&StoredMessage> {
+        let mut last: Vec<&StoredMessage> = self
             .history
             .iter()
             .rev()
-            .filter(|m| m.kind != MessageKind::Summary)
+            .filter(|m| keep(m))
             .take(n)
             .collect();
-        recent.reverse();
-        recent
+        last.reverse();
+        last
     }
 
     /// The prompt the history makes: from the latest summary on, orphans repaired, and the

@@ -13,8 +13,8 @@ use sqlx::migrate::Migrator;
 
 /// Every migration file that shipped, with its SHA-256. A released file is never edited:
 /// a database that applied it would not get the change (and sqlx refuses to start on a
-/// changed checksum). A schema change is a new file with the next number, recorded here
-/// when it ships.
+/// changed checksum), and a renumbered one no longer matches the version databases
+/// recorded when they applied it. A schema change is a new file with the next number, recorded here when it ships.
 const SHIPPED: &[(&str, &str)] = &[
     (
         "postgres/0001_initial.sql",
@@ -25,12 +25,56 @@ const SHIPPED: &[(&str, &str)] = &[
         "b4e720ffbbce29765a043bd77a742d774e962d467b39e31e81ac95c5481933d0",
     ),
     (
+        "postgres/0003_chat_aliases.sql",
+        "989620ebb14797694f8261e39d8a33223683e3e675534e12bfcb9fa46171e43f",
+    ),
+    (
+        "postgres/0004_finish_reason.sql",
+        "65c9437c916c5ec7efceedeab74b48208cbec82e83b082c5033fef8542bdc3f5",
+    ),
+    (
+        "postgres/0005_last_error_source.sql",
+        "9e145ce635e0f1667cf60311be55dfe2ec255862a585afe10712c2d3bcbca996",
+    ),
+    (
+        "postgres/0006_branches.sql",
+        "77bab0a4bb8460a34419994fcc1d95e2d07a8e10bb0678dc734fb3be2bcf790c",
+    ),
+    (
+        "postgres/0007_live_parts_last_seq.sql",
+        "b8974a4d1facb7605e1c7d5b9bcb0a85913237693ee80c0702dc1870ed254c98",
+    ),
+    (
+        "postgres/0008_live_parts_unchecked_chat.sql",
+        "c097f9b30e1e8b5ad47b3d90b7acb480ca81475b1b59dcafcf57018ce9d1793d",
+    ),
+    (
         "sqlite/0001_initial.sql",
         "2ea8aa720d893a6e224236a93ef0df0d4ffe1f5fcc98f8ee3b13ba6ab903fef2",
     ),
     (
         "sqlite/0002_compaction.sql",
         "b4e720ffbbce29765a043bd77a742d774e962d467b39e31e81ac95c5481933d0",
+    ),
+    (
+        "sqlite/0003_chat_aliases.sql",
+        "989620ebb14797694f8261e39d8a33223683e3e675534e12bfcb9fa46171e43f",
+    ),
+    (
+        "sqlite/0004_finish_reason.sql",
+        "65c9437c916c5ec7efceedeab74b48208cbec82e83b082c5033fef8542bdc3f5",
+    ),
+    (
+        "sqlite/0005_last_error_source.sql",
+        "9e145ce635e0f1667cf60311be55dfe2ec255862a585afe10712c2d3bcbca996",
+    ),
+    (
+        "sqlite/0006_branches.sql",
+        "3230c4322d4af4897d3788d16b68ab909fc2b93cc259b07a719b00ee9d3df135",
+    ),
+    (
+        "sqlite/0007_live_parts_appended.sql",
+        "0f607add69a71d1be00074f514736bd848ec0fc6cf6b448c4c5ccf17cf3eb8a3",
     ),
 ];
 

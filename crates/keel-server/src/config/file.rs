@@ -191,7 +191,8 @@ pub struct ServerConfig {
     pub sse_max_total: usize,
     /// A connection that does not finish sending a request's headers within this is
     /// closed (also bounds how long an idle kept-alive connection is held); a request
-    /// whose body pauses this long fails with `400`.
+    /// whose body pauses this long, or has not arrived whole this long after its headers,
+    /// fails with `400`.
     pub header_read_timeout_ms: u64,
     /// Requests being handled at once; beyond it a request is answered `503` at once.
     /// A live event stream counts only until its headers are sent.

@@ -6,8 +6,9 @@
 //!   next request's headers are awaited the same way — so slow-header clients cannot hold
 //!   connections open. `axum::serve` gives hyper no timer, so without this loop the timeout
 //!   would not run at all.
-//! * **Body reads**: the same timeout bounds the wait for each piece of a request's body,
-//!   so a client that sends headers and then stalls cannot hold a request in flight.
+//! * **Body reads**: the same timeout bounds the wait for each piece of a request's body
+//!   and for the whole body, so a client that sends headers and then stalls, or trickles
+//!   its body in, cannot hold a request in flight.
 //! * **Requests in flight** (`[server] max_requests_in_flight`): tower's global concurrency
 //!   limit behind a load shedder, so a request beyond the limit is answered `503` at once
 //!   instead of queueing without bound. A live event stream holds its place only until its
@@ -19,12 +20,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::BoxError;
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, BodyDataStream, Bytes};
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -39,15 +42,39 @@ use tower_http::timeout::TimeoutBody;
 use crate::api::error::{ApiError, Code};
 use crate::metrics::Metrics;
 
-/// Bounds the wait for each piece of a request's body; a stalled body fails to read, which
-/// the extractors answer with `400`.
+/// Bounds the wait for each piece of a request's body, and for the whole of it: a body that
+/// stalls, or trickles in (a byte now and then, each in time), fails to read once `timeout`
+/// is over, which the extractors answer with `400`, so no client holds a request in flight
+/// for longer.
 pub(crate) async fn body_timeout(
     State(timeout): State<Duration>,
     request: Request,
     next: Next,
 ) -> Response {
-    next.run(request.map(|body| Body::new(TimeoutBody::new(timeout, body))))
-        .await
+    let deadline = tokio::time::Instant::now() + timeout;
+    next.run(request.map(|body| {
+        let paced = Body::new(TimeoutBody::new(timeout, body));
+        Body::from_stream(whole_by(deadline, paced.into_data_stream()))
+    }))
+    .await
+}
+
+/// The request body's data, or an error once `deadline` passes before its end.
+fn whole_by(
+    deadline: tokio::time::Instant,
+    body: BodyDataStream,
+) -> impl Stream<Item = Result<Bytes, BoxError>> {
+    futures::stream::unfold(Some(body), move |body| async move {
+        let mut body = body?;
+        tokio::select! {
+            // What has arrived is read before the deadline is looked at.
+            biased;
+            item = body.next() => item.map(|data| (data.map_err(BoxError::from), Some(body))),
+            () = tokio::time::sleep_until(deadline) => {
+                Some((Err(BoxError::from("the request body did not arrive in time")), None))
+            }
+        }
+    })
 }
 
 /// `router` with the limit on requests in flight: beyond `max`, `503` at once.
@@ -137,4 +164,55 @@ pub(crate) async fn serve(
         tracing::warn!("connections still open after the shutdown grace period; leaving them");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::body::{Body, Bytes};
+    use futures::StreamExt;
+
+    use super::whole_by;
+
+    /// A body sending one byte every `every`, `bytes` times.
+    fn trickle(every: Duration, bytes: usize) -> Body {
+        Body::from_stream(futures::stream::iter(0..bytes).then(move |_| async move {
+            tokio::time::sleep(every).await;
+            Ok::<_, std::io::Error>(Bytes::from_static(b"x"))
+        }))
+    }
+
+    async fn read(body: Body, within: Duration) -> Result<usize, String> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut stream = std::pin::pin!(whole_by(deadline, body.into_data_stream()));
+        let mut read = 0;
+        while let Some(data) = stream.next().await {
+            read += data.map_err(|e| e.to_string())?.len();
+        }
+        Ok(read)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_trickled_in_is_given_up_on_at_the_deadline() {
+        // Each byte comes well within any per-piece timeout; the whole never would.
+        let error = read(
+            trickle(Duration::from_secs(29), 1000),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_err();
+        assert!(error.contains("did not arrive in time"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_arrives_whole_in_time_is_read() {
+        let read = read(
+            trickle(Duration::from_millis(10), 50),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        assert_eq!(read, 50);
+    }
 }

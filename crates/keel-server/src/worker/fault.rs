@@ -45,6 +45,8 @@ pub(crate) enum AbortPoint {
     StepCommitted,
     /// A compaction summary streamed completely into the live-part log and was not committed.
     SummaryLogged,
+    /// A compaction summary was committed and the run not yet ended.
+    SummaryCommitted,
 }
 
 impl AbortPoint {
@@ -52,6 +54,7 @@ impl AbortPoint {
         match self {
             Self::StepCommitted => "step_committed",
             Self::SummaryLogged => "summary_logged",
+            Self::SummaryCommitted => "summary_committed",
         }
     }
 }

@@ -122,7 +122,11 @@ async fn run_once(
         shared.log.clone(),
     );
 
-    if summary_log {
+    // A run taking over a chat begins by voiding what clients were sent of the step in
+    // progress: the previous owner may have sent parts it never logged (a client resuming
+    // from one of them would get the new text after the old), and a summary's log is not
+    // a reply. The reset is numbered above every number that owner may have given out.
+    if summary_log || start.taken_over() {
         keel_agent::EventSink::publish(sink.as_ref(), keel_agent::LiveEvent::StreamReset);
     }
     if chat.status == ChatStatus::Interrupting {
@@ -131,14 +135,14 @@ async fn run_once(
     // The end of the committed history decides what a run with nothing to resume from its
     // log does, and whether a running chat carries on a stopped reply (log or not: a
     // continuation may have been cut by a crash).
-    let recent = start.recent(2);
-    let stopped = stopped_reply_at_end(chat, &recent);
-    // A stopped reply to carry on is not a final one: the model is called. After a summary
-    // of the final reply, calling the model would answer that reply again.
+    let stopped = stopped_reply_at_end(chat, &start.recent(2));
+    // A stopped reply to carry on is not a final one: the model is called. Otherwise the
+    // step a summary followed decides (`keel_agent::next_step`, the loop's own rule): after
+    // a summary of the final reply, calling the model would answer that reply again.
     let last = if stopped.is_some() {
         LastStep::Continue
     } else if from_log.is_none() && !chat.compact_requested {
-        last_committed_step(chat, &recent)
+        last_committed_step(chat, &start.conversation_end(2))
     } else {
         LastStep::Continue
     };

@@ -111,9 +111,13 @@ impl LiveSink {
         self.log.flush(self.run).await?;
         #[cfg(debug_assertions)]
         super::fault::abort_at(super::fault::AbortPoint::SummaryLogged);
-        self.store
+        let ids = self
+            .store
             .commit_summary(&current(&self.lease), summary)
-            .await
+            .await?;
+        #[cfg(debug_assertions)]
+        super::fault::abort_at(super::fault::AbortPoint::SummaryCommitted);
+        Ok(ids)
     }
 
     /// The run ended: writes what it published last (before its chat is released, while

@@ -7,6 +7,13 @@ use crate::harness::*;
 
 const NOTICE: &str = "The conversation so far was summarised";
 
+fn roles(messages: &[serde_json::Value]) -> Vec<&str> {
+    messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect()
+}
+
 fn notices(messages: &[serde_json::Value]) -> usize {
     messages
         .iter()
@@ -14,30 +21,31 @@ fn notices(messages: &[serde_json::Value]) -> usize {
         .count()
 }
 
+/// A chat whose first reply, "first answer", reports a nearly full context: the demo
+/// model's context is 128000 tokens, and 120000 is over the 0.8 threshold.
+async fn answered_over_the_threshold(client: &Client, daemon: &Daemon) -> String {
+    let script = json!({"text": "first answer", "rate": 0.0, "usage": {"input_tokens": 120000}});
+    client
+        .create_chat(daemon, json!({"text": format!("go\n#mock {script}")}))
+        .await
+}
+
 #[tokio::test]
-async fn a_nearly_full_context_is_compacted_and_the_chat_carries_on() {
+async fn a_final_reply_over_the_threshold_is_compacted_and_answered_once() {
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}/keel.db", dir.path().display());
     let daemon = Daemon::start(dir.path(), &database, "");
     let client = Client::new();
-    // The demo model's context is 128000 tokens; 120000 is over the 0.8 threshold.
-    let script = json!({"text": "first answer", "rate": 0.0, "usage": {"input_tokens": 120000}});
-    let id = client
-        .create_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
-        .await;
+    let id = answered_over_the_threshold(&client, &daemon).await;
 
     let chat = client.wait_status(&daemon, &id, "waiting").await;
     assert!(chat["last_error"].is_null(), "{chat}");
     let messages = client.messages(&daemon, &id).await;
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
-    // The user's message and the first answer stay visible; then the notice, then the
-    // model carrying on from the summary. The summary itself is never listed.
+    // The user's message and its one answer stay visible, then the notice. The summary is
+    // never listed, and never answered as if the user had asked something.
     assert_eq!(
-        roles,
-        vec!["user", "assistant", "system", "assistant"],
+        roles(&messages),
+        ["user", "assistant", "system"],
         "{messages:?}"
     );
     assert_eq!(text_of(&messages[1]), "first answer");
@@ -45,14 +53,7 @@ async fn a_nearly_full_context_is_compacted_and_the_chat_carries_on() {
     assert!(
         messages
             .iter()
-            .filter(|m| m["role"] != "assistant")
-            .all(|m| !text_of(m).starts_with("Summary of the conversation so far:"))
-    );
-    // The answer after the boundary saw the summary as its last user message.
-    assert!(
-        text_of(&messages[3]).contains("Summary of the conversation so far:"),
-        "{}",
-        text_of(&messages[3])
+            .all(|m| !text_of(m).contains("Summary of the conversation so far:"))
     );
 }
 
@@ -97,4 +98,84 @@ async fn post_compact_summarises_an_idle_chat_and_refuses_a_busy_one() {
         )
         .await;
     assert_eq!(status, 404);
+}
+
+/// Starts a chat with `start` on a daemon that aborts (as `kill -9` would stop it) right
+/// after committing a summary, then a daemon on the same database that takes the chat over.
+async fn crashed_after_a_summary(
+    start: impl AsyncFnOnce(&Client, &Daemon) -> String,
+) -> (tempfile::TempDir, Daemon, Client, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let abort = ("KEEL_DEBUG_ABORT", "summary_committed");
+    let mut daemon = Daemon::start_with_env(dir.path(), &database, "", &[abort]);
+    let client = Client::new();
+    let id = start(&client, &daemon).await;
+    daemon.wait_exit().await;
+    let daemon = Daemon::start(dir.path(), &database, "");
+    (dir, daemon, client, id)
+}
+
+#[tokio::test]
+async fn a_crash_after_summarising_the_final_reply_never_answers_it_again() {
+    let (_dir, daemon, client, id) = crashed_after_a_summary(answered_over_the_threshold).await;
+    // The next owner finds the summary after the final reply: the run only ends.
+    client.wait_status(&daemon, &id, "waiting").await;
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(
+        roles(&messages),
+        ["user", "assistant", "system"],
+        "{messages:?}"
+    );
+}
+
+/// A chat offering `get_weather` whose first step calls it with a nearly full context: the
+/// history is summarised before the call is handed over.
+async fn weather_chat_compacted_before_handover(client: &Client, daemon: &Daemon) -> String {
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}],
+         "usage": {"input_tokens": 120000}}
+    ]});
+    client.create_chat(daemon, weather_chat_body(&script)).await
+}
+
+/// Answers the chat's one pending call with a clear sky and waits for the model's reply,
+/// which must read the result.
+async fn answer_the_weather_call(client: &Client, daemon: &Daemon, id: &str) {
+    let chat = client.wait_status(daemon, id, "requires_action").await;
+    let call_id = chat["pending_tool_calls"][0]["tool_call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, body) = client
+        .post(
+            &daemon.api(&format!("/chats/{id}/tool-results")),
+            json!({"results": [{"tool_call_id": call_id, "result": {"sky": "clear"}}]}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    client.wait_status(daemon, id, "waiting").await;
+    let messages = client.messages(daemon, id).await;
+    assert_eq!(notices(&messages), 1, "{messages:?}");
+    let reply = text_of(messages.last().unwrap());
+    // The demo model reports the results it was sent after its call.
+    assert!(
+        reply.contains("get_weather returned") && reply.contains("clear"),
+        "the model never saw the client's result: {messages:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_call_handed_over_after_a_compaction_gets_its_result_answered() {
+    let (_dir, daemon) = demo_daemon();
+    let client = Client::new();
+    let id = weather_chat_compacted_before_handover(&client, &daemon).await;
+    answer_the_weather_call(&client, &daemon, &id).await;
+}
+
+#[tokio::test]
+async fn a_crash_after_summarising_before_the_handover_still_hands_the_call_over() {
+    let (_dir, daemon, client, id) =
+        crashed_after_a_summary(weather_chat_compacted_before_handover).await;
+    answer_the_weather_call(&client, &daemon, &id).await;
 }

@@ -512,3 +512,39 @@ async fn a_follower_of_the_run_reads_nothing_for_its_step_commit() {
     // step's message comes as the run's frame.
     assert!(reads <= 2, "{reads} reads");
 }
+
+#[tokio::test]
+async fn a_takeover_voids_the_parts_a_dead_owner_sent_but_never_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    // The owner's log writes wait for ever: every part it sends is live only.
+    let never_logged = ("KEEL_DEBUG_LOG_PAUSE_MS", "600000");
+    let mut daemon = Daemon::start_with_env(dir.path(), &database, "", &[never_logged]);
+    let client = Client::new();
+    let reply = words(40);
+    let (id, mut events, mut transcript) = client.streaming_chat(&daemon, &reply, 40.0, 5).await;
+    assert!(!transcript.live_text.is_empty());
+    daemon.kill();
+    drop(events);
+
+    // The client resumes from the last part it saw, which no store holds: the new owner
+    // starts the step over, and the client must never show its text after the old.
+    let daemon = Daemon::start(dir.path(), &database, "");
+    events = client
+        .events(&daemon, &id, transcript.last_id.as_deref())
+        .await;
+    while let Some(event) = events.next().await {
+        transcript.apply(&event);
+        assert!(
+            reply.starts_with(&transcript.live_text),
+            "the client shows {:?}, not a part of {reply:?}",
+            transcript.live_text
+        );
+        if event.event == "status" && transcript.status.as_deref() == Some("waiting") {
+            break;
+        }
+    }
+    assert!(transcript.resets >= 1);
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(text_of(messages.last().unwrap()), reply);
+}

@@ -386,16 +386,7 @@ impl Client {
             {"tool_calls": [{"name": "get_weather", "args": {"city": "Oslo"}}]},
             {"text": then}
         ]});
-        let id = self
-            .create_chat(
-                daemon,
-                json!({
-                    "text": format!("weather?\n#mock {script}"),
-                    "tools": [{"name": "get_weather", "description": "Weather by city",
-                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
-                }),
-            )
-            .await;
+        let id = self.create_chat(daemon, weather_chat_body(&script)).await;
         self.wait_status(daemon, &id, "requires_action").await;
         id
     }
@@ -661,6 +652,16 @@ pub fn text_of(message: &Value) -> String {
         .filter(|p| p["type"] == "text")
         .filter_map(|p| p["text"].as_str())
         .collect()
+}
+
+/// The body creating a chat that offers the client-side tool `get_weather` and scripts
+/// the demo model with `script`.
+pub fn weather_chat_body(script: &Value) -> Value {
+    json!({
+        "text": format!("weather?\n#mock {script}"),
+        "tools": [{"name": "get_weather", "description": "Weather by city",
+                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    })
 }
 
 /// A user message scripting the demo model's reply.

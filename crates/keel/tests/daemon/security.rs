@@ -425,6 +425,33 @@ async fn a_client_that_sends_its_headers_or_body_too_slowly_is_cut_off() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert_eq!(chat_count(&daemon).await, 0);
+
+    // A body trickled in, each byte well within the timeout, is given up on as a whole.
+    let mut trickled = TcpStream::connect(("127.0.0.1", daemon.port()))
+        .await
+        .unwrap();
+    trickled.write_all(head.as_bytes()).await.unwrap();
+    let (mut reader, mut writer) = trickled.split();
+    let trickle = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if writer.write_all(b" ").await.is_err() {
+                break;
+            }
+        }
+    };
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(WAIT, async {
+        tokio::select! {
+            read = reader.read_to_end(&mut answer) => read,
+            () = trickle => Ok(0),
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the trickled body was waited for without end");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(chat_count(&daemon).await, 0);
 }
 
 #[tokio::test]

@@ -146,8 +146,8 @@ pub fn text_of(message: &Value) -> String {
 pub struct TurnView<'a> {
     pub text: String,
     pub answers: Vec<&'a Value>,
-    /// A compaction happened during the turn: the run may carry on from the summary after
-    /// its reply, with one more reply.
+    /// A compaction happened during the turn (it never adds a reply: a run ends after
+    /// summarising its final reply).
     pub compacted: bool,
 }
 
@@ -240,11 +240,6 @@ pub fn check_turn(
                 ensure!(turn.exposed, "no assistant reply to {:?}", turn.text);
                 return Ok(());
             };
-            if view.compacted
-                && assistant().any(|m| m["interrupted"] != true && is_reply(&text_of(m), expected))
-            {
-                return Ok(());
-            }
             let text = text_of(reply);
             if reply["interrupted"] == true {
                 ensure!(
@@ -384,14 +379,19 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_may_be_followed_by_one_from_the_summary_only_in_a_compacted_turn() {
+    fn a_reply_answered_again_from_the_summary_fails_the_turn() {
         let turn = Turn::new("x", Expect::Reply("one two".into()));
         let reply = message(2, "assistant", "one two");
         let carry_on = message(4, "assistant", &format!("{SUMMARY_PREFIX}\n\nearlier"));
         let mut compacted = view(&[&reply, &carry_on]);
         assert!(check_turn(&turn, &compacted, &[], true, "waiting", false).is_err());
         compacted.compacted = true;
-        assert!(check_turn(&turn, &compacted, &[], true, "waiting", false).is_ok());
+        assert!(check_turn(&turn, &compacted, &[], true, "waiting", false).is_err());
+        let answered_once = TurnView {
+            compacted: true,
+            ..view(&[&reply])
+        };
+        assert!(check_turn(&turn, &answered_once, &[], true, "waiting", false).is_ok());
         let only_carry_on = TurnView {
             compacted: true,
             ..view(&[&carry_on])
