@@ -22,6 +22,8 @@ pub struct StreamedCall {
     pub tool_name: String,
     pub args: String,
     pub provider_executed: bool,
+    /// Opaque provider data that goes back with the call (a Gemini thought signature).
+    pub metadata: Option<Value>,
     /// The complete call arrived (not only argument deltas).
     pub complete: bool,
     pub emitted_at: DateTime<Utc>,
@@ -198,6 +200,13 @@ impl StepAccumulator {
                     });
                 }
             }
+            StreamEvent::ToolCallMetadata { id, metadata } => {
+                if let Some(&index) = self.open_calls.get(&id)
+                    && let Some(Block::ToolCall(call)) = self.blocks.get_mut(index)
+                {
+                    call.metadata = Some(metadata);
+                }
+            }
             StreamEvent::ToolResult {
                 id,
                 tool_name,
@@ -332,6 +341,7 @@ impl StepAccumulator {
                 tool_name: call.tool_name.clone(),
                 args: call.args.clone(),
                 provider_executed: false,
+                metadata: None,
                 complete: true,
                 emitted_at: clock.now(),
             }));
@@ -417,6 +427,7 @@ impl StepAccumulator {
             tool_name,
             args: String::new(),
             provider_executed,
+            metadata: None,
             complete: false,
             emitted_at: clock.now(),
         }));
@@ -447,6 +458,7 @@ pub(crate) fn block_part(block: &Block, now: DateTime<Utc>) -> Option<Part> {
                     call.args.clone(),
                     call.provider_executed,
                 )
+                .with_call_metadata(call.metadata.clone())
                 .at(call.emitted_at),
             );
         }

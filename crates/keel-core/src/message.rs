@@ -155,7 +155,20 @@ impl Part {
             tool_name: name.into(),
             args: args.into(),
             provider_executed,
+            provider_metadata: None,
         })
+    }
+
+    /// A tool call part with the provider data that must go back with it; other parts are
+    /// returned as they are.
+    pub fn with_call_metadata(mut self, metadata: Option<Value>) -> Self {
+        if let PartKind::ToolCall {
+            provider_metadata, ..
+        } = &mut self.kind
+        {
+            *provider_metadata = metadata;
+        }
+        self
     }
 
     pub fn tool_result(
@@ -206,6 +219,10 @@ pub enum PartKind {
         args: String,
         #[serde(default)]
         provider_executed: bool,
+        /// Opaque provider data (a Gemini thought signature) that must go back with the
+        /// call unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_metadata: Option<Value>,
     },
     ToolResult {
         tool_call_id: String,

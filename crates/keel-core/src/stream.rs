@@ -63,6 +63,12 @@ pub enum StreamEvent {
         args: String,
         provider_executed: bool,
     },
+    /// Opaque provider data of the complete call `id` (a Gemini thought signature) that must
+    /// go back with the call in later requests; it follows the call's `ToolCall`.
+    ToolCallMetadata {
+        id: String,
+        metadata: Value,
+    },
     /// The result of a tool the provider ran itself (e.g. web search).
     ToolResult {
         id: String,

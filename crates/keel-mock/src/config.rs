@@ -17,6 +17,19 @@ pub struct MockConfig {
     /// the real API answers. On by default; off only to test a client's handling of a server
     /// that accepts anything.
     pub strict: bool,
+    /// Which Chat Completions server the mock stands in for, beyond the rules all of them
+    /// share.
+    pub chat_server: ChatServer,
+}
+
+/// A Chat Completions server whose own rules the mock enforces on `/v1/chat/completions`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChatServer {
+    /// OpenAI and the servers that take what it takes.
+    #[default]
+    Standard,
+    /// Cerebras: refuses `reasoning_content` in assistant messages.
+    Cerebras,
 }
 
 impl MockConfig {
@@ -34,6 +47,11 @@ impl MockConfig {
         self.rate = tokens_per_second;
         self
     }
+
+    pub fn with_chat_server(mut self, server: ChatServer) -> Self {
+        self.chat_server = server;
+        self
+    }
 }
 
 impl Default for MockConfig {
@@ -43,6 +61,7 @@ impl Default for MockConfig {
             models: vec!["mock".into(), "mock-reasoning".into(), "demo".into()],
             max_stored_responses: 10_000,
             strict: true,
+            chat_server: ChatServer::Standard,
         }
     }
 }

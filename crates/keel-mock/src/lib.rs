@@ -34,7 +34,7 @@ mod sse;
 mod state;
 mod tokens;
 
-pub use config::{HUMAN_PACE, MockConfig};
+pub use config::{ChatServer, HUMAN_PACE, MockConfig};
 pub use error::ScriptError;
 pub use script::{
     Cut, DIRECTIVE, Directive, Finish, HttpError, Malformed, Script, Stall, Step, StreamError,

@@ -14,11 +14,12 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use crate::config::ChatServer;
 use crate::conversation::{Conversation, content_text};
 use crate::driver::{self, Encoder, Piece};
 use crate::errors::{self, Flavor};
 use crate::plan::{Plan, Reply, StreamFault, plan};
-use crate::rules;
+use crate::rules::{self, thought_signature};
 use crate::script::Finish;
 use crate::sse;
 use crate::state::State;
@@ -33,6 +34,7 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
     if state.config.strict
         && let Err(violation) = rules::check(rules::openai_chat::RULES, &request)
             .and_then(|()| rules::prefill::check(&request))
+            .and_then(|()| server_rules(state.config.chat_server, &request))
     {
         return violation.response(Flavor::OpenAi);
     }
@@ -55,6 +57,14 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
     } else {
         let body = completion(&reply);
         driver::whole(&reply, body, Flavor::OpenAi, &state.shutdown).await
+    }
+}
+
+/// The rules of the one server the mock stands in for.
+fn server_rules(server: ChatServer, request: &Value) -> Result<(), rules::Violation> {
+    match server {
+        ChatServer::Standard => Ok(()),
+        ChatServer::Cerebras => rules::openai_chat::reasoning_content_is_unsupported(request),
     }
 }
 
@@ -93,6 +103,15 @@ fn conversation(request: &Value) -> Conversation {
         conversation.context(tool.to_string().len());
     }
     conversation
+}
+
+/// The `index` call `index` streams under: its position unless scripted otherwise.
+fn stream_index(reply: &Reply, index: usize) -> usize {
+    reply
+        .calls
+        .get(index)
+        .and_then(|c| c.index)
+        .unwrap_or(index)
 }
 
 fn finish_reason(finish: Finish) -> &'static str {
@@ -138,11 +157,16 @@ fn completion(reply: &Reply) -> Value {
             .iter()
             .enumerate()
             .map(|(index, call)| {
-                json!({
-                    "id": reply.call_id(index, "call_"),
+                let id = reply.call_id(index, "call_");
+                let mut value = json!({
+                    "id": id,
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.args},
-                })
+                });
+                if let Some(extra) = thought_signature::extra_content(&reply.model, &id, index) {
+                    value["extra_content"] = extra;
+                }
+                value
             })
             .collect();
         message["tool_calls"] = Value::Array(calls);
@@ -201,15 +225,19 @@ impl Encoder for Chunks {
             Piece::TextDelta(text) => json!({"content": text}),
             Piece::RefusalDelta(text) => json!({"refusal": text}),
             Piece::ToolStart(index) => {
+                let id = reply.call_id(index, "call_");
                 let mut call = json!({
-                    "index": index,
-                    "id": reply.call_id(index, "call_"),
+                    "index": stream_index(reply, index),
+                    "id": id,
                     "type": "function",
                     "function": {
                         "name": reply.calls.get(index).map(|c| c.name.as_str()),
                         "arguments": "",
                     },
                 });
+                if let Some(extra) = thought_signature::extra_content(&reply.model, &id, index) {
+                    call["extra_content"] = extra;
+                }
                 // A call scripted with an empty id is streamed without one, as llama.cpp
                 // and some vLLM versions do.
                 if call["id"] == ""
@@ -220,7 +248,7 @@ impl Encoder for Chunks {
                 json!({"tool_calls": [call]})
             }
             Piece::ToolDelta(index, chunk) => json!({"tool_calls": [{
-                "index": index,
+                "index": stream_index(reply, index),
                 "function": {"arguments": chunk},
             }]}),
             Piece::ReasoningStart

@@ -35,6 +35,8 @@ pub(crate) struct Call {
     id: Option<String>,
     /// Run by the provider itself (see `ToolCall::server`).
     pub server: bool,
+    /// The Chat Completions `index` it streams under, when not its position.
+    pub index: Option<usize>,
     pub name: String,
     pub args: String,
     pub chunks: Vec<String>,
@@ -310,6 +312,7 @@ fn build(
             Call {
                 id: call.id.clone(),
                 server: call.server,
+                index: call.index,
                 name: call.name.clone(),
                 chunks: tokens::chunks(&args),
                 args,

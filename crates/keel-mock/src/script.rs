@@ -292,6 +292,10 @@ pub struct ToolCall {
     /// `web_search_call` item. Chat Completions sends it as an ordinary call.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub server: bool,
+    /// Chat Completions: the `index` the call streams under instead of its position, as
+    /// servers do that stream every call at index 0 and tell calls apart by id alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
 }
 
 impl ToolCall {
@@ -301,6 +305,7 @@ impl ToolCall {
             args,
             id: None,
             server: false,
+            index: None,
         }
     }
 

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::anthropic::Anthropic;
 use crate::http::{Endpoint, ErrorContext};
-use crate::openai_chat::OpenAiChat;
+use crate::openai_chat::{ChatRequestOptions, OpenAiChat};
 use crate::openai_responses::OpenAiResponses;
 
 /// Base URLs follow the official SDKs: OpenAI's includes the API version (`/v1`), Anthropic's
@@ -89,6 +89,53 @@ impl Continuation {
     }
 }
 
+/// The request field that carries a Chat Completions reply's output limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputLimitField {
+    /// OpenAI's current field, the only one its reasoning models (o-series, gpt-5) take,
+    /// on OpenAI itself, on Azure OpenAI and behind gateways alike
+    /// (<https://platform.openai.com/docs/api-reference/chat/create>, `max_tokens`:
+    /// "deprecated ... not compatible with o-series models"); Groq, Cerebras and vLLM
+    /// take it too.
+    #[default]
+    MaxCompletionTokens,
+    /// The older field, for servers that know no other (DeepSeek, llama.cpp, Ollama).
+    MaxTokens,
+}
+
+impl OutputLimitField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputLimitField::MaxCompletionTokens => "max_completion_tokens",
+            OutputLimitField::MaxTokens => "max_tokens",
+        }
+    }
+}
+
+/// Whether a Chat Completions assistant turn's reasoning goes back to the server as
+/// `reasoning_content`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningContent {
+    /// Never sent: OpenAI streams no reasoning on this API, and some servers refuse the
+    /// field outright (Cerebras: "property '...reasoning_content' is unsupported").
+    #[default]
+    Omit,
+    /// Sent with every turn that reasoned or called tools, as DeepSeek's thinking mode
+    /// requires of tool-calling turns (<https://api-docs.deepseek.com/guides/thinking_mode>).
+    Send,
+}
+
+impl ReasoningContent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningContent::Omit => "omit",
+            ReasoningContent::Send => "send",
+        }
+    }
+}
+
 /// One configured provider, with its API key already resolved from the environment.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProviderSettings {
@@ -109,6 +156,12 @@ pub struct ProviderSettings {
     /// `None` uses the kind's default ([`ProviderKind::default_continuation`]).
     #[serde(default)]
     pub continuation: Option<Continuation>,
+    /// Chat Completions: the field of the output limit.
+    #[serde(default)]
+    pub output_limit_field: OutputLimitField,
+    /// Chat Completions: whether reasoning goes back as `reasoning_content`.
+    #[serde(default)]
+    pub reasoning_content: ReasoningContent,
 }
 
 fn default_true() -> bool {
@@ -125,6 +178,8 @@ impl ProviderSettings {
             include_usage: true,
             extra_headers: BTreeMap::new(),
             continuation: None,
+            output_limit_field: OutputLimitField::default(),
+            reasoning_content: ReasoningContent::default(),
         }
     }
 
@@ -149,6 +204,8 @@ impl fmt::Debug for ProviderSettings {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("include_usage", &self.include_usage)
             .field("continuation", &self.continuation)
+            .field("output_limit_field", &self.output_limit_field)
+            .field("reasoning_content", &self.reasoning_content)
             .field(
                 "extra_headers",
                 &self.extra_headers.keys().collect::<Vec<_>>(),
@@ -282,9 +339,15 @@ pub fn build_model(
         http,
     };
     Ok(match settings.kind {
-        ProviderKind::OpenAiChat => {
-            Arc::new(OpenAiChat::new(endpoint, settings.include_usage).with_prefill(prefill))
-        }
+        ProviderKind::OpenAiChat => Arc::new(OpenAiChat::new(
+            endpoint,
+            ChatRequestOptions {
+                include_usage: settings.include_usage,
+                output_limit: settings.output_limit_field,
+                reasoning_content: settings.reasoning_content,
+                prefill,
+            },
+        )),
         ProviderKind::OpenAiResponses => Arc::new(OpenAiResponses::new(endpoint)),
         ProviderKind::Anthropic => Arc::new(Anthropic::new(endpoint).with_prefill(prefill)),
     })

@@ -54,7 +54,8 @@ pub mod sse;
 pub mod tls;
 
 pub use config::{
-    Continuation, ProviderBuildError, ProviderKind, ProviderSettings, build_model, http_client,
+    Continuation, OutputLimitField, ProviderBuildError, ProviderKind, ProviderSettings,
+    ReasoningContent, build_model, http_client,
 };
 pub use http::ErrorContext;
 /// The HTTP client crate the adapters are built on, so callers construct a compatible

@@ -10,6 +10,7 @@ use keel_core::{
     ToolChoice, ToolDefinition, Usage,
 };
 use keel_providers::openai_chat::{ChatDecoder, ChatRequestOptions, build_request};
+use keel_providers::{OutputLimitField, ReasoningContent};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -309,7 +310,12 @@ fn request_maps_messages_images_tool_calls_and_tool_results() {
             ..CallOptions::default()
         },
     };
-    let body = build_request(&call, "gpt-test", ChatRequestOptions::default());
+    let deepseek_like = ChatRequestOptions {
+        output_limit: OutputLimitField::MaxTokens,
+        reasoning_content: ReasoningContent::Send,
+        ..ChatRequestOptions::default()
+    };
+    let body = build_request(&call, "gpt-test", deepseek_like);
     assert_eq!(
         body["messages"],
         json!([
@@ -347,7 +353,7 @@ fn request_maps_messages_images_tool_calls_and_tool_results() {
 }
 
 #[test]
-fn include_usage_can_be_switched_off_and_the_limit_renamed() {
+fn by_default_the_limit_is_max_completion_tokens_and_reasoning_stays_home() {
     let call = ModelCall {
         messages: vec![Message::user("hi")],
         options: CallOptions {
@@ -361,9 +367,7 @@ fn include_usage_can_be_switched_off_and_the_limit_renamed() {
         "m",
         ChatRequestOptions {
             include_usage: false,
-            legacy_max_tokens: false,
-            reasoning_content: false,
-            prefill: false,
+            ..ChatRequestOptions::default()
         },
     );
     assert!(body.get("stream_options").is_none());
@@ -475,7 +479,7 @@ fn an_error_event_with_plain_text_data_is_an_error() {
 }
 
 #[test]
-fn reasoning_goes_back_as_reasoning_content_except_to_openai() {
+fn reasoning_goes_back_as_reasoning_content_only_when_switched_on() {
     let call = ModelCall {
         messages: vec![
             Message::user("hi"),
@@ -504,15 +508,16 @@ fn reasoning_goes_back_as_reasoning_content_except_to_openai() {
         ],
         ..ModelCall::default()
     };
-    let body = build_request(&call, "deepseek-reasoner", ChatRequestOptions::default());
+    let deepseek = ChatRequestOptions {
+        reasoning_content: ReasoningContent::Send,
+        ..ChatRequestOptions::default()
+    };
+    let body = build_request(&call, "deepseek-reasoner", deepseek);
     // A tool turn without reasoning still carries the field DeepSeek requires.
     assert_eq!(body["messages"][1]["reasoning_content"], "");
     assert_eq!(body["messages"][3]["reasoning_content"], "ab");
-    let openai = ChatRequestOptions {
-        reasoning_content: false,
-        ..ChatRequestOptions::default()
-    };
-    let body = build_request(&call, "gpt-4.1", openai);
+    // The default suits OpenAI and servers that refuse the field (Cerebras).
+    let body = build_request(&call, "gpt-4.1", ChatRequestOptions::default());
     assert!(body["messages"][1].get("reasoning_content").is_none());
     assert!(body["messages"][3].get("reasoning_content").is_none());
 }

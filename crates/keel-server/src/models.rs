@@ -89,6 +89,8 @@ impl ModelRegistry {
             settings.api_key = provider.api_key.clone();
             settings.include_usage = provider.entry.include_usage;
             settings.continuation = provider.entry.continuation;
+            settings.output_limit_field = provider.entry.output_limit_field.unwrap_or_default();
+            settings.reasoning_content = provider.entry.reasoning_content.unwrap_or_default();
             let model = build_model(&settings, &entry.model, http.clone())
                 .map_err(|source| ModelsError::Build { index, source })?;
             handles.push(ModelHandle {

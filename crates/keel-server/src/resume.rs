@@ -172,6 +172,7 @@ pub(crate) fn last_step(recent: &[Committed<'_>], client_tools: &[String]) -> La
                 tool_name,
                 args,
                 provider_executed: false,
+                ..
             } if client_tools.contains(tool_name) && !answered(tool_call_id) => {
                 Some(PendingToolCall {
                     tool_call_id: tool_call_id.clone(),

@@ -43,6 +43,7 @@ mod tests {
             tool_name: "read_file".into(),
             args: "{\"pa".into(),
             provider_executed: false,
+            provider_metadata: None,
         })
     }
 

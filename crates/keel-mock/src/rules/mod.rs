@@ -5,7 +5,9 @@
 //! Every rule cites the public API reference page it comes from. The server checks every
 //! request when [`MockConfig::strict`](crate::MockConfig) is on (the default).
 //!
-//! * [`openai_chat`]: tool-call / tool-message pairing, DeepSeek's `reasoning_content`;
+//! * [`openai_chat`]: tool-call / tool-message pairing, DeepSeek's `reasoning_content`,
+//!   `max_tokens` on OpenAI's reasoning models, Cerebras's refusal of `reasoning_content`;
+//! * [`thought_signature`]: Gemini's thought signatures on its OpenAI-compatible endpoint;
 //! * [`openai_responses`]: call / output pairing, reasoning items and their following item;
 //! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results;
 //! * [`chain`], [`prefill`], [`thinking`]: chained responses, assistant prefill, signed
@@ -17,6 +19,7 @@ pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
 pub(crate) mod prefill;
 pub(crate) mod thinking;
+pub(crate) mod thought_signature;
 
 use axum::Json;
 use axum::http::StatusCode;

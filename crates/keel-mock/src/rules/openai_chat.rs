@@ -12,6 +12,8 @@ pub(crate) const RULES: &[Rule] = &[
     tool_messages_answer_a_call,
     reasoning_content_is_passed_back,
     assistant_parts_are_text_or_refusal,
+    reasoning_models_take_max_completion_tokens,
+    super::thought_signature::signatures_come_back,
 ];
 
 /// An assistant message with `tool_calls` must be followed by one `role: tool` message per
@@ -111,6 +113,58 @@ pub(crate) fn assistant_parts_are_text_or_refusal(request: &Value) -> Result<(),
     }
 }
 
+/// OpenAI's reasoning models (o-series, gpt-5) refuse the deprecated `max_tokens`, on
+/// OpenAI, on Azure OpenAI and behind any gateway alike.
+/// <https://platform.openai.com/docs/api-reference/chat/create> (`max_tokens`: "now
+/// deprecated in favor of `max_completion_tokens`, and is not compatible with o-series
+/// models"); <https://platform.openai.com/docs/guides/reasoning>.
+pub(crate) fn reasoning_models_take_max_completion_tokens(
+    request: &Value,
+) -> Result<(), Violation> {
+    if request.get("max_tokens").is_none() || !openai_reasoning_model(str_at(request, "model")) {
+        return Ok(());
+    }
+    Err(Violation::new(
+        "Unsupported parameter: 'max_tokens' is not supported with this model. Use \
+         'max_completion_tokens' instead.",
+    )
+    .code("unsupported_parameter")
+    .param("max_tokens"))
+}
+
+/// o1, o3, o4-mini, gpt-5, gpt-5-mini, ... (a deployment named after its model on Azure).
+fn openai_reasoning_model(model: &str) -> bool {
+    let mut chars = model.chars();
+    model.starts_with("gpt-5")
+        || (chars.next() == Some('o') && chars.next().is_some_and(|c| c.is_ascii_digit()))
+}
+
+/// Cerebras refuses `reasoning_content` in any assistant message (it returns reasoning as
+/// `reasoning`), with every model. Its API reference lists the fields an assistant message
+/// takes, and `reasoning_content` is not one
+/// (<https://inference-docs.cerebras.ai/api-reference/chat-completions>,
+/// <https://inference-docs.cerebras.ai/capabilities/reasoning>); the error is the one its
+/// API answers.
+pub(crate) fn reasoning_content_is_unsupported(request: &Value) -> Result<(), Violation> {
+    let refused: Vec<String> = array(request, "messages")
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| str_at(m, "role") == "assistant" && m.get("reasoning_content").is_some())
+        .map(|(i, _)| {
+            format!(
+                "messages.{i}.assistant.reasoning_content: property \
+                 'messages.{i}.assistant.reasoning_content' is unsupported"
+            )
+        })
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(Violation::new(refused.join("\n"))
+        .code("wrong_api_format")
+        .param("validation_error"))
+}
+
 /// Whether a request runs in DeepSeek's thinking mode: asked for with `thinking`, or the
 /// default of DeepSeek's reasoning models.
 fn thinking_mode(request: &Value) -> bool {
@@ -204,6 +258,42 @@ mod tests {
         ]});
         let error = assistant_parts_are_text_or_refusal(&image).unwrap_err();
         assert!(error.message.contains("'image_url'"), "{error:?}");
+    }
+
+    #[test]
+    fn reasoning_models_refuse_max_tokens_with_openais_message() {
+        for model in ["gpt-5", "gpt-5-mini", "o3", "o4-mini", "o1"] {
+            let error =
+                check_all(&json!({"model": model, "max_tokens": 10, "messages": []})).unwrap_err();
+            assert_eq!(
+                error.message,
+                "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."
+            );
+            assert_eq!(error.param.as_deref(), Some("max_tokens"));
+            let newer = json!({"model": model, "max_completion_tokens": 10, "messages": []});
+            assert!(check_all(&newer).is_ok(), "{model}");
+        }
+        for model in ["gpt-4.1", "deepseek-chat", "openai-proxy", "mock"] {
+            let older = json!({"model": model, "max_tokens": 10, "messages": []});
+            assert!(check_all(&older).is_ok(), "{model}");
+        }
+    }
+
+    #[test]
+    fn cerebras_refuses_reasoning_content_in_any_assistant_message() {
+        let request = json!({"model": "gpt-oss-120b", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello", "reasoning_content": "greet"},
+            {"role": "user", "content": "again"},
+        ]});
+        let error = reasoning_content_is_unsupported(&request).unwrap_err();
+        assert_eq!(
+            error.message,
+            "messages.1.assistant.reasoning_content: property 'messages.1.assistant.reasoning_content' is unsupported"
+        );
+        assert_eq!(error.code, Some("wrong_api_format"));
+        let plain = json!({"messages": [{"role": "assistant", "content": "hello"}]});
+        assert!(reasoning_content_is_unsupported(&plain).is_ok());
     }
 
     fn check_all(request: &Value) -> Result<(), Violation> {

@@ -218,6 +218,7 @@ fn assistant_blocks(message: &Message) -> Vec<Value> {
                 tool_name,
                 args,
                 provider_executed,
+                ..
             } => {
                 let ty = if *provider_executed {
                     "server_tool_use"

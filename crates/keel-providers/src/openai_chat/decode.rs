@@ -2,17 +2,20 @@
 //!
 //! Text and reasoning (`reasoning_content` from DeepSeek, `reasoning` from vLLM) arrive as
 //! deltas of one choice, a refusal as `refusal` deltas; tool calls arrive as deltas keyed by `index`, the id and name on a
-//! call's first chunk, argument text after, several calls possibly interleaved. Calls are
+//! call's first chunk, argument text after, several calls possibly interleaved. Some servers
+//! stream every call at index 0, so a new id at an index starts a new call. A call's
+//! `extra_content` (Gemini's thought signature) is kept to go back with it. Calls are
 //! complete only when the choice reports a finish reason. Usage comes in a final chunk
 //! without choices, and `[DONE]` ends the stream.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use keel_core::{FinishReason, StreamEvent, Usage};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::request::{EXTRA_CONTENT, METADATA_KEY};
 use crate::convert::count;
 use crate::http::ErrorContext;
 use crate::sse::{Decoder, SseEvent};
@@ -23,6 +26,9 @@ struct PendingCall {
     name: String,
     args: String,
     started: bool,
+    /// The id came from the server (not [`synthesized_call_id`]).
+    id_streamed: bool,
+    extra_content: Option<Value>,
 }
 
 /// The Chat Completions state machine.
@@ -32,7 +38,10 @@ pub struct ChatDecoder {
     blocks: u32,
     text: Option<String>,
     reasoning: Option<String>,
-    calls: BTreeMap<u64, PendingCall>,
+    /// Calls in the order they started.
+    calls: Vec<PendingCall>,
+    /// The call each stream `index` currently adds to.
+    call_at: HashMap<u64, usize>,
     had_calls: bool,
     finish: Option<FinishReason>,
     usage: Usage,
@@ -46,7 +55,8 @@ impl ChatDecoder {
             blocks: 0,
             text: None,
             reasoning: None,
-            calls: BTreeMap::new(),
+            calls: Vec::new(),
+            call_at: HashMap::new(),
             had_calls: false,
             finish: None,
             usage: Usage::default(),
@@ -147,11 +157,31 @@ impl ChatDecoder {
             .get("index")
             .and_then(Value::as_u64)
             .unwrap_or(position as u64);
-        let pending = self.calls.entry(index).or_default();
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty());
+        let position = match self.call_at.get(&index) {
+            Some(&at) if call_starts_anew(&self.calls[at], id) => None,
+            Some(&at) => Some(at),
+            None => None,
+        };
+        let position = position.unwrap_or_else(|| {
+            self.calls.push(PendingCall::default());
+            let at = self.calls.len() - 1;
+            self.call_at.insert(index, at);
+            at
+        });
+        // Proven in bounds: taken from `call_at`, which only holds indices of `calls`.
+        let pending = &mut self.calls[position];
         if pending.id.is_empty()
-            && let Some(id) = call.get("id").and_then(Value::as_str)
+            && let Some(id) = id
         {
             pending.id = id.to_owned();
+            pending.id_streamed = true;
+        }
+        if let Some(extra) = call.get(EXTRA_CONTENT).filter(|e| !e.is_null()) {
+            pending.extra_content = Some(extra.clone());
         }
         let function = call.get("function");
         if pending.name.is_empty()
@@ -192,7 +222,8 @@ impl ChatDecoder {
     }
 
     fn complete_calls(&mut self, out: &mut Vec<StreamEvent>) {
-        for call in std::mem::take(&mut self.calls).into_values() {
+        self.call_at.clear();
+        for call in std::mem::take(&mut self.calls) {
             let id = if call.id.is_empty() {
                 synthesized_call_id()
             } else {
@@ -202,11 +233,17 @@ impl ChatDecoder {
                 out.push(StreamEvent::ToolInputEnd { id: id.clone() });
             }
             out.push(StreamEvent::ToolCall {
-                id,
+                id: id.clone(),
                 tool_name: call.name,
                 args: call.args,
                 provider_executed: false,
             });
+            if let Some(extra) = call.extra_content {
+                out.push(StreamEvent::ToolCallMetadata {
+                    id,
+                    metadata: json!({METADATA_KEY: {EXTRA_CONTENT: extra}}),
+                });
+            }
         }
     }
 
@@ -405,6 +442,13 @@ impl Decoder for ChatDecoder {
     }
 }
 
+/// Whether a delta with `id` at an index starts a new call rather than adding to `current`,
+/// the call there: only an id other than the one the server gave `current` does
+/// (continuation chunks carry no id, or repeat it).
+fn call_starts_anew(current: &PendingCall, id: Option<&str>) -> bool {
+    id.is_some_and(|id| current.id_streamed && id != current.id)
+}
+
 /// An id for a call a server streamed without one (llama.cpp, some vLLM versions). It must
 /// be unique in the chat for ever, not just within the reply: ids key the durable tool
 /// records and pair calls with results in every later request, so a second turn's
@@ -474,6 +518,87 @@ mod tests {
             fast.iter()
                 .any(|e| matches!(e, StreamEvent::TextDelta { .. }))
         );
+    }
+
+    fn decode(chunks: &[&str]) -> Vec<StreamEvent> {
+        let mut decoder = ChatDecoder::new(ErrorContext::new("openai", "m"));
+        let mut out = Vec::new();
+        for chunk in chunks {
+            decoder.event(&SseEvent::new("message", *chunk), &mut out);
+        }
+        decoder.end(&mut out);
+        out
+    }
+
+    fn calls(events: &[StreamEvent]) -> Vec<(String, String, String)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolCall {
+                    id,
+                    tool_name,
+                    args,
+                    ..
+                } => Some((id.clone(), tool_name.clone(), args.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_new_id_at_a_reused_index_starts_a_new_call() {
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"read_file","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":\"a.txt\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"b","type":"function","function":{"name":"list_dir","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"b","function":{"arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(
+            calls(&events),
+            vec![
+                ("a".into(), "read_file".into(), r#"{"path":"a.txt"}"#.into()),
+                ("b".into(), "list_dir".into(), "{}".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_calls_extra_content_follows_it_as_metadata() {
+        let events = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"f","arguments":"{}"},"extra_content":{"google":{"thought_signature":"sig"}}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"g","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ]);
+        let metadata: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolCallMetadata { id, metadata } => Some((id.as_str(), metadata)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            metadata,
+            vec![(
+                "a",
+                &json!({"openai_chat": {"extra_content": {"google": {"thought_signature": "sig"}}}})
+            )]
+        );
+        let at = |wanted: &StreamEvent| events.iter().position(|e| e == wanted).unwrap();
+        let call = events
+            .iter()
+            .find(|e| matches!(e, StreamEvent::ToolCall { id, .. } if id == "a"))
+            .unwrap();
+        assert!(
+            at(call)
+                < events
+                    .iter()
+                    .position(|e| matches!(e, StreamEvent::ToolCallMetadata { .. }))
+                    .unwrap()
+        );
+        assert_eq!(calls(&events).len(), 2);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use keel_core::{Cancel, EventStream, LanguageModel, ModelCall, ProviderError};
 
 pub use decode::ChatDecoder;
-pub use request::{ChatRequestOptions, build as build_request};
+pub use request::{ChatRequestOptions, EXTRA_CONTENT, METADATA_KEY, build as build_request};
 
 use crate::http::Endpoint;
 use crate::sse::decode_stream;
@@ -21,26 +21,10 @@ pub struct OpenAiChat {
 }
 
 impl OpenAiChat {
-    pub fn new(endpoint: Endpoint, include_usage: bool) -> Self {
-        // OpenAI itself rejects `max_tokens` for reasoning models; compatible servers do not
-        // all know `max_completion_tokens`.
-        let official = reqwest::Url::parse(&endpoint.base_url)
-            .is_ok_and(|u| u.host_str() == Some("api.openai.com"));
-        Self {
-            endpoint,
-            options: ChatRequestOptions {
-                include_usage,
-                legacy_max_tokens: !official,
-                reasoning_content: !official,
-                prefill: false,
-            },
-        }
-    }
-
-    /// Continue cut replies with the server's native prefill (`continuation = "prefill"`).
-    pub fn with_prefill(mut self, prefill: bool) -> Self {
-        self.options.prefill = prefill;
-        self
+    /// The request shape comes from the provider's settings, never from its host name:
+    /// the same server is reached through Azure, gateways and proxies under other names.
+    pub fn new(endpoint: Endpoint, options: ChatRequestOptions) -> Self {
+        Self { endpoint, options }
     }
 }
 

@@ -3,20 +3,29 @@
 use keel_core::{Message, ModelCall, PartKind, Role, ToolChoice};
 use serde_json::{Map, Value, json};
 
-use crate::convert::{CONTINUE_PROMPT, ends_with_assistant, file_url, tool_result_text};
+use crate::config::{OutputLimitField, ReasoningContent};
+use crate::convert::{
+    CONTINUE_PROMPT, ends_with_assistant, file_url, metadata_for, tool_result_text,
+};
+
+/// The key of this protocol's data in a part's `provider_metadata`.
+pub const METADATA_KEY: &str = "openai_chat";
+
+/// The field of a tool call that carries a server's own data about it: Gemini's
+/// OpenAI-compatible endpoint puts the call's thought signature there
+/// (`{"google": {"thought_signature": "..."}}`), and Gemini 3 refuses the next request of
+/// the turn without it (<https://ai.google.dev/gemini-api/docs/thought-signatures>).
+pub const EXTRA_CONTENT: &str = "extra_content";
 
 /// Per-provider switches of the request shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChatRequestOptions {
     /// Send `stream_options.include_usage`.
     pub include_usage: bool,
-    /// Send the output limit as `max_tokens` (understood by every compatible server) rather
-    /// than `max_completion_tokens` (required by OpenAI's reasoning models).
-    pub legacy_max_tokens: bool,
-    /// Send an assistant turn's reasoning back as `reasoning_content`, as DeepSeek's
-    /// thinking mode requires of turns that called tools (and vLLM / SGLang serving such
-    /// models accept). OpenAI itself never streams reasoning on this API.
-    pub reasoning_content: bool,
+    /// The field the output limit is sent in.
+    pub output_limit: OutputLimitField,
+    /// Whether an assistant turn's reasoning goes back as `reasoning_content`.
+    pub reasoning_content: ReasoningContent,
     /// Continue a trailing assistant message natively (server-side prefill) instead of by
     /// instruction.
     pub prefill: bool,
@@ -26,8 +35,8 @@ impl Default for ChatRequestOptions {
     fn default() -> Self {
         Self {
             include_usage: true,
-            legacy_max_tokens: true,
-            reasoning_content: true,
+            output_limit: OutputLimitField::default(),
+            reasoning_content: ReasoningContent::default(),
             prefill: false,
         }
     }
@@ -42,7 +51,7 @@ pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Valu
         Value::Array(messages(
             &call.messages,
             options.prefill,
-            options.reasoning_content,
+            options.reasoning_content == ReasoningContent::Send,
         )),
     );
     if options.prefill && ends_with_assistant(&call.messages) {
@@ -87,12 +96,7 @@ pub fn build(call: &ModelCall, model: &str, options: ChatRequestOptions) -> Valu
         body.insert("top_p".into(), json!(p));
     }
     if let Some(max) = o.max_output_tokens {
-        let field = if options.legacy_max_tokens {
-            "max_tokens"
-        } else {
-            "max_completion_tokens"
-        };
-        body.insert(field.into(), json!(max));
+        body.insert(options.output_limit.as_str().into(), json!(max));
     }
     if let Some(effort) = &o.reasoning_effort {
         body.insert("reasoning_effort".into(), json!(effort));
@@ -136,14 +140,24 @@ fn assistant(message: &Message, reasoning_content: bool) -> Option<Value> {
                 tool_name,
                 args,
                 provider_executed: false,
-            } => Some(json!({
-                "id": tool_call_id,
-                "type": "function",
-                "function": {
-                    "name": tool_name,
-                    "arguments": if args.is_empty() { "{}" } else { args.as_str() },
+                provider_metadata,
+            } => {
+                let mut call = json!({
+                    "id": tool_call_id,
+                    "type": "function",
+                    "function": {
+                        "name": tool_name,
+                        "arguments": if args.is_empty() { "{}" } else { args.as_str() },
+                    }
+                });
+                // Gemini's thought signature goes back exactly as it came.
+                if let Some(extra) = metadata_for(provider_metadata.as_ref(), METADATA_KEY)
+                    .and_then(|m| m.get(EXTRA_CONTENT))
+                {
+                    call[EXTRA_CONTENT] = extra.clone();
                 }
-            })),
+                Some(call)
+            }
             _ => None,
         })
         .collect();

@@ -133,6 +133,7 @@ fn assistant(message: &Message, store: bool, items: &mut Vec<Value>) {
                 tool_name,
                 args,
                 provider_executed: false,
+                ..
             } => {
                 turn.flush_text();
                 let mut item = json!({

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use keel_core::ReasoningEffort;
-use keel_providers::{Continuation, ProviderKind};
+use keel_providers::{Continuation, OutputLimitField, ProviderKind, ReasoningContent};
 use keel_tools::BuiltinTool;
 use serde::Deserialize;
 
@@ -71,6 +71,12 @@ pub struct ProviderEntry {
     /// `prefill` for anthropic, `prompt` otherwise.
     #[serde(default)]
     pub continuation: Option<Continuation>,
+    /// openai-chat: the field of the output limit, `max_completion_tokens` (the default)
+    /// or `max_tokens`.
+    pub output_limit_field: Option<OutputLimitField>,
+    /// openai-chat: whether reasoning goes back as `reasoning_content`, `omit` (the
+    /// default) or `send`.
+    pub reasoning_content: Option<ReasoningContent>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -380,6 +386,35 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("medium") && err.contains("xhigh"), "{err}");
+    }
+
+    #[test]
+    fn chat_completions_switches_parse_into_enums_and_refuse_the_rest() {
+        let file = parse(
+            "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\n\
+             output_limit_field = \"max_tokens\"\nreasoning_content = \"send\"",
+        )
+        .unwrap();
+        assert_eq!(
+            file.providers[0].output_limit_field,
+            Some(OutputLimitField::MaxTokens)
+        );
+        assert_eq!(
+            file.providers[0].reasoning_content,
+            Some(ReasoningContent::Send)
+        );
+        let err = parse(
+            "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\noutput_limit_field = \"max_output_tokens\"",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("max_completion_tokens") && err.contains("max_tokens"),
+            "{err}"
+        );
+        let err =
+            parse("[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\nreasoning_content = true")
+                .unwrap_err();
+        assert!(err.contains("reasoning_content"), "{err}");
     }
 
     #[test]

@@ -161,6 +161,8 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
             api_key_env: Some("OPENAI_API_KEY".into()),
             include_usage: true,
             continuation: None,
+            output_limit_field: None,
+            reasoning_content: None,
         });
         models.push(model("gpt-4.1", "openai", 1_047_576, true));
         models.push(model("gpt-4.1-mini", "openai", 1_047_576, false));
@@ -174,6 +176,8 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
             api_key_env: Some("ANTHROPIC_API_KEY".into()),
             include_usage: true,
             continuation: None,
+            output_limit_field: None,
+            reasoning_content: None,
         });
         let mut sonnet = model("claude-sonnet-4-5", "anthropic", 200_000, first);
         sonnet.max_output_tokens = Some(8192);

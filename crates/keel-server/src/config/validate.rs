@@ -90,6 +90,18 @@ pub(super) fn provider(
             "the Responses API cannot continue a partial reply; use prompt",
         ));
     }
+    if entry.kind != ProviderKind::OpenAiChat {
+        let set = [
+            ("output_limit_field", entry.output_limit_field.is_some()),
+            ("reasoning_content", entry.reasoning_content.is_some()),
+        ];
+        if let Some((field, _)) = set.into_iter().find(|(_, set)| *set) {
+            return Err(ConfigError::invalid(
+                key(field),
+                format!("applies to openai-chat providers only, not {}", entry.kind),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -379,6 +391,14 @@ mod tests {
             (
                 "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\nbase_url = \"http://h\"\ncontinuation = \"prefill\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
                 "providers[0].continuation",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\nbase_url = \"http://h\"\noutput_limit_field = \"max_tokens\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].output_limit_field",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\nbase_url = \"http://h\"\nreasoning_content = \"send\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].reasoning_content",
             ),
             (
                 "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\napi_key_env = \"MISSING_KEY\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",

@@ -391,6 +391,20 @@ impl Client {
         id
     }
 
+    /// Waits until the chat is `waiting` and returns its messages; an `error` fails the test
+    /// with the chat's error.
+    pub async fn settle(&self, daemon: &Daemon, id: &str) -> Vec<Value> {
+        eventually(async || {
+            let chat = self.chat(daemon, id).await;
+            match chat["status"].as_str() {
+                Some("waiting") => Ok(self.messages(daemon, id).await),
+                Some("error") => panic!("the chat failed: {}", chat["last_error"]),
+                _ => Err(format!("chat never settled: {chat}")),
+            }
+        })
+        .await
+    }
+
     pub async fn chat(&self, daemon: &Daemon, id: &str) -> Value {
         let (status, chat) = self.get(&daemon.api(&format!("/chats/{id}"))).await;
         assert_eq!(status, 200, "{chat}");

@@ -5,6 +5,7 @@
 mod branches;
 mod chain;
 mod chat_list;
+mod chat_servers;
 mod compaction;
 mod compat;
 mod compat_input;

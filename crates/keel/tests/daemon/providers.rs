@@ -41,10 +41,7 @@ impl Fixture {
         let root = format!("http://{}", mock.addr());
         // Base URLs as the official SDKs take them: OpenAI's with /v1, Anthropic's bare.
         let dir = tempfile::tempdir().unwrap();
-        let workspace = dir.path().join("workspace");
-        std::fs::create_dir_all(&workspace).unwrap();
-        std::fs::write(workspace.join("a.txt"), "alpha").unwrap();
-        std::fs::write(workspace.join("b.txt"), "bravo").unwrap();
+        let workspace = tool_workspace(dir.path());
         let mut config = format!(
             "{runs}\n\n[tools]\nbuiltin = [\"read_file\"]\nworkspace = \"{}\"\n\n[[providers]]\nname = \"chat\"\nkind = \"openai-chat\"\nbase_url = \"{root}/v1\"\n\n\
              [[providers]]\nname = \"responses\"\nkind = \"openai-responses\"\nbase_url = \"{root}/v1\"\n\n\
@@ -61,7 +58,17 @@ impl Fixture {
                 "\n[[models]]\nid = \"{protocol}\"\nprovider = \"{protocol}\"\nmodel = \"{upstream}\"\n{default}{model}\n"
             ));
         }
-        let database = format!("sqlite://{}/keel.db", dir.path().display());
+        Self::launch(mock, dir, config, env)
+    }
+
+    /// Starts a daemon in `dir` with `config`, whose providers are served by `mock`.
+    pub fn launch(
+        mock: keel_mock::MockServer,
+        dir: tempfile::TempDir,
+        config: String,
+        env: &[(&str, &str)],
+    ) -> Fixture {
+        let database = sqlite(dir.path());
         let daemon = Daemon::start_with_env(dir.path(), &database, &config, env);
         Fixture {
             mock,
@@ -134,15 +141,7 @@ impl Fixture {
     /// Waits until the chat is `waiting` and returns its messages; an `error` fails the test
     /// with the chat's error.
     pub async fn settle(&self, id: &str) -> Vec<Value> {
-        eventually(async || {
-            let chat = self.client.chat(&self.daemon, id).await;
-            match chat["status"].as_str() {
-                Some("waiting") => Ok(self.client.messages(&self.daemon, id).await),
-                Some("error") => panic!("the chat failed: {}", chat["last_error"]),
-                _ => Err(format!("chat never settled: {chat}")),
-            }
-        })
-        .await
+        self.client.settle(&self.daemon, id).await
     }
 
     /// Waits until the chat is in `error` and returns its `last_error`.
@@ -150,6 +149,15 @@ impl Fixture {
         let chat = self.client.wait_status(&self.daemon, id, "error").await;
         chat["last_error"].clone()
     }
+}
+
+/// A workspace under `dir` for `read_file` to read: `a.txt` says alpha, `b.txt` bravo.
+pub fn tool_workspace(dir: &std::path::Path) -> std::path::PathBuf {
+    let workspace = dir.join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("a.txt"), "alpha").unwrap();
+    std::fs::write(workspace.join("b.txt"), "bravo").unwrap();
+    workspace
 }
 
 /// The parts of the messages with `role`, flattened.
@@ -197,21 +205,6 @@ async fn tool_calls_streamed_without_ids_run_again_on_every_turn() {
     assert_eq!(results.len(), 2, "{results:?}");
     assert_ne!(results[0]["tool_call_id"], results[1]["tool_call_id"]);
     assert!(!results[0]["tool_call_id"].as_str().unwrap().ends_with("_0"));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deepseek_thinking_with_tools_gets_its_reasoning_back() {
-    let f = Fixture::start_named("", "", "deepseek-reasoner").await;
-    let script = json!({"steps": [
-        {"reasoning": "I should read the file.", "tool_calls": [{"name": "read_file", "args": {"path": "a.txt"}}]},
-        {"reasoning": "It says alpha.", "text": "It says alpha."}
-    ]});
-    let id = f.chat("chat", "what is in a?", &script).await;
-    let messages = f.settle(&id).await;
-    assert_eq!(last_text(&messages), "It says alpha.");
-    // A second turn sends the whole history again, reasoning included.
-    f.send(&id, "again", &json!({"text": "still alpha"})).await;
-    assert_eq!(last_text(&f.settle(&id).await), "still alpha");
 }
 
 const FAST_RETRIES: &str = "retry_initial_delay_ms = 10\nretry_max_delay_ms = 1000\n";
