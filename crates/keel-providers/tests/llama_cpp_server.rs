@@ -58,6 +58,8 @@ fn n_ctx() -> usize {
 fn model(base_url: &str) -> Arc<dyn LanguageModel> {
     let mut settings = ProviderSettings::new("llama-cpp", ProviderKind::OpenAiChat);
     settings.base_url = Some(base_url.to_owned());
+    // llama-cpp-python reads only the older output-limit field.
+    settings.output_limit_field = keel_providers::OutputLimitField::MaxTokens;
     install_crypto_provider();
     build_model(&settings, "smollm2", http_client().unwrap()).unwrap()
 }

@@ -37,6 +37,7 @@ fn config(url: &str) -> String {
         "startup_timeout_ms = 120000\nidle_timeout_ms = 60000\ncompaction_threshold = 1.0\n\
          [tools]\nbuiltin = []\n\
          [[providers]]\nname = \"llama-cpp\"\nkind = \"openai-chat\"\nbase_url = \"{url}\"\n\
+         output_limit_field = \"max_tokens\"\n\
          [[models]]\nid = \"smollm2\"\nprovider = \"llama-cpp\"\nmodel = \"smollm2\"\n\
          context_limit = {n_ctx}\ntemperature = 0.0\nmax_output_tokens = 160\ndefault = true\n"
     )
