@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::error::Result;
-use crate::rows::{ChatCols, FenceCols, MessageCols, QueuedCols, ToolRecordCols};
+use crate::rows::{ChatCols, FenceCols, MessageCols, QueuedCols, ToolRecordCols, TreeRow};
 use crate::types::{ChangeNotice, RemoteNotice};
 
 /// One batch of a chat's live parts as stored: chat id, first and last sequence number,
@@ -18,9 +18,6 @@ pub(crate) type LiveRow = (String, i64, i64, String);
 /// One batch of a chat's live parts as read for several chats: chat id, first sequence
 /// number and the payloads as a JSON array.
 pub(crate) type ChatLiveRow = (String, i64, String);
-
-/// One message of a chat's tree as stored: id, parent id, role and kind.
-pub(crate) type TreeRow = (i64, Option<i64>, String, String);
 
 /// Where [`Voided::OlderSteps`] cuts a chat's log: at its last message before the newest
 /// batch (`$chat` is the SQL of the chat's id). No message lies between a batch's first and

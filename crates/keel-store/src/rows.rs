@@ -327,8 +327,11 @@ fn siblings(id: i64, column: Option<&str>) -> Result<Vec<i64>> {
     Ok(ids)
 }
 
+/// One message of a chat's tree as stored: id, parent id, role and kind.
+pub(crate) type TreeRow = (i64, Option<i64>, String, String);
+
 /// One row of a chat's tree as [`crate::tree`] takes it.
-pub(crate) fn tree_node((id, parent, role, kind): crate::ops::TreeRow) -> Result<Node> {
+pub(crate) fn tree_node((id, parent, role, kind): TreeRow) -> Result<Node> {
     Ok(Node {
         id,
         parent,

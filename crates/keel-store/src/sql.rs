@@ -651,7 +651,7 @@ macro_rules! tx_ops {
             async fn tree(
                 &mut self,
                 chat: &str,
-            ) -> $crate::error::Result<Vec<$crate::ops::TreeRow>> {
+            ) -> $crate::error::Result<Vec<$crate::rows::TreeRow>> {
                 Ok(sqlx::query_as(
                     "SELECT id, parent_id, role, kind FROM messages \
                      WHERE chat_id = $1 AND NOT deleted ORDER BY id",

@@ -1,7 +1,6 @@
 //! `keel`: the command line of the Keel daemon. Each subcommand lives in its own module
 //! under `cmd`.
 
-mod client;
 mod cmd;
 
 use clap::Parser;

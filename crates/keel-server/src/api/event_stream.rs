@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::time::{Instant, Sleep};
 
-use crate::api::events::LiveItem;
+use crate::api::live_item::LiveItem;
 use crate::sse::KEEP_ALIVE;
 
 /// A comment line at least this often keeps proxies from closing an idle stream.

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use bytes::Bytes;
 use keel_store::Chat;
 use tokio::sync::mpsc;
 
@@ -29,10 +28,11 @@ use crate::api::dto::EventsQuery;
 use crate::api::error::{ApiError, Code};
 use crate::api::event_stream;
 use crate::api::extract::{Caller, parse_id};
+// The compatibility doors still name the item by its old home.
+pub(crate) use crate::api::live_item::LiveItem;
 use crate::api::state::AppState;
-use crate::hub::{Frame, Subscription};
+use crate::hub::Subscription;
 use crate::net::sse_slots::{SlotRefusal, SseSlot};
-use crate::sse;
 
 mod follower;
 mod resume;
@@ -108,52 +108,6 @@ pub(crate) fn stream_slot(state: &AppState, caller: &Caller) -> Result<SseSlot, 
         };
         ApiError::refused(Code::TooManyRequests, refusal.reason(), message)
     })
-}
-
-/// One event of a chat as the contract names it: its id (the position it carries), name and
-/// JSON data.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LiveItem {
-    pub id: i64,
-    pub event: &'static str,
-    pub data: Bytes,
-    /// The whole SSE event, when the hub encoded it with this id (shared by every
-    /// subscriber).
-    encoded: Option<Bytes>,
-}
-
-impl LiveItem {
-    pub(crate) fn new(id: i64, event: &'static str, data: impl Into<Bytes>) -> Self {
-        Self {
-            id,
-            event,
-            data: data.into(),
-            encoded: None,
-        }
-    }
-
-    /// A durable frame of the hub, with the id it was encoded with.
-    pub(crate) fn frame(frame: &Frame) -> Self {
-        Self {
-            id: i64::try_from(frame.seq).unwrap_or(i64::MAX),
-            event: frame.event,
-            data: frame.data(),
-            encoded: Some(frame.sse().clone()),
-        }
-    }
-
-    /// The event as SSE text.
-    pub(crate) fn into_sse(self) -> Bytes {
-        match self.encoded {
-            Some(encoded) => encoded,
-            None => {
-                let id = u64::try_from(self.id).unwrap_or_default();
-                // Data is JSON text, built by this crate from strings.
-                let data = std::str::from_utf8(&self.data).unwrap_or("null");
-                sse::encode(id, self.event, data).into_sse()
-            }
-        }
-    }
 }
 
 /// Follows a chat's events after `position` (committed messages, the step in progress, then

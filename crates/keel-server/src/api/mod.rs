@@ -12,6 +12,7 @@ mod event_stream;
 mod events;
 mod extract;
 mod feed;
+mod live_item;
 mod ops;
 mod rerun;
 pub mod state;

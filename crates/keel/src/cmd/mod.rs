@@ -1,6 +1,5 @@
 //! The subcommands and what they share: argument parsing, logging, shutdown signals.
 
-pub mod bench;
 pub mod chat;
 pub mod migrate;
 pub mod mock_provider;
@@ -23,8 +22,9 @@ pub enum Command {
     /// Start the daemon (HTTP API, live events, workers).
     Serve(serve::Args),
     /// Measure a daemon under load, or soak it with random faults (starts its own daemon and
-    /// mock provider).
-    Bench(bench::Args),
+    /// mock provider). Built with the `bench` feature only.
+    #[cfg(feature = "bench")]
+    Bench(keel_bench::Args),
     /// A terminal client of a running daemon: streams replies, Ctrl-C interrupts.
     Chat(chat::Args),
     /// Manage API users.
@@ -43,7 +43,8 @@ impl Command {
     pub async fn run(self) -> anyhow::Result<()> {
         match self {
             Command::Serve(args) => serve::run(args).await,
-            Command::Bench(args) => bench::run(args).await,
+            #[cfg(feature = "bench")]
+            Command::Bench(args) => keel_bench::run(args).await,
             Command::Chat(args) => chat::run(args).await,
             Command::Users(args) => users::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,

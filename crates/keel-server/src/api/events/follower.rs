@@ -8,9 +8,9 @@ use keel_store::{Chat, ChatId, ChatStatus};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use super::LiveItem;
 use super::resume::{Requested, locate};
 use crate::api::dto::{LastErrorView, MessageView, QueuedView};
+use crate::api::live_item::LiveItem;
 use crate::api::state::AppState;
 #[cfg(debug_assertions)]
 use crate::debug_pause::debug_pause;

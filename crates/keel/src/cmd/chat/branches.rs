@@ -2,7 +2,7 @@
 //! and `/branch N` act on, which one `/regenerate` writes again, and the lines `/history`
 //! and `/branches` print. Pure functions over the messages of a branch.
 
-use crate::client::Message;
+use keel_client::Message;
 
 /// How much of a message's text one line shows.
 const PREVIEW: usize = 80;

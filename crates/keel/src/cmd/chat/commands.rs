@@ -1,6 +1,6 @@
 //! The prompt's slash commands.
 
-use crate::client::ChatSummary;
+use keel_client::ChatSummary;
 
 /// What a line typed at the prompt asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,9 +20,9 @@ use anyhow::{Context as _, bail};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::client::{self, Api, Feed};
 use commands::Input;
 use editor::{Keyboard, Typed};
+use keel_client::{Api, Feed};
 use render::Renderer;
 use transcript::Transcript;
 
@@ -110,7 +110,7 @@ async fn once(api: &Api, args: &Args) -> anyhow::Result<()> {
         ),
     };
     let (tx, mut feed) = mpsc::unbounded_channel();
-    let follower = client::follow(api.clone(), chat.clone(), tx);
+    let follower = keel_client::follow(api.clone(), chat.clone(), tx);
     let mut presses = ctrl_c_presses().context("cannot listen for Ctrl-C")?;
     let mut transcript = Transcript::new();
     let outcome = loop {
@@ -367,7 +367,7 @@ impl Prompt {
         let end = self.renderer.finish();
         self.write(&end);
         self.notice(&format!("chat {chat}"));
-        self.follower = Some(client::follow(
+        self.follower = Some(keel_client::follow(
             self.api.clone(),
             chat.clone(),
             self.feed_tx.clone(),

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use serde_json::Value;
 
-pub use crate::client::{Message, SseEvent};
+pub use keel_client::{Message, SseEvent};
 
 /// Something to print.
 #[derive(Debug, Clone, PartialEq)]

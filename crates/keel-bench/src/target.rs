@@ -12,7 +12,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use super::processes::Process;
-use crate::client::Api;
+use keel_client::Api;
 
 /// One daemon of the soak.
 pub struct Replica {

@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 
-use crate::client::Api;
+use keel_client::Api;
 
 const METRIC: &str = "keel_live_log_write_seconds";
 

@@ -1,7 +1,12 @@
-//! `keel bench`: measurements of a real daemon, started from this executable together with
-//! a mock provider: `load` (throughput, latency, CPU, memory, interrupt and kill -9 recovery),
-//! `soak` (random faults, interrupts, reconnects and kills, with every chat's outcome
-//! checked) and `idle` (memory and CPU of idle live event streams).
+//! `keel bench`: measurements of a real daemon, started from the running `keel` executable
+//! (built with its `bench` feature) together with a mock provider: `load` (throughput,
+//! latency, CPU, memory, interrupt and kill -9 recovery), `soak` (random faults, interrupts,
+//! reconnects and kills, with every chat's outcome checked) and `idle` (memory and CPU of
+//! idle live event streams).
+//!
+//! The crate's one door is [`Args`] and [`run`]: what the `keel bench` subcommand parses
+//! and runs. It lives apart from the daemon so that the product's build carries no
+//! load-generation code.
 
 mod actions;
 mod actor;
@@ -20,14 +25,15 @@ mod stats;
 mod target;
 mod window;
 
+/// The arguments of `keel bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
-    pub command: Command,
+    command: Command,
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {
+enum Command {
     /// N concurrent chats at a set token rate: parts/s, added latency, CPU, RSS per chat,
     /// interrupt → committed, kill -9 → resumed.
     Load(load::Args),
@@ -39,6 +45,7 @@ pub enum Command {
     Idle(idle::Args),
 }
 
+/// Runs the benchmark `args` names, printing its report to stdout.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         Command::Load(args) => load::run(args).await,

@@ -9,7 +9,7 @@ use eventsource_stream::Eventsource as _;
 use futures::{Stream, StreamExt as _};
 use serde_json::Value;
 
-use crate::client::Api;
+use keel_client::Api;
 
 type RawEvents = Pin<
     Box<

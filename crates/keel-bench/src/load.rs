@@ -14,10 +14,10 @@ use tokio::task::JoinSet;
 use super::idle::{CATCH_UPS, parse_counter};
 use super::live::Live;
 use super::log_writes::LogWrites;
-use super::processes::{DaemonSetup, Process, check_replicas, own_cpu, start_mock};
+use super::processes::{DaemonSetup, Process, check_replicas, own_cpu};
 use super::stats::{Spread, mib, micros};
 use super::window::{ChatTimes, LiveWindow, Phases, live_window, phases};
-use crate::client::Api;
+use keel_client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_override_self = true)]
@@ -73,17 +73,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     check_replicas(args.replicas, args.database.as_deref())?;
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let mock = start_mock(dir.path(), args.verbose, 0.0)?;
-    let setup = DaemonSetup {
-        dir: dir.path().to_owned(),
-        database: args
-            .database
-            .clone()
-            .unwrap_or_else(|| format!("sqlite://{}/keel.db", dir.path().display())),
-        mock_url: mock.url.clone(),
-        workers: args.chats.max(args.kills).max(64),
-        verbose: args.verbose,
-    };
+    let (setup, mock) = DaemonSetup::with_mock(
+        dir.path(),
+        args.database.as_deref(),
+        0.0,
+        args.chats.max(args.kills).max(64),
+        args.verbose,
+    )?;
     let config = setup.write_config(&runs_config(args.database_connections))?;
     let started = setup.start_replicas(&config, args.replicas).await?;
     let cold_start = started.first().map(|(_, ready)| *ready).unwrap_or_default();

@@ -17,11 +17,11 @@ use tokio::task::JoinSet;
 use super::actions::{self, Program};
 use super::actor;
 use super::follower::{self, Behaviour};
-use super::processes::{DaemonSetup, Process, check_replicas, start_mock};
+use super::processes::{DaemonSetup, Process, check_replicas};
 use super::scenario;
 use super::stats::mib;
 use super::target::{Replica, Restarts, Target};
-use crate::client::Api;
+use keel_client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_override_self = true)]
@@ -110,17 +110,14 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     // Paced unscripted replies (echoes and summaries), so edits, interrupts and kills can
     // land in the middle of them.
     let rate = if args.actions > 0.0 { 100.0 } else { 0.0 };
-    let mock = start_mock(dir.path(), args.verbose, rate)?;
-    let setup = Arc::new(DaemonSetup {
-        dir: dir.path().to_owned(),
-        database: args
-            .database
-            .clone()
-            .unwrap_or_else(|| format!("sqlite://{}/keel.db", dir.path().display())),
-        mock_url: mock.url.clone(),
-        workers: args.chats.min(256),
-        verbose: args.verbose,
-    });
+    let (setup, _mock) = DaemonSetup::with_mock(
+        dir.path(),
+        args.database.as_deref(),
+        rate,
+        args.chats.min(256),
+        args.verbose,
+    )?;
+    let setup = Arc::new(setup);
     let runs = if args.actions > 0.0 {
         format!("{RUNS}\n{ACTION_RUNS}")
     } else {

@@ -13,9 +13,9 @@ use tokio::task::JoinSet;
 
 use super::live::Live;
 use super::load::RUNS;
-use super::processes::{DaemonSetup, Process, start_mock};
+use super::processes::{DaemonSetup, Process};
 use super::stats::mib;
-use crate::client::Api;
+use keel_client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_override_self = true)]
@@ -46,17 +46,8 @@ const PATIENCE: Duration = Duration::from_secs(120);
 pub async fn run(args: Args) -> anyhow::Result<()> {
     ensure!(args.subscribers > 0, "--subscribers must be at least 1");
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let mock = start_mock(dir.path(), args.verbose, 0.0)?;
-    let setup = DaemonSetup {
-        dir: dir.path().to_owned(),
-        database: args
-            .database
-            .clone()
-            .unwrap_or_else(|| format!("sqlite://{}/keel.db", dir.path().display())),
-        mock_url: mock.url.clone(),
-        workers: 64,
-        verbose: args.verbose,
-    };
+    let (setup, _mock) =
+        DaemonSetup::with_mock(dir.path(), args.database.as_deref(), 0.0, 64, args.verbose)?;
     let config = setup.write_config(RUNS)?;
     let (daemon, _) = setup.start(&config, "127.0.0.1:0").await?;
     let api = Api::new(&daemon.url, None)?;

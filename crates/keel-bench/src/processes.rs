@@ -126,7 +126,7 @@ fn child_name(marker: &str) -> &'static str {
 
 /// `keel mock-provider` on a free loopback port, streaming unscripted replies at `rate`
 /// tokens per second (0: as fast as possible).
-pub fn start_mock(dir: &Path, verbose: bool, rate: f64) -> anyhow::Result<Process> {
+fn start_mock(dir: &Path, verbose: bool, rate: f64) -> anyhow::Result<Process> {
     let args = [
         "mock-provider".to_owned(),
         "--listen".to_owned(),
@@ -151,6 +151,30 @@ pub struct DaemonSetup {
 }
 
 impl DaemonSetup {
+    /// A setup in `dir`, on `database` or else a SQLite file in `dir`, with the mock
+    /// provider it runs against (started here, at `rate` as in [`start_mock`]; dropping it
+    /// stops it).
+    pub fn with_mock(
+        dir: &Path,
+        database: Option<&str>,
+        rate: f64,
+        workers: usize,
+        verbose: bool,
+    ) -> anyhow::Result<(Self, Process)> {
+        let mock = start_mock(dir, verbose, rate)?;
+        let setup = Self {
+            dir: dir.to_owned(),
+            database: database.map_or_else(
+                || format!("sqlite://{}/keel.db", dir.display()),
+                str::to_owned,
+            ),
+            mock_url: mock.url.clone(),
+            workers,
+            verbose,
+        };
+        Ok((setup, mock))
+    }
+
     /// Writes the daemon's configuration: the mock behind each of the three protocols
     /// (`mock`: OpenAI chat, the default; `mock-chain`: OpenAI Responses in chain mode;
     /// `mock-anthropic`: Anthropic Messages; `mock-small`: OpenAI chat with a context limit
