@@ -28,8 +28,7 @@ use crate::api::dto::EventsQuery;
 use crate::api::error::{ApiError, Code};
 use crate::api::event_stream;
 use crate::api::extract::{Caller, parse_id};
-// The compatibility doors still name the item by its old home.
-pub(crate) use crate::api::live_item::LiveItem;
+use crate::api::live_item::LiveItem;
 use crate::api::state::AppState;
 use crate::hub::Subscription;
 use crate::net::sse_slots::{SlotRefusal, SseSlot};

@@ -20,7 +20,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::api::compat::reply::Reply;
-use crate::api::events::{LiveItem, follow_chat};
+use crate::api::events::follow_chat;
+use crate::api::live_item::LiveItem;
 use crate::api::state::AppState;
 use crate::net::sse_slots::SseSlot;
 
