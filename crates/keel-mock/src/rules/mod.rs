@@ -7,7 +7,8 @@
 //!
 //! * [`openai_chat`]: tool-call / tool-message pairing, DeepSeek's `reasoning_content`;
 //! * [`openai_responses`]: call / output pairing, reasoning items and their following item;
-//! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results;
+//! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results, no
+//!   prefill on Claude 4.6 and later;
 //! * [`chain`], [`prefill`], [`thinking`]: chained responses, assistant prefill, signed
 //!   thinking.
 

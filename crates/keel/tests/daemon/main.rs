@@ -10,6 +10,7 @@ mod compat;
 mod concurrency;
 mod confinement;
 mod continuation;
+mod current_claude;
 mod failures;
 mod fidelity;
 mod harness;
