@@ -8,6 +8,7 @@
 //! through the retry hook and a [`LiveEvent::Retry`] first.
 
 use futures::StreamExt;
+use keel_core::classify::is_prefill_refusal;
 use keel_core::{
     CancelCause, ErrorKind, FinishReason, Message, ModelCall, ProviderError, StreamEvent,
 };
@@ -82,9 +83,11 @@ impl Runner {
                 acc.follow(prefix);
             }
             let call = self.model_call(history, continuation.as_deref(), stopped.is_some());
+            let continued = continued_prefix(stopped.as_deref(), continuation.as_deref());
+            let prefilled =
+                continued.is_some() && self.options.model.supports_prefill(&call.options);
             // Continued by instruction, a model may start over; with prefill it cannot.
-            let seam = continued_prefix(stopped.as_deref(), continuation.as_deref())
-                .filter(|_| !self.options.model.supports_prefill());
+            let seam = continued.filter(|_| !prefilled);
             let error = match self.attempt(call, acc, seam.as_deref()).await {
                 AttemptEnd::Finished => {
                     if !finished_in_one_attempt(attempts, resumed || stopped.is_some()) {
@@ -118,6 +121,11 @@ impl Runner {
                 }
                 AttemptEnd::Failed(error) => error,
             };
+            if prefilled && is_prefill_refusal(&error) && self.options.model.refuse_prefill() {
+                // The model takes no prefill after all (the adapter remembers it): the same
+                // continuation again at once, by instruction. Nothing was streamed.
+                continue;
+            }
             self.save_checkpoint(acc).await;
             if error.kind == ErrorKind::ChainBroken {
                 self.heal_chain(history).await;

@@ -69,6 +69,7 @@ pub fn is_reasoning_model(model: &str, options: &CallOptions) -> bool {
         || ["o1", "o3", "o4"].iter().any(|p| base.starts_with(p))
         || options.reasoning_effort.is_some()
         || options.thinking_budget_tokens.is_some()
+        || options.thinking.is_some()
 }
 
 #[cfg(test)]

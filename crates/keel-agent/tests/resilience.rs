@@ -836,7 +836,7 @@ async fn a_continuation_that_restarts_the_reply_is_never_stitched_on() {
     let full = "The leaves fall, adding to the forest floor.";
     let model = ScriptedModel::new(vec![
         cut_after("The leaves fall, adding to the"),
-        answering("The forest transforms into gold."),
+        answering("The leaves fall, adding to the ground a layer of gold."),
         answering(full),
     ]);
     let persister = RecordingPersister::new();
@@ -852,7 +852,7 @@ async fn a_continuation_that_restarts_the_reply_is_never_stitched_on() {
     assert!(events.contains(&LiveEvent::StreamReset));
     assert!(
         !events.contains(&LiveEvent::TextDelta {
-            delta: "The forest transforms into gold.".into()
+            delta: "The leaves fall, adding to the ground a layer of gold.".into()
         }),
         "the restarted continuation was never shown"
     );

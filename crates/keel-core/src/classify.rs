@@ -250,6 +250,28 @@ fn kind_of(status: Option<u16>, details: &BodyDetails, text: &str) -> ErrorKind 
     ErrorKind::Unknown
 }
 
+/// Whether `error` is a provider refusing a request that ends in a partial assistant reply
+/// (native prefill) because the model does not take one: Anthropic answers Claude 4.6 and
+/// later with `400 invalid_request_error` "This model does not support assistant message
+/// prefill. The conversation must end with a user message." (Bedrock and gateways pass the
+/// same words on). The loop then continues that model by instruction instead.
+pub fn is_prefill_refusal(error: &ProviderError) -> bool {
+    if error.kind != ErrorKind::InvalidRequest || error.status.is_some_and(|s| s != 400) {
+        return false;
+    }
+    let text = error.message.to_lowercase();
+    text.contains("prefill")
+        && [
+            "not support",
+            "no longer support",
+            "unsupported",
+            "not allowed",
+            "must end with a user message",
+        ]
+        .iter()
+        .any(|n| text.contains(n))
+}
+
 /// The wait a provider asks for: `retry-after-ms` first, then `retry-after` in seconds or as
 /// an HTTP date. Negative, NaN and unparsable values are ignored; a wait too long to
 /// represent (`1e20`) is [`Duration::MAX`], which the retry policy refuses to wait out.
@@ -548,5 +570,52 @@ mod tests {
         let k = kind(None, Some(event), None);
         assert_eq!(k, ErrorKind::Server);
         assert!(k.is_retryable());
+    }
+
+    fn failed(status: u16, body: &str) -> ProviderError {
+        classify(
+            &Failure {
+                status: Some(status),
+                body: Some(body),
+                ..Failure::default()
+            },
+            SystemTime::now(),
+        )
+    }
+
+    #[test]
+    fn a_refused_prefill_is_told_from_other_invalid_requests() {
+        let anthropic = r#"{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill. The conversation must end with a user message."},"request_id":"req_011CcmtaL3xq"}"#;
+        let refused = failed(400, anthropic);
+        assert_eq!(refused.kind, ErrorKind::InvalidRequest);
+        assert!(is_prefill_refusal(&refused));
+        for body in [
+            // Bedrock passes the words on with its own suffix.
+            r#"{"message":"This model does not support assistant message prefill. The conversation must end with a user message. (Service: BedrockRuntime)"}"#,
+            r#"{"error":{"message":"Prefilling assistant messages is no longer supported"}}"#,
+        ] {
+            assert!(is_prefill_refusal(&failed(400, body)), "{body}");
+        }
+        for (status, body) in [
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.1: `tool_use` ids were found without `tool_result` blocks immediately after"}}"#,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"final assistant content cannot end with trailing whitespace"}}"#,
+            ),
+            // A server failure that mentions prefill is still the server's trouble.
+            (
+                500,
+                r#"{"type":"error","error":{"type":"api_error","message":"prefill not supported right now"}}"#,
+            ),
+            (
+                429,
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"prefill unsupported"}}"#,
+            ),
+        ] {
+            assert!(!is_prefill_refusal(&failed(status, body)), "{body}");
+        }
     }
 }

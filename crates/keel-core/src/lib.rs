@@ -14,12 +14,14 @@
 //!   from a server shutdown, and [`on_wake`], the wait for it that a busy loop polls for
 //!   free;
 //! * [`error`] and [`classify`]: provider failures and the one function that sorts them into
-//!   kinds with a retryable flag.
+//!   kinds with a retryable flag;
+//! * [`claude`]: what a Claude model's name says of its generation (which refuse prefill).
 
 #![warn(unreachable_pub)]
 
 pub mod cancel;
 pub mod classify;
+pub mod claude;
 pub mod clock;
 pub mod error;
 pub mod message;
@@ -35,7 +37,8 @@ pub use message::{
     INTERRUPTED_RESULT, Message, Part, PartKind, PendingToolCall, Role, SUMMARY_PREFIX,
 };
 pub use model::{
-    CallOptions, EventStream, LanguageModel, ModelCall, ReasoningEffort, ToolChoice, ToolDefinition,
+    CallOptions, Effort, EventStream, LanguageModel, ModelCall, ReasoningEffort, Thinking,
+    ToolChoice, ToolDefinition,
 };
 pub use stream::StreamEvent;
 pub use usage::{FinishReason, Usage};

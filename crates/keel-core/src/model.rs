@@ -25,10 +25,18 @@ pub trait LanguageModel: Send + Sync {
     /// The upstream model name.
     fn model(&self) -> &str;
 
-    /// Whether the provider continues a trailing assistant message natively (assistant
-    /// prefill), as Anthropic does. A prompt ending in an assistant message is a request to
-    /// continue it; adapters without prefill add an instruction to continue instead.
-    fn supports_prefill(&self) -> bool {
+    /// Whether a call with `options` continues a trailing assistant message natively
+    /// (assistant prefill), as Anthropic does without thinking. A prompt ending in an
+    /// assistant message is a request to continue it; a call without prefill carries an
+    /// instruction to continue instead, and the loop checks where that continuation starts.
+    fn supports_prefill(&self, _options: &CallOptions) -> bool {
+        false
+    }
+
+    /// The provider refused a native continuation ([`crate::classify::is_prefill_refusal`]):
+    /// continue this model by instruction from now on. Returns whether that changed
+    /// anything, so the refused call is retried once, at once.
+    fn refuse_prefill(&self) -> bool {
         false
     }
 
@@ -64,6 +72,13 @@ pub struct CallOptions {
     pub max_output_tokens: Option<u32>,
     pub reasoning_effort: Option<ReasoningEffort>,
     pub thinking_budget_tokens: Option<u32>,
+    /// Anthropic: thinking whose depth the model decides (`thinking: {type: "adaptive"}`).
+    #[serde(default)]
+    pub thinking: Option<Thinking>,
+    /// Anthropic: how much effort the model spends, thinking included
+    /// (`output_config.effort`).
+    #[serde(default)]
+    pub effort: Option<Effort>,
     #[serde(default)]
     pub tool_choice: ToolChoice,
     /// OpenAI Responses chain mode: continue from this stored response.
@@ -92,6 +107,36 @@ pub enum ReasoningEffort {
     Medium,
     High,
     Xhigh,
+}
+
+/// A thinking mode chosen by name (Anthropic's `thinking.type`); a budget of thinking
+/// tokens is [`CallOptions::thinking_budget_tokens`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Thinking {
+    /// The model decides whether and how much to think (Claude 4.6 and later), guided by
+    /// [`Effort`].
+    Adaptive,
+}
+
+/// The values Anthropic's `output_config.effort` accepts, per the effort guide
+/// (https://platform.claude.com/docs/en/build-with-claude/effort); `xhigh` and `max` only on
+/// the models that offer them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effort {
+    Low,
+    Medium,
+    High,
+    Xhigh,
+    Max,
+}
+
+impl CallOptions {
+    /// Whether the call asks for thinking: a budget, or adaptive thinking.
+    pub fn thinks(&self) -> bool {
+        self.thinking.is_some() || self.thinking_budget_tokens.is_some_and(|b| b > 0)
+    }
 }
 
 /// Whether and how the model may call tools.

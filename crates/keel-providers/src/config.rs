@@ -41,13 +41,18 @@ impl ProviderKind {
         }
     }
 
-    /// Anthropic continues a final assistant turn natively; Chat Completions servers differ,
-    /// so they are asked by instruction unless configured otherwise; the Responses API
-    /// cannot continue a partial reply at all.
-    pub fn default_continuation(self) -> Continuation {
+    /// How `model` continues a cut reply unless configured otherwise. Anthropic continues a
+    /// final assistant turn natively, but Claude 4.6 and later refuse it
+    /// ([`keel_core::claude::refuses_prefill`]); Chat Completions servers differ, so they are
+    /// asked by instruction; the Responses API cannot continue a partial reply at all.
+    pub fn default_continuation(self, model: &str) -> Continuation {
         match self {
-            ProviderKind::Anthropic => Continuation::Prefill,
-            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => Continuation::Prompt,
+            ProviderKind::Anthropic if !keel_core::claude::refuses_prefill(model) => {
+                Continuation::Prefill
+            }
+            ProviderKind::Anthropic | ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => {
+                Continuation::Prompt
+            }
         }
     }
 
@@ -153,7 +158,8 @@ pub struct ProviderSettings {
     /// Sent with every request.
     #[serde(default)]
     pub extra_headers: BTreeMap<String, String>,
-    /// `None` uses the kind's default ([`ProviderKind::default_continuation`]).
+    /// `None` uses the default for the kind and model ([`ProviderKind::default_continuation`]).
+    /// The daemon puts a model's own setting here, else its provider's.
     #[serde(default)]
     pub continuation: Option<Continuation>,
     /// Chat Completions: the field of the output limit.
@@ -183,9 +189,10 @@ impl ProviderSettings {
         }
     }
 
-    pub fn continuation(&self) -> Continuation {
+    /// How `model` of this provider continues a cut reply.
+    pub fn continuation(&self, model: &str) -> Continuation {
         self.continuation
-            .unwrap_or_else(|| self.kind.default_continuation())
+            .unwrap_or_else(|| self.kind.default_continuation(model))
     }
 
     pub fn base_url(&self) -> &str {
@@ -320,7 +327,7 @@ pub fn build_model(
             kind: settings.kind,
         });
     }
-    let prefill = settings.continuation() == Continuation::Prefill;
+    let prefill = settings.continuation(upstream_model) == Continuation::Prefill;
     if prefill && settings.kind == ProviderKind::OpenAiResponses {
         return Err(ProviderBuildError::PrefillUnsupported {
             provider: settings.name.clone(),
@@ -408,6 +415,33 @@ fn headers(settings: &ProviderSettings) -> Result<HeaderMap, ProviderBuildError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claude_4_6_and_later_continue_by_instruction_unless_configured() {
+        let anthropic = ProviderSettings::new("a", ProviderKind::Anthropic);
+        assert_eq!(
+            anthropic.continuation("claude-sonnet-4-6"),
+            Continuation::Prompt
+        );
+        assert_eq!(
+            anthropic.continuation("claude-opus-4-7"),
+            Continuation::Prompt
+        );
+        assert_eq!(
+            anthropic.continuation("claude-sonnet-4-5"),
+            Continuation::Prefill
+        );
+        assert_eq!(anthropic.continuation("mock"), Continuation::Prefill);
+        let mut configured = anthropic.clone();
+        configured.continuation = Some(Continuation::Prefill);
+        assert_eq!(
+            configured.continuation("claude-sonnet-4-6"),
+            Continuation::Prefill,
+            "a configured value wins; the 400 teaches the rest"
+        );
+        let chat = ProviderSettings::new("c", ProviderKind::OpenAiChat);
+        assert_eq!(chat.continuation("claude-sonnet-4-5"), Continuation::Prompt);
+    }
 
     #[test]
     fn base_urls_follow_the_official_sdks() {

@@ -7,8 +7,8 @@ use common::{
     ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
 };
 use keel_core::{
-    CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
-    ToolChoice, ToolDefinition, Usage,
+    CallOptions, Effort, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role,
+    StreamEvent, Thinking, ToolChoice, ToolDefinition, Usage,
 };
 use keel_providers::anthropic::{AnthropicDecoder, build_request, mark_cache_breakpoints};
 use proptest::prelude::*;
@@ -468,6 +468,48 @@ fn with_thinking_a_trailing_assistant_message_is_continued_by_instruction() {
     let turns = body["messages"].as_array().unwrap();
     assert_eq!(turns.len(), 3);
     assert_eq!(turns[2]["role"], "user");
+}
+
+#[test]
+fn adaptive_thinking_sends_no_budget_and_the_effort_in_output_config() {
+    let body = build_request(
+        &ModelCall {
+            messages: vec![
+                Message::user("write a poem"),
+                Message::assistant("Roses are"),
+            ],
+            options: CallOptions {
+                thinking: Some(Thinking::Adaptive),
+                effort: Some(Effort::Max),
+                max_output_tokens: Some(4096),
+                temperature: Some(0.3),
+                ..CallOptions::default()
+            },
+            ..ModelCall::default()
+        },
+        "claude-opus-4-6",
+    );
+    assert_eq!(body["thinking"], json!({"type": "adaptive"}));
+    assert_eq!(body["output_config"], json!({"effort": "max"}));
+    assert_eq!(body["max_tokens"], 4096, "no budget to make room for");
+    assert!(body.get("temperature").is_none());
+    let turns = body["messages"].as_array().unwrap();
+    assert_eq!(turns.len(), 3, "thinking continues by instruction");
+    assert_eq!(turns[2]["role"], "user");
+    // The effort alone, without thinking, is sent as well.
+    let effort_only = build_request(
+        &ModelCall {
+            messages: vec![Message::user("hi")],
+            options: CallOptions {
+                effort: Some(Effort::Low),
+                ..CallOptions::default()
+            },
+            ..ModelCall::default()
+        },
+        "claude-sonnet-4-6",
+    );
+    assert_eq!(effort_only["output_config"], json!({"effort": "low"}));
+    assert!(effort_only.get("thinking").is_none());
 }
 
 #[test]

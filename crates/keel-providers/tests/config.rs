@@ -1,5 +1,6 @@
 //! Building models from settings.
 
+use keel_core::CallOptions;
 use keel_providers::{ProviderBuildError, ProviderKind, ProviderSettings, build_model};
 
 /// A plain HTTP client on the process's rustls crypto provider, which the `keel` binary
@@ -69,8 +70,27 @@ fn builds_every_kind() {
         let model = build_model(&settings, "upstream", client()).unwrap();
         assert_eq!(model.provider(), "p");
         assert_eq!(model.model(), "upstream");
-        assert_eq!(model.supports_prefill(), kind == ProviderKind::Anthropic);
+        let options = CallOptions::default();
+        assert_eq!(
+            model.supports_prefill(&options),
+            kind == ProviderKind::Anthropic
+        );
     }
+}
+
+#[test]
+fn a_claude_4_6_model_continues_by_instruction_and_an_older_one_learns_to() {
+    let mut settings = ProviderSettings::new("p", ProviderKind::Anthropic);
+    settings.api_key = Some("key".into());
+    let options = CallOptions::default();
+    let current = build_model(&settings, "claude-sonnet-4-6", client()).unwrap();
+    assert!(!current.supports_prefill(&options));
+    assert!(!current.refuse_prefill(), "nothing to learn");
+    let older = build_model(&settings, "claude-sonnet-4-5", client()).unwrap();
+    assert!(older.supports_prefill(&options));
+    assert!(older.refuse_prefill(), "the first refusal switches it");
+    assert!(!older.supports_prefill(&options));
+    assert!(!older.refuse_prefill(), "and only the first");
 }
 
 #[test]

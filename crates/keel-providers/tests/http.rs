@@ -12,7 +12,8 @@ use common::server::{End, Reply, TestServer};
 use common::{ctx, final_error, replay, split, transcript};
 use futures::StreamExt;
 use keel_core::{
-    Cancel, CancelCause, ErrorKind, LanguageModel, Message, ModelCall, ProviderError, StreamEvent,
+    CallOptions, Cancel, CancelCause, ErrorKind, LanguageModel, Message, ModelCall, ProviderError,
+    StreamEvent, Thinking,
 };
 use keel_providers::anthropic::AnthropicDecoder;
 use keel_providers::openai_chat::ChatDecoder;
@@ -93,7 +94,7 @@ async fn openai_chat_streams_over_http_like_the_replayed_transcript() {
     let model = model(&server, ProviderKind::OpenAiChat);
     assert_eq!(model.provider(), "test-provider");
     assert_eq!(model.model(), "test-model");
-    assert!(!model.supports_prefill());
+    assert!(!model.supports_prefill(&CallOptions::default()));
     let events = collect(model.as_ref()).await;
     assert_eq!(events, replay(ChatDecoder::new(ctx()), &bytes));
 
@@ -168,7 +169,15 @@ async fn anthropic_streams_over_http_with_its_headers() {
     let bytes = transcript("anthropic_thinking_tools.sse");
     let server = TestServer::start(Reply::sse(split(&bytes, &[1, 2, 3, 555]))).await;
     let model = model(&server, ProviderKind::Anthropic);
-    assert!(model.supports_prefill());
+    assert!(model.supports_prefill(&CallOptions::default()));
+    let thinking = CallOptions {
+        thinking: Some(Thinking::Adaptive),
+        ..CallOptions::default()
+    };
+    assert!(
+        !model.supports_prefill(&thinking),
+        "thinking continues by instruction"
+    );
     let events = collect(model.as_ref()).await;
     assert_eq!(events, replay(AnthropicDecoder::new(ctx()), &bytes));
     let request = &server.requests()[0];

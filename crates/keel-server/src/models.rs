@@ -88,7 +88,7 @@ impl ModelRegistry {
             settings.base_url = provider.entry.base_url.clone();
             settings.api_key = provider.api_key.clone();
             settings.include_usage = provider.entry.include_usage;
-            settings.continuation = provider.entry.continuation;
+            settings.continuation = entry.continuation.or(provider.entry.continuation);
             settings.output_limit_field = provider.entry.output_limit_field.unwrap_or_default();
             settings.reasoning_content = provider.entry.reasoning_content.unwrap_or_default();
             let model = build_model(&settings, &entry.model, http.clone())
@@ -144,6 +144,8 @@ fn call_options(entry: &ModelEntry) -> CallOptions {
         max_output_tokens: entry.max_output_tokens,
         reasoning_effort: entry.reasoning_effort,
         thinking_budget_tokens: entry.thinking_budget_tokens,
+        thinking: entry.thinking,
+        effort: entry.effort,
         store: entry.store,
         ..CallOptions::default()
     }

@@ -12,6 +12,7 @@ pub(crate) const RULES: &[Rule] = &[
     tool_uses_are_answered_next,
     tool_results_answer_the_previous_turn,
     server_tool_uses_have_results,
+    no_prefill_on_claude_4_6_and_later,
 ];
 
 fn blocks(message: &Value) -> &[Value] {
@@ -137,6 +138,32 @@ pub(crate) fn server_tool_uses_have_results(request: &Value) -> Result<(), Viola
     Ok(())
 }
 
+/// Claude 4.6 and later refuse a request that ends in an assistant turn (prefill), with
+/// the message below. Anthropic's migration guide
+/// (<https://platform.claude.com/docs/en/about-claude/models/migration-guide>): "Prefilling
+/// assistant messages returns a 400 error on Claude 4.6 models." A turn the server paused
+/// (one holding `server_tool_use`) still goes back as it is: that is how a paused turn is
+/// carried on (<https://platform.claude.com/docs/en/agents-and-tools/tool-use/server-tools>,
+/// "The server-side loop and pause_turn").
+pub(crate) fn no_prefill_on_claude_4_6_and_later(request: &Value) -> Result<(), Violation> {
+    if !keel_core::claude::refuses_prefill(str_at(request, "model")) {
+        return Ok(());
+    }
+    let Some(last) = array(request, "messages").last() else {
+        return Ok(());
+    };
+    let paused = blocks(last)
+        .iter()
+        .any(|b| str_at(b, "type") == "server_tool_use");
+    if str_at(last, "role") != "assistant" || paused {
+        return Ok(());
+    }
+    Err(Violation::new(
+        "This model does not support assistant message prefill. The conversation must end \
+         with a user message.",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +228,37 @@ mod tests {
                 "tool_use_id": "srvtoolu_1", "content": []}]},
         ]});
         assert!(super::super::check(RULES, &done).is_ok());
+    }
+
+    #[test]
+    fn claude_4_6_and_later_refuse_a_final_assistant_turn() {
+        let request = |model: &str, last: Value| json!({"model": model, "messages": [{"role": "user", "content": "hi"}, last]});
+        let prefill = json!({"role": "assistant", "content": [{"type": "text", "text": "Roses"}]});
+        let refused =
+            no_prefill_on_claude_4_6_and_later(&request("claude-sonnet-4-6", prefill.clone()))
+                .unwrap_err();
+        assert!(
+            refused
+                .message
+                .contains("does not support assistant message prefill"),
+            "{refused:?}"
+        );
+        assert!(
+            no_prefill_on_claude_4_6_and_later(&request("claude-opus-4-7", prefill.clone()))
+                .is_err()
+        );
+        assert!(
+            no_prefill_on_claude_4_6_and_later(&request("claude-sonnet-4-5", prefill.clone()))
+                .is_ok()
+        );
+        assert!(no_prefill_on_claude_4_6_and_later(&request("mock", prefill)).is_ok());
+        let instruction = json!({"role": "user", "content": "continue"});
+        assert!(
+            no_prefill_on_claude_4_6_and_later(&request("claude-sonnet-4-6", instruction)).is_ok()
+        );
+        let paused = json!({"role": "assistant", "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+        ]});
+        assert!(no_prefill_on_claude_4_6_and_later(&request("claude-sonnet-4-6", paused)).is_ok());
     }
 }

@@ -9,7 +9,8 @@
 //!   `max_tokens` on OpenAI's reasoning models, Cerebras's refusal of `reasoning_content`;
 //! * [`thought_signature`]: Gemini's thought signatures on its OpenAI-compatible endpoint;
 //! * [`openai_responses`]: call / output pairing, reasoning items and their following item;
-//! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results;
+//! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results, no
+//!   prefill on Claude 4.6 and later;
 //! * [`chain`], [`prefill`], [`thinking`]: chained responses, assistant prefill, signed
 //!   thinking.
 

@@ -5,7 +5,7 @@
 //! blocks of a user turn. Thinking blocks go back with their signatures unchanged, and
 //! messages marked as cache breakpoints carry `cache_control` on their last block.
 
-use keel_core::{Message, ModelCall, PartKind, Role, ToolChoice};
+use keel_core::{CallOptions, Message, ModelCall, PartKind, Role, Thinking, ToolChoice};
 use serde_json::{Map, Value, json};
 
 use crate::convert::{
@@ -31,7 +31,7 @@ pub fn build(call: &ModelCall, model: &str) -> Value {
 /// [`build`], continuing a trailing assistant message as prefill only when `prefill`.
 pub fn build_continuing(call: &ModelCall, model: &str, prefill: bool) -> Value {
     let o = &call.options;
-    let thinking = o.thinking_budget_tokens.filter(|b| *b > 0);
+    let budget = o.thinking_budget_tokens.filter(|b| *b > 0);
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
 
@@ -57,18 +57,21 @@ pub fn build_continuing(call: &ModelCall, model: &str, prefill: bool) -> Value {
     if !system.is_empty() {
         body.insert("system".into(), Value::Array(system));
     }
-    // Extended thinking does not allow assistant prefill, so a trailing assistant message is
-    // then continued by instruction instead. A paused turn always goes back as it is: that
-    // is how the API carries it on (https://platform.claude.com/docs/en/agents-and-tools/tool-use/server-tools,
+    // A paused turn always goes back as it is: that is how the API carries it on
+    // (https://platform.claude.com/docs/en/agents-and-tools/tool-use/server-tools,
     // "The server-side loop and pause_turn").
-    let prefill = (prefill && thinking.is_none()) || o.paused_turn;
+    let prefill = continues_natively(prefill, o) || o.paused_turn;
     body.insert(
         "messages".into(),
         Value::Array(messages(&call.messages[leading..], prefill)),
     );
 
     let mut max_tokens = o.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    if let Some(budget) = thinking {
+    if o.thinking == Some(Thinking::Adaptive) {
+        // Adaptive thinking has no budget: the model decides, guided by the effort
+        // (https://platform.claude.com/docs/en/build-with-claude/adaptive-thinking).
+        body.insert("thinking".into(), json!({"type": "adaptive"}));
+    } else if let Some(budget) = budget {
         // The thinking budget counts against max_tokens and must stay below it.
         if max_tokens <= budget {
             max_tokens = budget.saturating_add(max_tokens);
@@ -77,8 +80,9 @@ pub fn build_continuing(call: &ModelCall, model: &str, prefill: bool) -> Value {
             "thinking".into(),
             json!({"type": "enabled", "budget_tokens": budget}),
         );
-    } else {
-        // Thinking accepts neither a temperature nor a narrowed top_p.
+    }
+    // Thinking accepts neither a temperature nor a narrowed top_p.
+    if !o.thinks() {
         if let Some(t) = o.temperature {
             body.insert("temperature".into(), json!(t));
         }
@@ -87,6 +91,9 @@ pub fn build_continuing(call: &ModelCall, model: &str, prefill: bool) -> Value {
         }
     }
     body.insert("max_tokens".into(), json!(max_tokens));
+    if let Some(effort) = o.effort {
+        body.insert("output_config".into(), json!({"effort": effort}));
+    }
 
     let tools: Vec<Value> = call
         .tools
@@ -114,6 +121,14 @@ pub fn build_continuing(call: &ModelCall, model: &str, prefill: bool) -> Value {
         body.insert(k.clone(), v.clone());
     }
     Value::Object(body)
+}
+
+/// Whether a call with `options` continues a trailing assistant message as prefill, on a
+/// model that takes prefill (`prefill`): never with thinking on, which does not allow it
+/// (https://platform.claude.com/docs/en/build-with-claude/extended-thinking, "Feature
+/// compatibility"); the reply is then continued by instruction.
+pub(crate) fn continues_natively(prefill: bool, options: &CallOptions) -> bool {
+    prefill && !options.thinks()
 }
 
 fn messages(messages: &[Message], prefill: bool) -> Vec<Value> {

@@ -5,7 +5,7 @@ mod decode;
 mod request;
 
 use async_trait::async_trait;
-use keel_core::{Cancel, EventStream, LanguageModel, ModelCall, ProviderError};
+use keel_core::{CallOptions, Cancel, EventStream, LanguageModel, ModelCall, ProviderError};
 
 pub use decode::ChatDecoder;
 pub use request::{ChatRequestOptions, EXTRA_CONTENT, METADATA_KEY, build as build_request};
@@ -38,7 +38,7 @@ impl LanguageModel for OpenAiChat {
         self.endpoint.model()
     }
 
-    fn supports_prefill(&self) -> bool {
+    fn supports_prefill(&self, _options: &CallOptions) -> bool {
         self.options.prefill
     }
 

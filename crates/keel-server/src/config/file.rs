@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use keel_core::ReasoningEffort;
+use keel_core::{Effort, ReasoningEffort, Thinking};
 use keel_providers::{Continuation, OutputLimitField, ProviderKind, ReasoningContent};
 use keel_tools::BuiltinTool;
 use serde::Deserialize;
@@ -68,7 +68,7 @@ pub struct ProviderEntry {
     pub include_usage: bool,
     /// How a cut reply is continued: `prefill` (the server continues the partial reply
     /// natively) or `prompt` (an instruction to continue, with the seam checked). Default:
-    /// `prefill` for anthropic, `prompt` otherwise.
+    /// `prefill` for anthropic but Claude 4.6 and later, `prompt` otherwise.
     #[serde(default)]
     pub continuation: Option<Continuation>,
     /// openai-chat: the field of the output limit, `max_completion_tokens` (the default)
@@ -95,6 +95,13 @@ pub struct ModelEntry {
     #[serde(default)]
     pub store: bool,
     pub thinking_budget_tokens: Option<u32>,
+    /// Anthropic: `adaptive` lets the model decide how much to think (Claude 4.6 and later).
+    pub thinking: Option<Thinking>,
+    /// Anthropic: `output_config.effort`, how much the model spends on a reply.
+    pub effort: Option<Effort>,
+    /// How this model continues a cut reply; absent: its provider's `continuation`, else
+    /// the default for the model ([`ProviderKind::default_continuation`]).
+    pub continuation: Option<Continuation>,
     /// How long this model may take to send its first stream event; absent: the runs'
     /// `startup_timeout_ms`, scaled for reasoning models.
     pub startup_timeout_ms: Option<u64>,

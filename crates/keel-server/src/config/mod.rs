@@ -162,6 +162,8 @@ mod tests {
         "store",
         "temperature",
         "thinking_budget_tokens",
+        "thinking",
+        "effort",
         "token_sha256",
         "top_p",
         "url",

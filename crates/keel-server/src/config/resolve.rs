@@ -151,6 +151,9 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
         reasoning_effort: None,
         store: false,
         thinking_budget_tokens: None,
+        thinking: None,
+        effort: None,
+        continuation: None,
         startup_timeout_ms: None,
     };
     if env.var("OPENAI_API_KEY").is_some() {

@@ -139,6 +139,11 @@ pub(super) fn models(
                 "must be positive",
             ));
         }
+        let kind = providers
+            .iter()
+            .find(|p| p.entry.name == model.provider)
+            .map(|p| p.entry.kind);
+        model_options(model, kind).map_err(|(field, why)| ConfigError::invalid(key(field), why))?;
     }
     if models.iter().filter(|m| m.default).count() > 1 {
         return Err(ConfigError::invalid(
@@ -150,6 +155,39 @@ pub(super) fn models(
         return Err(ConfigError::invalid(
             "models",
             "providers are configured but no [[models]]",
+        ));
+    }
+    Ok(())
+}
+
+/// The options of one model that its provider's `kind` cannot take, or that contradict
+/// each other: the field at fault and why.
+fn model_options(
+    model: &ModelEntry,
+    kind: Option<ProviderKind>,
+) -> Result<(), (&'static str, &'static str)> {
+    if model.continuation == Some(Continuation::Prefill)
+        && kind == Some(ProviderKind::OpenAiResponses)
+    {
+        return Err((
+            "continuation",
+            "the Responses API cannot continue a partial reply; use prompt",
+        ));
+    }
+    if model.thinking.is_some() && model.thinking_budget_tokens.is_some() {
+        return Err((
+            "thinking",
+            "adaptive thinking has no budget; set thinking or thinking_budget_tokens, not both",
+        ));
+    }
+    let anthropic = kind == Some(ProviderKind::Anthropic);
+    if model.thinking.is_some() && !anthropic {
+        return Err(("thinking", "only anthropic providers take it"));
+    }
+    if model.effort.is_some() && !anthropic {
+        return Err((
+            "effort",
+            "only anthropic providers take it; OpenAI models take reasoning_effort",
         ));
     }
     Ok(())
@@ -399,6 +437,18 @@ mod tests {
             (
                 "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\nbase_url = \"http://h\"\nreasoning_content = \"send\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
                 "providers[0].reasoning_content",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\nbase_url = \"http://h\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\ncontinuation = \"prefill\"",
+                "models[0].continuation",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\nbase_url = \"http://h\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\nthinking = \"adaptive\"\nthinking_budget_tokens = 1024",
+                "models[0].thinking",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"http://h\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\neffort = \"high\"",
+                "models[0].effort",
             ),
             (
                 "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\napi_key_env = \"MISSING_KEY\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",

@@ -112,8 +112,12 @@ impl LanguageModel for Panicking {
         self.0.model()
     }
 
-    fn supports_prefill(&self) -> bool {
-        self.0.supports_prefill()
+    fn supports_prefill(&self, options: &CallOptions) -> bool {
+        self.0.supports_prefill(options)
+    }
+
+    fn refuse_prefill(&self) -> bool {
+        self.0.refuse_prefill()
     }
 
     fn requires_signed_reasoning(&self, options: &CallOptions) -> bool {

@@ -12,6 +12,7 @@ mod compat_input;
 mod concurrency;
 mod confinement;
 mod continuation;
+mod current_claude;
 mod failures;
 mod fidelity;
 mod harness;

@@ -16,7 +16,7 @@ async fn post(f: &Fixture, id: &str, action: &str) -> (u16, Value) {
 
 /// A chat on `protocol` whose reply was stopped after a few words; returns its id and the
 /// whole scripted reply.
-async fn stopped_chat(f: &Fixture, protocol: &str) -> (String, String) {
+pub async fn stopped_chat(f: &Fixture, protocol: &str) -> (String, String) {
     let reply = words(120);
     let id = f
         .chat(
