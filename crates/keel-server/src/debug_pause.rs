@@ -15,8 +15,15 @@
 //!   chat changes while the stream is open but not yet reading).
 //! - `KEEL_DEBUG_PUBLISH_PAUSE_MS`: a run waits between a step's commit and publishing the
 //!   committed messages (every follower hears of the commit before its frames).
+//!
+//! One waits for a state rather than a time, set to any value:
+//! - `KEEL_DEBUG_START_SETTLE`: a Responses request that creates a chat waits, once the chat
+//!   is stored, until its first run has ended (the run commits its reply before the request
+//!   goes on).
 
 use std::time::Duration;
+
+use keel_store::{ChatId, ChatStatus, Store};
 
 pub(crate) async fn debug_pause(variable: &str) {
     let pause = std::env::var(variable)
@@ -25,5 +32,22 @@ pub(crate) async fn debug_pause(variable: &str) {
     if let Some(ms) = pause {
         tracing::info!(variable, ms, "debug pause begins");
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// Waits until `chat` has no run in progress, when `variable` is set (at most a minute:
+/// a run that never ends fails the test that set it, not the daemon).
+pub(crate) async fn debug_settle(variable: &str, store: &dyn Store, chat: ChatId) {
+    if std::env::var_os(variable).is_none() {
+        return;
+    }
+    tracing::info!(variable, %chat, "debug pause begins");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        match store.get_chat(chat).await {
+            Ok(c) if !matches!(c.status, ChatStatus::Running | ChatStatus::Interrupting) => return,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(_) => return,
+        }
     }
 }

@@ -432,7 +432,16 @@ async fn a_blocking_response_waits_without_holding_a_place_among_requests_in_fli
     let url = format!("{}/v1/responses", daemon.url);
     let body = json!({"model": "demo", "input": scripted(&reply, 40.0)});
     let waiting = tokio::spawn(async move {
-        let response = post_stream(&url, &body).await;
+        // The one place may be the poll's below when the request arrives: refused at once
+        // with 503 and nothing stored, it is sent again, as a client does.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let response = loop {
+            let response = post_stream(&url, &body).await;
+            if response.status() != 503 || tokio::time::Instant::now() > deadline {
+                break response;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
         (response.status(), response.json::<Value>().await.unwrap())
     });
     // While it waits for its reply, the one place in flight serves other requests.

@@ -92,7 +92,19 @@ async fn a_stateless_conversation_reaches_the_model_as_its_turns() {
 
 #[tokio::test]
 async fn stateless_turns_with_a_function_tool_need_no_previous_response_id() {
-    let fixture = Fixture::start("", "").await;
+    stateless_turns_with_a_function_tool(Fixture::start("", "").await).await;
+}
+
+#[tokio::test]
+async fn a_stateless_turn_whose_run_ends_before_its_request_goes_on_still_gets_its_reply() {
+    // The request looks at its new chat again only after the chat's first run has ended:
+    // its response still starts at its own input, not at the reply the run stored.
+    let settle = [("KEEL_DEBUG_START_SETTLE", "1")];
+    stateless_turns_with_a_function_tool(Fixture::start_with_env("", "", &settle).await).await;
+}
+
+/// A function call answered by the client, who then sends the whole conversation again.
+async fn stateless_turns_with_a_function_tool(fixture: Fixture) {
     let daemon = &fixture.daemon;
     let tools = json!([{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]);
     let script = json!({"tool_calls": [{"name": "lookup", "args": {"q": "x"}}]});
@@ -119,7 +131,10 @@ async fn stateless_turns_with_a_function_tool_need_no_previous_response_id() {
     )
     .await;
     assert_eq!(status, 200, "{second}");
-    assert_eq!(second["output_text"], "Tool lookup returned: found it");
+    assert_eq!(
+        second["output_text"], "Tool lookup returned: found it",
+        "{second}"
+    );
     let messages = fixture.client.messages(daemon, &chat_of(&second)).await;
     assert_eq!(messages.len(), 4, "{messages:?}");
     assert_eq!(messages[2]["role"], "tool");

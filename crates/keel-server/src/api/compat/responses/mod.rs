@@ -497,13 +497,12 @@ async fn start(
         max_steps: None,
     };
     let chat = chats::new_chat(state, caller, create, history, parts, None).await?;
-    // The first run answers the chat's last message.
-    let input = state
-        .store
-        .recent_messages(chat.id, 1)
-        .await?
-        .pop()
-        .ok_or_else(|| OpenAiError::not_found("the new chat's input"))?;
+    #[cfg(debug_assertions)]
+    crate::debug_pause::debug_settle("KEEL_DEBUG_START_SETTLE", state.store.as_ref(), chat.id)
+        .await;
+    // The first run answers the last message the chat was created with: its leaf as
+    // created. Not the chat's newest message read now, which may already be the run's reply.
+    let input = input_at(state, chat.id, chat.leaf_id).await?;
     Ok(Started {
         chat,
         message: input.id,
