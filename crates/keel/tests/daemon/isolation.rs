@@ -1,6 +1,9 @@
 //! One user's resources do not exist for another, on every route of the API document: the
-//! walk is generated from `/api/v1/openapi.json`, so a route added later is walked too.
+//! walk is generated from `/api/v1/openapi.json`, so a route added later is walked too. A
+//! route naming a resource refuses the other user; every other route (lists, creation, the
+//! chat-list feed, the public operations routes) answers him with nothing of the first user.
 
+use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -22,6 +25,55 @@ async fn call(token: &str, method: Method, url: &str, body: Option<&Value>) -> (
     tokio::time::timeout(WAIT, answered)
         .await
         .unwrap_or_else(|_| panic!("{method} {url} did not answer"))
+}
+
+/// Fails when `answer` holds any of `marks` (Alice's secret text and ids).
+fn assert_leaks_nothing(what: &str, answer: &str, marks: &[&str]) {
+    for mark in marks {
+        assert!(!answer.contains(mark), "{what} leaked {mark}: {answer}");
+    }
+}
+
+/// Routes anyone may call, so ownership does not apply; their bodies are still checked.
+const PUBLIC: [(&str, &str); 4] = [
+    ("/healthz", "liveness for load balancers, no user data"),
+    (
+        "/readyz",
+        "readiness for load balancers, dependency states only",
+    ),
+    (
+        "/metrics",
+        "process-wide counters for scraping, no per-chat labels",
+    ),
+    (
+        "/api/v1/openapi.json",
+        "the API's description, the same for every caller",
+    ),
+];
+
+/// The raw body `token` reads from the live stream at `url` until what `during` returns
+/// shows in it, within the harness's deadline. `during` runs once the stream is open.
+async fn read_stream_until(token: &str, url: &str, during: impl AsyncFnOnce() -> String) -> String {
+    let response = http_client()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200, "GET {url}");
+    let mut stream = response.bytes_stream();
+    let awaited = during().await;
+    let mut read = String::new();
+    let follow = async {
+        while !read.contains(&awaited) {
+            let chunk = stream.next().await.unwrap_or_else(|| panic!("{url} ended"));
+            read.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+    };
+    tokio::time::timeout(WAIT, follow)
+        .await
+        .unwrap_or_else(|_| panic!("GET {url} never showed {awaited}"));
+    read
 }
 
 /// The example the document gives for the schema `reference` points at.
@@ -75,15 +127,19 @@ impl Owned {
 }
 
 #[tokio::test]
-async fn every_route_of_the_api_document_naming_another_users_resource_answers_404_and_leaks_nothing()
- {
+async fn every_route_of_the_api_document_shows_another_user_nothing_of_the_first() {
     let (dir, database) = scratch();
     let alice = add_user(dir.path(), &database, "alice");
     let bob = add_user(dir.path(), &database, "bob");
     let daemon = Daemon::start(dir.path(), &database, "");
 
     // Alice's chat, Responses object and AI SDK chat, each holding a secret.
-    let secret = "alice-secret-4e19";
+    // Unique to this run, so no other text can hold it by chance.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let secret = &format!("alice-secret-{nanos:x}");
     let client = Client::with_token(&alice);
     let chat = client
         .create_chat(
@@ -105,7 +161,7 @@ async fn every_route_of_the_api_document_naming_another_users_resource_answers_4
     assert_eq!(status, 200, "{created}");
     let created: Value = serde_json::from_str(&created).unwrap();
     let response = created["id"].as_str().unwrap().to_owned();
-    let ui_chat = "alice-ui-chat".to_owned();
+    let ui_chat = format!("alice-ui-chat-{nanos:x}");
     let ui = json!({"id": ui_chat, "trigger": "submit-message", "messageId": null,
         "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": scripted(secret, 0.0)}]}]});
     let (status, streamed) =
@@ -117,6 +173,12 @@ async fn every_route_of_the_api_document_naming_another_users_resource_answers_4
         response,
         ui_chat,
     };
+    let marks = [
+        secret.as_str(),
+        &owned.chat,
+        &owned.response,
+        &owned.ui_chat,
+    ];
     // What Alice sees of her own, before and after Bob's walk.
     let own_views = [
         daemon.api(&format!("/chats/{}", owned.chat)),
@@ -140,11 +202,6 @@ async fn every_route_of_the_api_document_naming_another_users_resource_answers_4
     let document: Value = serde_json::from_str(&document).unwrap();
     let mut walked = Vec::new();
     for (path, item) in document["paths"].as_object().unwrap() {
-        // A route that names no resource names none of Alice's: lists and creation are
-        // covered by their own tests.
-        if !path.contains('{') {
-            continue;
-        }
         for (method, operation) in item.as_object().unwrap() {
             let Ok(method) = method.to_uppercase().parse::<Method>() else {
                 continue;
@@ -163,6 +220,42 @@ async fn every_route_of_the_api_document_naming_another_users_resource_answers_4
             let body = operation["requestBody"]["content"]["application/json"]["schema"]
                 .as_object()
                 .map(|schema| example(&document, &Value::Object(schema.clone())));
+            walked.push(format!("{method} {path}"));
+            if !path.contains('{') {
+                let url = format!("{}{path}", daemon.url);
+                let streams = operation["responses"]["200"]["content"]
+                    .get("text/event-stream")
+                    .is_some();
+                let answer = if method == Method::GET && streams {
+                    // A live stream never ends: read it while Alice and Bob each make a
+                    // chat, until Bob's shows; Alice's, made first, must not.
+                    let mut hers = String::new();
+                    let read = read_stream_until(&bob, &url, async || {
+                        let title = json!({"text": scripted(secret, 0.0), "title": secret});
+                        hers = client.create_chat(&daemon, title).await;
+                        let bobs = Client::with_token(&bob);
+                        bobs.create_chat(&daemon, json!({"text": "bob's own"}))
+                            .await
+                    })
+                    .await;
+                    assert!(
+                        !read.contains(&hers),
+                        "{method} {url} leaked {hers}: {read}"
+                    );
+                    read
+                } else {
+                    // A list shows Bob's own; a creation makes Bob's own; a public route
+                    // is the same for all.
+                    let (status, answer) = call(&bob, method.clone(), &url, body.as_ref()).await;
+                    assert!(
+                        (200..300).contains(&status),
+                        "{method} {url} as another user: {status} {answer}"
+                    );
+                    answer
+                };
+                assert_leaks_nothing(&format!("{method} {url}"), &answer, &marks);
+                continue;
+            }
             let url = format!("{}{}", daemon.url, owned.fill(path));
             let (status, answer) = call(&bob, method.clone(), &url, body.as_ref()).await;
             let refusal = documented_refusal(&method, path);
@@ -171,8 +264,9 @@ async fn every_route_of_the_api_document_naming_another_users_resource_answers_4
                 (refusal.0, refusal.1.unwrap_or(answer.as_str())),
                 "{method} {url} as another user"
             );
-            assert!(!answer.contains(secret), "{method} {url} leaked: {answer}");
-            walked.push(format!("{method} {path}"));
+            // A refusal may name the id Bob sent, which tells him nothing he did not know.
+            let unsent: Vec<&str> = marks.into_iter().filter(|m| !url.contains(m)).collect();
+            assert_leaks_nothing(&format!("{method} {url}"), &answer, &unsent);
         }
     }
     // Native and compatible routes alike were walked.
@@ -184,12 +278,34 @@ async fn every_route_of_the_api_document_naming_another_users_resource_answers_4
         "GET /api/v1/ai-sdk/chat/{id}/stream",
         "GET /v1/responses/{id}",
         "POST /v1/responses/{id}/cancel",
-    ] {
+        "GET /api/v1/chats",
+        "GET /api/v1/events",
+        "POST /api/v1/chats",
+        "POST /api/v1/ai-sdk/chat",
+        "POST /v1/responses",
+        "GET /api/v1/models",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain(PUBLIC.map(|(path, _)| format!("GET {path}")))
+    {
         assert!(
-            walked.iter().any(|w| w == expected),
+            walked.contains(&expected),
             "{expected} not walked: {walked:?}"
         );
     }
+
+    // Bob's creations made chats of his own, and his list shows only those.
+    let (status, list) = call(&bob, Method::GET, &daemon.api("/chats"), None).await;
+    assert_eq!(status, 200, "{list}");
+    let list: Value = serde_json::from_str(&list).unwrap();
+    assert!(
+        list["chats"]
+            .as_array()
+            .is_some_and(|chats| chats.len() >= 2),
+        "bob's creations made no chats of his: {list}"
+    );
+    assert_leaks_nothing("bob's chat list", &list.to_string(), &marks);
 
     // Nothing of Alice's changed.
     for (url, before) in own_views.iter().zip(before) {
