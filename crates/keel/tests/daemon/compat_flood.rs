@@ -86,7 +86,10 @@ async fn ten_thousand_compat_streams_beyond_the_cap_get_429_and_the_daemon_answe
     let models = get_json(&daemon.api("/models")).await;
     assert_eq!(models["models"][0]["id"], "demo");
     let chunk = tokio::time::timeout(WAIT, held.next()).await.unwrap();
-    assert!(chunk.is_some_and(|c| c.is_ok()), "the held stream still streams");
+    assert!(
+        chunk.is_some_and(|c| c.is_ok()),
+        "the held stream still streams"
+    );
 
     let accepted = flood.await.unwrap();
     assert!(accepted.is_empty(), "not refused: {:?}", &accepted[..1]);
@@ -98,5 +101,8 @@ async fn ten_thousand_compat_streams_beyond_the_cap_get_429_and_the_daemon_answe
         1,
         "only the held chat was stored"
     );
-    assert_eq!(get_json(&daemon.api("/ai-sdk/chat/flood-0/messages")).await, json!([]));
+    assert_eq!(
+        get_json(&daemon.api("/ai-sdk/chat/flood-0/messages")).await,
+        json!([])
+    );
 }

@@ -167,8 +167,13 @@ impl Reply {
             }
             "status" => self.status(data),
             // The current branch changed under the reply (an edit elsewhere): the messages
-            // that follow are the new branch's, not this reply's. What was said is kept.
-            "branch" => self.end = Some(End::Interrupted),
+            // that follow are the new branch's, not this reply's. The run that was replying
+            // is superseded and never stores its step in progress, so the reply keeps only
+            // its stored steps, as a later retrieval shows it.
+            "branch" => {
+                self.void_step_in_progress();
+                self.end = Some(End::Interrupted);
+            }
             _ => {}
         }
     }
@@ -523,6 +528,11 @@ mod tests {
         );
         reply.apply("branch", &json!({"leaf_id": 7}));
         assert_eq!(reply.end, Some(End::Interrupted));
+        let last = reply.steps.last().unwrap();
+        assert!(
+            last.keyed().next().is_none(),
+            "the unstored step was voided"
+        );
         // The new branch's first messages change nothing.
         let old = reply.steps.len();
         reply.apply(
