@@ -404,8 +404,9 @@ async function responsesCell(cell) {
     }
     const view = { events: seen, final: await stream.finalResponse() };
     // Its reply left the current branch: the response ends as cancelled, with what it said.
-    await checkResponse(client, view, "response.incomplete");
+    const stored = await checkResponse(client, view, "response.incomplete");
     assert.equal(view.final.status, "cancelled");
+    assert.equal(stored.status, "cancelled");
     return;
   }
   await checkResponse(client, await readResponses(stream), "response.completed");

@@ -153,8 +153,9 @@ class FaultMatrix(unittest.TestCase):
             # Its reply left the current branch: the response ends as cancelled (the SDK's
             # get_final_response() takes only `response.completed`).
             final = events[-1].response
-            self.check(sdk, events, final, "response.incomplete")
+            stored = self.check(sdk, events, final, "response.incomplete")
             self.assertEqual(final.status, "cancelled")
+            self.assertEqual(stored.status, "cancelled")
         else:
             self.check(sdk, events, final, "response.completed")
 
