@@ -23,7 +23,7 @@ if ! command -v node >/dev/null; then
 fi
 mkdir -p "$work"
 # Node resolves packages next to the test files, so the tests run from the cache directory.
-cp tests/compat/package.json tests/compat/*.mjs tests/compat/*.jsx tests/compat/*.py "$work/"
+cp tests/compat/*.json tests/compat/*.mjs tests/compat/*.jsx tests/compat/*.py "$work/"
 if ! cmp -s tests/compat/package.json "$work/.installed" 2>/dev/null; then
   (cd "$work" && npm install --no-audit --no-fund --loglevel=error --save-exact=true)
   cp tests/compat/package.json "$work/.installed"
@@ -39,6 +39,8 @@ cargo build --quiet -p keel
 export KEEL_BIN="$target/debug/keel" CHROMIUM="$chromium"
 
 echo "== AI SDK UI (ai package, React useChat in Chromium) and Responses (openai npm package)"
-(cd "$work" && node --test --test-concurrency=1 ai-sdk.test.mjs react.test.mjs responses.test.mjs)
+(cd "$work" && node --test --test-concurrency=1 ai-sdk.test.mjs react.test.mjs responses.test.mjs \
+  fault-matrix.test.mjs)
 echo "== Responses (openai Python package)"
-(cd "$work" && "$work/venv/bin/python" -m unittest -q responses_test.py responses_input_test.py)
+(cd "$work" && "$work/venv/bin/python" -m unittest -q responses_test.py responses_input_test.py \
+  fault_matrix_test.py)

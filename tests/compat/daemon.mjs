@@ -1,13 +1,15 @@
 // Starts `keel serve` (the built-in demo model) as a child process, and restarts it after a
 // kill -9 on the same address and database, as an operator would.
 import { spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 export class Daemon {
-  constructor() {
+  /** `config`: the text of a configuration file for `keel serve --config` (none when empty). */
+  constructor(config = "") {
     this.dir = mkdtempSync(join(tmpdir(), "keel-compat-"));
+    this.config = config;
     this.listen = "127.0.0.1:0";
     this.child = null;
     this.url = null;
@@ -20,7 +22,12 @@ export class Daemon {
     for (const key of ["KEEL_CONFIG", "KEEL_LISTEN", "KEEL_DATABASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"]) {
       delete env[key];
     }
-    const child = spawn(keel, ["serve", "--listen", this.listen, "--database", `sqlite://${this.dir}/keel.db`], {
+    const args = ["serve", "--listen", this.listen, "--database", `sqlite://${this.dir}/keel.db`];
+    if (this.config) {
+      writeFileSync(join(this.dir, "keel.toml"), this.config);
+      args.push("--config", join(this.dir, "keel.toml"));
+    }
+    const child = spawn(keel, args, {
       cwd: this.dir,
       env,
       stdio: ["ignore", "ignore", "pipe"],

@@ -1,22 +1,36 @@
 // A chat page as a Next.js app would write it: `useChat` with the stock transport pointed at
 // Keel, `resume: true`, initial messages from Keel, a Stop button, a client-side tool, and an
-// edit button on each user message and a regenerate button on each reply.
+// edit button on each user message and a regenerate button on each reply; `roll_die` is a
+// client-side tool the page runs by itself (counting its runs).
 import { useState } from "react";
 import { createRoot } from "react-dom/client";
 import { useChat } from "@ai-sdk/react";
 import { DefaultChatTransport, lastAssistantMessageIsCompleteWithToolCalls } from "ai";
 
 const api = "/api/v1/ai-sdk/chat";
-const tools = [{ name: "favourite_colour", description: "Asks the user", parameters: { type: "object" } }];
+const tools = [
+  { name: "favourite_colour", description: "Asks the user", parameters: { type: "object" } },
+  { name: "roll_die", description: "Rolls a die on the page", parameters: { type: "object" } },
+];
+/** How many times this page (across reloads) ran `roll_die`, kept per chat. */
+const runsKey = (id) => `roll_die runs ${id}`;
 
 function Chat({ id, initialMessages }) {
-  const { messages, sendMessage, regenerate, stop, status, addToolResult } = useChat({
+  const chat = useChat({
     id,
     messages: initialMessages,
     resume: true,
     transport: new DefaultChatTransport({ api, body: { tools } }),
     sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls,
+    // A tool the page runs by itself: every run is counted, so a test sees one run twice.
+    onToolCall: ({ toolCall }) => {
+      if (toolCall.toolName !== "roll_die") return;
+      localStorage.setItem(runsKey(id), String(Number(localStorage.getItem(runsKey(id)) ?? 0) + 1));
+      // Not awaited: the SDK applies it once the stream's chunk is processed.
+      chat.addToolResult({ tool: "roll_die", toolCallId: toolCall.toolCallId, output: 4 });
+    },
   });
+  const { messages, sendMessage, regenerate, stop, status, addToolResult } = chat;
   const [input, setInput] = useState("");
   const onStop = () => {
     stop();

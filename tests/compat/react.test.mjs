@@ -137,3 +137,27 @@ test("an edit with messageId makes a branch, and regenerate({ messageId }) answe
   await until(async () => JSON.stringify(await texts(page, "user")) === '["first, edited"]', 30000, "the edited history after reload");
   await page.close();
 });
+
+test("reload mid-reply after the page ran a client-side tool: the tool is not run again", async () => {
+  const { id, page } = await openPage();
+  const full = words(150);
+  const rolling = {
+    id: `react-roll-${id}`,
+    steps: [{ tool_calls: [{ name: "roll_die", args: {} }] }, { text: full, rate: 40 }],
+  };
+  const runs = () => page.evaluate((id) => Number(localStorage.getItem(`roll_die runs ${id}`) ?? 0), id);
+  await send(page, mock("roll for me", rolling));
+  // The page ran the tool, its result continued the reply, which is streaming now.
+  await until(async () => (await assistantText(page)).length > 20, 30000, "the continued reply");
+  assert.equal(await runs(), 1);
+  await page.reload();
+  await until(async () => (await assistantText(page)) === full, 30000, "the whole reply after reload");
+  await page.waitForSelector('.tool[data-tool="tool-roll_die"][data-state="output-available"]');
+  assert.equal(await assistantCount(page), 1);
+  assert.equal(await runs(), 1, "the resumed stream did not ask the page to run the tool again");
+  await until(() => idle(id), 30000, "the run to end");
+  await page.reload();
+  await until(async () => (await assistantText(page)) === full, 30000, "the history after the end");
+  assert.equal(await runs(), 1);
+  await page.close();
+});

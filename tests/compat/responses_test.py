@@ -21,8 +21,10 @@ from openai import OpenAI
 class Daemon:
     """`keel serve` as a child process; restarts keep the address and the database."""
 
-    def __init__(self):
+    def __init__(self, config=""):
+        """`config`: the text of a configuration file for `keel serve --config`."""
         self.dir = tempfile.mkdtemp(prefix="keel-compat-py-")
+        self.config = config
         self.listen = "127.0.0.1:0"
         self.proc = None
         self.url = None
@@ -33,12 +35,16 @@ class Daemon:
                             "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
         env["RUST_LOG"] = "info"
         log_path = os.path.join(self.dir, "serve.log")
+        args = [os.environ["KEEL_BIN"], "serve", "--listen", self.listen,
+                "--database", f"sqlite://{self.dir}/keel.db"]
+        if self.config:
+            with open(os.path.join(self.dir, "keel.toml"), "w") as config:
+                config.write(self.config)
+            args += ["--config", os.path.join(self.dir, "keel.toml")]
         with open(log_path, "a") as log:
             offset = log.tell()
             self.proc = subprocess.Popen(
-                [os.environ["KEEL_BIN"], "serve", "--listen", self.listen,
-                 "--database", f"sqlite://{self.dir}/keel.db"],
-                cwd=self.dir, env=env, stdout=subprocess.DEVNULL, stderr=log)
+                args, cwd=self.dir, env=env, stdout=subprocess.DEVNULL, stderr=log)
         text = ""
         deadline = time.time() + 30
         while time.time() < deadline:

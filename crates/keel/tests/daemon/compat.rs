@@ -509,3 +509,41 @@ async fn a_resumed_ui_stream_replays_an_answered_client_call_as_already_run() {
     assert_eq!(ui_text(&chunks), reply, "the reply once");
     assert_eq!(chunks.last().unwrap(), "[DONE]");
 }
+
+#[tokio::test]
+async fn a_response_superseded_by_an_edit_ends_cancelled_as_it_is_stored() {
+    let (_dir, daemon) = demo_daemon();
+    let client = Client::new();
+    let body = json!({"model": "demo", "input": scripted(&words(200), 40.0), "stream": true});
+    let response = post_stream(&format!("{}/v1/responses", daemon.url), &body).await;
+    assert_eq!(response.status(), 200);
+    let reading = tokio::spawn(sse_data(response, |_| false));
+    let (_, chats) = client.get(&daemon.api("/chats")).await;
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    let mut events = client.events(&daemon, &id, None).await;
+    Transcript::default().follow_parts(&mut events, 5).await;
+    let user = client.messages(&daemon, &id).await[0]["id"]
+        .as_i64()
+        .unwrap();
+    let (status, _) = client
+        .edit(&daemon, &id, user, json!({"text": scripted("edited", 0.0)}))
+        .await;
+    assert_eq!(status, 202);
+
+    // The run the edit superseded stores nothing more: the stream's last word is the
+    // stored response, cancelled, and so is a later retrieval.
+    let seen = reading.await.unwrap();
+    let last = seen.last().unwrap();
+    assert_eq!(last["type"], "response.incomplete", "{last}");
+    assert_eq!(last["response"]["status"], "cancelled");
+    assert_eq!(last["response"]["output"], json!([]));
+    assert!(
+        !responses_text(&seen).is_empty(),
+        "it streamed some text first"
+    );
+    client.wait_status(&daemon, &id, "waiting").await;
+    let response_id = seen[0]["response"]["id"].as_str().unwrap();
+    let stored = get_json(&format!("{}/v1/responses/{response_id}", daemon.url)).await;
+    assert_eq!(stored["status"], "cancelled", "{stored}");
+    assert_eq!(stored["output"], last["response"]["output"]);
+}

@@ -8,6 +8,7 @@ mod chat_list;
 mod chat_servers;
 mod compaction;
 mod compat;
+mod compat_flood;
 mod compat_input;
 mod concurrency;
 mod confinement;

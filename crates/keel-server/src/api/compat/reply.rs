@@ -140,6 +140,20 @@ impl Reply {
         }
     }
 
+    /// Ends a reply on a branch nothing runs on, as it was left: one that stored nothing was
+    /// superseded (an edit or a regenerate moved the branch while it started), so it ended
+    /// interrupted, as its stream said; otherwise as its stored messages say.
+    pub(crate) fn left(&mut self) {
+        if self.end.is_some() {
+            return;
+        }
+        if self.begun() {
+            self.status(&serde_json::json!({"status": "waiting"}));
+        } else {
+            self.end = Some(End::Interrupted);
+        }
+    }
+
     /// Applies one Keel live event (its name and JSON data). Events after the end change
     /// nothing.
     pub(crate) fn apply(&mut self, event: &str, data: &Value) {
@@ -167,8 +181,13 @@ impl Reply {
             }
             "status" => self.status(data),
             // The current branch changed under the reply (an edit elsewhere): the messages
-            // that follow are the new branch's, not this reply's. What was said is kept.
-            "branch" => self.end = Some(End::Interrupted),
+            // that follow are the new branch's, not this reply's. The run that was replying
+            // is superseded and never stores its step in progress, so the reply keeps only
+            // its stored steps, as a later retrieval shows it.
+            "branch" => {
+                self.void_step_in_progress();
+                self.end = Some(End::Interrupted);
+            }
             _ => {}
         }
     }
@@ -523,6 +542,11 @@ mod tests {
         );
         reply.apply("branch", &json!({"leaf_id": 7}));
         assert_eq!(reply.end, Some(End::Interrupted));
+        let last = reply.steps.last().unwrap();
+        assert!(
+            last.keyed().next().is_none(),
+            "the unstored step was voided"
+        );
         // The new branch's first messages change nothing.
         let old = reply.steps.len();
         reply.apply(
@@ -530,6 +554,27 @@ mod tests {
             &json!({"id": 1, "role": "assistant", "parts": [{"type": "text", "text": "old"}]}),
         );
         assert_eq!(reply.steps.len(), old);
+    }
+
+    #[test]
+    fn a_reply_left_on_another_branch_ends_as_it_was_left() {
+        let mut superseded = Reply::default();
+        superseded.left();
+        assert_eq!(superseded.end, Some(End::Interrupted));
+        let mut answered = Reply::default();
+        answered.apply(
+            "message",
+            &json!({"role": "assistant", "parts": [{"type": "text", "text": "done"}]}),
+        );
+        answered.left();
+        assert_eq!(answered.end, Some(End::Done));
+        let mut stopped = Reply::default();
+        stopped.apply(
+            "message",
+            &json!({"role": "assistant", "interrupted": true, "parts": [{"type": "text", "text": "pa"}]}),
+        );
+        stopped.left();
+        assert_eq!(stopped.end, Some(End::Interrupted));
     }
 
     #[test]

@@ -300,7 +300,7 @@ async fn stored_reply(state: &AppState, located: &Located) -> Result<Reply> {
     }
     let Some(position) = located.position else {
         // A branch nothing runs on: its reply is as it was left.
-        reply.apply("status", &json!({"status": "waiting", "last_error": null}));
+        reply.left();
         return Ok(reply);
     };
     for entry in state.store.live_parts_after(chat.id, position).await? {
