@@ -539,7 +539,7 @@ pub(crate) async fn enter_requires_action(
     cx: &mut Ctx<'_>,
     lease: &Lease,
     calls: Vec<PendingToolCall>,
-    deadline: Option<DateTime<Utc>>,
+    timeout: Option<chrono::Duration>,
 ) -> Result<Next> {
     let mut chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
@@ -557,7 +557,7 @@ pub(crate) async fn enter_requires_action(
     }
     chat.status = ChatStatus::RequiresAction;
     chat.pending_tool_calls = calls;
-    chat.pending_deadline = deadline;
+    chat.pending_deadline = timeout.map(|timeout| cx.now + timeout);
     chat.worker_id = None;
     chat.lease_expires_at = None;
     chat.retry_state = None;

@@ -341,3 +341,28 @@ async fn queue_changes_on_one_replica_cost_a_follower_on_the_other_no_part() {
     assert_eq!(transcript.resets, 0);
     client.wait_status(owner, &id, "waiting").await;
 }
+
+#[tokio::test]
+async fn a_replica_whose_clock_runs_ahead_leaves_the_others_leases_alone() {
+    // The second replica's clock is ten minutes ahead (debug builds): by its own clock
+    // every lease the owner takes has long expired. Timed by the database's clock it has
+    // not, and the owner streams its reply to the end.
+    let Some(replicas) = Replicas::start("lease_ms = 3000\n", &[]) else {
+        return;
+    };
+    let Replicas { owner, client, .. } = &replicas;
+    let reply = words(100);
+    let (id, mut on_owner, mut transcript) = client.streaming_chat(owner, &reply, 20.0, 3).await;
+    let other = replicas.other_with_env(&[("KEEL_DEBUG_CLOCK_SKEW_MS", "600000")]);
+    wait_until("the skewed replica never started", async || {
+        other.logged().contains("this process's clock is skewed")
+    })
+    .await;
+    let streamed =
+        crate::concurrency::streamed_before_the_reply(&mut on_owner, &mut transcript).await;
+    assert_eq!(transcript.resets, 0, "the reply was taken over");
+    assert_eq!(streamed, reply);
+    client.wait_status(owner, &id, "waiting").await;
+    let messages = client.messages(&other, &id).await;
+    assert_eq!(assistant_texts(&messages), vec![reply]);
+}
