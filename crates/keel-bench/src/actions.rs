@@ -60,6 +60,9 @@ pub struct Program {
     pub tools: ToolAnswers,
     /// The chat uses the model with a small context limit, so it compacts on its own.
     pub small_context: bool,
+    /// An Anthropic chat uses a Claude 4.6 model configured to continue cut replies by
+    /// prefill, which that model refuses: the daemon must learn to continue by instruction.
+    pub refuses_prefill: bool,
 }
 
 #[cfg(test)]
@@ -146,6 +149,7 @@ pub fn choose(rng: &mut impl Rng) -> Program {
         steps,
         tools,
         small_context: rng.random_bool(0.2),
+        refuses_prefill: rng.random_bool(0.3),
     }
 }
 
@@ -171,16 +175,18 @@ mod tests {
     #[test]
     fn every_action_and_answer_policy_is_reachable() {
         let mut rng = StdRng::seed_from_u64(1);
-        let (mut actions, mut answers, mut small) = (BTreeSet::new(), BTreeSet::new(), false);
+        let (mut actions, mut answers) = (BTreeSet::new(), BTreeSet::new());
+        let (mut small, mut refusing) = (false, false);
         for _ in 0..500 {
             let program = choose(&mut rng);
             actions.extend(program.steps.iter().map(|(_, a)| *a));
             answers.insert(program.tools);
             small |= program.small_context;
+            refusing |= program.refuses_prefill;
         }
         assert_eq!(actions.len(), ACTIONS.len());
         assert_eq!(answers.len(), 4);
-        assert!(small);
+        assert!(small && refusing);
     }
 
     #[test]

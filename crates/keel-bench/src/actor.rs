@@ -66,10 +66,10 @@ pub async fn drive(
     key: &str,
     rng: StdRng,
 ) -> anyhow::Result<Done> {
-    let model = if program.small_context && scenario.model.id() == "mock" {
-        "mock-small"
-    } else {
-        scenario.model.id()
+    let model = match scenario.model.id() {
+        "mock" if program.small_context => "mock-small",
+        "mock-anthropic" if program.refuses_prefill => "mock-claude-4-6",
+        id => id,
     };
     let mut body = json!({"text": scenario.text, "model": model});
     if !scenario.client_tools.is_empty() {

@@ -12,12 +12,20 @@ use keel_core::SUMMARY_PREFIX;
 use super::model::Turn;
 use super::scenario::Expect;
 
-/// The committed messages as a client rebuilt them from `message` events.
+/// The committed messages as a client rebuilt them from `message` events, and the text of
+/// each reply as its `part` deltas spelled it before the message came.
 #[derive(Debug, Default, Clone)]
 pub struct EventView {
     pub messages: BTreeMap<i64, Value>,
     /// Ids delivered again unchanged: a message the client was sent twice.
     pub duplicates: Vec<i64>,
+    /// The assistant text the deltas of the step in progress spelled so far.
+    live_text: String,
+    /// The client reconnected during the step in progress: a step committed while it was
+    /// away comes as its message, so the deltas it saw need only begin the reply.
+    live_gap: bool,
+    /// Replies whose deltas did not spell them.
+    pub spelled_wrong: Vec<String>,
     /// Set by a `stream_reset`: what follows replays the step from its start, so a message
     /// the client holds unchanged is that replay, not a second delivery. The first message
     /// it did not hold ends the replay.
@@ -29,17 +37,61 @@ impl EventView {
     /// messages shown go, and the branch's messages follow). Others change no message.
     pub fn apply_event(&mut self, kind: &str, data: &Value) -> anyhow::Result<()> {
         match kind {
-            "message" => self.apply(data),
+            "message" => {
+                self.check_spelling(data);
+                self.apply(data)
+            }
+            "part" => {
+                let part = &data["part"];
+                if data["role"] == "assistant" && part["type"] == "text" {
+                    self.live_text
+                        .push_str(part["text"].as_str().unwrap_or_default());
+                }
+                Ok(())
+            }
             "branch" => {
                 self.messages.clear();
+                self.end_step();
                 Ok(())
             }
             "stream_reset" => {
                 self.replaying = true;
+                self.end_step();
                 Ok(())
             }
             _ => Ok(()),
         }
+    }
+
+    /// The client dropped its connection and resumes from its last event.
+    pub fn reconnected(&mut self) {
+        self.live_gap = true;
+    }
+
+    /// A committed assistant message must be what its deltas spelled: exactly, or (when the
+    /// client was away for part of the step) as far as they went. A reply delivered whole,
+    /// with no delta, spells nothing to compare.
+    fn check_spelling(&mut self, message: &Value) {
+        if message["role"] == "assistant" && !self.live_text.is_empty() {
+            let committed = text_of(message);
+            let spelled = if self.live_gap {
+                committed.starts_with(&self.live_text)
+            } else {
+                committed == self.live_text
+            };
+            if !spelled {
+                self.spelled_wrong.push(format!(
+                    "message {} was streamed as {:?} but committed as {committed:?}",
+                    message["id"], self.live_text
+                ));
+            }
+        }
+        self.end_step();
+    }
+
+    fn end_step(&mut self) {
+        self.live_text.clear();
+        self.live_gap = false;
     }
 
     /// A `message` event. A known id with new content replaces the message and drops
@@ -73,6 +125,11 @@ impl EventView {
             self.duplicates.is_empty(),
             "messages delivered twice: {:?}",
             self.duplicates
+        );
+        ensure!(
+            self.spelled_wrong.is_empty(),
+            "live deltas differ from the committed text: {}",
+            self.spelled_wrong.join("; ")
         );
         match self.differs(committed) {
             Some(difference) => bail!(difference),
@@ -278,6 +335,64 @@ mod tests {
         view.apply(&message(1, "user", "hi")).unwrap();
         assert_eq!(view.duplicates, [1]);
         assert!(view.check(&[message(1, "user", "hi")]).is_err());
+    }
+
+    fn delta(text: &str) -> Value {
+        json!({"role": "assistant", "part": {"type": "text", "text": text}})
+    }
+
+    fn streamed(view: &mut EventView, deltas: &[&str], reply: &str) -> anyhow::Result<()> {
+        view.apply_event("message", &message(1, "user", "hi"))?;
+        for text in deltas {
+            view.apply_event("part", &delta(text))?;
+        }
+        view.apply_event("message", &message(2, "assistant", reply))?;
+        view.check(&[message(1, "user", "hi"), message(2, "assistant", reply)])
+    }
+
+    #[test]
+    fn a_reply_must_be_what_its_deltas_spelled() {
+        assert!(streamed(&mut EventView::default(), &["The ", "trees"], "The trees").is_ok());
+        // A delta lost in the middle, or one shown twice.
+        let lost = streamed(
+            &mut EventView::default(),
+            &["The ", "trees"],
+            "The tall trees",
+        );
+        assert!(lost.is_err());
+        let twice = streamed(
+            &mut EventView::default(),
+            &["The ", "The ", "trees"],
+            "The trees",
+        );
+        assert!(twice.is_err());
+        // A reply delivered whole spells nothing to compare.
+        assert!(streamed(&mut EventView::default(), &[], "The trees").is_ok());
+    }
+
+    #[test]
+    fn after_a_reconnect_the_deltas_need_only_begin_the_reply() {
+        let mut view = EventView::default();
+        view.apply_event("message", &message(1, "user", "hi"))
+            .unwrap();
+        view.apply_event("part", &delta("The ")).unwrap();
+        view.reconnected();
+        view.apply_event("message", &message(2, "assistant", "The trees"))
+            .unwrap();
+        assert!(view.spelled_wrong.is_empty(), "{:?}", view.spelled_wrong);
+        // The next step is followed whole again.
+        view.apply_event("part", &delta("Then")).unwrap();
+        view.apply_event("message", &message(3, "assistant", "Then more"))
+            .unwrap();
+        assert!(!view.spelled_wrong.is_empty());
+    }
+
+    #[test]
+    fn a_reset_voids_the_deltas_before_it() {
+        let mut view = EventView::default();
+        view.apply_event("part", &delta("Once upon")).unwrap();
+        view.apply_event("stream_reset", &json!({})).unwrap();
+        assert!(streamed(&mut view, &["The ", "trees"], "The trees").is_ok());
     }
 
     #[test]

@@ -125,6 +125,9 @@ pub async fn drive(
                 let api = shared.any().api.clone();
                 match Live::open(&api, &chat, last_id).await {
                     Ok(connection) => {
+                        if last_id.is_some() {
+                            seen.view.reconnected();
+                        }
                         events_on_connection = 0;
                         live.insert(connection)
                     }
@@ -156,6 +159,7 @@ pub async fn drive(
                 seen.view.apply_event(&event.kind, &event.data)?;
             }
             "part" => {
+                seen.view.apply_event(&event.kind, &event.data)?;
                 deltas += 1;
                 if behaviour.interrupt_after == Some(deltas) && !seen.interrupted {
                     seen.interrupted = true;
@@ -259,7 +263,12 @@ async fn catch_up(
     {
         let api = shared.any().api.clone();
         let mut live = match Live::open(&api, chat, position).await {
-            Ok(live) => live,
+            Ok(live) => {
+                if position.is_some() {
+                    seen.view.reconnected();
+                }
+                live
+            }
             Err(error) => {
                 log.refused += 1;
                 log.last_end = Some(format!("{error:#}"));
@@ -281,8 +290,8 @@ async fn catch_up(
             position = live.last_id;
             if matches!(event.kind.as_str(), "message" | "branch" | "stream_reset") {
                 last_progress = Instant::now();
-                seen.view.apply_event(&event.kind, &event.data)?;
             }
+            seen.view.apply_event(&event.kind, &event.data)?;
             if committed
                 .iter()
                 .all(|id| seen.view.messages.contains_key(id))

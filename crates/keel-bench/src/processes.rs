@@ -177,8 +177,9 @@ impl DaemonSetup {
 
     /// Writes the daemon's configuration: the mock behind each of the three protocols
     /// (`mock`: OpenAI chat, the default; `mock-chain`: OpenAI Responses in chain mode;
-    /// `mock-anthropic`: Anthropic Messages; `mock-small`: OpenAI chat with a context limit
-    /// small enough that a few turns compact it), two read-only built-in tools, and `runs`
+    /// `mock-anthropic`: Anthropic Messages; `mock-claude-4-6`: the same under a model name
+    /// that refuses prefill, configured to prefill; `mock-small`: OpenAI chat with a context
+    /// limit small enough that a few turns compact it), two read-only built-ins, and `runs`
     /// (lines of the `[runs]` table).
     pub fn write_config(&self, runs: &str) -> anyhow::Result<PathBuf> {
         let path = self.dir.join("keel.toml");
@@ -224,6 +225,13 @@ id = "mock-anthropic"
 provider = "anthropic"
 model = "mock"
 context_limit = 1000000
+
+[[models]]
+id = "mock-claude-4-6"
+provider = "anthropic"
+model = "claude-sonnet-4-6"
+context_limit = 1000000
+continuation = "prefill"
 
 [runs]
 workers = {workers}

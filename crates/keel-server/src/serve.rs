@@ -74,8 +74,27 @@ fn store_options(config: &Config) -> StoreOptions {
         max_connections: config
             .runs
             .database_connections(!config.database.starts_with("sqlite:")),
+        clock: process_clock(),
         ..StoreOptions::default()
     }
+}
+
+/// The system clock; in debug builds `KEEL_DEBUG_CLOCK_SKEW_MS` moves it, so that tests
+/// can run replicas whose clocks disagree.
+fn process_clock() -> std::sync::Arc<dyn keel_core::Clock> {
+    let system = std::sync::Arc::new(keel_core::SystemClock);
+    #[cfg(debug_assertions)]
+    if let Some(skew) = std::env::var("KEEL_DEBUG_CLOCK_SKEW_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<i64>().ok())
+    {
+        tracing::warn!(skew_ms = skew, "debug: this process's clock is skewed");
+        return std::sync::Arc::new(keel_core::clock::OffsetClock::new(
+            system,
+            chrono::Duration::milliseconds(skew),
+        ));
+    }
+    system
 }
 
 /// Starts the daemon with `config`.

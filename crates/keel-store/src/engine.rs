@@ -5,7 +5,6 @@ use std::ops::RangeInclusive;
 
 use crate::types::LastError;
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use keel_core::{Message, Part, PendingToolCall};
@@ -628,10 +627,10 @@ impl Store for SqlStore {
         &self,
         lease: &Lease,
         calls: Vec<PendingToolCall>,
-        deadline: Option<DateTime<Utc>>,
+        timeout: Option<chrono::Duration>,
     ) -> Result<Next> {
         in_tx!(self, |cx| t::enter_requires_action(
-            &mut cx, lease, calls, deadline
+            &mut cx, lease, calls, timeout
         )
         .await)
     }

@@ -114,6 +114,7 @@ pub async fn open_with(url: &str, opts: StoreOptions) -> Result<Arc<dyn Store>> 
         }
         Kind::Postgres => {
             let backend = postgres::connect(url, &opts).await?;
+            let opts = postgres::on_database_clock(backend.pool(), opts).await?;
             Arc::new(engine::SqlStore::new(Box::new(backend), "postgres", opts))
         }
     })

@@ -2,6 +2,9 @@
 //! writers per chat, and `NOTIFY keel_chat_changes` tells other replicas what changed.
 
 mod batches;
+mod clock;
+
+pub(crate) use clock::on_database_clock;
 
 use std::str::FromStr;
 
@@ -239,6 +242,13 @@ fn connect_options(url: &str) -> Result<PgConnectOptions> {
 /// Connections of the live path's own pool: the grouped writer and the grouped log reader
 /// are one task each, and each runs one transaction or statement at a time.
 const LIVE_PATH_CONNECTIONS: u32 = 2;
+
+impl PgBackend {
+    /// The pool of ordinary transactions.
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
 
 pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend> {
     let options = connect_options(url)?;

@@ -4,7 +4,6 @@ use std::ops::RangeInclusive;
 
 use crate::types::LastError;
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
 use keel_core::{Message, Part, PendingToolCall};
 use serde_json::Value;
@@ -199,11 +198,13 @@ pub trait Store: Send + Sync {
     /// written.
     async fn finish_runs(&self, leases: &[Lease]) -> Result<Vec<Result<Next>>>;
     async fn fail_run(&self, lease: &Lease, error: LastError) -> Result<()>;
+    /// Hands the chat to the client for `calls`; with `timeout`, the sweep answers them
+    /// with errors once it has passed (timed by the store's clock, like leases).
     async fn enter_requires_action(
         &self,
         lease: &Lease,
         calls: Vec<PendingToolCall>,
-        deadline: Option<DateTime<Utc>>,
+        timeout: Option<chrono::Duration>,
     ) -> Result<Next>;
     async fn release_on_shutdown(&self, lease: &Lease) -> Result<()>;
     /// Releases chats whose lease expired; returns them.

@@ -32,6 +32,7 @@ both_backends!(
     list_notices_name_the_owner_and_skip_live_parts,
     a_listing_carries_each_chats_own_queue,
     deleting_a_streaming_chat_deletes_its_log,
+    status_and_queue_changes_take_no_event_number,
 );
 
 async fn create_then_read(db: TestDb) {
@@ -882,4 +883,26 @@ async fn log_rows(url: &str, chat: keel_store::ChatId) -> i64 {
             .await
             .unwrap()
     }
+}
+
+/// A running chat's owner numbers live parts the store does not hold yet: a state change
+/// numbered from the stored row would take one of their numbers.
+async fn status_and_queue_changes_take_no_event_number(db: TestDb) {
+    let s = &db.store;
+    let chat = create(s, "hi").await;
+    let lease = claim(s, "w", chat.id).await;
+    let seq = s.get_chat(chat.id).await.unwrap().event_seq;
+    let SendOutcome::Queued { queue_id } = send(s, chat.id, "later", Busy::Queue).await else {
+        panic!("queued behind the run")
+    };
+    assert_eq!(s.get_chat(chat.id).await.unwrap().event_seq, seq, "queued");
+    let deleted = s.delete_queued(chat.id, queue_id).await.unwrap();
+    assert_eq!(deleted.event_seq, seq, "deleted from the queue");
+    let interrupted = s.interrupt(chat.id).await.unwrap();
+    assert_eq!(interrupted.status, ChatStatus::Interrupting);
+    assert_eq!(interrupted.event_seq, seq, "interrupted");
+    s.finish_interruption(&lease).await.unwrap();
+    let idle = s.get_chat(chat.id).await.unwrap();
+    assert_eq!(idle.status, ChatStatus::Waiting);
+    assert_eq!(idle.event_seq, seq, "finished");
 }

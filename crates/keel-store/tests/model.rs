@@ -338,7 +338,7 @@ impl Model {
                 );
                 if let Some(ids) = ok_or_expected(s.commit_step(&lease, vec![step]).await) {
                     self.acked.entry(lease.chat_id).or_default().extend(ids);
-                    let deadline = Some(keel_core::Clock::now(&*db.clock) + Duration::seconds(60));
+                    let deadline = Some(Duration::seconds(60));
                     let pending = vec![PendingToolCall {
                         tool_call_id: call,
                         tool_name: "ask".into(),

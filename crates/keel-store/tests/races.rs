@@ -107,13 +107,9 @@ async fn waiting_for_a_client_call(db: &TestDb, chat: keel_store::ChatId) -> Lea
         tool_name: "pick".into(),
         args: "{}".into(),
     };
-    s.enter_requires_action(
-        &lease,
-        vec![call],
-        Some(db.clock.now() + chrono::Duration::minutes(1)),
-    )
-    .await
-    .unwrap();
+    s.enter_requires_action(&lease, vec![call], Some(chrono::Duration::minutes(1)))
+        .await
+        .unwrap();
     lease
 }
 

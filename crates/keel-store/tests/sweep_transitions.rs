@@ -97,7 +97,7 @@ async fn expire_pending_actions(db: TestDb) {
             tool_name: "t".into(),
             args: "{}".into(),
         }],
-        Some(db.clock_now() + chrono::Duration::minutes(1)),
+        Some(chrono::Duration::minutes(1)),
     )
     .await
     .unwrap();

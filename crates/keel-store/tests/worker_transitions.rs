@@ -403,12 +403,14 @@ async fn grouped_run_finishes_end_like_single_ones_and_refuse_only_the_fenced(db
         panic!("{outcomes:?}");
     };
     assert!(matches!(outcomes[3], Ok(Next::Idle)), "{outcomes:?}");
-    // As a single finish moves it: waiting, released, one new version and event number.
+    // As a single finish moves it: waiting, released, one new version. The status change
+    // takes no event number, and the voided log's number is kept, never taken back.
     let after_a = s.get_chat(a.id).await.unwrap();
     assert_eq!(after_a.status, ChatStatus::Waiting);
     assert_eq!(after_a.worker_id, None);
     assert_eq!(after_a.version, before_a.version + 1);
-    assert_eq!(after_a.event_seq, before_a.event_seq + 1);
+    assert_eq!(after_a.event_seq, before_a.event_seq);
+    assert_eq!(after_a.event_seq, seq);
     assert!(s.live_parts_after(a.id, 0).await.unwrap().is_empty());
     assert!(s.get_checkpoint(a.id).await.unwrap().is_none());
     assert_eq!(s.get_chat(d.id).await.unwrap().status, ChatStatus::Waiting);

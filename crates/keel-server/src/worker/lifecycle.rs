@@ -109,13 +109,12 @@ pub(super) async fn end(
         }
         Ok(RunOutcome::PendingToolCalls(calls)) => {
             count("requires_action");
-            let deadline = chrono::Utc::now()
-                + chrono::Duration::milliseconds(
-                    i64::try_from(shared.config.runs.pending_action_timeout_ms).unwrap_or(i64::MAX),
-                );
+            let timeout = chrono::Duration::milliseconds(
+                i64::try_from(shared.config.runs.pending_action_timeout_ms).unwrap_or(i64::MAX),
+            );
             shared
                 .store
-                .enter_requires_action(held, calls, Some(deadline))
+                .enter_requires_action(held, calls, Some(timeout))
                 .await
         }
         Err(RunError::Cancelled) => {

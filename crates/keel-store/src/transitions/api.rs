@@ -81,7 +81,6 @@ pub(crate) async fn send_message(
     {
         return Ok(first);
     }
-    let mut queue_changed = false;
     let outcome = match (chat.status, busy) {
         (ChatStatus::Waiting | ChatStatus::Error, _) => {
             chat.last_error = None;
@@ -94,7 +93,6 @@ pub(crate) async fn send_message(
             } else {
                 // Messages queued before (left by a failed run) go first: this one queues
                 // behind them and the head starts now.
-                queue_changed = true;
                 let queue_id = cx.enqueue(&mut chat, parts, false).await?;
                 cx.start_queue_head(&mut chat).await?;
                 SendOutcome::Queued { queue_id }
@@ -109,7 +107,6 @@ pub(crate) async fn send_message(
             }
         }
         (ChatStatus::Running | ChatStatus::Interrupting, Busy::Interrupt) => {
-            queue_changed = true;
             let queue_id = cx.enqueue(&mut chat, parts, true).await?;
             chat.status = ChatStatus::Interrupting;
             SendOutcome::Queued { queue_id }
@@ -117,14 +114,11 @@ pub(crate) async fn send_message(
         (
             ChatStatus::Running | ChatStatus::Interrupting | ChatStatus::RequiresAction,
             Busy::Queue,
-        ) => {
-            queue_changed = true;
-            SendOutcome::Queued {
-                queue_id: cx.enqueue(&mut chat, parts, false).await?,
-            }
-        }
+        ) => SendOutcome::Queued {
+            queue_id: cx.enqueue(&mut chat, parts, false).await?,
+        },
     };
-    cx.save(&mut chat, mv, queue_changed).await?;
+    cx.save(&mut chat, mv).await?;
     if let Some(key) = idempotency_key {
         cx.idem_remember(&owner, &send_key(chat_id, key), &outcome)
             .await?;
@@ -138,14 +132,14 @@ pub(crate) async fn interrupt(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat>
     match chat.status {
         ChatStatus::Running => {
             chat.status = ChatStatus::Interrupting;
-            cx.save(&mut chat, mv, false).await?;
+            cx.save(&mut chat, mv).await?;
         }
         ChatStatus::RequiresAction => {
             cx.answer_pending_with_errors(&mut chat, INTERRUPTED_BY_USER)
                 .await?;
             // A message queued behind the calls runs now; it must not be stranded.
-            let queue_changed = cx.next_or_idle(&mut chat).await?;
-            cx.save(&mut chat, mv, queue_changed).await?;
+            cx.next_or_idle(&mut chat).await?;
+            cx.save(&mut chat, mv).await?;
         }
         // Idle or already stopping: nothing changes, so the call is idempotent.
         ChatStatus::Waiting | ChatStatus::Error | ChatStatus::Interrupting => {}
@@ -202,7 +196,7 @@ pub(crate) async fn submit_tool_results(
     chat.pending_tool_calls.clear();
     chat.pending_deadline = None;
     chat.status = ChatStatus::Running;
-    cx.save(&mut chat, mv, false).await?;
+    cx.save(&mut chat, mv).await?;
     cx.load_queue(&mut chat).await?;
     Ok(chat)
 }
@@ -234,7 +228,7 @@ pub(crate) async fn delete_queued(
         load_queued(cx, chat_id, queue_id, Transition::DeleteQueued).await?;
     cx.ops.delete_queued(&queue_id.to_string()).await?;
     chat.queued.remove(index);
-    cx.save(&mut chat, mv, true).await?;
+    cx.save(&mut chat, mv).await?;
     Ok(chat)
 }
 
@@ -266,7 +260,7 @@ pub(crate) async fn promote_queued(
             chat.status = ChatStatus::Running;
         }
     }
-    cx.save(&mut chat, mv, true).await?;
+    cx.save(&mut chat, mv).await?;
     Ok(chat)
 }
 
@@ -284,7 +278,7 @@ pub(crate) async fn set_archived(
     let mv = check(&chat, t)?;
     if chat.archived != archived {
         chat.archived = archived;
-        cx.save(&mut chat, mv, false).await?;
+        cx.save(&mut chat, mv).await?;
     }
     cx.load_queue(&mut chat).await?;
     Ok(chat)
@@ -312,7 +306,7 @@ pub(crate) async fn update_chat(
         if let Some(system) = system {
             chat.system = Some(system);
         }
-        cx.save(&mut chat, mv, false).await?;
+        cx.save(&mut chat, mv).await?;
     }
     cx.load_queue(&mut chat).await?;
     Ok(chat)
@@ -336,7 +330,7 @@ pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Res
     chat.compact_requested = true;
     chat.worker_id = None;
     chat.lease_expires_at = None;
-    cx.save(&mut chat, mv, false).await?;
+    cx.save(&mut chat, mv).await?;
     cx.load_queue(&mut chat).await?;
     Ok(chat)
 }
@@ -378,6 +372,6 @@ async fn start_again(cx: &mut Ctx<'_>, chat: &mut Chat, mv: Move) -> Result<()> 
     chat.retry_state = None;
     chat.worker_id = None;
     chat.lease_expires_at = None;
-    cx.save(chat, mv, false).await?;
+    cx.save(chat, mv).await?;
     cx.load_queue(chat).await
 }

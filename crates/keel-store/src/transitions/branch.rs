@@ -134,7 +134,7 @@ pub(crate) async fn edit_message(
     chat.retry_state = None;
     chat.compact_requested = false;
     chat.queued.clear();
-    cx.save(&mut chat, mv, true).await?;
+    cx.save(&mut chat, mv).await?;
     Ok(chat)
 }
 
@@ -164,7 +164,7 @@ pub(crate) async fn regenerate(
     chat.lease_expires_at = None;
     chat.last_error = None;
     chat.retry_state = None;
-    cx.save(&mut chat, mv, false).await?;
+    cx.save(&mut chat, mv).await?;
     cx.load_queue(&mut chat).await?;
     Ok(chat)
 }
@@ -185,7 +185,7 @@ pub(crate) async fn switch_branch(
         cx.make_current(&mut chat, &path).await?;
         // A branch left with calls open before edits closed them comes back closed.
         cx.close_open_calls(&mut chat).await?;
-        cx.save(&mut chat, mv, false).await?;
+        cx.save(&mut chat, mv).await?;
     }
     cx.load_queue(&mut chat).await?;
     Ok(chat)

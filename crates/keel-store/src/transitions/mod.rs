@@ -114,10 +114,10 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    /// Writes the chat with a new snapshot version. A status or queue change is a chat
-    /// event and takes the next event sequence number.
-    async fn save(&mut self, chat: &mut Chat, mv: Move, queue_changed: bool) -> Result<()> {
-        self.stamp(chat, mv, queue_changed)?;
+    /// Writes the chat with a new snapshot version. A status or queue change is state, not
+    /// history: it takes no event number (see [`Ctx::stamp`]).
+    async fn save(&mut self, chat: &mut Chat, mv: Move) -> Result<()> {
+        self.stamp(chat, mv)?;
         self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
         let listing = chat.status != mv.from
             || matches!(
@@ -139,8 +139,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// Checks the move's target against the state machine, then takes a new snapshot
-    /// version (and, for a status or queue change, the next event sequence number).
-    fn stamp(&self, chat: &mut Chat, mv: Move, queue_changed: bool) -> Result<()> {
+    /// version. Event numbers belong to history alone (messages, live parts, a branch
+    /// switch): while a run streams, its owner hands out numbers that are not in the store
+    /// yet, so a status or queue change numbered from the stored row would collide with one
+    /// of its parts, and a follower that sent the change would skip the part. Followers learn
+    /// of state changes from the notice's `unnumbered_change` instead, and send them with
+    /// their current position as the id.
+    fn stamp(&self, chat: &mut Chat, mv: Move) -> Result<()> {
         if !permits(mv.transition, mv.from, chat.status) {
             return Err(StoreError::IllegalMove {
                 transition: mv.transition,
@@ -150,9 +155,6 @@ impl<'a> Ctx<'a> {
         }
         chat.version += 1;
         chat.updated_at = self.now;
-        if chat.status != mv.from || queue_changed {
-            chat.event_seq += 1;
-        }
         Ok(())
     }
 
@@ -298,18 +300,16 @@ impl<'a> Ctx<'a> {
 
     /// After the pending calls of a `requires_action` chat were answered: the queue head
     /// runs next (`running`, unowned, for any worker to claim), else the chat waits.
-    /// Returns whether the queue changed.
-    async fn next_or_idle(&mut self, chat: &mut Chat) -> Result<bool> {
+    async fn next_or_idle(&mut self, chat: &mut Chat) -> Result<()> {
         if self.start_queue_head(chat).await?.is_some() {
             chat.status = ChatStatus::Running;
             chat.last_error = None;
             chat.worker_id = None;
             chat.lease_expires_at = None;
-            Ok(true)
         } else {
             chat.status = ChatStatus::Waiting;
-            Ok(false)
         }
+        Ok(())
     }
 
     async fn enqueue(

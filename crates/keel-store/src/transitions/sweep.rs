@@ -37,7 +37,7 @@ async fn release(
     chat.worker_id = None;
     chat.lease_expires_at = None;
     skip_unflushed_numbers(&mut chat);
-    cx.save(&mut chat, mv, false).await?;
+    cx.save(&mut chat, mv).await?;
     Ok(Some(chat.id))
 }
 
@@ -85,8 +85,8 @@ pub(crate) async fn expire_pending_actions(cx: &mut Ctx<'_>) -> Result<Vec<ChatI
         cx.answer_pending_with_errors(&mut chat, DEADLINE_PASSED)
             .await?;
         // A message queued behind the calls runs now; it must not be stranded.
-        let queue_changed = cx.next_or_idle(&mut chat).await?;
-        cx.save(&mut chat, mv, queue_changed).await?;
+        cx.next_or_idle(&mut chat).await?;
+        cx.save(&mut chat, mv).await?;
         done.push(chat.id);
     }
     Ok(done)

@@ -43,7 +43,7 @@ pub(crate) async fn acquire(cx: &mut Ctx<'_>, worker_id: &str, limit: usize) -> 
         let owner = format!("{worker_id}.{}", Uuid::new_v4().simple());
         let mut lease = cx.renewed_lease(&mut chat, &owner);
         // What `Ctx::save` does, with the row written below together with the others'.
-        cx.stamp(&mut chat, mv, false)?;
+        cx.stamp(&mut chat, mv)?;
         // A claim that keeps the status changes nothing a follower reports.
         let status_changed = chat.status != mv.from;
         cx.notice_with(
@@ -339,7 +339,7 @@ fn admit_step(
     let numbered = cx.number_messages(chat, messages)?;
     // A retry is the state of the step it retried: the committed step ends it.
     chat.retry_state = None;
-    cx.stamp(chat, mv, false)?;
+    cx.stamp(chat, mv)?;
     Ok(numbered)
 }
 
@@ -370,7 +370,7 @@ pub(crate) async fn commit_summary(
     ];
     let (ids, rows) = cx.number_messages(&mut chat, messages)?;
     chat.compact_requested = false;
-    cx.stamp(&mut chat, mv, false)?;
+    cx.stamp(&mut chat, mv)?;
     cx.ops
         .commit_writes(&rows, &ChatCols::from_chat(&chat)?, ToolRecords::Keep)
         .await?;
@@ -401,7 +401,7 @@ pub(crate) async fn set_retry_state(
     fence(&chat, lease, false)?;
     let mv = check(&chat, Transition::SetRetryState)?;
     chat.retry_state = state;
-    cx.save(&mut chat, mv, false).await
+    cx.save(&mut chat, mv).await
 }
 
 /// Ends a run: the queue head starts next (same worker, chat stays `running`), or the
@@ -452,7 +452,7 @@ pub(crate) async fn finish_runs(cx: &mut Ctx<'_>, leases: &[Lease]) -> Result<Ve
         chat.status = ChatStatus::Waiting;
         chat.worker_id = None;
         chat.lease_expires_at = None;
-        cx.stamp(chat, mv, false)?;
+        cx.stamp(chat, mv)?;
         cx.notice_with(
             chat,
             Noticed {
@@ -503,8 +503,7 @@ async fn end_loaded_run(
             Next::Idle
         }
     };
-    let queue_changed = matches!(next, Next::Continue { .. });
-    cx.save(chat, mv, queue_changed).await?;
+    cx.save(chat, mv).await?;
     if let Next::Continue { lease, .. } = &mut next {
         lease.granted_version = chat.version;
     }
@@ -530,7 +529,7 @@ pub(crate) async fn fail_run(cx: &mut Ctx<'_>, lease: &Lease, error: LastError) 
     chat.worker_id = None;
     chat.lease_expires_at = None;
     chat.retry_state = None;
-    cx.save(&mut chat, mv, false).await
+    cx.save(&mut chat, mv).await
 }
 
 /// The step ended with client-side tool calls. Normally the chat waits for their results;
@@ -540,7 +539,7 @@ pub(crate) async fn enter_requires_action(
     cx: &mut Ctx<'_>,
     lease: &Lease,
     calls: Vec<PendingToolCall>,
-    deadline: Option<DateTime<Utc>>,
+    timeout: Option<chrono::Duration>,
 ) -> Result<Next> {
     let mut chat = cx.load(lease.chat_id).await?;
     fence(&chat, lease, false)?;
@@ -558,11 +557,11 @@ pub(crate) async fn enter_requires_action(
     }
     chat.status = ChatStatus::RequiresAction;
     chat.pending_tool_calls = calls;
-    chat.pending_deadline = deadline;
+    chat.pending_deadline = timeout.map(|timeout| cx.now + timeout);
     chat.worker_id = None;
     chat.lease_expires_at = None;
     chat.retry_state = None;
-    cx.save(&mut chat, mv, false).await?;
+    cx.save(&mut chat, mv).await?;
     Ok(Next::Idle)
 }
 
@@ -576,7 +575,7 @@ pub(crate) async fn release_on_shutdown(cx: &mut Ctx<'_>, lease: &Lease) -> Resu
     chat.lease_expires_at = None;
     // A run released after a database failure may have sent parts its log never got.
     skip_unflushed_numbers(&mut chat);
-    cx.save(&mut chat, mv, false).await
+    cx.save(&mut chat, mv).await
 }
 
 /// A checkpoint as stored: the loop's data plus the step it belongs to, so that one written
@@ -620,7 +619,7 @@ pub(crate) async fn name_chat(cx: &mut Ctx<'_>, chat_id: ChatId, title: &str) ->
         return Ok(false);
     }
     chat.title = Some(title.to_owned());
-    cx.save(&mut chat, mv, false).await?;
+    cx.save(&mut chat, mv).await?;
     Ok(true)
 }
 

@@ -548,3 +548,64 @@ async fn a_takeover_voids_the_parts_a_dead_owner_sent_but_never_logged() {
     let messages = client.messages(&daemon, &id).await;
     assert_eq!(text_of(messages.last().unwrap()), reply);
 }
+
+/// Queues a message and deletes it again `times` times while `events` stream, reading
+/// `parts` text parts between changes: queue changes land among the run's parts.
+pub(crate) async fn churn_the_queue(
+    client: &Client,
+    daemon: &Daemon,
+    id: &str,
+    follow: (&mut Events, &mut Transcript),
+    times: usize,
+) {
+    let (events, transcript) = follow;
+    for _ in 0..times {
+        let queue_id = queue(client, daemon, id, "never mind").await;
+        let (status, body) = client
+            .send(
+                reqwest::Method::DELETE,
+                &daemon.api(&format!("/chats/{id}/queue/{queue_id}")),
+                None,
+            )
+            .await;
+        assert_eq!(status, 204, "{body}");
+        transcript.follow_parts(events, 2).await;
+    }
+}
+
+/// Follows `events` to the reply's committed message; the text its parts spelled first.
+pub(crate) async fn streamed_before_the_reply(
+    events: &mut Events,
+    transcript: &mut Transcript,
+) -> String {
+    loop {
+        let event = events.next().await.expect("the stream ended");
+        if event.event == "message" && event.data["role"] == "assistant" {
+            let streamed = transcript.live_text.clone();
+            transcript.apply(&event);
+            return streamed;
+        }
+        transcript.apply(&event);
+    }
+}
+
+#[tokio::test]
+async fn queue_changes_while_a_reply_streams_cost_its_follower_no_part() {
+    // Every write of the live-part log waits a second (debug builds): the parts the run
+    // numbers are live long before the store holds them. Queue changes made meanwhile are
+    // state, not history; numbered from the store they would collide with one of those
+    // parts, and the follower, having sent that number, would drop the part.
+    let (_dir, daemon) = demo_daemon_with_env("", &[("KEEL_DEBUG_LOG_PAUSE_MS", "1000")]);
+    let client = Client::new();
+    let reply = words(80);
+    let (id, mut events, mut transcript) = client.streaming_chat(&daemon, &reply, 20.0, 3).await;
+    churn_the_queue(&client, &daemon, &id, (&mut events, &mut transcript), 4).await;
+    let streamed = streamed_before_the_reply(&mut events, &mut transcript).await;
+    assert_eq!(streamed, reply, "the parts spelled the reply");
+    assert_eq!(transcript.resets, 0);
+    client.wait_status(&daemon, &id, "waiting").await;
+    assert_eq!(
+        assistant_texts(&client.messages(&daemon, &id).await),
+        vec![reply]
+    );
+}

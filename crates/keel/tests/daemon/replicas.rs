@@ -317,3 +317,52 @@ async fn a_client_of_the_other_replica_is_told_of_a_retry_while_it_waits() {
     transcript.follow_until(&mut on_other, "waiting").await;
     assert_eq!(transcript.retries, 1, "told once");
 }
+
+#[tokio::test]
+async fn queue_changes_on_one_replica_cost_a_follower_on_the_other_no_part() {
+    // The owner's log writes wait a second (debug builds), so the other replica's follower
+    // reads each part from the store long after the owner numbered it; queue changes made
+    // meanwhile must not take one of those numbers.
+    let Some(replicas) = Replicas::start("", &[("KEEL_DEBUG_LOG_PAUSE_MS", "1000")]) else {
+        return;
+    };
+    let Replicas { owner, client, .. } = &replicas;
+    let reply = words(80);
+    let (id, mut on_owner, mut seen_on_owner) = client.streaming_chat(owner, &reply, 20.0, 3).await;
+    let other = replicas.other();
+    let mut on_other = client.events(&other, &id, None).await;
+    let mut transcript = Transcript::default();
+    transcript.follow_parts(&mut on_other, 1).await;
+    crate::concurrency::churn_the_queue(client, owner, &id, (&mut on_owner, &mut seen_on_owner), 4)
+        .await;
+    let streamed =
+        crate::concurrency::streamed_before_the_reply(&mut on_other, &mut transcript).await;
+    assert_eq!(streamed, reply, "the parts spelled the reply");
+    assert_eq!(transcript.resets, 0);
+    client.wait_status(owner, &id, "waiting").await;
+}
+
+#[tokio::test]
+async fn a_replica_whose_clock_runs_ahead_leaves_the_others_leases_alone() {
+    // The second replica's clock is ten minutes ahead (debug builds): by its own clock
+    // every lease the owner takes has long expired. Timed by the database's clock it has
+    // not, and the owner streams its reply to the end.
+    let Some(replicas) = Replicas::start("lease_ms = 3000\n", &[]) else {
+        return;
+    };
+    let Replicas { owner, client, .. } = &replicas;
+    let reply = words(100);
+    let (id, mut on_owner, mut transcript) = client.streaming_chat(owner, &reply, 20.0, 3).await;
+    let other = replicas.other_with_env(&[("KEEL_DEBUG_CLOCK_SKEW_MS", "600000")]);
+    wait_until("the skewed replica never started", async || {
+        other.logged().contains("this process's clock is skewed")
+    })
+    .await;
+    let streamed =
+        crate::concurrency::streamed_before_the_reply(&mut on_owner, &mut transcript).await;
+    assert_eq!(transcript.resets, 0, "the reply was taken over");
+    assert_eq!(streamed, reply);
+    client.wait_status(owner, &id, "waiting").await;
+    let messages = client.messages(&other, &id).await;
+    assert_eq!(assistant_texts(&messages), vec![reply]);
+}

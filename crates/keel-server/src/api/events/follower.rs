@@ -293,9 +293,9 @@ impl Follower {
     /// What a notice that numbered nothing past the position but may have changed what is
     /// reported without a number (a retry, an error) needs: the chat row. Notices of changes
     /// that are all numbered (a claim, the commit of a step whose message frames the
-    /// follower already sent) need no read at all, and a status or queue change takes a
-    /// number of its own, so it reads everything. A chat read that does show more (a notice
-    /// still on its way) falls back to the whole catch-up.
+    /// follower already sent) need no read at all. A status or queue change takes no number
+    /// (state, not history), so the chat row is all it needs. A chat read that does show
+    /// more (a notice still on its way) falls back to the whole catch-up.
     async fn refresh(&mut self) -> Result<Option<Chat>, keel_store::StoreError> {
         let chat = self.state.store.get_chat(self.chat_id).await?;
         if chat.event_seq > self.position || chat.history_version > self.history_version {
