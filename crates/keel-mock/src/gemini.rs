@@ -21,7 +21,7 @@ use crate::conversation::{Conversation, content_text};
 use crate::driver::{self, Encoder, Piece};
 use crate::errors::{self, Flavor};
 use crate::plan::{Plan, Reply, StreamFault, plan};
-use crate::rules::{self, array, gemini::call_key, str_at, thought_signature::signature};
+use crate::rules::{self, array, gemini::signature, str_at};
 use crate::script::Finish;
 use crate::sse;
 use crate::state::State;
@@ -201,7 +201,7 @@ fn call_part(reply: &Reply, index: usize) -> Option<Value> {
     }
     let mut part = json!({ "functionCall": function });
     if index == 0 && reply.model.starts_with("gemini-") {
-        part["thoughtSignature"] = json!(signature(call_key(&part["functionCall"])));
+        part["thoughtSignature"] = json!(signature(&part["functionCall"]));
     }
     Some(part)
 }

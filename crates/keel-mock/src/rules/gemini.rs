@@ -179,8 +179,34 @@ fn one_thinking_control(request: &Value) -> Result<(), Violation> {
     Ok(())
 }
 
+/// The signature the mock issues for a call: the one of its OpenAI-compatible endpoint
+/// ([`super::thought_signature`]) in base64, since the native API carries it as `bytes`
+/// (<https://ai.google.dev/api/caching#Part>, `thoughtSignature`) and Google's SDKs decode it.
+pub(crate) fn signature(call: &Value) -> String {
+    base64(super::thought_signature::signature(call_key(call)).as_bytes())
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// What the mock signs a call with: its id, else (Gemini before 3 sends none) its name.
-pub(crate) fn call_key(call: &Value) -> &str {
+fn call_key(call: &Value) -> &str {
     match str_at(call, "id") {
         "" => str_at(call, "name"),
         id => id,
@@ -206,7 +232,7 @@ pub(crate) fn signatures_come_back(model: &str, request: &Value) -> Result<(), V
             continue;
         };
         let call = &first["functionCall"];
-        let expected = super::thought_signature::signature(call_key(call));
+        let expected = signature(call);
         match first.get("thoughtSignature").and_then(Value::as_str) {
             Some(sent) if sent == expected => {}
             Some(_) => return Err(Violation::new("Corrupted thought signature.")),
@@ -247,7 +273,10 @@ mod tests {
 
     #[test]
     fn gemini_3_wants_the_first_calls_signature_back() {
-        let issued = super::super::thought_signature::signature("c1");
+        let issued = signature(&json!({"id": "c1"}));
+        assert_eq!(base64(b"Man"), "TWFu");
+        assert_eq!(base64(b"Ma"), "TWE=");
+        assert_eq!(base64(b"M"), "TQ==");
         assert!(signatures_come_back("gemini-3-flash-preview", &turn(Some(&issued))).is_ok());
         let missing = signatures_come_back("gemini-3-pro-preview", &turn(None)).unwrap_err();
         assert!(
