@@ -68,7 +68,7 @@ pub(crate) async fn handle(
         );
     }
     let request: Value = match serde_json::from_slice(&body) {
-        Ok(request) => request,
+        Ok(request) => camel_case(request),
         Err(error) => {
             let message = format!("Invalid JSON payload received. {error}");
             return errors::invalid(Flavor::Google, &message);
@@ -93,6 +93,54 @@ pub(crate) async fn handle(
         let body = whole(&reply, thoughts);
         driver::whole(&reply, body, Flavor::Google, &state.shutdown).await
     }
+}
+
+/// Google's JSON parsing takes a field by its JSON name or its proto name
+/// (<https://protobuf.dev/programming-guides/json/>: parsers accept both), so `include_thoughts`
+/// is `includeThoughts`; the rules and the planner read the JSON names. Values that are the
+/// caller's own data (arguments, responses, schemas) keep their keys.
+fn camel_case(value: Value) -> Value {
+    const OPAQUE: &[&str] = &[
+        "args",
+        "response",
+        "parameters",
+        "parametersJsonSchema",
+        "responseSchema",
+        "responseJsonSchema",
+    ];
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, child)| {
+                    let key = camel(&key);
+                    let child = if OPAQUE.contains(&key.as_str()) {
+                        child
+                    } else {
+                        camel_case(child)
+                    };
+                    (key, child)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(camel_case).collect()),
+        other => other,
+    }
+}
+
+fn camel(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for ch in key.chars() {
+        if ch == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(ch.to_uppercase());
+            upper = false;
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 fn not_found(target: &str) -> Response {
