@@ -195,8 +195,10 @@ impl GeminiDecoder {
         {
             self.response_id = Some(id.to_owned());
         }
+        // Each chunk's usage is the reply's so far, whole: the latest replaces the others
+        // (a maximum would keep an early prompt count that did not yet set the cache apart).
         if let Some(usage) = value.get("usageMetadata") {
-            self.usage.merge_max(&usage_of(usage));
+            self.usage = usage_of(usage);
         }
         let Some(candidate) = value.pointer("/candidates/0") else {
             // A prompt refused before any candidate: the whole reply is the block.
