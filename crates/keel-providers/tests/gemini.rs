@@ -173,9 +173,7 @@ async fn the_adapter_streams_from_its_model_path_with_the_google_key_header() {
     let server = TestServer::start(Reply::sse(split(&bytes, &[7, 300, 301]))).await;
     let model = model(&server);
     let stream = model.stream(call(), Cancel::new()).await.unwrap();
-    let events: Vec<StreamEvent> = tokio::time::timeout(LIMIT, stream.collect())
-        .await
-        .unwrap();
+    let events: Vec<StreamEvent> = tokio::time::timeout(LIMIT, stream.collect()).await.unwrap();
     assert_eq!(events, replay(GeminiDecoder::new(ctx()), &bytes));
     let request = &server.requests()[0];
     // The query (`alt=sse`) is not captured here; the mock provider refuses a request
@@ -214,5 +212,8 @@ async fn googles_errors_are_classified_like_the_others() {
     assert_eq!(error.kind, ErrorKind::InvalidRequest);
     assert!(!error.retryable());
     let long = r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#;
-    assert_eq!(start_error(400, long).await.kind, ErrorKind::ContextOverflow);
+    assert_eq!(
+        start_error(400, long).await.kind,
+        ErrorKind::ContextOverflow
+    );
 }

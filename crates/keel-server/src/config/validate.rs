@@ -436,6 +436,14 @@ mod tests {
                 "providers[0].continuation",
             ),
             (
+                "[[providers]]\nname = \"p\"\nkind = \"gemini\"\nbase_url = \"http://h\"\ncontinuation = \"prefill\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].continuation",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"gemini\"\nbase_url = \"http://h\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\ncontinuation = \"prefill\"",
+                "models[0].continuation",
+            ),
+            (
                 "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\nbase_url = \"http://h\"\noutput_limit_field = \"max_tokens\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
                 "providers[0].output_limit_field",
             ),
