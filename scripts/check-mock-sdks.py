@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Checks `keel mock-provider` against the official OpenAI and Anthropic Python SDKs.
+"""Checks `keel mock-provider` against the official OpenAI, Anthropic and Google Python SDKs.
 
 Usage: check-mock-sdks.py PATH_TO_KEEL
 
 Starts the mock on a free port, then streams through each SDK (Chat Completions, the
-Responses API, Anthropic Messages: text, reasoning and tool calls, retries on scripted
-errors, in-stream errors) and asserts what the SDKs parsed. Exits non-zero on the first
+Responses API, Anthropic Messages, Gemini: text, reasoning and tool calls, thought
+signatures, retries on scripted errors, in-stream errors) and asserts what the SDKs parsed. Exits non-zero on the first
 failed check.
 """
 
@@ -17,6 +17,9 @@ import threading
 
 import anthropic
 import openai
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 TOOLS_OPENAI_CHAT = [
     {
@@ -46,6 +49,18 @@ TOOLS_ANTHROPIC = [
         "description": "Read a file",
         "input_schema": TOOLS_OPENAI_CHAT[0]["function"]["parameters"],
     }
+]
+
+GEMINI_TOOLS = [
+    genai_types.Tool(
+        function_declarations=[
+            genai_types.FunctionDeclaration(
+                name="read_file",
+                description="Read a file",
+                parameters_json_schema=TOOLS_OPENAI_CHAT[0]["function"]["parameters"],
+            )
+        ]
+    )
 ]
 
 PASSED = []
@@ -266,6 +281,108 @@ def anthropic_retry(root):
     assert reply.content[0].text == "recovered"
 
 
+@check("gemini: streamed thoughts, text and usage")
+def gemini_stream(client):
+    script = {"reasoning": "Think first.", "text": "Hello from Gemini", "usage": {"input_tokens": 42}}
+    config = genai_types.GenerateContentConfig(
+        thinking_config=genai_types.ThinkingConfig(include_thoughts=True, thinking_budget=256)
+    )
+    thoughts, text, usage, finish = "", "", None, None
+    for chunk in client.models.generate_content_stream(
+        model="gemini-2.5-flash", contents="hi\n" + directive(script), config=config
+    ):
+        usage = chunk.usage_metadata or usage
+        candidate = chunk.candidates[0]
+        finish = candidate.finish_reason or finish
+        for part in (candidate.content.parts if candidate.content else None) or []:
+            if part.thought:
+                thoughts += part.text
+            elif part.text:
+                text += part.text
+    assert thoughts == "Think first.", thoughts
+    assert text == "Hello from Gemini", text
+    assert finish == genai_types.FinishReason.STOP, finish
+    assert usage is not None and usage.prompt_token_count == 42, usage
+
+
+@check("gemini: parallel function calls round-trip their thought signature")
+def gemini_tools(client):
+    script = {
+        "steps": [
+            {
+                "tool_calls": [
+                    {"name": "read_file", "args": {"path": "a.txt"}},
+                    {"name": "read_file", "args": {"path": "b.txt"}},
+                ]
+            },
+            {"text": "Both read."},
+        ]
+    }
+    config = genai_types.GenerateContentConfig(
+        tools=GEMINI_TOOLS,
+        automatic_function_calling=genai_types.AutomaticFunctionCallingConfig(disable=True),
+    )
+    history = [genai_types.Content(role="user", parts=[genai_types.Part(text="read\n" + directive(script))])]
+    reply = client.models.generate_content(
+        model="gemini-3-pro-preview", contents=history, config=config
+    )
+    content = reply.candidates[0].content
+    calls = [part for part in content.parts if part.function_call]
+    assert [c.function_call.args["path"] for c in calls] == ["a.txt", "b.txt"], calls
+    assert calls[0].thought_signature, "the first call is signed"
+    assert not calls[1].thought_signature, "only the first of parallel calls is signed"
+    assert calls[0].function_call.id and calls[1].function_call.id, "Gemini 3 names its calls"
+    results = genai_types.Content(
+        role="user",
+        parts=[
+            genai_types.Part.from_function_response(
+                name="read_file", response={"output": path}
+            )
+            for path in ("alpha", "bravo")
+        ],
+    )
+    for part, call in zip(results.parts, calls):
+        part.function_response.id = call.function_call.id
+    history += [content, results]
+    final = client.models.generate_content(
+        model="gemini-3-pro-preview", contents=history, config=config
+    )
+    assert final.text == "Both read.", final.text
+
+    unsigned = content.model_copy(deep=True)
+    unsigned.parts[0].thought_signature = None
+    try:
+        client.models.generate_content(
+            model="gemini-3-pro-preview", contents=history[:1] + [unsigned, results], config=config
+        )
+    except genai_errors.ClientError as error:
+        assert error.code == 400 and error.status == "INVALID_ARGUMENT", error
+        assert "thought_signature" in error.message, error.message
+    else:
+        raise AssertionError("expected a ClientError for the unsigned call")
+
+
+@check("gemini: scripted errors are the SDK's typed errors")
+def gemini_errors(client):
+    script = {"error": {"status": 429}}
+    try:
+        client.models.generate_content(model="gemini-2.5-flash", contents=directive(script))
+    except genai_errors.ClientError as error:
+        assert error.code == 429 and error.status == "RESOURCE_EXHAUSTED", error
+    else:
+        raise AssertionError("expected a ClientError")
+    script = {"text": "a b c", "stream_error": {"after": 1}}
+    try:
+        for _ in client.models.generate_content_stream(
+            model="gemini-2.5-flash", contents=directive(script)
+        ):
+            pass
+    except genai_errors.ServerError as error:
+        assert error.code == 503 and error.status == "UNAVAILABLE", error
+    else:
+        raise AssertionError("expected a ServerError")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -281,6 +398,13 @@ def main():
         anthropic_stream(an)
         anthropic_overloaded(an)
         anthropic_retry(root)
+        gm = genai.Client(
+            api_key="mock",
+            http_options=genai_types.HttpOptions(base_url=root, api_version="v1beta"),
+        )
+        gemini_stream(gm)
+        gemini_tools(gm)
+        gemini_errors(gm)
     finally:
         proc.terminate()
         try:

@@ -134,6 +134,9 @@ fn kind_of(status: Option<u16>, details: &BodyDetails, text: &str) -> ErrorKind 
             "exceeds the context",
             "exceed context",
             "input is too long",
+            // Gemini: "The input token count (N) exceeds the maximum number of tokens
+            // allowed (M)."
+            "exceeds the maximum number of tokens",
         ])
     {
         return ErrorKind::ContextOverflow;
@@ -419,6 +422,20 @@ mod tests {
             kind(Some(400), Some(overflow), None),
             ErrorKind::ContextOverflow
         );
+        let gemini = r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(
+            kind(Some(400), Some(gemini), None),
+            ErrorKind::ContextOverflow
+        );
+        let gemini = r#"{"error":{"code":400,"message":"Please use a valid role: user, model.","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(
+            kind(Some(400), Some(gemini), None),
+            ErrorKind::InvalidRequest
+        );
+        let gemini = r#"{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}"#;
+        assert_eq!(kind(Some(429), Some(gemini), None), ErrorKind::RateLimit);
+        let gemini = r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#;
+        assert!(kind(Some(503), Some(gemini), None).is_retryable());
         let orphan = r#"{"error":{"message":"messages.3: tool_use ids were found without tool_result blocks"}}"#;
         assert_eq!(
             kind(Some(400), Some(orphan), None),

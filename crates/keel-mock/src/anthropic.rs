@@ -119,7 +119,7 @@ fn user_message(conversation: &mut Conversation, names: &HashMap<String, String>
     }
 }
 
-fn has_directive(text: &str) -> bool {
+pub(crate) fn has_directive(text: &str) -> bool {
     matches!(crate::script::parse_directive(text), Ok(Some(_)))
 }
 

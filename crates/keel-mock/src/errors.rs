@@ -7,12 +7,13 @@ use serde_json::{Value, json};
 
 use crate::script::HttpError;
 
-/// Which envelope errors use: OpenAI's `{"error": {...}}` or Anthropic's
-/// `{"type": "error", "error": {...}}`.
+/// Which envelope errors use: OpenAI's `{"error": {...}}`, Anthropic's
+/// `{"type": "error", "error": {...}}` or Google's `{"error": {code, message, status}}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flavor {
     OpenAi,
     Anthropic,
+    Google,
 }
 
 /// The error body of `flavor`.
@@ -31,7 +32,27 @@ pub(crate) fn envelope(
             "type": "error",
             "error": {"type": error_type, "message": message}
         }),
+        Flavor::Google => google(status_for_type(flavor, error_type), message),
     }
+}
+
+/// Google's error body: the HTTP status as `code` and its RPC status name
+/// (<https://ai.google.dev/gemini-api/docs/troubleshooting#error-codes>).
+pub(crate) fn google(code: u16, message: &str) -> Value {
+    let status = match code {
+        400 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        500 => "INTERNAL",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "UNKNOWN",
+    };
+    json!({"error": {"code": code, "message": message, "status": status}})
 }
 
 /// A 400 for a request the mock cannot serve (bad JSON, bad directive).
@@ -63,6 +84,9 @@ pub(crate) fn scripted(flavor: Flavor, error: &HttpError) -> Response {
             raw.clone(),
         )
             .into_response(),
+        None if flavor == Flavor::Google => {
+            (status, Json(google(status.as_u16(), &message))).into_response()
+        }
         None => (
             status,
             Json(envelope(
@@ -111,6 +135,7 @@ pub(crate) fn status_for_type(flavor: Flavor, error_type: &str) -> u16 {
         "overloaded_error" => 503,
         "rate_limit_error" | "rate_limit_exceeded" => 429,
         "invalid_request_error" => 400,
+        "not_found_error" => 404,
         "authentication_error" => 401,
         "permission_error" => 403,
         _ => 500,

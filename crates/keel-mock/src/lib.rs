@@ -1,12 +1,14 @@
 //! A scriptable mock model provider.
 //!
-//! One axum server speaks three wire protocols, streaming (SSE) and not:
+//! One axum server speaks four wire protocols, streaming (SSE) and not:
 //!
 //! * OpenAI Chat Completions, `POST /v1/chat/completions`;
 //! * OpenAI Responses, `POST /v1/responses`, with `previous_response_id` chaining;
 //! * Anthropic Messages, `POST /v1/messages`;
+//! * Gemini, `POST /v1beta/models/{model}:streamGenerateContent?alt=sse` and
+//!   `:generateContent`;
 //!
-//! plus `GET /v1/models`. Without instructions it echoes the last user message word by
+//! plus `GET /v1/models` and `GET /v1beta/models/{model}`. Without instructions it echoes the last user message word by
 //! word. A `#mock {json}` line in that message (a [`Script`]) chooses the reply instead:
 //! text, reasoning, tool calls, usage figures, and faults — HTTP errors, dropped
 //! connections, stalls, malformed lines and in-stream error events — so the daemon's
@@ -23,6 +25,7 @@ mod conversation;
 mod driver;
 mod error;
 mod errors;
+mod gemini;
 mod models;
 mod openai_chat;
 mod plan;

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::MockConfig;
 use crate::state::State;
-use crate::{anthropic, models, openai_chat, responses};
+use crate::{anthropic, gemini, models, openai_chat, responses};
 
 /// Requests larger than this are refused. Far above axum's 2 MiB default, because long
 /// agent conversations and context-overflow tests send big prompts.
@@ -27,6 +27,10 @@ fn app(state: Arc<State>) -> Router {
         .route("/v1/responses", post(responses::handle))
         .route("/v1/messages", post(anthropic::handle))
         .route("/v1/models", get(models::list))
+        .route(
+            "/v1beta/models/{target}",
+            post(gemini::handle).get(gemini::model),
+        )
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(state)
 }

@@ -11,6 +11,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 
 use crate::anthropic::Anthropic;
+use crate::gemini::Gemini;
 use crate::http::{Endpoint, ErrorContext};
 use crate::openai_chat::{ChatRequestOptions, OpenAiChat};
 use crate::openai_responses::OpenAiResponses;
@@ -20,6 +21,8 @@ use crate::openai_responses::OpenAiResponses;
 /// `v1/messages`.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// Gemini's includes the API version, as the `google-genai` SDKs build it.
+pub const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta";
 
 /// The wire protocol a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -30,6 +33,8 @@ pub enum ProviderKind {
     OpenAiResponses,
     #[serde(rename = "anthropic")]
     Anthropic,
+    #[serde(rename = "gemini")]
+    Gemini,
 }
 
 impl ProviderKind {
@@ -38,21 +43,24 @@ impl ProviderKind {
             ProviderKind::OpenAiChat => "openai-chat",
             ProviderKind::OpenAiResponses => "openai-responses",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
         }
     }
 
     /// How `model` continues a cut reply unless configured otherwise. Anthropic continues a
     /// final assistant turn natively, but Claude 4.6 and later refuse it
     /// ([`keel_core::claude::refuses_prefill`]); Chat Completions servers differ, so they are
-    /// asked by instruction; the Responses API cannot continue a partial reply at all.
+    /// asked by instruction; the Responses API cannot continue a partial reply at all; Gemini
+    /// documents no continuation of a final model turn ([`crate::gemini`]).
     pub fn default_continuation(self, model: &str) -> Continuation {
         match self {
             ProviderKind::Anthropic if !keel_core::claude::refuses_prefill(model) => {
                 Continuation::Prefill
             }
-            ProviderKind::Anthropic | ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => {
-                Continuation::Prompt
-            }
+            ProviderKind::Anthropic
+            | ProviderKind::OpenAiChat
+            | ProviderKind::OpenAiResponses
+            | ProviderKind::Gemini => Continuation::Prompt,
         }
     }
 
@@ -60,6 +68,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => OPENAI_BASE_URL,
             ProviderKind::Anthropic => ANTHROPIC_BASE_URL,
+            ProviderKind::Gemini => GEMINI_BASE_URL,
         }
     }
 }
@@ -224,26 +233,33 @@ impl fmt::Debug for ProviderSettings {
 impl ProviderSettings {
     /// Providers configured by the usual environment variables: `openai` (Chat Completions)
     /// from `OPENAI_API_KEY` / `OPENAI_BASE_URL`, and `anthropic` from `ANTHROPIC_API_KEY` /
-    /// `ANTHROPIC_BASE_URL`. A provider appears when its key or its base URL is set; empty
+    /// `ANTHROPIC_BASE_URL`, and `gemini` from `GEMINI_API_KEY` (else `GOOGLE_API_KEY`, the
+    /// names Google's SDKs read) / `GEMINI_BASE_URL`. A provider appears when its key or its base URL is set; empty
     /// values count as unset. `var` looks a variable up, e.g. `|k| std::env::var(k).ok()`.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Vec<ProviderSettings> {
         let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         let mut found = Vec::new();
-        for (name, kind, key, url) in [
+        for (name, kind, keys, url) in [
             (
                 "openai",
                 ProviderKind::OpenAiChat,
-                "OPENAI_API_KEY",
+                &["OPENAI_API_KEY"][..],
                 "OPENAI_BASE_URL",
             ),
             (
                 "anthropic",
                 ProviderKind::Anthropic,
-                "ANTHROPIC_API_KEY",
+                &["ANTHROPIC_API_KEY"][..],
                 "ANTHROPIC_BASE_URL",
             ),
+            (
+                "gemini",
+                ProviderKind::Gemini,
+                &["GEMINI_API_KEY", "GOOGLE_API_KEY"][..],
+                "GEMINI_BASE_URL",
+            ),
         ] {
-            let api_key = get(key);
+            let api_key = keys.iter().find_map(|key| get(key));
             let base_url = get(url);
             if api_key.is_some() || base_url.is_some() {
                 let mut settings = ProviderSettings::new(name, kind);
@@ -328,7 +344,12 @@ pub fn build_model(
         });
     }
     let prefill = settings.continuation(upstream_model) == Continuation::Prefill;
-    if prefill && settings.kind == ProviderKind::OpenAiResponses {
+    if prefill
+        && matches!(
+            settings.kind,
+            ProviderKind::OpenAiResponses | ProviderKind::Gemini
+        )
+    {
         return Err(ProviderBuildError::PrefillUnsupported {
             provider: settings.name.clone(),
             kind: settings.kind,
@@ -357,6 +378,7 @@ pub fn build_model(
         )),
         ProviderKind::OpenAiResponses => Arc::new(OpenAiResponses::new(endpoint)),
         ProviderKind::Anthropic => Arc::new(Anthropic::new(endpoint).with_prefill(prefill)),
+        ProviderKind::Gemini => Arc::new(Gemini::new(endpoint)),
     })
 }
 
@@ -370,7 +392,9 @@ pub fn endpoint_base(kind: ProviderKind, base_url: &str) -> (String, bool) {
             Some(bare) => (bare.to_owned(), true),
             None => (trimmed.to_owned(), false),
         },
-        ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => (trimmed.to_owned(), false),
+        ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses | ProviderKind::Gemini => {
+            (trimmed.to_owned(), false)
+        }
     }
 }
 
@@ -385,6 +409,11 @@ fn headers(settings: &ProviderSettings) -> Result<HeaderMap, ProviderBuildError>
                 let mut value = HeaderValue::from_str(key).map_err(|_| invalid())?;
                 value.set_sensitive(true);
                 map.insert(HeaderName::from_static("x-api-key"), value);
+            }
+            ProviderKind::Gemini => {
+                let mut value = HeaderValue::from_str(key).map_err(|_| invalid())?;
+                value.set_sensitive(true);
+                map.insert(HeaderName::from_static("x-goog-api-key"), value);
             }
             ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => {
                 let mut value =

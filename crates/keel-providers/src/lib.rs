@@ -10,8 +10,8 @@
 //!   byte stream through a decoder with cancellation;
 //! * [`http`]: the request/response plumbing shared by all adapters and the mapping of every
 //!   failure onto [`keel_core::classify`];
-//! * [`openai_chat`], [`openai_responses`], [`anthropic`]: one module per wire protocol, each
-//!   split into a request builder and a pure decoder;
+//! * [`openai_chat`], [`openai_responses`], [`anthropic`], [`gemini`]: one module per wire
+//!   protocol, each split into a request builder and a pure decoder;
 //! * [`tls`]: the trust set-up every outgoing HTTPS client of Keel is built with.
 //!
 //! ```no_run
@@ -46,6 +46,7 @@
 pub mod anthropic;
 pub mod config;
 mod convert;
+pub mod gemini;
 pub mod http;
 pub mod keepalive;
 pub mod openai_chat;

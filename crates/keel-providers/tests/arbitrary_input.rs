@@ -7,6 +7,7 @@ mod common;
 use common::{ctx, replay, transcript};
 use keel_core::StreamEvent;
 use keel_providers::anthropic::AnthropicDecoder;
+use keel_providers::gemini::GeminiDecoder;
 use keel_providers::openai_chat::ChatDecoder;
 use keel_providers::openai_responses::ResponsesDecoder;
 use proptest::prelude::*;
@@ -30,6 +31,7 @@ fn decode_all(bytes: &[u8]) {
     assert_terminated(&replay(ChatDecoder::new(ctx()), bytes));
     assert_terminated(&replay(ResponsesDecoder::new(ctx()), bytes));
     assert_terminated(&replay(AnthropicDecoder::new(ctx()), bytes));
+    assert_terminated(&replay(GeminiDecoder::new(ctx()), bytes));
 }
 
 const TRANSCRIPTS: [&str; 6] = [

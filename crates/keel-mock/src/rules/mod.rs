@@ -8,6 +8,8 @@
 //! * [`openai_chat`]: tool-call / tool-message pairing, DeepSeek's `reasoning_content`,
 //!   `max_tokens` on OpenAI's reasoning models, Cerebras's refusal of `reasoning_content`;
 //! * [`thought_signature`]: Gemini's thought signatures on its OpenAI-compatible endpoint;
+//! * [`gemini`]: Gemini's own API: known fields, roles, call and response turns, thinking
+//!   controls, thought signatures;
 //! * [`openai_responses`]: call / output pairing, reasoning items and their following item;
 //! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results, no
 //!   prefill on Claude 4.6 and later;
@@ -16,6 +18,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod chain;
+pub(crate) mod gemini;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
 pub(crate) mod prefill;

@@ -20,7 +20,7 @@ pub(crate) fn extra_content(model: &str, call_id: &str, position: usize) -> Opti
         .then(|| json!({"google": {"thought_signature": signature(call_id)}}))
 }
 
-fn signature(call_id: &str) -> String {
+pub(crate) fn signature(call_id: &str) -> String {
     format!("mock-thought-signature-{call_id}")
 }
 

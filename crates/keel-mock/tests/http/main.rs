@@ -5,6 +5,7 @@
 mod anthropic;
 mod common;
 mod faults;
+mod gemini;
 mod openai_chat;
 mod pacing;
 mod responses;

@@ -357,12 +357,13 @@ mod tests {
 
     #[test]
     fn an_unknown_provider_kind_is_refused_naming_the_known_ones() {
-        let err = parse("[[providers]]\nname = \"p\"\nkind = \"gemini\"").unwrap_err();
+        let err = parse("[[providers]]\nname = \"p\"\nkind = \"vertex\"").unwrap_err();
         for known in [
-            "gemini",
+            "vertex",
             "openai-chat",
             "openai-responses",
             "anthropic",
+            "gemini",
             "line 3",
         ] {
             assert!(err.contains(known), "{known}: {err}");

@@ -186,6 +186,24 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
         sonnet.max_output_tokens = Some(8192);
         models.push(sonnet);
     }
+    // Google's SDKs read GEMINI_API_KEY, else GOOGLE_API_KEY.
+    let gemini_key = ["GEMINI_API_KEY", "GOOGLE_API_KEY"]
+        .into_iter()
+        .find(|var| env.var(var).is_some());
+    if let Some(var) = gemini_key {
+        let first = providers.is_empty();
+        providers.push(ProviderEntry {
+            name: "gemini".into(),
+            kind: ProviderKind::Gemini,
+            base_url: env.var("GEMINI_BASE_URL"),
+            api_key_env: Some(var.into()),
+            include_usage: true,
+            continuation: None,
+            output_limit_field: None,
+            reasoning_content: None,
+        });
+        models.push(model("gemini-2.5-flash", "gemini", 1_048_576, first));
+    }
     (providers, models)
 }
 
@@ -295,5 +313,15 @@ workspace = "./workspace"
             Some("http://127.0.0.1:1")
         );
         assert_eq!(config.default_model(), Some("claude-sonnet-4-5"));
+    }
+
+    #[test]
+    fn a_google_api_key_alone_configures_gemini() {
+        let config = resolve("", &env(&[("GOOGLE_API_KEY", "k")])).unwrap();
+        let gemini = &config.providers[0];
+        assert_eq!(gemini.entry.kind, ProviderKind::Gemini);
+        assert_eq!(gemini.entry.api_key_env.as_deref(), Some("GOOGLE_API_KEY"));
+        assert_eq!(gemini.api_key.as_deref(), Some("k"));
+        assert_eq!(config.default_model(), Some("gemini-2.5-flash"));
     }
 }

@@ -83,12 +83,9 @@ pub(super) fn provider(
         ));
     }
     if entry.continuation == Some(Continuation::Prefill)
-        && entry.kind == ProviderKind::OpenAiResponses
+        && let Some(why) = prefill_refusal(entry.kind)
     {
-        return Err(ConfigError::invalid(
-            key("continuation"),
-            "the Responses API cannot continue a partial reply; use prompt",
-        ));
+        return Err(ConfigError::invalid(key("continuation"), why));
     }
     if entry.kind != ProviderKind::OpenAiChat {
         let set = [
@@ -160,6 +157,17 @@ pub(super) fn models(
     Ok(())
 }
 
+/// Why a provider of `kind` cannot continue a partial reply natively, if it cannot.
+fn prefill_refusal(kind: ProviderKind) -> Option<&'static str> {
+    match kind {
+        ProviderKind::OpenAiResponses => {
+            Some("the Responses API cannot continue a partial reply; use prompt")
+        }
+        ProviderKind::Gemini => Some("Gemini continues a partial reply by instruction; use prompt"),
+        ProviderKind::OpenAiChat | ProviderKind::Anthropic => None,
+    }
+}
+
 /// The options of one model that its provider's `kind` cannot take, or that contradict
 /// each other: the field at fault and why.
 fn model_options(
@@ -167,12 +175,9 @@ fn model_options(
     kind: Option<ProviderKind>,
 ) -> Result<(), (&'static str, &'static str)> {
     if model.continuation == Some(Continuation::Prefill)
-        && kind == Some(ProviderKind::OpenAiResponses)
+        && let Some(why) = kind.and_then(prefill_refusal)
     {
-        return Err((
-            "continuation",
-            "the Responses API cannot continue a partial reply; use prompt",
-        ));
+        return Err(("continuation", why));
     }
     if model.thinking.is_some() && model.thinking_budget_tokens.is_some() {
         return Err((
@@ -429,6 +434,14 @@ mod tests {
             (
                 "[[providers]]\nname = \"p\"\nkind = \"openai-responses\"\nbase_url = \"http://h\"\ncontinuation = \"prefill\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
                 "providers[0].continuation",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"gemini\"\nbase_url = \"http://h\"\ncontinuation = \"prefill\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",
+                "providers[0].continuation",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"gemini\"\nbase_url = \"http://h\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\ncontinuation = \"prefill\"",
+                "models[0].continuation",
             ),
             (
                 "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\nbase_url = \"http://h\"\noutput_limit_field = \"max_tokens\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"",

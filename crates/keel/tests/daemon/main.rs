@@ -16,6 +16,7 @@ mod continuation;
 mod current_claude;
 mod failures;
 mod fidelity;
+mod gemini;
 mod harness;
 mod isolation;
 mod panics;
