@@ -70,12 +70,26 @@ fn shaped<D: Serialize>(event: &'static str, data: &D, durable: bool) -> LivePay
     }
 }
 
-fn assistant_text(kind: &'static str, text: &str) -> LivePayload {
+fn text_part(role: &'static str, kind: &'static str, text: &str) -> LivePayload {
     let data = PartEvent {
         part: TextPart { text, kind },
-        role: "assistant",
+        role,
     };
     shaped("part", &data, true)
+}
+
+fn assistant_text(kind: &'static str, text: &str) -> LivePayload {
+    text_part("assistant", kind, text)
+}
+
+/// Shapes a loop event of a compaction summary streaming: its text is the `system`
+/// message's to come (the summary), not the assistant's, so no client takes it for the
+/// reply.
+pub(crate) fn summary_payload(event: &LiveEvent) -> LivePayload {
+    match event {
+        LiveEvent::TextDelta { delta } => text_part("system", "text", delta),
+        other => payload(other),
+    }
 }
 
 /// Shapes a loop event for clients.

@@ -538,7 +538,12 @@ function applyPart(data) {
 }
 
 function applyMessage(message) {
-  if (message.role === 'system') return;
+  if (message.role === 'system') {
+    // A compaction's notice: the summary that streamed as system parts is stored now.
+    view.live = view.live.filter((p) => p.role !== 'system');
+    renderLiveSoon();
+    return;
+  }
   const messages = $('messages');
   const existing = messages.querySelector('.msg[data-id="' + message.id + '"]');
   if (existing) {

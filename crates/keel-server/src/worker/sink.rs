@@ -7,7 +7,7 @@
 //! commit that clears the log, and every committed message is numbered above every part
 //! clients were sent.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use keel_agent::{EventSink, LiveEvent};
@@ -37,6 +37,8 @@ pub(super) struct LiveSink {
     metrics: Arc<Metrics>,
     /// The last event sequence number handed out.
     last_seq: AtomicI64,
+    /// A compaction summary streams: its text goes out as the `system` role's.
+    summarising: AtomicBool,
     log: GroupLog,
     /// This run's place in the log writer.
     run: RunKey,
@@ -71,6 +73,7 @@ impl LiveSink {
             hub,
             metrics,
             last_seq: AtomicI64::new(last_seq),
+            summarising: AtomicBool::new(false),
             log,
             run: next_run_key(),
             lease,
@@ -115,6 +118,7 @@ impl LiveSink {
             .store
             .commit_summary(&current(&self.lease), summary)
             .await?;
+        self.summarising.store(false, Ordering::SeqCst);
         #[cfg(debug_assertions)]
         super::fault::abort_at(super::fault::AbortPoint::SummaryCommitted);
         Ok(ids)
@@ -218,6 +222,7 @@ impl LiveSink {
         if self.superseded() {
             return;
         }
+        self.summarising.store(true, Ordering::SeqCst);
         let seq = self.last_seq.fetch_add(1, Ordering::SeqCst) + 1;
         self.log.append(
             self.run,
@@ -234,6 +239,10 @@ impl LiveSink {
 
 impl EventSink for LiveSink {
     fn publish(&self, event: LiveEvent) {
-        self.publish_payload(payload(&event));
+        if self.summarising.load(Ordering::SeqCst) {
+            self.publish_payload(crate::live::summary_payload(&event));
+        } else {
+            self.publish_payload(payload(&event));
+        }
     }
 }

@@ -179,3 +179,54 @@ async fn a_crash_after_summarising_before_the_handover_still_hands_the_call_over
         crashed_after_a_summary(weather_chat_compacted_before_handover).await;
     answer_the_weather_call(&client, &daemon, &id).await;
 }
+
+#[tokio::test]
+async fn a_summary_streams_as_system_parts_and_never_as_the_reply() {
+    let (_dir, daemon) = demo_daemon_with_env("", &[]);
+    let client = Client::new();
+    // A tool step that fills the context, then the answer: the summary streams between.
+    let script = json!({"steps": [
+        {"tool_calls": [{"name": "list_dir", "args": {"path": "."}}],
+         "usage": {"input_tokens": 120000}, "rate": 0.0},
+        {"text": "Answered after the summary.", "rate": 0.0}
+    ]});
+    let (id, mut events, _) = client
+        .watched_chat(&daemon, json!({"text": format!("go\n#mock {script}")}))
+        .await;
+    let (mut assistant, mut system) = (String::new(), String::new());
+    let (mut streamed_summary, mut answered) = (false, false);
+    loop {
+        let event = events.next().await.expect("the stream ended");
+        let data = &event.data;
+        match event.event.as_str() {
+            "part" if data["part"]["type"] == "text" => {
+                let text = data["part"]["text"].as_str().unwrap_or_default();
+                match data["role"].as_str() {
+                    Some("assistant") => assistant.push_str(text),
+                    Some("system") => system.push_str(text),
+                    role => panic!("a text part of role {role:?}"),
+                }
+            }
+            "message" if data["role"] == "assistant" => {
+                assert_eq!(std::mem::take(&mut assistant), text_of(data), "{data}");
+                answered = streamed_summary;
+            }
+            "status" if answered && data["status"] == "waiting" => break,
+            "message" if data["role"] == "system" => {
+                assert!(
+                    assistant.is_empty(),
+                    "the summary streamed as the reply: {assistant:?}"
+                );
+                streamed_summary |= !std::mem::take(&mut system).is_empty();
+            }
+            _ => {}
+        }
+    }
+    assert!(streamed_summary, "no summary part of role system");
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(
+        roles(&messages),
+        ["user", "assistant", "tool", "system", "assistant"],
+        "{messages:?}"
+    );
+}

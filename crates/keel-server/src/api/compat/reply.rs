@@ -19,7 +19,8 @@
 //! | `message` tool answering a client-side call, with [`Reply::ending_at_answers_to`] | the reply is over (`ToolCalls`): the answers start the next turn |
 //! | `stream_reset` | the step in progress loses its blocks (what follows republishes them) and starts a new generation |
 //! | `tool_call_cancel` | the call leaves the step in progress |
-//! | `message` system (a compaction's notice, after the reply began) | the step in progress loses its blocks, like `stream_reset`: they were the summary's |
+//! | `part` of role system (a compaction summary streaming) | nothing: the summary is not the reply |
+//! | `message` system (a compaction's notice, after the reply began) | the step in progress loses its blocks, like `stream_reset` (a daemon of an older release streamed its summary as the assistant's) |
 //! | `status` waiting / requires_action / error | the reply ends: `Done` or `Interrupted`, `ToolCalls`, `Failed` |
 //! | `branch` | the reply ends (`Interrupted`): the current branch changed under it, and the messages after the event are the new branch's |
 //!
@@ -354,6 +355,10 @@ impl Reply {
         let Some(part) = data.get("part") else {
             return;
         };
+        // A compaction summary streaming: never part of the reply.
+        if data.get("role").and_then(Value::as_str) == Some("system") {
+            return;
+        }
         match part.get("type").and_then(Value::as_str) {
             Some("text" | "refusal") => self.append_text(str_field(part, "text"), false),
             Some("reasoning") => self.append_text(str_field(part, "text"), true),

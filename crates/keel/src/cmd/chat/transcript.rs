@@ -524,6 +524,11 @@ impl Transcript {
                 }
                 pieces
             }
+            // A compaction's notice: the summary streamed as system parts is stored now.
+            "system" => {
+                self.live.retain(|b| b.role != "system");
+                Vec::new()
+            }
             _ => Vec::new(),
         }
     }
