@@ -223,7 +223,7 @@ async fn a_bad_import_is_refused_by_name_and_stores_nothing() {
         file.to_string()
     };
     let cases: Vec<(String, &str)> = vec![
-        ("{not json".into(), "invalid"),
+        ("{not json".into(), "malformed JSON"),
         (
             with(&|f| f["format"] = json!(2)),
             "unsupported export format 2",
@@ -298,14 +298,21 @@ async fn a_backup_under_load_restores_every_message_committed_before_it() {
     let (dir, database) = scratch();
     let mut daemon = Daemon::start(dir.path(), &database, "workers = 256\n");
     let client = Client::new();
-    // Every chat streams a reply of two seconds.
-    let script = json!({"text": words(30), "rate": 15.0});
+    // Half the chats reply at once; the others stream for ten seconds, through the backup.
+    let slow = json!({"text": words(30), "rate": 3.0});
     let chats: Vec<String> = futures::future::join_all((0..CHATS).map(|i| {
         let (client, daemon) = (&client, &daemon);
-        let text = format!("chat {i}\n#mock {script}");
+        let text = if i % 2 == 0 {
+            scripted(&format!("reply {i}"), 0.0)
+        } else {
+            format!("chat {i}\n#mock {slow}")
+        };
         async move { client.create_chat(daemon, json!({ "text": text })).await }
     }))
     .await;
+    for id in chats.iter().step_by(2) {
+        client.settle(&daemon, id).await;
+    }
     // What is committed now is what the backup must hold; replies go on committing.
     let before: Vec<Vec<Value>> =
         futures::future::join_all(chats.iter().map(|id| client.messages(&daemon, id))).await;
@@ -319,8 +326,12 @@ async fn a_backup_under_load_restores_every_message_committed_before_it() {
     assert!(taken.status.success(), "{}", stderr(&taken));
     let running = futures::future::join_all(chats.iter().map(|id| client.chat(&daemon, id))).await;
     assert!(
-        running.iter().any(|chat| chat["status"] != "waiting"),
-        "the load was over before the backup ended"
+        running
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .all(|chat| chat["status"] == "running"),
+        "the slow replies were over before the backup ended"
     );
     let again = keel(
         dir.path(),
@@ -337,8 +348,6 @@ async fn a_backup_under_load_restores_every_message_committed_before_it() {
     let refused = keel(dir.path(), &["restore", file, "--database", &database], &[]);
     assert!(!refused.status.success());
     assert!(stderr(&refused).contains("in use"), "{}", stderr(&refused));
-    client.settle(&daemon, &chats[0]).await;
-
     daemon.terminate();
     let restored = keel(dir.path(), &["restore", file, "--database", &database], &[]);
     assert!(restored.status.success(), "{}", stderr(&restored));
