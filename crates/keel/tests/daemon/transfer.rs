@@ -233,8 +233,8 @@ async fn a_bad_import_is_refused_by_name_and_stores_nothing() {
             "messages[1]: parent_id 9",
         ),
         (
-            with(&|f| f["current_leaf"] = json!(1)),
-            "current_leaf 1 has a child",
+            with(&|f| f["current_leaf"] = json!(7)),
+            "current_leaf 7 names no listed message",
         ),
         (
             with(&|f| f["messages"][1]["id"] = json!(1)),
