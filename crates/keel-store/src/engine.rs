@@ -21,10 +21,10 @@ use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::tree::Tree;
 use crate::types::{
-    Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId,
-    MessageKind, NewChat, NewLiveEntry, NewMessage, NewSummary, Next, QueueId, QueuedMessage,
-    RemoteNotice, RunStart, SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput,
-    User,
+    Busy, CatchUp, ChangeNotice, Chat, ChatExport, ChatId, ChatUpdate, ImportChat, Lease,
+    LiveEntry, MessageId, MessageKind, NewChat, NewLiveEntry, NewMessage, NewSummary, Next,
+    QueueId, QueuedMessage, RemoteNotice, RunStart, SendOutcome, StoreOptions, StoredMessage,
+    ToolRecord, ToolResultInput, User,
 };
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
@@ -209,6 +209,21 @@ impl Store for SqlStore {
                 other => return other,
             }
         }
+    }
+
+    async fn export_chat(&self, chat: ChatId) -> Result<ChatExport> {
+        in_read!(self, |ops| {
+            let read = Self::read_chat(ops, chat).await?;
+            let rows = ops.tree_messages(&chat.to_string()).await?;
+            Ok(ChatExport {
+                chat: read,
+                messages: Self::all_messages(rows)?,
+            })
+        })
+    }
+
+    async fn import_chat(&self, req: ImportChat) -> Result<Chat> {
+        in_tx!(self, |cx| t::import_chat(&mut cx, req).await)
     }
 
     async fn get_chat(&self, id: ChatId) -> Result<Chat> {

@@ -14,7 +14,8 @@
 //! * [`redact`]: database URLs with their passwords masked, for messages and logs;
 //! * [`store`]: the [`Store`] trait; `engine`: its implementation over a backend;
 //! * `sqlite`, `postgres`, `sql`, `ops`, `rows`: the backends, their shared SQL and row
-//!   format; [`error`]: [`StoreError`]; [`types`]: records and requests.
+//!   format; [`error`]: [`StoreError`]; [`types`]: records and requests;
+//! * [`backup`] and [`restore`]: copies of an SQLite database, taken while daemons run.
 //!
 //! # States and transitions
 //!
@@ -75,6 +76,7 @@ pub use error::{Result, StoreError};
 pub use orphans::repair_orphans;
 pub use postgres::NOTICE_CHANNEL;
 pub use redact::redact_url;
+pub use sqlite::backup::{BackupError, backup, restore};
 pub use status::{ChatStatus, Transition, allowed};
 pub use stopped::stopped_reply;
 pub use store::Store;

@@ -249,6 +249,8 @@ pub(crate) trait TxOps: Send {
     /// Every message of the chat's tree, in id order (rows an edit soft-deleted before
     /// branches existed are not part of it).
     async fn tree(&mut self, chat: &str) -> Result<Vec<TreeRow>>;
+    /// [`TxOps::tree`] as whole messages (no siblings read): what an export holds.
+    async fn tree_messages(&mut self, chat: &str) -> Result<Vec<MessageCols>>;
     /// Makes `path` (`(id, event sequence)`, from the first message on) the current
     /// branch, numbering its messages anew.
     async fn set_branch(&mut self, chat: &str, path: &[(i64, i64)]) -> Result<()>;

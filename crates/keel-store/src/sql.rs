@@ -661,6 +661,21 @@ macro_rules! tx_ops {
                 .await?)
             }
 
+            async fn tree_messages(
+                &mut self,
+                chat: &str,
+            ) -> $crate::error::Result<Vec<$crate::rows::MessageCols>> {
+                const SQL: &str = concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE chat_id = $1 AND NOT deleted ORDER BY id"
+                );
+                Ok(sqlx::query_as(SQL)
+                    .bind(chat)
+                    .fetch_all(self.conn().await?)
+                    .await?)
+            }
+
             async fn set_branch(
                 &mut self,
                 chat: &str,

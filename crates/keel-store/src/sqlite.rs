@@ -2,6 +2,7 @@
 //! transactions never contend for the lock inside this process) and a set of readers
 //! ([`readers`]).
 
+pub(crate) mod backup;
 mod readers;
 
 use std::str::FromStr;

@@ -3,7 +3,8 @@
 //! [`target`] answers, for every transition and status, whether the transition may start
 //! there and where it may end; what each transition then writes lives in
 //! [`crate::transitions`], which checks both ends. `None` as the source status
-//! means "no chat yet", from which only [`Transition::CreateChat`] may start.
+//! means "no chat yet", from which only [`Transition::CreateChat`] and
+//! [`Transition::ImportChat`] may start.
 
 use std::fmt;
 use std::str::FromStr;
@@ -109,10 +110,11 @@ pub enum Transition {
     RetryRun,
     SwitchBranch,
     Regenerate,
+    ImportChat,
 }
 
 impl Transition {
-    pub const ALL: [Transition; 32] = [
+    pub const ALL: [Transition; 33] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -145,6 +147,7 @@ impl Transition {
         Transition::RetryRun,
         Transition::SwitchBranch,
         Transition::Regenerate,
+        Transition::ImportChat,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -181,6 +184,7 @@ impl Transition {
             Transition::RetryRun => "retry run",
             Transition::SwitchBranch => "switch branch",
             Transition::Regenerate => "regenerate",
+            Transition::ImportChat => "import chat",
         }
     }
 }
@@ -215,7 +219,9 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
     use ChatStatus::{Error, Interrupting, RequiresAction, Running, Waiting};
     use Transition::*;
     match (transition, from) {
-        (CreateChat, Waiting | Running | Interrupting | RequiresAction | Error) => None,
+        (CreateChat | ImportChat, Waiting | Running | Interrupting | RequiresAction | Error) => {
+            None
+        }
 
         // Idle: the message starts a run; behind a queue left by a failed run it queues at
         // the tail and the head starts, so nothing jumps ahead.
@@ -304,7 +310,7 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
 /// Whether `transition` may start from `from` (`None`: the chat does not exist yet).
 pub fn allowed(from: Option<ChatStatus>, transition: Transition) -> bool {
     match from {
-        None => transition == Transition::CreateChat,
+        None => transition.creates(),
         Some(status) => target(transition, status).is_some(),
     }
 }
@@ -330,13 +336,31 @@ pub enum Trigger {
 }
 
 impl Transition {
+    /// Whether the transition makes a chat that did not exist: the only ones that start
+    /// from no status.
+    pub fn creates(self) -> bool {
+        matches!(self, Transition::CreateChat | Transition::ImportChat)
+    }
+
+    /// Where a transition that [`Self::creates`] a chat leaves it: a new chat's first message
+    /// starts a run; an imported chat waits for its owner's next message.
+    pub fn created_status(self) -> Option<ChatStatus> {
+        match self {
+            Transition::CreateChat => Some(ChatStatus::Running),
+            Transition::ImportChat => Some(ChatStatus::Waiting),
+            _ => None,
+        }
+    }
+
     /// Who starts this transition.
     pub fn trigger(self) -> Trigger {
         use Transition::*;
         match self {
             CreateChat | SendMessage | EditMessage | Interrupt | SubmitToolResults
             | DeleteQueued | PromoteQueued | Archive | Unarchive | Delete | RequestCompaction
-            | UpdateChat | ContinueReply | RetryRun | SwitchBranch | Regenerate => Trigger::Api,
+            | UpdateChat | ContinueReply | RetryRun | SwitchBranch | Regenerate | ImportChat => {
+                Trigger::Api
+            }
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
             | CommitStep | CommitSummary | FinishInterruption | FinishRun | FailRun
             | EnterRequiresAction | ReleaseOnShutdown | NameChat => Trigger::Worker,
@@ -364,8 +388,8 @@ pub fn markdown_table() -> String {
             Trigger::Worker => "worker",
             Trigger::Sweep => "sweep",
         };
-        if t == Transition::CreateChat {
-            out.push_str(&format!("| {t} | {by} | (none) | `running` |\n"));
+        if let Some(created) = t.created_status() {
+            out.push_str(&format!("| {t} | {by} | (none) | `{created}` |\n"));
             continue;
         }
         let mut rows: Vec<(Target, Vec<ChatStatus>)> = Vec::new();
@@ -405,10 +429,10 @@ mod tests {
     }
 
     #[test]
-    fn every_transition_except_create_starts_somewhere() {
+    fn every_transition_except_the_creating_ones_starts_somewhere() {
         for t in Transition::ALL {
             let starts = ChatStatus::ALL.iter().any(|st| target(t, *st).is_some());
-            assert_eq!(starts, t != Transition::CreateChat, "{t}");
+            assert_eq!(starts, !t.creates(), "{t}");
         }
     }
 
@@ -439,12 +463,15 @@ mod tests {
     }
 
     #[test]
-    fn only_create_starts_from_nothing() {
+    fn only_create_and_import_start_from_nothing() {
         for t in Transition::ALL {
-            assert_eq!(allowed(None, t), t == Transition::CreateChat, "{t}");
+            let creates = matches!(t, Transition::CreateChat | Transition::ImportChat);
+            assert_eq!(allowed(None, t), creates, "{t}");
+            assert_eq!(t.created_status().is_some(), creates, "{t}");
         }
         for st in ChatStatus::ALL {
             assert!(!allowed(Some(st), Transition::CreateChat));
+            assert!(!allowed(Some(st), Transition::ImportChat));
         }
     }
 

@@ -11,9 +11,9 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::types::{
-    Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat,
-    NewLiveEntry, NewMessage, NewSummary, Next, QueueId, RemoteNotice, RunStart, SendOutcome,
-    StoredMessage, ToolRecord, ToolResultInput, User,
+    Busy, CatchUp, ChangeNotice, Chat, ChatExport, ChatId, ChatUpdate, ImportChat, Lease,
+    LiveEntry, MessageId, NewChat, NewLiveEntry, NewMessage, NewSummary, Next, QueueId,
+    RemoteNotice, RunStart, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
 };
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
@@ -81,6 +81,11 @@ pub trait Store: Send + Sync {
     async fn continue_reply(&self, chat: ChatId) -> Result<Chat>;
     /// Runs the failed turn of a chat in `error` again (`retry run`).
     async fn retry_run(&self, chat: ChatId) -> Result<Chat>;
+    /// The chat and its whole message tree, read in one snapshot.
+    async fn export_chat(&self, chat: ChatId) -> Result<ChatExport>;
+    /// Creates a chat from an exported tree (`import chat`), checked whole first: a broken
+    /// tree is [`crate::StoreError::InvalidInput`] naming the message, and nothing is stored.
+    async fn import_chat(&self, req: ImportChat) -> Result<Chat>;
 
     /// The messages of the current branch with an id above `after`, in order, with their
     /// siblings; summaries are not among them.

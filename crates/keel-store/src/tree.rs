@@ -94,6 +94,44 @@ impl Tree {
     }
 }
 
+/// Whether the links of a tree brought from elsewhere (an imported chat, in the order it
+/// lists them) make a tree Keel could have written, with `leaf` the end of its current
+/// branch: ids above zero and growing, every parent an earlier message, the leaf one of
+/// them. The leaf may have children: a regenerate makes the user message it answers again
+/// the leaf until the new reply commits, and a run that fails first leaves it so. The error
+/// names the first link that breaks the tree.
+pub fn check_links(
+    links: &[(MessageId, Option<MessageId>)],
+    leaf: MessageId,
+) -> Result<(), String> {
+    if links.is_empty() {
+        return Err("a chat needs at least one message".into());
+    }
+    let mut seen = HashSet::new();
+    let mut last = 0;
+    for (i, (id, parent)) in links.iter().enumerate() {
+        if *id <= last {
+            return Err(format!(
+                "messages[{i}]: id {id} must be above the id before it ({last}): ids are \
+                 positive and listed in growing order"
+            ));
+        }
+        if let Some(parent) = parent
+            && !seen.contains(parent)
+        {
+            return Err(format!(
+                "messages[{i}]: parent_id {parent} names no message listed before it"
+            ));
+        }
+        seen.insert(*id);
+        last = *id;
+    }
+    if !seen.contains(&leaf) {
+        return Err(format!("current_leaf {leaf} names no listed message"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +191,25 @@ mod tests {
         assert_eq!(t.regenerate_from(3), Some(3));
         assert_eq!(t.regenerate_from(9), Some(1));
         assert_eq!(t.regenerate_from(42), None);
+    }
+
+    #[test]
+    fn imported_links_must_make_a_tree_with_its_leaf_in_it() {
+        let links = [(1, None), (2, Some(1)), (4, Some(2)), (5, Some(1))];
+        assert_eq!(check_links(&links, 4), Ok(()));
+        assert_eq!(check_links(&links, 5), Ok(()));
+        assert_eq!(check_links(&links, 1), Ok(()), "a regenerate in progress");
+        let fails = |links: &[(MessageId, Option<MessageId>)], leaf, says: &str| {
+            let error = check_links(links, leaf).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        };
+        fails(&[], 1, "at least one message");
+        fails(&links, 3, "names no listed message");
+        fails(&[(0, None)], 0, "messages[0]: id 0");
+        fails(&[(2, None), (1, None)], 1, "messages[1]: id 1");
+        fails(&[(1, None), (1, None)], 1, "messages[1]: id 1");
+        fails(&[(1, Some(2)), (2, None)], 2, "messages[0]: parent_id 2");
+        fails(&[(1, None), (2, Some(2))], 2, "messages[1]: parent_id 2");
     }
 
     #[test]

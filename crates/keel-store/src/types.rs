@@ -252,6 +252,35 @@ pub struct NewChat {
     pub idempotency_key: Option<String>,
 }
 
+/// A whole chat as it leaves an installation ([`crate::Store::export_chat`]): the chat and
+/// every message of its tree, summaries included, in id order (siblings not listed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatExport {
+    pub chat: Chat,
+    pub messages: Vec<StoredMessage>,
+}
+
+/// A chat brought from an export, created whole ([`crate::Store::import_chat`]): its
+/// settings, its message tree with the ids and timestamps it had, and the end of its current
+/// branch. The new chat waits for its owner's next message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportChat {
+    pub owner: String,
+    pub title: Option<String>,
+    pub model: String,
+    pub system: Option<String>,
+    /// Client-side tool definitions (a JSON array); `Null` means none.
+    pub tools: Value,
+    pub max_steps: Option<i64>,
+    pub archived: bool,
+    pub created_at: DateTime<Utc>,
+    /// The last message of the current branch.
+    pub leaf_id: MessageId,
+    /// Every message, in id order. Their `chat_id`, `event_seq`, `content_version` and
+    /// `siblings` are ignored: the store gives them the new chat's values.
+    pub messages: Vec<StoredMessage>,
+}
+
 /// A client's answer to one pending tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

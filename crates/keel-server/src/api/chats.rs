@@ -8,9 +8,9 @@ use keel_store::{ChatUpdate, NewChat, SendOutcome};
 
 use crate::api::doc::IdempotencyKey;
 use crate::api::dto::{
-    ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
-    MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
-    UpdateChatRequest,
+    ChatList, ChatView, ClientTool, ContentInput, CreateChatRequest, ListChatsQuery,
+    ListMessagesQuery, MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent,
+    ToolResultsRequest, UpdateChatRequest,
 };
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
@@ -61,21 +61,45 @@ pub(super) async fn new_chat(
     parts: Vec<keel_core::Part>,
     idempotency_key: Option<String>,
 ) -> Result<keel_store::Chat, ApiError> {
-    let model = request
-        .model
-        .unwrap_or_else(|| state.models.default_id().to_owned());
+    let model = check_settings(state, request.model, request.max_steps, &request.tools)?;
+    let chat = state
+        .store
+        .create_chat(NewChat {
+            owner: caller.0.clone(),
+            title: request.title,
+            model,
+            system: request.system,
+            tools: serde_json::to_value(&request.tools).unwrap_or_default(),
+            max_steps: request.max_steps,
+            history,
+            parts,
+            idempotency_key,
+        })
+        .await?;
+    Ok(chat)
+}
+
+/// The model a new chat runs (`model`, or the default one when absent), after checking it,
+/// the chat's step limit and its client-side tools as every way of making a chat does.
+pub(super) fn check_settings(
+    state: &AppState,
+    model: Option<String>,
+    max_steps: Option<i64>,
+    tools: &[ClientTool],
+) -> Result<String, ApiError> {
+    let model = model.unwrap_or_else(|| state.models.default_id().to_owned());
     if state.models.get(&model).is_none() {
         return Err(ApiError::invalid(format!(
             "unknown model `{model}`; see GET /api/v1/models"
         )));
     }
-    if let Some(steps) = request.max_steps
+    if let Some(steps) = max_steps
         && !(1..=1000).contains(&steps)
     {
         return Err(ApiError::invalid("max_steps must be between 1 and 1000"));
     }
     let mut names = std::collections::HashSet::new();
-    for (i, tool) in request.tools.iter().enumerate() {
+    for (i, tool) in tools.iter().enumerate() {
         let valid = !tool.name.is_empty()
             && tool.name.len() <= 64
             && tool
@@ -93,21 +117,7 @@ pub(super) async fn new_chat(
             )));
         }
     }
-    let chat = state
-        .store
-        .create_chat(NewChat {
-            owner: caller.0.clone(),
-            title: request.title,
-            model,
-            system: request.system,
-            tools: serde_json::to_value(&request.tools).unwrap_or_default(),
-            max_steps: request.max_steps,
-            history,
-            parts,
-            idempotency_key,
-        })
-        .await?;
-    Ok(chat)
+    Ok(model)
 }
 
 #[utoipa::path(get, path = "/chats", tag = "chats", summary = "List chats, newest first", params(ListChatsQuery), responses((status = 200, description = "Chats", body = ChatList)))]

@@ -241,7 +241,7 @@ fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<
 }
 
 /// A client-side tool given at chat creation.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClientTool {
     pub name: String,

@@ -1,6 +1,7 @@
 //! HTTP API v1 (described for users in `docs/api.md`): routes, authentication, body limits
 //! and error mapping. `chats` holds the API's transitions of a chat and its messages,
-//! `rerun` continuing a stopped reply and retrying a failed run.
+//! `rerun` continuing a stopped reply and retrying a failed run, `transfer` a chat's export
+//! and import.
 
 mod branches;
 mod chats;
@@ -16,6 +17,7 @@ mod live_item;
 mod ops;
 mod rerun;
 pub mod state;
+mod transfer;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -62,8 +64,10 @@ pub(crate) fn routes_with(
         .routes(routes!(chats::delete_queued))
         .routes(routes!(chats::promote_queued))
         .routes(routes!(events::events))
+        .routes(routes!(transfer::export_chat))
         .routes(routes!(ops::models))
-        .merge(compat::api_routes());
+        .merge(compat::api_routes())
+        .merge(transfer::import_routes());
     let api = authenticate(api).routes(routes!(ops::openapi));
     let v1 = authenticate(compat::v1_routes());
     let (router, mut document) = OpenApiRouter::with_openapi(doc::ApiDoc::openapi())

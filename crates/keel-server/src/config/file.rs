@@ -129,6 +129,8 @@ pub struct RunsConfig {
     /// Largest accepted body of `POST /api/v1/ai-sdk/chat`, which carries a front end's
     /// whole history (tool outputs, images) on every turn.
     pub ai_sdk_max_body_bytes: usize,
+    /// Largest accepted body of `POST /api/v1/chats/import`, which carries a whole chat.
+    pub import_max_body_bytes: usize,
     /// Whether an untitled chat gets a title generated after its first reply.
     pub titles: bool,
     /// The model that writes titles; the chat's own model when absent.
@@ -155,6 +157,7 @@ impl Default for RunsConfig {
             pending_action_timeout_ms: 300_000,
             max_body_bytes: 1024 * 1024,
             ai_sdk_max_body_bytes: 32 * 1024 * 1024,
+            import_max_body_bytes: 32 * 1024 * 1024,
             titles: true,
             title_model: None,
             database_connections_set: None,

@@ -140,6 +140,7 @@ mod tests {
         "env",
         "id",
         "idle_timeout_ms",
+        "import_max_body_bytes",
         "include_usage",
         "kind",
         "lease_ms",

@@ -247,6 +247,12 @@ pub(super) fn runs(runs: &RunsConfig) -> Result<(), ConfigError> {
             "must be at least runs.max_body_bytes (the body carries a whole history)",
         ));
     }
+    if runs.import_max_body_bytes < runs.max_body_bytes {
+        return Err(ConfigError::invalid(
+            "runs.import_max_body_bytes",
+            "must be at least runs.max_body_bytes (the body carries a whole chat)",
+        ));
+    }
     Ok(())
 }
 

@@ -47,7 +47,7 @@ impl Ctx<'_> {
     /// a switch) with calls nobody will answer. The client-side calls of a chat waiting
     /// for results are such calls, and so are those of a step committed by a run the edit
     /// supersedes before it handed them over.
-    async fn close_open_calls(&mut self, chat: &mut Chat) -> Result<()> {
+    pub(super) async fn close_open_calls(&mut self, chat: &mut Chat) -> Result<()> {
         let recent = self
             .ops
             .recent_messages(&chat.id.to_string(), 2)

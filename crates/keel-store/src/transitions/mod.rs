@@ -23,9 +23,9 @@ use crate::rows::{
 };
 use crate::status::{ChatStatus, Transition, permits, target};
 use crate::types::{
-    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, LastError, Lease, MessageId, MessageKind,
-    NewChat, NewMessage, NewSummary, Next, QueueId, QueuedMessage, SendOutcome, StoreOptions,
-    StoredMessage, ToolRecord, ToolResultInput,
+    Busy, ChangeNotice, Chat, ChatId, ChatUpdate, ImportChat, LastError, Lease, MessageId,
+    MessageKind, NewChat, NewMessage, NewSummary, Next, QueueId, QueuedMessage, SendOutcome,
+    StoreOptions, StoredMessage, ToolRecord, ToolResultInput,
 };
 
 /// The result given to pending client-side calls when the user interrupts.
@@ -612,10 +612,12 @@ pub(crate) async fn claim_alias(
 
 mod api;
 mod branch;
+mod import;
 mod sweep;
 mod worker;
 
 pub(crate) use api::*;
 pub(crate) use branch::*;
+pub(crate) use import::*;
 pub(crate) use sweep::*;
 pub(crate) use worker::*;

@@ -1,5 +1,6 @@
 //! The subcommands and what they share: argument parsing, logging, shutdown signals.
 
+pub mod backup;
 pub mod chat;
 pub mod migrate;
 pub mod mock_provider;
@@ -31,6 +32,10 @@ pub enum Command {
     Users(users::Args),
     /// Bring the database schema up to date.
     Migrate(migrate::Args),
+    /// Copy the SQLite database of a running daemon to FILE (which must not exist).
+    Backup(backup::Args),
+    /// Put a backup in place of the SQLite database; no daemon may be using it.
+    Restore(backup::Args),
     /// Run a local OpenAI- and Anthropic-compatible streaming server for demos, tests and
     /// benchmarks.
     MockProvider(mock_provider::Args),
@@ -48,6 +53,8 @@ impl Command {
             Command::Chat(args) => chat::run(args).await,
             Command::Users(args) => users::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
+            Command::Backup(args) => backup::backup(args).await,
+            Command::Restore(args) => backup::restore(args).await,
             Command::MockProvider(args) => mock_provider::run(args).await,
             Command::SandboxExec(args) => sandbox_exec::run(args),
         }

@@ -29,6 +29,7 @@ mod sandbox;
 mod security;
 mod thinking;
 mod tools;
+mod transfer;
 
 use std::time::Duration;
 
