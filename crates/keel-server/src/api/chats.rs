@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use keel_store::{ChatUpdate, NewChat, SendOutcome};
 
 use crate::api::doc::IdempotencyKey;
+use crate::api::usage::UsageView;
 use crate::api::dto::{
     ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
     MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
@@ -140,7 +141,11 @@ pub(super) async fn get_chat(
     Path(id): Path<String>,
 ) -> Result<Json<ChatView>, ApiError> {
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    Ok(Json(ChatView::from(&chat)))
+    let usage = state.store.chat_usage(chat.id).await?;
+    Ok(Json(ChatView {
+        usage: Some(UsageView::from(&usage)),
+        ..ChatView::from(&chat)
+    }))
 }
 
 /// The longest title a client may set, in characters.

@@ -16,6 +16,7 @@ mod live_item;
 mod ops;
 mod rerun;
 pub mod state;
+mod usage;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -63,6 +64,7 @@ pub(crate) fn routes_with(
         .routes(routes!(chats::promote_queued))
         .routes(routes!(events::events))
         .routes(routes!(ops::models))
+        .routes(routes!(usage::usage))
         .merge(compat::api_routes());
     let api = authenticate(api).routes(routes!(ops::openapi));
     let v1 = authenticate(compat::v1_routes());

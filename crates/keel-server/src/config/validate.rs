@@ -133,6 +133,12 @@ pub(super) fn models(
                 "must be positive",
             ));
         }
+        if let Some(field) = model.price.and_then(|p| p.invalid_field()) {
+            return Err(ConfigError::invalid(
+                key(&format!("price.{field}")),
+                "must be a non-negative number of dollars per million tokens",
+            ));
+        }
         if model.context_limit == Some(0) {
             return Err(ConfigError::invalid(
                 key("context_limit"),
@@ -389,6 +395,9 @@ pub(super) fn users(users: &[UserEntry]) -> Result<(), ConfigError> {
                 format!("users[{i}].token_sha256"),
                 "must be 64 hex digits (use `keel users add NAME`)",
             ));
+        }
+        if let Some(why) = user.budget.as_ref().and_then(keel_store::Budget::invalid) {
+            return Err(ConfigError::invalid(format!("users[{i}].budget"), why));
         }
     }
     Ok(())

@@ -613,9 +613,11 @@ pub(crate) async fn claim_alias(
 mod api;
 mod branch;
 mod sweep;
+mod usage;
 mod worker;
 
 pub(crate) use api::*;
 pub(crate) use branch::*;
 pub(crate) use sweep::*;
+pub(crate) use usage::*;
 pub(crate) use worker::*;
