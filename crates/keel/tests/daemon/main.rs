@@ -27,6 +27,7 @@ mod sandbox;
 mod security;
 mod thinking;
 mod tools;
+mod usage;
 
 use std::time::Duration;
 
