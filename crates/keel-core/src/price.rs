@@ -102,7 +102,9 @@ mod tests {
         };
         // 1M input = $2.50, 1M cached = $1.25, 1M written = $3, 1M plain output = $10,
         // 1M reasoning = $20.
-        let cost = price.cost_nanos(&usage(1_000_000, 1_000_000, 1_000_000, 2_000_000, 1_000_000));
+        let cost = price.cost_nanos(&usage(
+            1_000_000, 1_000_000, 1_000_000, 2_000_000, 1_000_000,
+        ));
         assert_eq!(cost, 36_750_000_000);
         assert!((usd(cost) - 36.75).abs() < 1e-9);
     }
@@ -115,7 +117,10 @@ mod tests {
             ..Price::default()
         };
         // 100 × 3 + 10 × 3 + 5 × 3 (per million) + 40 × 15 → nano-dollars.
-        assert_eq!(price.cost_nanos(&usage(100, 10, 5, 40, 8)), 345_000 + 600_000);
+        assert_eq!(
+            price.cost_nanos(&usage(100, 10, 5, 40, 8)),
+            345_000 + 600_000
+        );
     }
 
     #[test]

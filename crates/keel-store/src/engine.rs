@@ -21,13 +21,13 @@ use crate::rows::{MessageCols, ToolRecordCols, from_json, from_ms, tree_node};
 use crate::store::Store;
 use crate::transitions::{self as t, Ctx};
 use crate::tree::Tree;
-use crate::usage::{self, Budget, Exceeded, UsageGroup, UsageQuery, UsageTotals};
 use crate::types::{
     Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId,
     MessageKind, NewChat, NewLiveEntry, NewMessage, NewSummary, Next, QueueId, QueuedMessage,
     RemoteNotice, RunStart, SendOutcome, StoreOptions, StoredMessage, ToolRecord, ToolResultInput,
     User,
 };
+use crate::usage::{self, Budget, Exceeded, UsageGroup, UsageQuery, UsageTotals};
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
 /// gets `Lagged` and re-reads state.
@@ -720,7 +720,8 @@ impl Store for SqlStore {
     }
 
     async fn set_budget(&self, name: &str, budget: Option<Budget>) -> Result<bool> {
-        in_tx!(self, |cx| t::set_budget(&mut cx, name, budget.as_ref()).await)
+        in_tx!(self, |cx| t::set_budget(&mut cx, name, budget.as_ref())
+            .await)
     }
 
     async fn user_budget(&self, name: &str) -> Result<Option<Budget>> {

@@ -80,11 +80,11 @@ pub use redact::redact_url;
 pub use status::{ChatStatus, Transition, allowed};
 pub use stopped::stopped_reply;
 pub use store::Store;
+pub use transitions::RECOVERY_SEQ_GAP;
+pub use types::*;
 pub use usage::{
     Budget, Charge, Exceeded, Period, Spent, UsageGroup, UsageKey, UsageQuery, UsageTotals,
 };
-pub use transitions::RECOVERY_SEQ_GAP;
-pub use types::*;
 
 /// Which database a URL names.
 enum Kind {

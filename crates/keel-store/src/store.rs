@@ -11,12 +11,12 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::error::Result;
-use crate::usage::{Budget, Exceeded, UsageGroup, UsageQuery, UsageTotals};
 use crate::types::{
     Busy, CatchUp, ChangeNotice, Chat, ChatId, ChatUpdate, Lease, LiveEntry, MessageId, NewChat,
     NewLiveEntry, NewMessage, NewSummary, Next, QueueId, RemoteNotice, RunStart, SendOutcome,
     StoredMessage, ToolRecord, ToolResultInput, User,
 };
+use crate::usage::{Budget, Exceeded, UsageGroup, UsageQuery, UsageTotals};
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
 /// every committed change is announced with a [`ChangeNotice`].

@@ -191,12 +191,22 @@ pub struct UsageGroup {
 /// The SQL of the user, chat, model and day columns of a grouped read: the column when
 /// grouped by, else a typed `NULL`.
 pub(crate) fn key_sql(group_by: &[UsageKey]) -> [&'static str; 4] {
-    let pick = |key, column, null| if group_by.contains(&key) { column } else { null };
+    let pick = |key, column, null| {
+        if group_by.contains(&key) {
+            column
+        } else {
+            null
+        }
+    };
     [
         pick(UsageKey::User, "user_name", "CAST(NULL AS TEXT)"),
         pick(UsageKey::Chat, "chat_id", "CAST(NULL AS TEXT)"),
         pick(UsageKey::Model, "model", "CAST(NULL AS TEXT)"),
-        pick(UsageKey::Day, "(recorded_at / 86400000)", "CAST(NULL AS BIGINT)"),
+        pick(
+            UsageKey::Day,
+            "(recorded_at / 86400000)",
+            "CAST(NULL AS BIGINT)",
+        ),
     ]
 }
 
@@ -242,9 +252,15 @@ mod tests {
     #[test]
     fn periods_start_at_midnight_utc() {
         let (start, end) = Period::Day.bounds(at("2026-03-31T17:45:00Z"));
-        assert_eq!((start, end), (at("2026-03-31T00:00:00Z"), at("2026-04-01T00:00:00Z")));
+        assert_eq!(
+            (start, end),
+            (at("2026-03-31T00:00:00Z"), at("2026-04-01T00:00:00Z"))
+        );
         let (start, end) = Period::Month.bounds(at("2026-12-31T23:59:59Z"));
-        assert_eq!((start, end), (at("2026-12-01T00:00:00Z"), at("2027-01-01T00:00:00Z")));
+        assert_eq!(
+            (start, end),
+            (at("2026-12-01T00:00:00Z"), at("2027-01-01T00:00:00Z"))
+        );
     }
 
     #[test]
@@ -261,7 +277,11 @@ mod tests {
         };
         assert!(decide(&budget, spent(99), reset).is_ok());
         let refused = decide(&budget, spent(100), reset).unwrap_err();
-        assert!(refused.message.contains("100 per day"), "{}", refused.message);
+        assert!(
+            refused.message.contains("100 per day"),
+            "{}",
+            refused.message
+        );
         assert!(refused.message.contains("2026-01-02T00:00:00Z"));
     }
 

@@ -65,10 +65,17 @@ async fn a_committed_step_is_recorded_once_with_its_charge(db: TestDb) {
     let totals = s.chat_usage(chat.id).await.unwrap();
     // Cache writes count as input; reads as cached input.
     assert_eq!(
-        (totals.input_tokens, totals.cached_input_tokens, totals.output_tokens),
+        (
+            totals.input_tokens,
+            totals.cached_input_tokens,
+            totals.output_tokens
+        ),
         (105, 30, 40)
     );
-    assert_eq!((totals.reasoning_tokens, totals.cost_nanos), (10, Some(1_500)));
+    assert_eq!(
+        (totals.reasoning_tokens, totals.cost_nanos),
+        (10, Some(1_500))
+    );
     // A tool message or a step without usage adds nothing.
     let lease = {
         s.send_message(chat.id, None, text("again"), Busy::Queue, None)
@@ -102,7 +109,13 @@ async fn usage_groups_by_chat_model_and_day_within_a_range(db: TestDb) {
     let by_model = s.usage(&query(&[UsageKey::Model])).await.unwrap();
     let models: Vec<_> = by_model
         .iter()
-        .map(|g| (g.model.clone().unwrap(), g.totals.output_tokens, g.totals.cost_nanos))
+        .map(|g| {
+            (
+                g.model.clone().unwrap(),
+                g.totals.output_tokens,
+                g.totals.cost_nanos,
+            )
+        })
         .collect();
     assert_eq!(
         models,
@@ -110,10 +123,19 @@ async fn usage_groups_by_chat_model_and_day_within_a_range(db: TestDb) {
     );
     assert!(by_model.iter().all(|g| g.chat.is_none() && g.day.is_none()));
 
-    let by_day = s.usage(&query(&[UsageKey::Day, UsageKey::User])).await.unwrap();
+    let by_day = s
+        .usage(&query(&[UsageKey::Day, UsageKey::User]))
+        .await
+        .unwrap();
     let days: Vec<_> = by_day
         .iter()
-        .map(|g| (g.day.clone().unwrap(), g.user.clone().unwrap(), g.totals.input_tokens))
+        .map(|g| {
+            (
+                g.day.clone().unwrap(),
+                g.user.clone().unwrap(),
+                g.totals.input_tokens,
+            )
+        })
         .collect();
     assert_eq!(
         days,
@@ -167,7 +189,10 @@ async fn a_used_up_budget_refuses_a_new_run_and_writes_nothing(db: TestDb) {
     let refused = s
         .send_message(chat.id, None, text("more"), Busy::Queue, None)
         .await;
-    assert!(matches!(refused, Err(StoreError::BudgetExceeded(_))), "{refused:?}");
+    assert!(
+        matches!(refused, Err(StoreError::BudgetExceeded(_))),
+        "{refused:?}"
+    );
     assert!(matches!(
         s.create_chat(keel_store::NewChat {
             owner: "alice".into(),
@@ -179,7 +204,10 @@ async fn a_used_up_budget_refuses_a_new_run_and_writes_nothing(db: TestDb) {
         Err(StoreError::BudgetExceeded(_))
     ));
     assert_eq!(s.get_chat(chat.id).await.unwrap(), before);
-    assert_eq!(s.list_chats(Some("alice"), None, 10).await.unwrap().len(), 2);
+    assert_eq!(
+        s.list_chats(Some("alice"), None, 10).await.unwrap().len(),
+        2
+    );
 
     // The next day is a new period.
     db.clock.advance(Duration::days(1));

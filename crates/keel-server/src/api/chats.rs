@@ -7,7 +7,6 @@ use axum::response::{IntoResponse, Response};
 use keel_store::{ChatUpdate, NewChat, SendOutcome};
 
 use crate::api::doc::IdempotencyKey;
-use crate::api::usage::UsageView;
 use crate::api::dto::{
     ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
     MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
@@ -16,6 +15,7 @@ use crate::api::dto::{
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
 use crate::api::state::{AppState, chat_error};
+use crate::api::usage::UsageView;
 
 /// 1 to 255 visible ASCII characters, spaces allowed inside (as the OpenAPI pattern says).
 fn is_idempotency_key(key: &str) -> bool {

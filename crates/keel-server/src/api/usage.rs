@@ -230,7 +230,10 @@ mod tests {
     fn a_bad_key_time_or_range_is_refused() {
         assert!(parse(&pairs(&[("group_by", "week")])).is_err());
         assert!(parse(&pairs(&[("from", "yesterday")])).is_err());
-        let reversed = pairs(&[("from", "2026-02-01T00:00:00Z"), ("to", "2026-01-01T00:00:00Z")]);
+        let reversed = pairs(&[
+            ("from", "2026-02-01T00:00:00Z"),
+            ("to", "2026-01-01T00:00:00Z"),
+        ]);
         assert!(parse(&reversed).is_err());
     }
 }

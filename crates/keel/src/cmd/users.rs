@@ -179,7 +179,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 Some(b) => eprintln!("user `{name}` has a budget of {}", shown(&b)),
                 None => eprintln!("user `{name}` has no budget"),
             }
-            if in_file(name) && config.users.iter().any(|u| u.name == name && u.budget.is_some()) {
+            if in_file(name)
+                && config
+                    .users
+                    .iter()
+                    .any(|u| u.name == name && u.budget.is_some())
+            {
                 eprintln!(
                     "warning: `{name}` has a budget under [[users]] in the config file, which \
                      replaces this one at the next start"

@@ -72,7 +72,11 @@ async fn usage_sums_equal_the_reported_usage_through_a_retry_a_recovery_and_a_re
     client.wait_status(&daemon, &first, "waiting").await;
     assert_eq!(mock.attempts("usage-flaky", 0), 3, "a retry and a recovery");
     client
-        .send_message(&daemon, &first, json!({"text": usage_script("usage-plain", json!({}))}))
+        .send_message(
+            &daemon,
+            &first,
+            json!({"text": usage_script("usage-plain", json!({}))}),
+        )
         .await;
     client.wait_status(&daemon, &first, "waiting").await;
 
@@ -85,8 +89,14 @@ async fn usage_sums_equal_the_reported_usage_through_a_retry_a_recovery_and_a_re
     drop(events);
     let daemon = Daemon::start(dir.path(), &database, &config);
     client.wait_status(&daemon, &second, "waiting").await;
-    assert!(mock.attempts("usage-resumed", 0) >= 2, "the reply was resumed");
-    assert_eq!(assistant_texts(&client.messages(&daemon, &second).await).len(), 1);
+    assert!(
+        mock.attempts("usage-resumed", 0) >= 2,
+        "the reply was resumed"
+    );
+    assert_eq!(
+        assistant_texts(&client.messages(&daemon, &second).await).len(),
+        1
+    );
 
     assert_steps(&client.chat(&daemon, &first).await["usage"], 2);
     assert_steps(&client.chat(&daemon, &second).await["usage"], 1);
@@ -103,7 +113,11 @@ async fn usage_sums_equal_the_reported_usage_through_a_retry_a_recovery_and_a_re
     assert_eq!(groups.len(), 2, "{by_chat}");
     for group in groups {
         assert_eq!(group["key"]["model"], "priced");
-        let steps = if group["key"]["chat"] == first.as_str() { 2 } else { 1 };
+        let steps = if group["key"]["chat"] == first.as_str() {
+            2
+        } else {
+            1
+        };
         assert_steps(group, steps);
     }
 
@@ -112,7 +126,12 @@ async fn usage_sums_equal_the_reported_usage_through_a_retry_a_recovery_and_a_re
     let value = |name: &str| {
         metrics
             .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .parse::<f64>()
+                    .ok()
+            })
             .unwrap_or_else(|| panic!("no {name} in {metrics}"))
     };
     let input = value("keel_tokens_total{model=\"priced\",kind=\"input\"}");
@@ -126,14 +145,21 @@ async fn usage_is_grouped_by_day_within_a_range_and_bad_queries_are_refused() {
     let (_dir, daemon) = demo_daemon();
     let client = Client::new();
     let id = client
-        .create_chat(&daemon, json!({"text": usage_script("usage-day", json!({}))}))
+        .create_chat(
+            &daemon,
+            json!({"text": usage_script("usage-day", json!({}))}),
+        )
         .await;
     client.wait_status(&daemon, &id, "waiting").await;
     let created = client.chat(&daemon, &id).await["created_at"].clone();
     let today = &created.as_str().unwrap()[..10];
 
     let (_, by_day) = client.get(&daemon.api("/usage?group_by=day")).await;
-    assert_eq!(by_day["groups"][0]["key"], json!({"day": today}), "{by_day}");
+    assert_eq!(
+        by_day["groups"][0]["key"],
+        json!({"day": today}),
+        "{by_day}"
+    );
     assert_eq!(by_day["groups"][0]["input_tokens"], REPORTED.0);
     // The demo model has no price: tokens without a cost.
     assert_eq!(by_day["groups"][0]["cost"], Value::Null);
@@ -147,9 +173,7 @@ async fn usage_is_grouped_by_day_within_a_range_and_bad_queries_are_refused() {
         .await;
     assert_eq!(past["groups"], json!([]), "{past}");
     let (_, around) = client
-        .get(&daemon.api(
-            "/usage?group_by=user&from=2000-01-01T00:00:00Z&to=2999-01-01T00:00:00Z",
-        ))
+        .get(&daemon.api("/usage?group_by=user&from=2000-01-01T00:00:00Z&to=2999-01-01T00:00:00Z"))
         .await;
     assert_eq!(around["groups"][0]["output_tokens"], REPORTED.2, "{around}");
     assert!(around["groups"][0]["key"]["user"].is_string(), "{around}");
@@ -199,7 +223,17 @@ async fn a_used_up_budget_refuses_every_door_and_stores_nothing() {
     let bob = add_user(dir.path(), &database, "bob");
     keel(
         dir.path(),
-        &["users", "budget", "alice", "--tokens", "1000", "--per", "day", "--database", &database],
+        &[
+            "users",
+            "budget",
+            "alice",
+            "--tokens",
+            "1000",
+            "--per",
+            "day",
+            "--database",
+            &database,
+        ],
     );
     let listed = keel(dir.path(), &["users", "list", "--database", &database]);
     assert!(
@@ -220,18 +254,36 @@ async fn a_used_up_budget_refuses_every_door_and_stores_nothing() {
     let refused = |(status, body): (u16, Value)| {
         assert_eq!(status, 429, "{body}");
         assert_eq!(body["error"]["code"], "budget_exceeded", "{body}");
-        assert!(body["error"]["message"].as_str().unwrap().contains("1000"), "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("1000"),
+            "{body}"
+        );
     };
-    refused(alice.send_message(&daemon, &id, json!({"text": "more"})).await);
-    refused(alice.post(&daemon.api("/chats"), json!({"text": "new"})).await);
+    refused(
+        alice
+            .send_message(&daemon, &id, json!({"text": "more"}))
+            .await,
+    );
+    refused(
+        alice
+            .post(&daemon.api("/chats"), json!({"text": "new"}))
+            .await,
+    );
     let assistant = before[1]["id"].as_i64().unwrap();
     refused(
         alice
-            .post(&daemon.api(&format!("/chats/{id}/messages/{assistant}/regenerate")), json!({}))
+            .post(
+                &daemon.api(&format!("/chats/{id}/messages/{assistant}/regenerate")),
+                json!({}),
+            )
             .await,
     );
     let user = before[0]["id"].as_i64().unwrap();
-    refused(alice.edit(&daemon, &id, user, json!({"text": "again"})).await);
+    refused(
+        alice
+            .edit(&daemon, &id, user, json!({"text": "again"}))
+            .await,
+    );
 
     // The drop-in doors refuse it in their own shapes.
     let (status, body) = alice
@@ -257,7 +309,9 @@ async fn a_used_up_budget_refuses_every_door_and_stores_nothing() {
 
     // Another user's budget is their own; and alice sees only her own usage.
     let theirs = bob.replied_chat(&daemon, "fine").await;
-    let (_, usage) = alice.get(&daemon.api("/usage?group_by=user&group_by=chat")).await;
+    let (_, usage) = alice
+        .get(&daemon.api("/usage?group_by=user&group_by=chat"))
+        .await;
     let groups = usage["groups"].as_array().unwrap();
     assert_eq!(groups.len(), 1, "{usage}");
     assert_eq!(groups[0]["key"]["user"], "alice");
@@ -265,7 +319,17 @@ async fn a_used_up_budget_refuses_every_door_and_stores_nothing() {
     assert_eq!(groups[0]["input_tokens"], 1000);
 
     // Cleared while the daemon runs, the budget no longer stops her.
-    keel(dir.path(), &["users", "budget", "alice", "--clear", "--database", &database]);
+    keel(
+        dir.path(),
+        &[
+            "users",
+            "budget",
+            "alice",
+            "--clear",
+            "--database",
+            &database,
+        ],
+    );
     let (status, body) = alice
         .send_message(&daemon, &id, json!({"text": scripted("ok", 0.0)}))
         .await;
@@ -279,7 +343,15 @@ async fn a_run_that_crosses_the_budget_finishes_its_step_and_stops() {
     let alice = add_user(dir.path(), &database, "alice");
     keel(
         dir.path(),
-        &["users", "budget", "alice", "--tokens", "1000", "--database", &database],
+        &[
+            "users",
+            "budget",
+            "alice",
+            "--tokens",
+            "1000",
+            "--database",
+            &database,
+        ],
     );
     let daemon = Daemon::start(dir.path(), &database, "");
     let alice = Client::with_token(&alice);
@@ -294,19 +366,39 @@ async fn a_run_that_crosses_the_budget_finishes_its_step_and_stops() {
     let chat = alice.wait_status(&daemon, &id, "error").await;
     assert_eq!(chat["last_error"]["kind"], "budget_exceeded", "{chat}");
     assert!(
-        chat["last_error"]["message"].as_str().unwrap().contains("budget"),
+        chat["last_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("budget"),
         "{chat}"
     );
     let messages = alice.messages(&daemon, &id).await;
-    let roles: Vec<_> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["user", "assistant", "tool"], "the step that crossed it is kept");
-    assert!(!assistant_texts(&messages).iter().any(|t| t.contains("never said")));
-    assert_eq!(alice.chat(&daemon, &id).await["usage"]["input_tokens"], 1000);
+    let roles: Vec<_> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool"],
+        "the step that crossed it is kept"
+    );
+    assert!(
+        !assistant_texts(&messages)
+            .iter()
+            .any(|t| t.contains("never said"))
+    );
+    assert_eq!(
+        alice.chat(&daemon, &id).await["usage"]["input_tokens"],
+        1000
+    );
     // Retrying the failed run is a run beyond the limit too.
     let (status, body) = alice
         .post(&daemon.api(&format!("/chats/{id}/retry")), json!({}))
         .await;
-    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("budget_exceeded")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (429, Some("budget_exceeded"))
+    );
 }
 
 #[tokio::test]
@@ -318,20 +410,37 @@ async fn two_replicas_share_one_budget_on_postgresql() {
     let alice = add_user(a_dir.path(), &database.url, "alice");
     keel(
         a_dir.path(),
-        &["users", "budget", "alice", "--tokens", "1000", "--per", "month", "--database",
-          &database.url],
+        &[
+            "users",
+            "budget",
+            "alice",
+            "--tokens",
+            "1000",
+            "--per",
+            "month",
+            "--database",
+            &database.url,
+        ],
     );
     let a = Daemon::start(a_dir.path(), &database.url, "");
     let b = Daemon::start(b_dir.path(), &database.url, "");
     let alice = Client::with_token(&alice);
 
     // Spent on one replica, refused on the other.
-    let id = alice.create_chat(&a, json!({"text": costly("spent")})).await;
+    let id = alice
+        .create_chat(&a, json!({"text": costly("spent")}))
+        .await;
     alice.wait_status(&a, &id, "waiting").await;
     let (status, body) = alice.send_message(&b, &id, json!({"text": "more"})).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("budget_exceeded")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (429, Some("budget_exceeded"))
+    );
     let (status, body) = alice.post(&b.api("/chats"), json!({"text": "new"})).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("budget_exceeded")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (429, Some("budget_exceeded"))
+    );
     assert_eq!(alice.messages(&b, &id).await.len(), 2);
     let (_, usage) = alice.get(&b.api("/usage")).await;
     assert_eq!(usage["groups"][0]["input_tokens"], 1000, "{usage}");
