@@ -196,6 +196,12 @@ fn add_user(dir: &Path, database: &str, name: &str) -> String {
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
+/// Gives alice a budget of 1000 tokens `per` day or month, through `keel users budget`.
+fn limit_alice(dir: &tempfile::TempDir, database: &str, per: &str) {
+    let args = ["users", "budget", "alice", "--tokens", "1000", "--per", per];
+    keel(dir.path(), &[&args[..], &["--database", database]].concat());
+}
+
 /// Runs `keel ARGS` and checks it succeeded.
 fn keel(dir: &Path, args: &[&str]) -> std::process::Output {
     let output = Command::new(env!("CARGO_BIN_EXE_keel"))
@@ -221,20 +227,7 @@ async fn a_used_up_budget_refuses_every_door_and_stores_nothing() {
     let (dir, database) = scratch();
     let alice = add_user(dir.path(), &database, "alice");
     let bob = add_user(dir.path(), &database, "bob");
-    keel(
-        dir.path(),
-        &[
-            "users",
-            "budget",
-            "alice",
-            "--tokens",
-            "1000",
-            "--per",
-            "day",
-            "--database",
-            &database,
-        ],
-    );
+    limit_alice(&dir, &database, "day");
     let listed = keel(dir.path(), &["users", "list", "--database", &database]);
     assert!(
         String::from_utf8_lossy(&listed.stdout).contains("budget: 1000 tokens per day"),
@@ -341,18 +334,7 @@ async fn a_used_up_budget_refuses_every_door_and_stores_nothing() {
 async fn a_run_that_crosses_the_budget_finishes_its_step_and_stops() {
     let (dir, database) = scratch();
     let alice = add_user(dir.path(), &database, "alice");
-    keel(
-        dir.path(),
-        &[
-            "users",
-            "budget",
-            "alice",
-            "--tokens",
-            "1000",
-            "--database",
-            &database,
-        ],
-    );
+    limit_alice(&dir, &database, "day");
     let daemon = Daemon::start(dir.path(), &database, "");
     let alice = Client::with_token(&alice);
     let script = json!({"steps": [
@@ -408,20 +390,7 @@ async fn two_replicas_share_one_budget_on_postgresql() {
     };
     let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let alice = add_user(a_dir.path(), &database.url, "alice");
-    keel(
-        a_dir.path(),
-        &[
-            "users",
-            "budget",
-            "alice",
-            "--tokens",
-            "1000",
-            "--per",
-            "month",
-            "--database",
-            &database.url,
-        ],
-    );
+    limit_alice(&a_dir, &database.url, "month");
     let a = Daemon::start(a_dir.path(), &database.url, "");
     let b = Daemon::start(b_dir.path(), &database.url, "");
     let alice = Client::with_token(&alice);
