@@ -304,7 +304,7 @@ function showUsage(usage) {
   if (!usage) return;
   const tokens = usage.input_tokens + usage.cached_input_tokens + usage.output_tokens;
   node.hidden = tokens === 0;
-  node.textContent = tokens.toLocaleString() + ' tokens'
+  node.textContent = tokens.toLocaleString('en-US') + ' tokens'
     + (usage.cost === null ? '' : ' · $' + usage.cost.toFixed(4));
 }
 
