@@ -1,7 +1,7 @@
 // Drives the web page in headless Chromium against a running `keel serve` with the demo
 // model: streams a slow reply, stops it mid-stream, reloads and finds it marked interrupted;
 // continues a stopped reply; retries a failed one; says so when the API cannot be reached;
-// answers a client-side tool call.
+// answers a client-side tool call and shows the chat's tokens in its header.
 // KEEL_URL names the daemon; CHROMIUM and SCREENSHOT_DIR may override the defaults.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -93,6 +93,15 @@ test('a client-side tool call is answered from the page', async () => {
     await page.waitForFunction(() => [...document.querySelectorAll('.msg.assistant .text')]
       .some((node) => node.textContent === 'You picked it.'));
     assert.match(await page.textContent('.tool-card .result'), /blue/);
+    // The header shows what the chat used once the run ends (the demo model has no price).
+    // The reply is committed with its usage, so the API's sum is final here.
+    const api = await (await fetch(`${base}/api/v1/chats/${chat.id}`)).json();
+    const tokens = api.usage.input_tokens + api.usage.cached_input_tokens + api.usage.output_tokens;
+    assert.ok(tokens > 0, JSON.stringify(api.usage));
+    await page.waitForFunction((expected) => {
+      const node = document.querySelector('#chat-usage');
+      return !node.hidden && node.textContent === expected;
+    }, `${tokens.toLocaleString('en-US')} tokens`);
   } finally {
     await browser.close();
   }

@@ -45,7 +45,7 @@ pub mod tool;
 pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StreamCheckpoint};
 pub use compaction::{Compaction, CompactionHooks, SummaryRecord};
 pub use next_step::{NextStep, next_step};
-pub use persist::{PersistError, PersistedStep, StepPersister};
+pub use persist::{Halt, PersistError, PersistedStep, StepPersister};
 pub use recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
 pub use retry::RetryPolicy;
 pub use run::{

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use keel_core::{Cancel, FinishReason, Message, PendingToolCall, Usage};
+use keel_core::{Cancel, ErrorKind, FinishReason, Message, PendingToolCall, Usage};
 
 use crate::sink::LiveEvent;
 
@@ -45,6 +45,14 @@ impl PersistError {
     }
 }
 
+/// Why a run ends after a committed step although the model would go on (a spending limit
+/// reached): the step stays committed and the run fails with this kind and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Halt {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
 /// Makes steps durable. The daemon implements it over the store.
 #[async_trait]
 pub trait StepPersister: Send + Sync {
@@ -58,4 +66,10 @@ pub trait StepPersister: Send + Sync {
     /// it live. Awaited before the wait, so that it lands ahead of the step the next attempt
     /// commits. A failure is the implementor's to report; the run goes on.
     async fn record_retry(&self, _retry: &LiveEvent) {}
+
+    /// Asked after a committed step when the run would call the model again: a [`Halt`]
+    /// ends the run there instead.
+    async fn may_go_on(&self) -> Result<(), Halt> {
+        Ok(())
+    }
 }

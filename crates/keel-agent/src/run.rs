@@ -31,7 +31,7 @@ use crate::compaction::{Compaction, context_tokens, should_compact};
 use crate::context_limit;
 use crate::execute::{FinishedCall, run_batch};
 use crate::next_step::{NextStep, next_step};
-use crate::persist::{PersistError, PersistedStep, StepPersister};
+use crate::persist::{Halt, PersistError, PersistedStep, StepPersister};
 use crate::recovery::StreamSnapshot;
 use crate::response::{assistant_message, for_prompt, tool_message};
 use crate::retry::RetryPolicy;
@@ -200,6 +200,10 @@ pub enum RunError {
     ContextStillTooLong { tokens: u64, limit: u64 },
     #[error("compaction failed: {0}")]
     Compaction(String),
+    /// The persister refused a further step ([`StepPersister::may_go_on`]); every step
+    /// before it is committed.
+    #[error("{}", .0.message)]
+    Halted(Halt),
 }
 
 impl RunError {
@@ -432,6 +436,11 @@ impl Runner {
                 !finished.is_empty(),
             );
             self.paused_turn = next == NextStep::CarryOn;
+            if next != NextStep::End
+                && let Err(halt) = self.options.persister.may_go_on().await
+            {
+                return Err(RunError::Halted(halt));
+            }
             match next {
                 NextStep::CarryOn => continue,
                 NextStep::End => return Ok(PassEnd::Final(last)),

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use keel_agent::{LiveEvent, RunError, RunOptions, RunOutcome, ToolError, ToolOutput, run};
 use keel_core::{
-    Cancel, CancelCause, FinishReason, INTERRUPTED_RESULT, Message, PartKind, Role, StreamEvent,
-    ToolDefinition,
+    Cancel, CancelCause, ErrorKind, FinishReason, INTERRUPTED_RESULT, Message, PartKind, Role,
+    StreamEvent, ToolDefinition,
 };
 use serde_json::json;
 use support::*;
@@ -183,6 +183,36 @@ async fn multi_step_tool_execution_feeds_calls_and_results_back() {
         json!(r#"contents for {"path":"a"}"#)
     );
     assert_eq!(assistant(&steps[1]).text(), "all done");
+}
+
+#[tokio::test]
+async fn a_halt_ends_the_run_after_the_committed_step_without_calling_the_model_again() {
+    let model = ScriptedModel::new(vec![Reply::Stream(
+        [
+            tool_call("tc-1", "read_file", r#"{"path":"a"}"#),
+            vec![finish(FinishReason::ToolCalls)],
+        ]
+        .concat(),
+        Ending::Done,
+    )]);
+    let persister = RecordingPersister::new();
+    *persister.halt.lock().unwrap() = Some(keel_agent::Halt {
+        kind: ErrorKind::BudgetExceeded,
+        message: "the budget is used up".into(),
+    });
+    let mut options = RunOptions::new(model.clone(), vec![user("read a")], persister.clone());
+    options.tools = vec![FnTool::noop("read_file")];
+    options.max_steps = 5;
+    let error = run(options, Cancel::new()).await.unwrap_err();
+
+    match error {
+        RunError::Halted(halt) => assert_eq!(halt.kind, ErrorKind::BudgetExceeded),
+        other => panic!("expected a halt, got {other:?}"),
+    }
+    assert_eq!(model.calls().len(), 1, "no call after the halt");
+    let steps = persister.steps();
+    assert_eq!(steps.len(), 1, "the step that ran is committed");
+    assert_eq!(tool_results(&steps[0]).len(), 1);
 }
 
 #[tokio::test]

@@ -17,6 +17,20 @@ pub struct ChatSummary {
     pub model: String,
     pub status: String,
     pub updated_at: String,
+    /// The chat's tokens and cost (`GET /chats/{id}` only).
+    #[serde(default)]
+    pub usage: Option<ChatUsage>,
+}
+
+/// What a chat's steps used and cost, as `GET /chats/{id}` sums them.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
+pub struct ChatUsage {
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    /// US dollars; `None` when the chat's model has no price.
+    pub cost: Option<f64>,
 }
 
 /// What `POST .../messages` answered.

@@ -4,7 +4,7 @@
 mod api;
 mod follow;
 
-pub use api::{Api, ChatSummary};
+pub use api::{Api, ChatSummary, ChatUsage};
 pub use follow::{Feed, spawn as follow};
 
 use serde::Deserialize;

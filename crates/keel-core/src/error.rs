@@ -24,6 +24,8 @@ pub enum ErrorKind {
     ContextOverflow,
     ContentFilter,
     Cancelled,
+    /// The chat's owner reached the spending limit set for them (not a provider's failure).
+    BudgetExceeded,
     /// Nothing matched; treated as permanent.
     Unknown,
 }
@@ -60,6 +62,7 @@ impl ErrorKind {
             ErrorKind::ContextOverflow => "context_overflow",
             ErrorKind::ContentFilter => "content_filter",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::BudgetExceeded => "budget_exceeded",
             ErrorKind::Unknown => "unknown",
         }
     }

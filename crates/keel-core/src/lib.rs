@@ -5,7 +5,7 @@
 //!
 //! * [`message`]: roles, messages and the parts they are made of, serialised exactly as the
 //!   public HTTP contract shows them;
-//! * [`usage`]: token usage and finish reasons;
+//! * [`usage`]: token usage and finish reasons; [`price`]: what a step's tokens cost;
 //! * [`stream`]: the provider-neutral [`StreamEvent`] every model adapter produces;
 //! * [`model`]: the [`LanguageModel`] trait a provider implements and the [`ModelCall`] it
 //!   receives;
@@ -27,6 +27,7 @@ pub mod error;
 pub mod message;
 pub mod model;
 pub mod on_wake;
+pub mod price;
 pub mod stream;
 pub mod usage;
 
@@ -40,5 +41,6 @@ pub use model::{
     CallOptions, Effort, EventStream, LanguageModel, ModelCall, ReasoningEffort, Thinking,
     ToolChoice, ToolDefinition,
 };
+pub use price::Price;
 pub use stream::StreamEvent;
 pub use usage::{FinishReason, Usage};

@@ -1,5 +1,7 @@
 //! Prometheus metrics of the contract, plus Keel's own operational ones.
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -40,6 +42,18 @@ pub struct ServerLabels {
     pub server: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    pub model: String,
+    /// `input`, `cached_input`, `output` or `reasoning`, as the usage API counts them.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelLabels {
+    pub model: String,
+}
+
 /// Every metric the daemon exports.
 pub struct Metrics {
     registry: Registry,
@@ -66,6 +80,10 @@ pub struct Metrics {
     /// Requests refused before a handler ran, by reason.
     pub http_refused: Family<RefusedLabels, Counter>,
     pub mcp_server_failures: Family<ServerLabels, Counter>,
+    /// Tokens of committed steps, by model and kind.
+    pub tokens: Family<TokenLabels, Counter>,
+    /// The cost of committed steps in US dollars, by model (priced models only).
+    pub cost_usd: Family<ModelLabels, Counter<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -178,6 +196,18 @@ impl Metrics {
             "Requests refused before reaching a handler (foreign host or origin, caps, overload)",
             http_refused.clone(),
         );
+        let tokens = Family::<TokenLabels, Counter>::default();
+        registry.register(
+            "keel_tokens",
+            "Tokens of committed model steps, by model and kind",
+            tokens.clone(),
+        );
+        let cost_usd = Family::<ModelLabels, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "keel_cost_usd",
+            "Cost of committed model steps in US dollars, by model",
+            cost_usd.clone(),
+        );
         let mcp_server_failures = Family::<ServerLabels, Counter>::default();
         registry.register(
             "keel_mcp_server_failures",
@@ -204,6 +234,28 @@ impl Metrics {
             sse_open,
             http_refused,
             mcp_server_failures,
+            tokens,
+            cost_usd,
+        }
+    }
+
+    /// Counts a committed step's usage: `counts` are input, cached input, output and
+    /// reasoning tokens as the usage API shows them.
+    pub fn usage(&self, model: &str, counts: [u64; 4], cost_nanos: Option<i64>) {
+        let kinds = ["input", "cached_input", "output", "reasoning"];
+        for (kind, n) in kinds.into_iter().zip(counts) {
+            let labels = TokenLabels {
+                model: model.to_owned(),
+                kind: kind.to_owned(),
+            };
+            self.tokens.get_or_create(&labels).inc_by(n);
+        }
+        if let Some(nanos) = cost_nanos {
+            let labels = ModelLabels {
+                model: model.to_owned(),
+            };
+            let usd = keel_core::price::usd(nanos);
+            self.cost_usd.get_or_create(&labels).inc_by(usd);
         }
     }
 

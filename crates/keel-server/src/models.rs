@@ -22,6 +22,8 @@ pub struct ModelHandle {
     pub options: CallOptions,
     /// The model's own start-up timeout (`startup_timeout_ms`), used as is.
     pub startup_timeout: Option<std::time::Duration>,
+    /// What its tokens cost (`price`); `None`: its usage is recorded without a cost.
+    pub price: Option<keel_core::Price>,
 }
 
 /// Why models could not be built.
@@ -67,6 +69,7 @@ impl ModelRegistry {
                 context_limit: Some(128_000),
                 options: CallOptions::default(),
                 startup_timeout: None,
+                price: None,
             };
             return Ok(Self::from_handles(
                 vec![handle],
@@ -102,6 +105,7 @@ impl ModelRegistry {
                 startup_timeout: entry
                     .startup_timeout_ms
                     .map(std::time::Duration::from_millis),
+                price: entry.price,
             });
         }
         let default = config.default_model().unwrap_or_default().to_owned();

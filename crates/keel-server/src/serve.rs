@@ -108,13 +108,19 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
             source,
         })?;
     for user in &config.users {
-        store
-            .upsert_user_hash(&user.name, &user.token_sha256)
-            .await
-            .map_err(|source| ServeError::Store {
-                url: keel_store::redact_url(&config.database),
-                source,
-            })?;
+        let stored = async {
+            store
+                .upsert_user_hash(&user.name, &user.token_sha256)
+                .await?;
+            if let Some(budget) = user.budget {
+                store.set_budget(&user.name, Some(budget)).await?;
+            }
+            Ok(())
+        };
+        stored.await.map_err(|source| ServeError::Store {
+            url: keel_store::redact_url(&config.database),
+            source,
+        })?;
     }
     let has_users = store
         .has_users()

@@ -298,8 +298,19 @@ async function pickModel() {
   }
 }
 
+// A chat's tokens and cost, as `GET /chats/{id}` sums them (list entries carry none).
+function showUsage(usage) {
+  const node = $('chat-usage');
+  if (!usage) return;
+  const tokens = usage.input_tokens + usage.cached_input_tokens + usage.output_tokens;
+  node.hidden = tokens === 0;
+  node.textContent = tokens.toLocaleString('en-US') + ' tokens'
+    + (usage.cost === null ? '' : ' · $' + usage.cost.toFixed(4));
+}
+
 function showChatHeader(chat) {
   $('chat-title').textContent = chatLabel(chat);
+  showUsage(chat.usage);
   view.chatModel = chat.model;
   if (view.models.some((m) => m.id === chat.model)) $('model').value = chat.model;
 }
@@ -580,6 +591,12 @@ function applyStatus(data) {
   $('send').textContent = isBusy() ? 'Queue' : 'Send';
   showRunError(data.status === 'error' ? data.last_error : null);
   if (IDLE.has(data.status)) showBanner('');
+  if (before !== null && !IDLE.has(before) && IDLE.has(data.status) && view.chatId) {
+    const chatId = view.chatId;
+    api('GET', '/chats/' + chatId).then((chat) => {
+      if (view.chatId === chatId) showUsage(chat.usage);
+    }).catch(() => {});
+  }
   if (data.status === 'requires_action') loadPendingTools();
   else $('tool-prompt').hidden = true;
   if (IDLE.has(data.status)) view.retry = null;
@@ -711,6 +728,7 @@ function openChat(chatId) {
     return;
   }
   history.replaceState(null, '', '#chat=' + chatId);
+  $('chat-usage').hidden = true;
   api('GET', '/chats/' + chatId).then((chat) => {
     if (view.chatId === chatId) showChatHeader(chat);
   }).catch(showError);

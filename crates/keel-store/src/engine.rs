@@ -26,6 +26,7 @@ use crate::types::{
     QueueId, QueuedMessage, RemoteNotice, RunStart, SendOutcome, StoreOptions, StoredMessage,
     ToolRecord, ToolResultInput, User,
 };
+use crate::usage::{self, Budget, Exceeded, UsageGroup, UsageQuery, UsageTotals};
 
 /// Capacity of the in-process notice channel; a subscriber that falls further behind
 /// gets `Lagged` and re-reads state.
@@ -730,6 +731,39 @@ impl Store for SqlStore {
                 created_at: from_ms(created),
             })
             .collect())
+    }
+
+    async fn set_budget(&self, name: &str, budget: Option<Budget>) -> Result<bool> {
+        in_tx!(self, |cx| t::set_budget(&mut cx, name, budget.as_ref())
+            .await)
+    }
+
+    async fn user_budget(&self, name: &str) -> Result<Option<Budget>> {
+        let text = in_single_read!(self, |ops| ops.user_budget(name).await)?;
+        text.flatten()
+            .map(|t| from_json("users.budget", &t))
+            .transpose()
+    }
+
+    async fn budget_refusal(&self, owner: &str) -> Result<Option<Exceeded>> {
+        let now = self.opts.clock.now();
+        in_read!(self, |ops| t::budget_refusal(ops, owner, now).await)
+    }
+
+    async fn usage(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>> {
+        let keys = usage::key_sql(&query.group_by);
+        let from = query.from.map_or(i64::MIN, crate::rows::ms);
+        let to = query.to.map_or(i64::MAX, crate::rows::ms);
+        let user = query.user.as_str();
+        let rows = in_single_read!(self, |ops| ops.usage_groups(keys, user, from, to).await)?;
+        rows.into_iter().map(usage::group_of).collect()
+    }
+
+    async fn chat_usage(&self, chat: ChatId) -> Result<UsageTotals> {
+        let id = chat.to_string();
+        let (_, _, _, _, input, cached, output, reasoning, cost) =
+            in_single_read!(self, |ops| ops.chat_usage(&id).await)?;
+        Ok(usage::totals_of((input, cached, output, reasoning, cost)))
     }
 
     async fn chat_by_alias(&self, owner: &str, alias: &str) -> Result<Option<ChatId>> {

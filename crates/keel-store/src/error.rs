@@ -52,6 +52,9 @@ pub enum StoreError {
     /// could not read its result; the caller may simply repeat the request.
     #[error("a concurrent request with the same idempotency key is in progress")]
     IdempotencyInProgress,
+    /// The chat's owner has used up their budget: no run may start.
+    #[error("budget exceeded: {0}")]
+    BudgetExceeded(String),
     /// Stored data that cannot be decoded (a corrupted row or an incompatible version).
     #[error("corrupt stored data in {what}: {source}")]
     Corrupt {

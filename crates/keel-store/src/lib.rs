@@ -11,6 +11,7 @@
 //! * [`stopped`]: which stopped reply may be continued;
 //! * [`tree`]: the shape of a chat's message tree (branches, siblings), as pure functions;
 //! * [`orphans`]: repair of unpaired tool calls and results before prompts;
+//! * [`usage`]: usage records, their sums and the budget decision;
 //! * [`redact`]: database URLs with their passwords masked, for messages and logs;
 //! * [`store`]: the [`Store`] trait; `engine`: its implementation over a backend;
 //! * `sqlite`, `postgres`, `sql`, `ops`, `rows`: the backends, their shared SQL and row
@@ -61,6 +62,7 @@ pub mod store;
 pub mod transitions;
 pub mod tree;
 pub mod types;
+pub mod usage;
 
 mod engine;
 mod ops;
@@ -82,6 +84,9 @@ pub use stopped::stopped_reply;
 pub use store::Store;
 pub use transitions::RECOVERY_SEQ_GAP;
 pub use types::*;
+pub use usage::{
+    Budget, Charge, Exceeded, Period, Spent, UsageGroup, UsageKey, UsageQuery, UsageTotals,
+};
 
 /// Which database a URL names.
 enum Kind {

@@ -11,6 +11,33 @@ use crate::error::Result;
 use crate::rows::{ChatCols, FenceCols, MessageCols, QueuedCols, ToolRecordCols, TreeRow};
 use crate::types::{ChangeNotice, RemoteNotice};
 
+/// One committed step's usage record, in the column order of `usage_records`.
+#[derive(Debug, Clone)]
+pub(crate) struct UsageCols {
+    pub chat_id: String,
+    pub message_id: i64,
+    pub user_name: String,
+    pub model: String,
+    pub recorded_at: i64,
+    /// Input, cached input, output and reasoning tokens.
+    pub counts: [i64; 4],
+    pub cost_nanos: Option<i64>,
+}
+
+/// A group of usage records as summed: user, chat, model and day number (each `None` when
+/// not grouped by), then input, cached input, output and reasoning tokens and the cost.
+pub(crate) type UsageRow = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+);
+
 /// One batch of a chat's live parts as stored: chat id, first and last sequence number,
 /// and the payloads as a JSON array.
 pub(crate) type LiveRow = (String, i64, i64, String);
@@ -349,6 +376,25 @@ pub(crate) trait TxOps: Send {
     async fn delete_user(&mut self, name: &str) -> Result<bool>;
     /// Every user as (name, created at), by name.
     async fn list_users(&mut self) -> Result<Vec<(String, i64)>>;
+    /// The user's budget as stored; `None` when there is no such user.
+    async fn user_budget(&mut self, name: &str) -> Result<Option<Option<String>>>;
+    /// Sets or clears the user's budget; `false` when there is no such user.
+    async fn set_user_budget(&mut self, name: &str, budget: Option<&str>) -> Result<bool>;
+
+    async fn insert_usage(&mut self, rows: &[UsageCols]) -> Result<()>;
+    /// The user's tokens (input, cached input and output) and cost since `since` (ms).
+    async fn usage_spent(&mut self, user: &str, since: i64) -> Result<(i64, Option<i64>)>;
+    /// The user's records in `[from, to)` (ms) summed per group; `keys` are the SQL of the
+    /// user, chat, model and day columns (`NULL` casts for those not grouped by).
+    async fn usage_groups(
+        &mut self,
+        keys: [&str; 4],
+        user: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<UsageRow>>;
+    /// A chat's records summed (every branch, every run).
+    async fn chat_usage(&mut self, chat: &str) -> Result<UsageRow>;
 
     /// The chat a client-chosen name of `owner` stands for.
     async fn alias_get(&mut self, owner: &str, alias: &str) -> Result<Option<String>>;

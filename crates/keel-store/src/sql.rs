@@ -224,6 +224,16 @@ macro_rules! message_columns {
     };
 }
 
+/// The sums of a set of usage records, in [`crate::ops::UsageRow`] order after the keys.
+macro_rules! usage_sums {
+    () => {
+        "CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(cached_input_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(reasoning_tokens), 0) AS BIGINT), CAST(SUM(cost_nanos) AS BIGINT)"
+    };
+}
+
 /// Implements [`crate::ops::TxOps`] for `$name`, which provides
 /// `async fn conn(&mut self) -> Result<&mut <$db as sqlx::Database>::Connection>`,
 /// `fn begin_with_next(&mut self) -> bool` (the next statement must open the transaction
@@ -1069,6 +1079,113 @@ macro_rules! tx_ops {
                         .fetch_all(self.conn().await?)
                         .await?,
                 )
+            }
+
+            async fn user_budget(
+                &mut self,
+                name: &str,
+            ) -> $crate::error::Result<Option<Option<String>>> {
+                Ok(sqlx::query_scalar("SELECT budget FROM users WHERE name = $1")
+                    .bind(name)
+                    .fetch_optional(self.conn().await?)
+                    .await?)
+            }
+
+            async fn set_user_budget(
+                &mut self,
+                name: &str,
+                budget: Option<&str>,
+            ) -> $crate::error::Result<bool> {
+                let done = sqlx::query("UPDATE users SET budget = $2 WHERE name = $1")
+                    .bind(name)
+                    .bind(budget)
+                    .execute(self.conn().await?)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn insert_usage(
+                &mut self,
+                rows: &[$crate::ops::UsageCols],
+            ) -> $crate::error::Result<()> {
+                for r in rows {
+                    sqlx::query(
+                        "INSERT INTO usage_records (chat_id, message_id, user_name, model, \
+                         recorded_at, input_tokens, cached_input_tokens, output_tokens, \
+                         reasoning_tokens, cost_nanos) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                         ON CONFLICT (chat_id, message_id) DO NOTHING",
+                    )
+                    .bind(&r.chat_id)
+                    .bind(r.message_id)
+                    .bind(&r.user_name)
+                    .bind(&r.model)
+                    .bind(r.recorded_at)
+                    .bind(r.counts[0])
+                    .bind(r.counts[1])
+                    .bind(r.counts[2])
+                    .bind(r.counts[3])
+                    .bind(r.cost_nanos)
+                    .execute(self.conn().await?)
+                    .await?;
+                }
+                Ok(())
+            }
+
+            async fn usage_spent(
+                &mut self,
+                user: &str,
+                since: i64,
+            ) -> $crate::error::Result<(i64, Option<i64>)> {
+                Ok(sqlx::query_as(
+                    "SELECT CAST(COALESCE(SUM(input_tokens + cached_input_tokens \
+                     + output_tokens), 0) AS BIGINT), CAST(SUM(cost_nanos) AS BIGINT) \
+                     FROM usage_records WHERE user_name = $1 AND recorded_at >= $2",
+                )
+                .bind(user)
+                .bind(since)
+                .fetch_one(self.conn().await?)
+                .await?)
+            }
+
+            async fn usage_groups(
+                &mut self,
+                keys: [&str; 4],
+                user: &str,
+                from: i64,
+                to: i64,
+            ) -> $crate::error::Result<Vec<$crate::ops::UsageRow>> {
+                let [u, c, m, d] = keys;
+                let sql = format!(
+                    "SELECT {u}, {c}, {m}, {d}, {sums} FROM usage_records \
+                     WHERE user_name = $1 AND recorded_at >= $2 AND recorded_at < $3 \
+                     GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
+                    sums = usage_sums!(),
+                );
+                // One text per choice of keys: not worth a place in the statement cache.
+                Ok(sqlx::query_as(&sql)
+                    .persistent(false)
+                    .bind(user)
+                    .bind(from)
+                    .bind(to)
+                    .fetch_all(self.conn().await?)
+                    .await?)
+            }
+
+            async fn chat_usage(
+                &mut self,
+                chat: &str,
+            ) -> $crate::error::Result<$crate::ops::UsageRow> {
+                const SQL: &str = concat!(
+                    "SELECT CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS TEXT), \
+                     CAST(NULL AS BIGINT), ",
+                    usage_sums!(),
+                    " FROM usage_records WHERE chat_id = $1"
+                );
+                Ok(sqlx::query_as(SQL)
+                    .bind(chat)
+                    .fetch_one(self.conn().await?)
+                    .await?)
             }
 
             async fn alias_get(

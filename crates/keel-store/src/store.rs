@@ -15,6 +15,7 @@ use crate::types::{
     LiveEntry, MessageId, NewChat, NewLiveEntry, NewMessage, NewSummary, Next, QueueId,
     RemoteNotice, RunStart, SendOutcome, StoredMessage, ToolRecord, ToolResultInput, User,
 };
+use crate::usage::{Budget, Exceeded, UsageGroup, UsageQuery, UsageTotals};
 
 /// The durable state of Keel. Every write is one transaction that locks the chat row;
 /// every committed change is announced with a [`ChangeNotice`].
@@ -242,6 +243,16 @@ pub trait Store: Send + Sync {
     async fn remove_user(&self, name: &str) -> Result<bool>;
     /// Every user, by name.
     async fn list_users(&self) -> Result<Vec<User>>;
+    /// Sets (or with `None` clears) a user's budget; `false` when there is no such user.
+    async fn set_budget(&self, name: &str, budget: Option<Budget>) -> Result<bool>;
+    /// A user's budget; `None` when they have none (or do not exist).
+    async fn user_budget(&self, name: &str) -> Result<Option<Budget>>;
+    /// Why a run of `owner`'s may not go on now: their budget is used up.
+    async fn budget_refusal(&self, owner: &str) -> Result<Option<Exceeded>>;
+    /// One user's usage records summed per group.
+    async fn usage(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>>;
+    /// A chat's usage records summed: every step it committed, on every branch.
+    async fn chat_usage(&self, chat: ChatId) -> Result<UsageTotals>;
     /// The chat `owner` named `alias` (a client-chosen chat id), if it still exists.
     async fn chat_by_alias(&self, owner: &str, alias: &str) -> Result<Option<ChatId>>;
     /// Names `chat` `alias` for `owner` unless the name is taken; returns the chat the name

@@ -189,6 +189,9 @@ pub struct NewMessage {
     pub kind: MessageKind,
     /// Why the model stopped at the step (assistant messages only).
     pub finish_reason: Option<FinishReason>,
+    /// The model and cost the step's `usage` is recorded with; without it, the chat's
+    /// model and no cost.
+    pub charge: Option<crate::usage::Charge>,
 }
 
 impl NewMessage {
@@ -202,12 +205,14 @@ impl NewMessage {
 }
 
 /// A conversation summary to commit as a compaction boundary.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct NewSummary {
     pub text: String,
     /// What the summarising call consumed and produced.
     pub usage: Usage,
     pub context_limit: Option<i64>,
+    /// As [`NewMessage::charge`].
+    pub charge: Option<crate::usage::Charge>,
 }
 
 /// How a new message treats a chat that is busy.

@@ -189,6 +189,7 @@ fn summary(text: &str) -> NewSummary {
         text: text.to_owned(),
         usage: Usage::default(),
         context_limit: None,
+        charge: None,
     }
 }
 

@@ -28,6 +28,7 @@ fn summary(text: &str) -> NewSummary {
             ..Usage::default()
         },
         context_limit: Some(128_000),
+        charge: None,
     }
 }
 

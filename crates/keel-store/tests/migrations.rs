@@ -49,6 +49,10 @@ const SHIPPED: &[(&str, &str)] = &[
         "c097f9b30e1e8b5ad47b3d90b7acb480ca81475b1b59dcafcf57018ce9d1793d",
     ),
     (
+        "postgres/0009_usage.sql",
+        "2a3ee640e4a08ab90e2928104063ea80fd382915839117048e6b6eba167ef064",
+    ),
+    (
         "sqlite/0001_initial.sql",
         "2ea8aa720d893a6e224236a93ef0df0d4ffe1f5fcc98f8ee3b13ba6ab903fef2",
     ),
@@ -75,6 +79,10 @@ const SHIPPED: &[(&str, &str)] = &[
     (
         "sqlite/0007_live_parts_appended.sql",
         "0f607add69a71d1be00074f514736bd848ec0fc6cf6b448c4c5ccf17cf3eb8a3",
+    ),
+    (
+        "sqlite/0008_usage.sql",
+        "b2483d8fba29f0d9281f0f12b5bb503ecaa2c732660d3213a0ddf86ab8f2d981",
     ),
 ];
 

@@ -336,7 +336,14 @@ fn a_pasted_block_of_five_lines_is_sent_as_one_message() {
         .unwrap();
     chat.send("\r").unwrap();
     chat.expect("fifth line").unwrap();
-    chat.expect("> ").unwrap();
+    // Under the finished reply: what the chat has used so far (the demo model has no price).
+    let usage = chat.expect("> ").unwrap();
+    let usage = strip_ansi(&String::from_utf8_lossy(usage.as_bytes()));
+    assert!(usage.contains("chat so far: "), "{usage:?}");
+    assert!(
+        usage.contains(" tokens (") && !usage.contains('$'),
+        "{usage:?}"
+    );
 
     assert_eq!(user_texts(&daemon), [lines.join("\n")]);
     chat.send(ControlCode::EndOfText).unwrap();

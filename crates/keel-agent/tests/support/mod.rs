@@ -254,6 +254,8 @@ pub struct RecordingPersister {
     pub steps: Mutex<Vec<(PersistedStep, bool)>>,
     answers: Mutex<VecDeque<PersistAnswer>>,
     retries: Mutex<Vec<LiveEvent>>,
+    /// Refuses every further step with this, once set.
+    pub halt: Mutex<Option<keel_agent::Halt>>,
 }
 
 impl RecordingPersister {
@@ -302,6 +304,10 @@ impl StepPersister for RecordingPersister {
 
     async fn record_retry(&self, retry: &LiveEvent) {
         self.retries.lock().unwrap().push(retry.clone());
+    }
+
+    async fn may_go_on(&self) -> Result<(), keel_agent::Halt> {
+        self.halt.lock().unwrap().clone().map_or(Ok(()), Err)
     }
 }
 

@@ -15,6 +15,7 @@ use crate::api::dto::{
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
 use crate::api::state::{AppState, chat_error};
+use crate::api::usage::UsageView;
 
 /// 1 to 255 visible ASCII characters, spaces allowed inside (as the OpenAPI pattern says).
 fn is_idempotency_key(key: &str) -> bool {
@@ -150,7 +151,11 @@ pub(super) async fn get_chat(
     Path(id): Path<String>,
 ) -> Result<Json<ChatView>, ApiError> {
     let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    Ok(Json(ChatView::from(&chat)))
+    let usage = state.store.chat_usage(chat.id).await?;
+    Ok(Json(ChatView {
+        usage: Some(UsageView::from(&usage)),
+        ..ChatView::from(&chat)
+    }))
 }
 
 /// The longest title a client may set, in characters.

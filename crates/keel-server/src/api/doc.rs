@@ -57,7 +57,8 @@ impl Modify for Bearer {
 /// The statuses any authenticated route may answer with the error body, whatever the
 /// handler: bad input, no or a wrong token, an unknown id, a state that forbids the request,
 /// a body too large or not JSON.
-const ERROR_STATUSES: [&str; 6] = ["400", "401", "404", "409", "413", "415"];
+/// 429 is a cap or, for a request that starts a run, a used-up budget.
+const ERROR_STATUSES: [&str; 7] = ["400", "401", "404", "409", "413", "415", "429"];
 
 /// Adds the error answers to every operation of the authenticated API (`/api/v1`, `/v1`)
 /// but the document itself.

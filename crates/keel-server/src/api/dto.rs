@@ -27,6 +27,10 @@ pub(crate) struct ChatView {
     pub last_error: Option<LastErrorView>,
     pub queued: Vec<QueuedView>,
     pub pending_tool_calls: Vec<PendingCallView>,
+    /// Tokens and cost of every step the chat committed, on every branch (`GET /chats/{id}`
+    /// only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::api::usage::UsageView>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -89,6 +93,7 @@ impl From<&Chat> for ChatView {
                     args: c.args.clone(),
                 })
                 .collect(),
+            usage: None,
         }
     }
 }

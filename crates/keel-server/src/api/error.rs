@@ -5,7 +5,8 @@
 //! details go to the log under the request's id: the client gets the id, never the text.
 //!
 //! Beyond the contract's codes: `forbidden` (403, a foreign `Host` or `Origin`, with a
-//! `reason`), `too_many_requests` (429, a cap) and `unavailable` (503, overloaded).
+//! `reason`), `too_many_requests` (429, a cap), `budget_exceeded` (429, the caller's budget
+//! is used up) and `unavailable` (503, overloaded).
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
@@ -26,6 +27,8 @@ pub enum Code {
     UnsupportedMediaType,
     Forbidden,
     TooManyRequests,
+    /// The caller's budget is used up (429).
+    BudgetExceeded,
     Internal,
     Unavailable,
 }
@@ -40,7 +43,7 @@ impl Code {
             Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Code::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Code::Forbidden => StatusCode::FORBIDDEN,
-            Code::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            Code::TooManyRequests | Code::BudgetExceeded => StatusCode::TOO_MANY_REQUESTS,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -56,6 +59,7 @@ impl Code {
             Code::UnsupportedMediaType => "unsupported_media_type",
             Code::Forbidden => "forbidden",
             Code::TooManyRequests => "too_many_requests",
+            Code::BudgetExceeded => "budget_exceeded",
             Code::Internal => "internal",
             Code::Unavailable => "unavailable",
         }
@@ -189,6 +193,7 @@ impl From<keel_store::StoreError> for ApiError {
             | E::IdempotencyInProgress
             | E::NothingToContinue => ApiError::conflict(error.to_string()),
             E::InvalidInput(_) => ApiError::invalid(error.to_string()),
+            E::BudgetExceeded(message) => ApiError::new(Code::BudgetExceeded, message.clone()),
             E::LostOwnership { .. } | E::Fenced { .. } => ApiError::conflict(error.to_string()),
             E::IllegalMove { .. } | E::Corrupt { .. } | E::Database(_) | E::Migrate(_) => {
                 ApiError::new(Code::Internal, error.to_string())

@@ -18,6 +18,7 @@ mod ops;
 mod rerun;
 pub mod state;
 mod transfer;
+mod usage;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -66,6 +67,7 @@ pub(crate) fn routes_with(
         .routes(routes!(events::events))
         .routes(routes!(transfer::export_chat))
         .routes(routes!(ops::models))
+        .routes(routes!(usage::usage))
         .merge(compat::api_routes())
         .merge(transfer::import_routes());
     let api = authenticate(api).routes(routes!(ops::openapi));

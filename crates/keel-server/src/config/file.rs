@@ -105,6 +105,8 @@ pub struct ModelEntry {
     /// How long this model may take to send its first stream event; absent: the runs'
     /// `startup_timeout_ms`, scaled for reasoning models.
     pub startup_timeout_ms: Option<u64>,
+    /// US dollars per million tokens; absent: the model's usage has no cost.
+    pub price: Option<keel_core::Price>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -297,6 +299,8 @@ impl ToolsConfig {
 pub struct UserEntry {
     pub name: String,
     pub token_sha256: String,
+    /// Written to the database at every start; absent: the stored budget stays as it is.
+    pub budget: Option<keel_store::Budget>,
 }
 
 fn yes() -> bool {

@@ -130,6 +130,12 @@ pub(super) fn models(
                 "must be positive",
             ));
         }
+        if let Some(field) = model.price.and_then(|p| p.invalid_field()) {
+            return Err(ConfigError::invalid(
+                key(&format!("price.{field}")),
+                "must be a non-negative number of dollars per million tokens",
+            ));
+        }
         if model.context_limit == Some(0) {
             return Err(ConfigError::invalid(
                 key("context_limit"),
@@ -401,6 +407,9 @@ pub(super) fn users(users: &[UserEntry]) -> Result<(), ConfigError> {
                 "must be 64 hex digits (use `keel users add NAME`)",
             ));
         }
+        if let Some(why) = user.budget.as_ref().and_then(keel_store::Budget::invalid) {
+            return Err(ConfigError::invalid(format!("users[{i}].budget"), why));
+        }
     }
     Ok(())
 }
@@ -410,9 +419,13 @@ mod tests {
     use crate::config::testing::{env, parse, resolve};
     use crate::config::{Config, ConfigError, Overrides};
 
+    /// A valid user entry, to which a case adds a key.
+    const USER: &str = "[[users]]\nname = \"a\"\ntoken_sha256 = \"\
+        9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n";
+
     #[test]
     fn bad_values_name_their_key() {
-        let cases = [
+        let cases: [(&str, &str); _] = [
             ("[runs]\nworkers = 0", "runs.workers"),
             (
                 "[runs]\ndatabase_connections = 1",
@@ -494,6 +507,18 @@ mod tests {
             (
                 "[[users]]\nname = \"a\"\ntoken_sha256 = \"zz\"",
                 "users[0].token_sha256",
+            ),
+            (
+                &format!("{USER}budget = {{ per = \"day\" }}"),
+                "users[0].budget",
+            ),
+            (
+                &format!("{USER}budget = {{ cost = -1.0, per = \"month\" }}"),
+                "users[0].budget",
+            ),
+            (
+                "[[providers]]\nname = \"p\"\nkind = \"openai-chat\"\nbase_url = \"http://h\"\n[[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\nprice = { input = 1.0, output = -2.0 }",
+                "models[0].price.output",
             ),
         ];
         for (text, key) in cases {

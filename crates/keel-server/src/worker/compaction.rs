@@ -8,6 +8,8 @@ use keel_core::Message;
 use keel_store::{ChatId, ChatStatus, NewSummary, Store, StoreError};
 
 use crate::hub::Hub;
+use crate::metrics::Metrics;
+use crate::worker::persist::Pricing;
 use crate::worker::persist::publish_committed;
 use crate::worker::sink::LiveSink;
 
@@ -20,6 +22,8 @@ pub(super) struct StoreCompaction {
     pub sink: Arc<LiveSink>,
     /// The chat's system prompt, which leads every prompt.
     pub system: Option<String>,
+    pub pricing: Pricing,
+    pub metrics: Arc<Metrics>,
 }
 
 #[async_trait]
@@ -33,13 +37,16 @@ impl CompactionHooks for StoreCompaction {
             text: summary.text,
             usage: summary.usage,
             context_limit: summary.context_limit.and_then(|l| i64::try_from(l).ok()),
+            charge: Some(self.pricing.charge(&summary.usage)),
         };
+        let usage = summary.usage;
         let ids = self
             .sink
             .commit_summary(record)
             .await
             .map_err(summary_error)?;
         self.hub.commit(&self.chat_id.to_string());
+        self.pricing.count(&self.metrics, &usage);
         if let Some(first) = ids.first() {
             publish_committed(&self.store, &self.hub, &self.sink, self.chat_id, *first).await;
         }

@@ -228,6 +228,7 @@ fn failure_of(error: &RunError) -> LastError {
             format!("persisting the step failed: {e}"),
         ),
         RunError::Cancelled => LastError::new(ErrorKind::Cancelled, "cancelled"),
+        RunError::Halted(halt) => LastError::new(halt.kind, halt.message.clone()),
         RunError::ContextStillTooLong { .. } | RunError::Compaction(_) => {
             LastError::new(ErrorKind::ContextOverflow, error.to_string())
         }

@@ -18,7 +18,7 @@ use crate::resume::{Committed, LastStep, LogHolds, last_step};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::leases::Held;
-use crate::worker::persist::StorePersister;
+use crate::worker::persist::{Pricing, StorePersister};
 use crate::worker::runs::{Finished, RunSlot};
 use crate::worker::sink::{LiveSink, SharedLease, current};
 use crate::worker::tools::DurableTool;
@@ -282,6 +282,10 @@ fn prepare(
     let language_model = super::fault::wrap(model.model.clone());
     #[cfg(not(debug_assertions))]
     let language_model = model.model.clone();
+    let pricing = Pricing {
+        model: model.id.clone(),
+        price: model.price,
+    };
     let mut options = RunOptions::new(
         language_model,
         history,
@@ -290,6 +294,9 @@ fn prepare(
             store: shared.store.clone(),
             hub: shared.hub.clone(),
             sink: sink.clone(),
+            owner: chat.owner.clone(),
+            pricing: pricing.clone(),
+            metrics: shared.metrics.clone(),
         }),
     );
     options.tools = tools;
@@ -357,6 +364,8 @@ fn prepare(
             hub: shared.hub.clone(),
             sink: sink.clone(),
             system: chat.system.clone(),
+            pricing: pricing.clone(),
+            metrics: shared.metrics.clone(),
         }),
     });
     options.compact_only = chat.compact_requested;

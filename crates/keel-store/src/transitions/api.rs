@@ -10,6 +10,7 @@ pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> 
     {
         return Ok(first);
     }
+    check_budget(cx, &req.owner).await?;
     let mut chat = Chat {
         id: Uuid::new_v4(),
         owner: req.owner,
@@ -81,6 +82,7 @@ pub(crate) async fn send_message(
     {
         return Ok(first);
     }
+    check_budget(cx, &owner).await?;
     let outcome = match (chat.status, busy) {
         (ChatStatus::Waiting | ChatStatus::Error, _) => {
             chat.last_error = None;
@@ -155,6 +157,7 @@ pub(crate) async fn submit_tool_results(
 ) -> Result<Chat> {
     let mut chat = cx.load(chat_id).await?;
     let mv = check(&chat, Transition::SubmitToolResults)?;
+    check_budget(cx, &chat.owner).await?;
     check_size(cx.opts, &results)?;
     let pending: HashSet<&str> = chat
         .pending_tool_calls
@@ -239,6 +242,7 @@ pub(crate) async fn promote_queued(
 ) -> Result<Chat> {
     let (mut chat, mv, index) =
         load_queued(cx, chat_id, queue_id, Transition::PromoteQueued).await?;
+    check_budget(cx, &chat.owner).await?;
     let mut item = chat.queued.remove(index);
     item.position = chat
         .queued
@@ -326,6 +330,7 @@ pub(crate) async fn delete_chat(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<()>
 pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
     let mut chat = cx.load(chat_id).await?;
     let mv = check(&chat, Transition::RequestCompaction)?;
+    check_budget(cx, &chat.owner).await?;
     chat.status = ChatStatus::Running;
     chat.compact_requested = true;
     chat.worker_id = None;
@@ -341,6 +346,7 @@ pub(crate) async fn request_compaction(cx: &mut Ctx<'_>, chat_id: ChatId) -> Res
 pub(crate) async fn continue_reply(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
     let mut chat = cx.load(chat_id).await?;
     let mv = check(&chat, Transition::ContinueReply)?;
+    check_budget(cx, &chat.owner).await?;
     let last = cx
         .ops
         .recent_messages(&chat.id.to_string(), 1)
@@ -361,6 +367,7 @@ pub(crate) async fn continue_reply(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<
 pub(crate) async fn retry_run(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<Chat> {
     let mut chat = cx.load(chat_id).await?;
     let mv = check(&chat, Transition::RetryRun)?;
+    check_budget(cx, &chat.owner).await?;
     start_again(cx, &mut chat, mv).await?;
     Ok(chat)
 }

@@ -105,6 +105,7 @@ pub(crate) async fn edit_message(
     check_content(cx.opts, &parts)?;
     let mut chat = cx.load(chat_id).await?;
     let mv = check(&chat, Transition::EditMessage)?;
+    check_budget(cx, &chat.owner).await?;
     let tree = cx.load_tree(&chat).await?;
     let edited = listed(&tree, message_id)?;
     if edited.role != Role::User {
@@ -147,6 +148,7 @@ pub(crate) async fn regenerate(
 ) -> Result<Chat> {
     let mut chat = cx.load(chat_id).await?;
     let mv = check(&chat, Transition::Regenerate)?;
+    check_budget(cx, &chat.owner).await?;
     let tree = cx.load_tree(&chat).await?;
     let node = listed(&tree, message_id)?;
     if !matches!(node.role, Role::User | Role::Assistant) {

@@ -614,10 +614,12 @@ mod api;
 mod branch;
 mod import;
 mod sweep;
+mod usage;
 mod worker;
 
 pub(crate) use api::*;
 pub(crate) use branch::*;
 pub(crate) use import::*;
 pub(crate) use sweep::*;
+pub(crate) use usage::*;
 pub(crate) use worker::*;

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::ops::{ToolRecords, Voided};
+use crate::ops::{ToolRecords, UsageCols, Voided};
 
 /// Claims up to `limit` runnable chats: one locking read of their rows and one multi-row
 /// write of the claimed ones, each chat checked and leased exactly as a claim of it alone.
@@ -248,12 +248,13 @@ pub(crate) async fn commit_step(
     messages: Vec<NewMessage>,
 ) -> Result<Vec<MessageId>> {
     let mut chat = cx.load(lease.chat_id).await?;
-    let (ids, rows) = admit_step(cx, &mut chat, lease, messages)?;
+    let (ids, rows, usage) = admit_step(cx, &mut chat, lease, messages)?;
     // Tool records only serve to resume the step in progress; once its results are
     // committed, a record could only be mistaken for a later call's.
     cx.ops
         .commit_writes(&rows, &ChatCols::from_chat(&chat)?, ToolRecords::Clear)
         .await?;
+    cx.ops.insert_usage(&usage).await?;
     cx.numbered_notice(&chat);
     Ok(ids)
 }
@@ -270,6 +271,7 @@ pub(crate) async fn commit_steps(
     let mut chats = lock_chats(cx, &ids).await?;
     let mut outcomes = Vec::with_capacity(steps.len());
     let mut rows = Vec::new();
+    let mut usage = Vec::new();
     // Chats with an admitted step, in the order of their first one.
     let mut committed: Vec<ChatId> = Vec::new();
     for (lease, messages) in steps {
@@ -280,9 +282,10 @@ pub(crate) async fn commit_steps(
         // Worked on a copy: a step refused halfway leaves the chat as the next step finds it.
         let mut next = chat.clone();
         match admit_step(cx, &mut next, &lease, messages) {
-            Ok((message_ids, message_rows)) => {
+            Ok((message_ids, message_rows, records)) => {
                 *chat = next;
                 rows.extend(message_rows);
+                usage.extend(records);
                 cx.numbered_notice(chat);
                 if !committed.contains(&chat.id) {
                     committed.push(chat.id);
@@ -300,6 +303,7 @@ pub(crate) async fn commit_steps(
     cx.ops
         .commit_group_writes(&rows, &voided, &chat_rows)
         .await?;
+    cx.ops.insert_usage(&usage).await?;
     Ok(outcomes)
 }
 
@@ -329,14 +333,14 @@ fn admit_step(
     chat: &mut Chat,
     lease: &Lease,
     messages: Vec<NewMessage>,
-) -> Result<(Vec<MessageId>, Vec<MessageCols>)> {
+) -> Result<(Vec<MessageId>, Vec<MessageCols>, Vec<UsageCols>)> {
     let interrupted = messages.iter().any(|m| m.interrupted);
     fence(chat, lease, interrupted)?;
     let mv = check(chat, Transition::CommitStep)?;
     if messages.iter().any(|m| m.role.is_none()) {
         return Err(StoreError::invalid("a committed message needs a role"));
     }
-    let numbered = cx.number_messages(chat, messages)?;
+    let numbered = number_charged(cx, chat, messages)?;
     // A retry is the state of the step it retried: the committed step ends it.
     chat.retry_state = None;
     cx.stamp(chat, mv)?;
@@ -359,6 +363,7 @@ pub(crate) async fn commit_summary(
     let messages = [
         NewMessage {
             usage: Some(summary.usage),
+            charge: summary.charge,
             context_limit: summary.context_limit,
             kind: MessageKind::Summary,
             ..NewMessage::new(Role::Assistant, vec![Part::text(summary.text)])
@@ -368,12 +373,13 @@ pub(crate) async fn commit_summary(
             ..NewMessage::new(Role::System, vec![Part::text(COMPACTION_NOTICE)])
         },
     ];
-    let (ids, rows) = cx.number_messages(&mut chat, messages)?;
+    let (ids, rows, usage) = number_charged(cx, &mut chat, messages.into())?;
     chat.compact_requested = false;
     cx.stamp(&mut chat, mv)?;
     cx.ops
         .commit_writes(&rows, &ChatCols::from_chat(&chat)?, ToolRecords::Keep)
         .await?;
+    cx.ops.insert_usage(&usage).await?;
     // The summary's text is never a reply: no follower is sent its parts.
     cx.ops.clear_live(&chat.id.to_string()).await?;
     cx.notice(&chat, false);

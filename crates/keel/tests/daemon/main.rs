@@ -30,6 +30,7 @@ mod security;
 mod thinking;
 mod tools;
 mod transfer;
+mod usage;
 
 use std::time::Duration;
 

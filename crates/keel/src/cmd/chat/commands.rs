@@ -185,6 +185,7 @@ mod tests {
             model: "demo".into(),
             status: "waiting".into(),
             updated_at: "2026-11-26T09:02:03.123Z".into(),
+            usage: None,
         };
         assert_eq!(
             chat_line(&chat(Some("Rust lifetimes")), Some("c1")),

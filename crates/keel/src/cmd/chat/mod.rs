@@ -12,6 +12,7 @@ mod history;
 mod markdown;
 mod render;
 mod transcript;
+mod usage;
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::time::{Duration, Instant};
@@ -275,7 +276,7 @@ impl Prompt {
                         }
                     }
                 }
-                Some(item) = self.feed.recv() => self.feed_item(item),
+                Some(item) = self.feed.recv() => self.feed_item(item).await,
                 Some(()) = self.presses.recv() => self.ctrl_c().await,
                 _ = ticker.tick() => {
                     self.tick();
@@ -307,7 +308,7 @@ impl Prompt {
         self.spinner = Some(frame);
     }
 
-    fn feed_item(&mut self, item: Feed) -> Step {
+    async fn feed_item(&mut self, item: Feed) -> Step {
         match item {
             Feed::Event(event) => {
                 let pieces = self.transcript.apply(&event);
@@ -318,6 +319,7 @@ impl Prompt {
                 if self.transcript.status().is_some() {
                     let busy = self.transcript.is_busy();
                     if self.was_busy && !busy {
+                        self.show_usage().await;
                         self.prompt();
                     }
                     self.was_busy = busy;
@@ -330,6 +332,18 @@ impl Prompt {
             Feed::Failed(message) => self.error(&format!("cannot follow the chat: {message}")),
         }
         Step::Continue
+    }
+
+    /// The chat's tokens and cost so far, after a run ends; nothing when they cannot be read.
+    async fn show_usage(&mut self) {
+        let Some(chat) = self.chat.clone() else {
+            return;
+        };
+        if let Ok(summary) = self.api.chat(&chat).await
+            && let Some(line) = summary.usage.as_ref().and_then(usage::line)
+        {
+            self.notice(&line);
+        }
     }
 
     async fn ctrl_c(&mut self) -> Step {

@@ -108,7 +108,8 @@ impl IntoResponse for OpenAiError {
         };
         let body = json!({"error": {"message": self.message, "type": kind, "param": null, "code": self.code}});
         let mut response = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::TOO_MANY_REQUESTS {
+        // A used-up budget is not worth retrying within the second.
+        if self.status == StatusCode::TOO_MANY_REQUESTS && self.code != "budget_exceeded" {
             response
                 .headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("1"));
