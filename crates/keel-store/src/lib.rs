@@ -121,7 +121,11 @@ pub async fn open_with(url: &str, opts: StoreOptions) -> Result<Arc<dyn Store>> 
         }
         Kind::Postgres => {
             let backend = postgres::connect(url, &opts).await?;
-            let opts = postgres::on_database_clock(backend.pool(), opts).await?;
+            let opts = if opts.follow_database_clock {
+                postgres::on_database_clock(backend.pool(), opts).await?
+            } else {
+                opts
+            };
             Arc::new(engine::SqlStore::new(Box::new(backend), "postgres", opts))
         }
     })

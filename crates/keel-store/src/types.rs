@@ -536,6 +536,9 @@ pub struct StoreOptions {
     /// Connections of the pool (PostgreSQL) or of the reader pool (SQLite).
     pub max_connections: u32,
     pub clock: Arc<dyn Clock>,
+    /// On PostgreSQL, `clock` is moved to the database server's (see `postgres/clock.rs`),
+    /// so that replicas time leases alike. Off for a clock a test moves by hand.
+    pub follow_database_clock: bool,
 }
 
 impl Default for StoreOptions {
@@ -547,6 +550,7 @@ impl Default for StoreOptions {
             idempotency_ttl: Duration::hours(24),
             max_connections: 8,
             clock: Arc::new(SystemClock),
+            follow_database_clock: true,
         }
     }
 }

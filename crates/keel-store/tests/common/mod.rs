@@ -50,6 +50,8 @@ pub fn options(clock: &Arc<ManualClock>) -> StoreOptions {
     StoreOptions {
         clock: clock.clone(),
         max_connections: 4,
+        // The tests' dates are the manual clock's.
+        follow_database_clock: false,
         ..StoreOptions::default()
     }
 }
