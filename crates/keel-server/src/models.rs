@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use keel_core::{CallOptions, LanguageModel};
+use keel_core::{CallOptions, LanguageModel, ToolDefinition};
 use keel_providers::{ProviderKind, ProviderSettings, build_model};
 
 use crate::config::{Config, ModelEntry};
@@ -22,6 +22,8 @@ pub struct ModelHandle {
     pub options: CallOptions,
     /// The model's own start-up timeout (`startup_timeout_ms`), used as is.
     pub startup_timeout: Option<std::time::Duration>,
+    /// Tools the provider runs itself (`provider_tools`), offered with every call.
+    pub provider_tools: Vec<ToolDefinition>,
 }
 
 /// Why models could not be built.
@@ -31,6 +33,11 @@ pub enum ModelsError {
     Build {
         index: usize,
         source: keel_providers::ProviderBuildError,
+    },
+    #[error("config key `models[{index}].provider_tools`: {source}")]
+    ProviderTool {
+        index: usize,
+        source: keel_providers::ProviderToolError,
     },
     #[error("starting the built-in demo model failed: {0}")]
     Demo(std::io::Error),
@@ -67,6 +74,7 @@ impl ModelRegistry {
                 context_limit: Some(128_000),
                 options: CallOptions::default(),
                 startup_timeout: None,
+                provider_tools: Vec::new(),
             };
             return Ok(Self::from_handles(
                 vec![handle],
@@ -93,6 +101,12 @@ impl ModelRegistry {
             settings.reasoning_content = provider.entry.reasoning_content.unwrap_or_default();
             let model = build_model(&settings, &entry.model, http.clone())
                 .map_err(|source| ModelsError::Build { index, source })?;
+            let provider_tools = entry
+                .provider_tools
+                .iter()
+                .map(|name| keel_providers::provider_tool(provider.entry.kind, name))
+                .collect::<Result<_, _>>()
+                .map_err(|source| ModelsError::ProviderTool { index, source })?;
             handles.push(ModelHandle {
                 id: entry.id.clone(),
                 provider: entry.provider.clone(),
@@ -102,6 +116,7 @@ impl ModelRegistry {
                 startup_timeout: entry
                     .startup_timeout_ms
                     .map(std::time::Duration::from_millis),
+                provider_tools,
             });
         }
         let default = config.default_model().unwrap_or_default().to_owned();

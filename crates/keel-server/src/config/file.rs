@@ -105,6 +105,9 @@ pub struct ModelEntry {
     /// How long this model may take to send its first stream event; absent: the runs'
     /// `startup_timeout_ms`, scaled for reasoning models.
     pub startup_timeout_ms: Option<u64>,
+    /// Tools the provider runs itself, by name (`web_search`), offered with every call.
+    #[serde(default)]
+    pub provider_tools: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
