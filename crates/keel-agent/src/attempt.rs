@@ -82,7 +82,7 @@ impl Runner {
             {
                 acc.follow(prefix);
             }
-            let call = self.model_call(history, continuation.as_deref(), stopped.is_some());
+            let call = self.model_call(history, continuation.as_deref(), stopped.is_some(), acc);
             let continued = continued_prefix(stopped.as_deref(), continuation.as_deref());
             let prefilled =
                 continued.is_some() && self.options.model.supports_prefill(&call.options);

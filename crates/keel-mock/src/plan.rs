@@ -179,7 +179,8 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
 }
 
 /// Drops what a continued reply already said: the text resumes right after `prefix` (a
-/// provider's prefill may have lost trailing whitespace, which is tolerated).
+/// provider's prefill may have lost trailing whitespace, which is tolerated), and a search
+/// that came before that text is not run again.
 fn continue_after(reply: &mut Reply, prefix: &str) {
     let text = reply.text();
     let rest = text
@@ -188,6 +189,8 @@ fn continue_after(reply: &mut Reply, prefix: &str) {
     if let Some(rest) = rest {
         reply.text = tokens::words(rest);
         reply.reasoning.clear();
+        reply.calls.drain(..reply.leading_calls);
+        reply.leading_calls = 0;
     }
 }
 
