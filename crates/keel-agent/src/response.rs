@@ -112,7 +112,15 @@ pub fn continued_reply(acc: &StepAccumulator, prefix: &str, now: DateTime<Utc>) 
     let answered: Vec<String> = message
         .parts
         .iter()
-        .filter(|p| matches!(p.kind, PartKind::ToolResult { provider_executed: true, .. }))
+        .filter(|p| {
+            matches!(
+                p.kind,
+                PartKind::ToolResult {
+                    provider_executed: true,
+                    ..
+                }
+            )
+        })
         .filter_map(|p| p.tool_call_id().map(str::to_owned))
         .collect();
     if answered.is_empty() {

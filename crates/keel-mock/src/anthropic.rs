@@ -233,7 +233,11 @@ fn message(reply: &Reply) -> Value {
         }
         content.push(text);
     }
-    content.extend((reply.leading_calls..reply.calls.len()).filter_map(call).flatten());
+    content.extend(
+        (reply.leading_calls..reply.calls.len())
+            .filter_map(call)
+            .flatten(),
+    );
     json!({
         "id": message_id(reply),
         "type": "message",

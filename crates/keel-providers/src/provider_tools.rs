@@ -22,10 +22,7 @@ pub enum ProviderToolError {
 
 /// The definition `kind` is offered the provider tool `name` with: the tool keeps `name`
 /// (the name its calls and results carry) and gets the provider's own tool type.
-pub fn provider_tool(
-    kind: ProviderKind,
-    name: &str,
-) -> Result<ToolDefinition, ProviderToolError> {
+pub fn provider_tool(kind: ProviderKind, name: &str) -> Result<ToolDefinition, ProviderToolError> {
     if !PROVIDER_TOOL_NAMES.contains(&name) {
         return Err(ProviderToolError::Unknown {
             name: name.to_owned(),

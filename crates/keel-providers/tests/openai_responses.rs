@@ -547,12 +547,18 @@ fn a_finished_web_search_goes_back_as_its_item_and_a_cut_one_not_at_all() {
         ],
     );
     let call = ModelCall {
-        messages: vec![Message::user("what is keel?"), searched, Message::user("more")],
-        tools: vec![keel_providers::provider_tool(
-            keel_providers::ProviderKind::OpenAiResponses,
-            "web_search",
-        )
-        .unwrap()],
+        messages: vec![
+            Message::user("what is keel?"),
+            searched,
+            Message::user("more"),
+        ],
+        tools: vec![
+            keel_providers::provider_tool(
+                keel_providers::ProviderKind::OpenAiResponses,
+                "web_search",
+            )
+            .unwrap(),
+        ],
         options: CallOptions::default(),
     };
     let body = build_request(&call, "gpt-test");

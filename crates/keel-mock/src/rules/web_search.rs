@@ -175,11 +175,11 @@ pub(crate) fn web_search_calls_go_back_whole(request: &Value) -> Result<(), Viol
             .into_iter()
             .find(|field| item.get(*field).is_none_or(Value::is_null))
         {
-            return Err(
-                Violation::new(format!("Missing required parameter: 'input[{i}].{field}'."))
-                    .code("missing_required_parameter")
-                    .param(format!("input[{i}].{field}")),
-            );
+            return Err(Violation::new(format!(
+                "Missing required parameter: 'input[{i}].{field}'."
+            ))
+            .code("missing_required_parameter")
+            .param(format!("input[{i}].{field}")));
         }
     }
     Ok(())
@@ -222,8 +222,10 @@ mod tests {
     #[test]
     fn unknown_tool_types_are_refused() {
         let tools = |tools: Value| json!({"tools": tools});
-        let search = tools(json!([{"type": "web_search_20250305", "name": "web_search"},
-                                  {"name": "f", "input_schema": {"type": "object"}}]));
+        let search = tools(
+            json!([{"type": "web_search_20250305", "name": "web_search"},
+                                  {"name": "f", "input_schema": {"type": "object"}}]),
+        );
         assert!(anthropic_tool_types_are_known(&search).is_ok());
         let openai_type = tools(json!([{"type": "web_search", "name": "web_search"}]));
         assert!(anthropic_tool_types_are_known(&openai_type).is_err());

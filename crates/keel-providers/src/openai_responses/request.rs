@@ -170,7 +170,10 @@ fn assistant(message: &Message, store: bool, items: &mut Vec<Value>) {
 
 /// Whether a provider-run tool's result is the whole output item of its call.
 fn is_provider_item(result: &Value) -> bool {
-    let kind = result.get("type").and_then(Value::as_str).unwrap_or_default();
+    let kind = result
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     kind.ends_with("_call") && result.get("id").is_some_and(Value::is_string)
 }
 

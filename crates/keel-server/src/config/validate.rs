@@ -145,7 +145,8 @@ pub(super) fn models(
             .map(|p| p.entry.kind);
         model_options(model, kind).map_err(|(field, why)| ConfigError::invalid(key(field), why))?;
         if let Some(kind) = kind {
-            provider_tools(model, kind).map_err(|why| ConfigError::invalid(key("provider_tools"), why))?;
+            provider_tools(model, kind)
+                .map_err(|why| ConfigError::invalid(key("provider_tools"), why))?;
         }
     }
     if models.iter().filter(|m| m.default).count() > 1 {
@@ -534,9 +535,21 @@ mod tests {
             )
         };
         for (kind, tools, why) in [
-            ("anthropic", "[\"code_interpreter\"]", "unknown provider tool"),
-            ("openai-chat", "[\"web_search\"]", "openai-chat providers have no"),
-            ("anthropic", "[\"web_search\", \"web_search\"]", "listed twice"),
+            (
+                "anthropic",
+                "[\"code_interpreter\"]",
+                "unknown provider tool",
+            ),
+            (
+                "openai-chat",
+                "[\"web_search\"]",
+                "openai-chat providers have no",
+            ),
+            (
+                "anthropic",
+                "[\"web_search\", \"web_search\"]",
+                "listed twice",
+            ),
         ] {
             match resolve(&config(kind, tools), &env(&[])) {
                 Err(ConfigError::Invalid { key, message }) => {

@@ -63,7 +63,11 @@ async fn a_searched_answer_is_stored_with_its_search_and_sent_back_next_turn() {
     let f = start().await;
     for protocol in SEARCHING {
         let id = f
-            .chat(protocol, "what is keel?", &search_script("Keel is a daemon."))
+            .chat(
+                protocol,
+                "what is keel?",
+                &search_script("Keel is a daemon."),
+            )
             .await;
         let messages = f.settle(&id).await;
         // Offered by the provider's own tool type, beside Keel's function tools.
@@ -76,7 +80,11 @@ async fn a_searched_answer_is_stored_with_its_search_and_sent_back_next_turn() {
             first["tools"].as_array().unwrap().contains(&offered),
             "{protocol}: {first}"
         );
-        assert_eq!(messages.len(), 2, "{protocol}: no tool message: {messages:#?}");
+        assert_eq!(
+            messages.len(),
+            2,
+            "{protocol}: no tool message: {messages:#?}"
+        );
         let parts = parts_of(&messages, "assistant");
         let call = parts.iter().find(|p| p["type"] == "tool_call").unwrap();
         assert_eq!(call["tool_name"], "web_search", "{protocol}");
@@ -142,7 +150,10 @@ async fn a_reply_cut_after_its_search_is_continued_without_running_keel_tools_ag
         let messages = f.settle(&id).await;
         assert_eq!(text_of(messages.last().unwrap()), answer, "{protocol}");
         let tool_messages = messages.iter().filter(|m| m["role"] == "tool").count();
-        assert_eq!(tool_messages, 1, "{protocol}: read_file ran once: {messages:#?}");
+        assert_eq!(
+            tool_messages, 1,
+            "{protocol}: read_file ran once: {messages:#?}"
+        );
         assert_eq!(
             provider_parts(&messages),
             [
@@ -191,7 +202,10 @@ async fn the_ai_sdk_stream_marks_a_provider_search_as_provider_executed() {
         assert_eq!(chunk["toolCallId"], chunks[2]["toolCallId"], "{chunks:?}");
     }
     let finish = chunks.iter().rev().find(|c| c["type"] == "finish").unwrap();
-    assert_eq!(finish["finishReason"], "stop", "nothing for the page to run");
+    assert_eq!(
+        finish["finishReason"], "stop",
+        "nothing for the page to run"
+    );
     let history = get_json(&f.daemon.api("/ai-sdk/chat/searching-page/messages")).await;
     let search = history[1]["parts"]
         .as_array()

@@ -463,10 +463,16 @@ impl ResponsesStream {
                 if let Some(item) = self.items.get_mut(&part) {
                     item.search = Some(call.args.clone());
                 }
-                self.push(out, json!({"type": "response.output_item.added", "output_index": index,
-                    "item": {"id": id, "type": "web_search_call", "status": "in_progress"}}));
-                self.push(out, json!({"type": "response.web_search_call.in_progress",
-                    "item_id": id, "output_index": index}));
+                self.push(
+                    out,
+                    json!({"type": "response.output_item.added", "output_index": index,
+                    "item": {"id": id, "type": "web_search_call", "status": "in_progress"}}),
+                );
+                self.push(
+                    out,
+                    json!({"type": "response.web_search_call.in_progress",
+                    "item_id": id, "output_index": index}),
+                );
             }
             Op::Call { part, call, .. } => {
                 let (index, id) = self.open_item(part, &Kind::Mcp);
@@ -530,15 +536,25 @@ impl ResponsesStream {
             return;
         };
         if let Some(args) = item.search {
-            let status = if result.is_ok() { "completed" } else { "failed" };
+            let status = if result.is_ok() {
+                "completed"
+            } else {
+                "failed"
+            };
             let (index, id) = (item.output_index, item.id);
             if result.is_ok() {
-                self.push(out, json!({"type": "response.web_search_call.completed",
-                    "item_id": id, "output_index": index}));
+                self.push(
+                    out,
+                    json!({"type": "response.web_search_call.completed",
+                    "item_id": id, "output_index": index}),
+                );
             }
-            self.push(out, json!({"type": "response.output_item.done", "output_index": index,
+            self.push(
+                out,
+                json!({"type": "response.output_item.done", "output_index": index,
                 "item": {"id": id, "type": "web_search_call", "status": status,
-                         "action": search_action(&args)}}));
+                         "action": search_action(&args)}}),
+            );
             return;
         }
         let Some((name, arguments)) = item.mcp else {
