@@ -27,11 +27,7 @@ pub(crate) const RESPONSES: &[Rule] = &[
 /// The `encrypted_content` the mock gives a search result at `url`; the API decrypts what
 /// comes back, so anything else is refused.
 pub(crate) fn encrypted_content(url: &str) -> String {
-    // FNV-1a: stable across processes and builds, unlike the std hasher.
-    let hash = url.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("mock-enc-{hash:016x}")
+    format!("mock-enc-{:016x}", super::thinking::stable_hash(url))
 }
 
 /// The server tool types of the Messages API
