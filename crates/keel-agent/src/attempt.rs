@@ -482,6 +482,7 @@ impl Runner {
             completed_calls: snapshot.completed_calls,
             in_flight: snapshot.in_flight,
             refused: snapshot.refused,
+            provider_calls: snapshot.provider_calls,
             saved_at: self.options.clock.now(),
         };
         if let Err(error) = checkpointing.store.save(&checkpoint).await {

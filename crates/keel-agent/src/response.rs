@@ -228,6 +228,36 @@ mod tests {
     }
 
     #[test]
+    fn a_step_restored_from_its_snapshot_keeps_its_answered_search() {
+        let acc = step(vec![
+            search("s1"),
+            StreamEvent::ToolResult {
+                id: "s1".into(),
+                tool_name: "web_search".into(),
+                result: json!([{"url": "https://a/"}]),
+                is_error: false,
+            },
+            search("s2"),
+            text("Keel is"),
+        ]);
+        let snapshot = crate::StreamSnapshot::of(&acc);
+        assert_eq!(snapshot.provider_calls.len(), 1, "{snapshot:?}");
+        assert!(snapshot.completed_calls.is_empty() && snapshot.in_flight.is_none());
+        let back: crate::StreamSnapshot =
+            serde_json::from_value(serde_json::to_value(&snapshot).unwrap()).unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let mut restored = StepAccumulator::new();
+        restored.restore(&back, &clock);
+        let message = continued_reply(&restored, "Keel is", Utc::now());
+        assert_eq!(message.parts.len(), 3, "{message:?}");
+        assert!(matches!(
+            &message.parts[1].kind,
+            PartKind::ToolResult { result, provider_executed: true, .. }
+                if result == &json!([{"url": "https://a/"}])
+        ));
+    }
+
+    #[test]
     fn without_a_provider_result_or_with_other_text_the_continuation_is_the_text() {
         let plain = step(vec![text("Keel is")]);
         assert_eq!(

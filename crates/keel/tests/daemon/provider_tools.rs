@@ -177,6 +177,45 @@ async fn a_reply_cut_after_its_search_is_continued_without_running_keel_tools_ag
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_killed_after_its_search_resumes_with_the_search_kept_once() {
+    let mut f = start().await;
+    let answer = words(40);
+    for protocol in SEARCHING {
+        let mut script = search_script(&answer);
+        script["rate"] = json!(20.0);
+        let id = f.chat(protocol, "search, then answer", &script).await;
+        let mut events = f.client.events(&f.daemon, &id, None).await;
+        // The search's result, then half a second of text: the live-part log (written
+        // within 200 ms) holds both when the daemon dies.
+        let (mut searched, mut words_after) = (false, 0);
+        while words_after < 10 {
+            let event = events.next().await.expect("the stream ended early");
+            let part = &event.data["part"];
+            if event.event != "part" {
+                continue;
+            }
+            if part["type"] == "tool_result" && part["provider_executed"] == true {
+                searched = true;
+            } else if searched && part["type"] == "text" {
+                words_after += 1;
+            }
+        }
+        drop(events);
+        f.kill_and_restart();
+        let messages = f.settle(&id).await;
+        assert_eq!(text_of(messages.last().unwrap()), answer, "{protocol}");
+        assert_eq!(
+            provider_parts(&messages),
+            [
+                ("tool_call".to_owned(), "web_search".to_owned()),
+                ("tool_result".to_owned(), "web_search".to_owned())
+            ],
+            "{protocol}: the search survives the kill, once: {messages:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ai_sdk_stream_marks_a_provider_search_as_provider_executed() {
     let f = start().await;
     let script = search_script("Keel is a daemon.");
