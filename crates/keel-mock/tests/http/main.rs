@@ -8,3 +8,4 @@ mod faults;
 mod openai_chat;
 mod pacing;
 mod responses;
+mod web_search;
