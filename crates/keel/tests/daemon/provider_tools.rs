@@ -20,7 +20,8 @@ fn searching_fixture(mock: keel_mock::MockServer) -> Fixture {
     let config = format!(
         "retry_initial_delay_ms = 10\nretry_max_delay_ms = 50\n\n\
          [tools]\nbuiltin = [\"read_file\"]\nworkspace = \"{}\"\n\n\
-         [[providers]]\nname = \"responses\"\nkind = \"openai-responses\"\nbase_url = \"{root}/v1\"\n\n\
+         [[providers]]\nname = \"responses\"\nkind = \"openai-responses\"\n\
+         base_url = \"{root}/v1\"\n\n\
          [[providers]]\nname = \"anthropic\"\nkind = \"anthropic\"\nbase_url = \"{root}\"\n\n\
          [[models]]\nid = \"responses\"\nprovider = \"responses\"\nmodel = \"mock\"\n\
          default = true\nprovider_tools = [\"web_search\"]\n\n\
