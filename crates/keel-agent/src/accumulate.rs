@@ -317,6 +317,9 @@ impl StepAccumulator {
                     args: call.args.clone(),
                     provider_executed: call.provider_executed,
                 }),
+                Block::ProviderResult(part) => {
+                    sink.publish(LiveEvent::ToolResult { part: part.clone() });
+                }
                 _ => {}
             }
         }
@@ -331,6 +334,27 @@ impl StepAccumulator {
                 text: reasoning.text.clone(),
                 metadata: reasoning.provider_metadata.clone(),
             });
+        }
+        // The provider's searches came before the text that cites them.
+        for call in &snapshot.provider_calls {
+            self.blocks.push(Block::ToolCall(StreamedCall {
+                tool_call_id: call.tool_call_id.clone(),
+                tool_name: call.tool_name.clone(),
+                args: call.args.clone(),
+                provider_executed: true,
+                metadata: None,
+                complete: true,
+                emitted_at: clock.now(),
+            }));
+            let result = Part::tool_result(
+                call.tool_call_id.clone(),
+                call.tool_name.clone(),
+                call.result.clone(),
+                call.is_error,
+                true,
+            );
+            self.blocks
+                .push(Block::ProviderResult(result.at(clock.now())));
         }
         if !snapshot.partial_text.is_empty() {
             self.blocks.push(Block::Text(snapshot.partial_text.clone()));

@@ -82,7 +82,7 @@ impl Runner {
             {
                 acc.follow(prefix);
             }
-            let call = self.model_call(history, continuation.as_deref(), stopped.is_some());
+            let call = self.model_call(history, continuation.as_deref(), stopped.is_some(), acc);
             let continued = continued_prefix(stopped.as_deref(), continuation.as_deref());
             let prefilled =
                 continued.is_some() && self.options.model.supports_prefill(&call.options);
@@ -482,6 +482,7 @@ impl Runner {
             completed_calls: snapshot.completed_calls,
             in_flight: snapshot.in_flight,
             refused: snapshot.refused,
+            provider_calls: snapshot.provider_calls,
             saved_at: self.options.clock.now(),
         };
         if let Err(error) = checkpointing.store.save(&checkpoint).await {

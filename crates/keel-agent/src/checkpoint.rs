@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::recovery::{CapturedCall, CapturedReasoning, StreamSnapshot};
+use crate::recovery::{CapturedCall, CapturedProviderCall, CapturedReasoning, StreamSnapshot};
 
 /// The partial state of one step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +32,10 @@ pub struct StreamCheckpoint {
     /// A refusal had begun: the step restarts rather than continues.
     #[serde(default)]
     pub refused: bool,
+    /// Calls the provider ran, with their results; checkpoints written before it existed
+    /// have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_calls: Vec<CapturedProviderCall>,
     pub saved_at: DateTime<Utc>,
 }
 
@@ -44,6 +48,7 @@ impl StreamCheckpoint {
             in_flight: self.in_flight.clone(),
             bytes_received: 0,
             refused: self.refused,
+            provider_calls: self.provider_calls.clone(),
         }
     }
 }

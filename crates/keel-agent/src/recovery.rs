@@ -21,6 +21,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use keel_core::PartKind;
+
 use crate::accumulate::{Block, StepAccumulator};
 
 /// A tool call as captured in a snapshot or checkpoint.
@@ -40,6 +42,18 @@ pub struct CapturedReasoning {
     pub provider_metadata: Option<Value>,
 }
 
+/// A call the provider ran (a web search) with its result, as captured in a snapshot or
+/// checkpoint: it goes back to the provider with the continued reply, never to a tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapturedProviderCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: String,
+    pub result: Value,
+    #[serde(default)]
+    pub is_error: bool,
+}
+
 /// What a failed stream left behind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamSnapshot {
@@ -55,6 +69,10 @@ pub struct StreamSnapshot {
     /// A refusal had begun streaming.
     #[serde(default)]
     pub refused: bool,
+    /// Calls the provider ran and answered, in the order their results came; a call still
+    /// unanswered is not kept (the provider runs it again if it needs it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_calls: Vec<CapturedProviderCall>,
 }
 
 impl StreamSnapshot {
@@ -74,6 +92,32 @@ impl StreamSnapshot {
                 }
                 Block::Refusal(_) => snapshot.refused = true,
                 _ => {}
+            }
+        }
+        for block in &acc.blocks {
+            let Block::ProviderResult(part) = block else {
+                continue;
+            };
+            let PartKind::ToolResult {
+                tool_call_id,
+                result,
+                is_error,
+                ..
+            } = &part.kind
+            else {
+                continue;
+            };
+            let call = acc
+                .tool_calls()
+                .find(|c| c.provider_executed && c.complete && c.tool_call_id == *tool_call_id);
+            if let Some(call) = call {
+                snapshot.provider_calls.push(CapturedProviderCall {
+                    tool_call_id: call.tool_call_id.clone(),
+                    tool_name: call.tool_name.clone(),
+                    args: call.args.clone(),
+                    result: result.clone(),
+                    is_error: *is_error,
+                });
             }
         }
         for call in acc.tool_calls().filter(|c| !c.provider_executed) {

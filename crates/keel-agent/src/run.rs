@@ -515,6 +515,7 @@ impl Runner {
         history: &[Message],
         continuation: Option<&str>,
         stopped: bool,
+        step: &StepAccumulator,
     ) -> ModelCall {
         let mut prompt = history.to_vec();
         if let Some(prefix) = continuation {
@@ -522,7 +523,11 @@ impl Runner {
                 Some(last) if stopped && last.role == keel_core::Role::Assistant => {
                     extend_text(last, prefix);
                 }
-                _ => prompt.push(Message::assistant(prefix)),
+                _ => prompt.push(crate::response::continued_reply(
+                    step,
+                    prefix,
+                    self.options.clock.now(),
+                )),
             }
         }
         if let Some(prepare) = &self.options.prepare_messages {

@@ -658,6 +658,7 @@ async fn resume_from_text_checkpoint_continues_and_deletes_it() {
             completed_calls: vec![],
             in_flight: None,
             refused: false,
+            provider_calls: Vec::new(),
             saved_at: chrono::Utc::now(),
         })
         .await
@@ -706,6 +707,7 @@ async fn resume_from_completed_tool_checkpoint_never_opens_a_stream() {
             }],
             in_flight: None,
             refused: false,
+            provider_calls: Vec::new(),
             saved_at: chrono::Utc::now(),
         })
         .await
@@ -737,6 +739,7 @@ fn tool_checkpoint(reasoning: Vec<CapturedReasoning>) -> StreamCheckpoint {
         }],
         in_flight: None,
         refused: false,
+        provider_calls: Vec::new(),
         saved_at: chrono::Utc::now(),
     }
 }

@@ -18,7 +18,7 @@ use crate::driver::{self, Encoder, Piece};
 use crate::errors::{self, Flavor};
 use crate::plan::{Plan, Reply, StreamFault, plan};
 use crate::rules;
-use crate::script::Finish;
+use crate::script::{Finish, SearchResult};
 use crate::sse;
 use crate::state::State;
 
@@ -32,6 +32,7 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
     state.record_request("/v1/messages", &request);
     if state.config.strict
         && let Err(violation) = rules::check(rules::anthropic::RULES, &request)
+            .and_then(|()| rules::check(rules::web_search::ANTHROPIC, &request))
             .and_then(|()| rules::thinking::check(&request))
     {
         return violation.response(Flavor::Anthropic);
@@ -165,16 +166,45 @@ fn tool_id(reply: &Reply, index: usize) -> String {
 /// The result block a provider-run tool's call is followed by in the same turn
 /// (<https://platform.claude.com/docs/en/agents-and-tools/tool-use/server-tools>).
 fn server_result(reply: &Reply, index: usize) -> Value {
-    let name = reply
-        .calls
-        .get(index)
-        .map_or("web_search", |c| c.name.as_str());
+    let call = reply.calls.get(index);
+    let name = call.map_or("web_search", |c| c.name.as_str());
+    let example = [SearchResult {
+        url: "https://example.com/".to_owned(),
+        title: "Example".to_owned(),
+    }];
+    let pages = match call {
+        Some(call) if !call.results.is_empty() => call.results.as_slice(),
+        _ => &example,
+    };
+    let content: Vec<Value> = pages
+        .iter()
+        .map(|page| {
+            json!({"type": "web_search_result", "url": page.url, "title": page.title,
+                   "encrypted_content": rules::web_search::encrypted_content(&page.url),
+                   "page_age": Value::Null})
+        })
+        .collect();
     json!({
         "type": format!("{name}_tool_result"),
         "tool_use_id": tool_id(reply, index),
-        "content": [{"type": "web_search_result", "url": "https://example.com/",
-                     "title": "Example", "encrypted_content": "mock", "page_age": Value::Null}],
+        "content": content,
     })
+}
+
+/// The text of a reply that searched first cites the first page found
+/// (<https://docs.claude.com/en/docs/agents-and-tools/tool-use/web-search-tool>,
+/// "Citations": `web_search_result_location`).
+fn citations(reply: &Reply) -> Vec<Value> {
+    let text = reply.text();
+    reply.calls[..reply.leading_calls]
+        .iter()
+        .filter_map(|call| call.results.first())
+        .map(|page| {
+            json!({"type": "web_search_result_location", "url": page.url, "title": page.title,
+                   "encrypted_index": rules::web_search::encrypted_content(&page.url),
+                   "cited_text": text})
+        })
+        .collect()
 }
 
 /// A tool call's input as an object; argument text that is not JSON becomes `{}`.
@@ -188,16 +218,26 @@ fn message(reply: &Reply) -> Value {
         content.push(json!({"type": "thinking", "thinking": reply.reasoning(),
                             "signature": rules::thinking::sign(&reply.reasoning())}));
     }
+    let call = |index: usize| {
+        let call = reply.calls.get(index)?;
+        let block = json!({"type": call_type(call), "id": tool_id(reply, index),
+                           "name": call.name, "input": input(&call.args)});
+        Some(std::iter::once(block).chain(call.server.then(|| server_result(reply, index))))
+    };
+    content.extend((0..reply.leading_calls).filter_map(call).flatten());
     if !reply.text.is_empty() {
-        content.push(json!({"type": "text", "text": reply.text()}));
-    }
-    for (index, call) in reply.calls.iter().enumerate() {
-        content.push(json!({"type": call_type(call), "id": tool_id(reply, index),
-                            "name": call.name, "input": input(&call.args)}));
-        if call.server {
-            content.push(server_result(reply, index));
+        let citations = citations(reply);
+        let mut text = json!({"type": "text", "text": reply.text()});
+        if !citations.is_empty() {
+            text["citations"] = json!(citations);
         }
+        content.push(text);
     }
+    content.extend(
+        (reply.leading_calls..reply.calls.len())
+            .filter_map(call)
+            .flatten(),
+    );
     json!({
         "id": message_id(reply),
         "type": "message",
@@ -293,7 +333,13 @@ impl Encoder for Events {
                     self.delta(json!({"type": "signature_delta", "signature": rules::thinking::sign(&reply.reasoning())}));
                 return vec![signature, self.block_stop()];
             }
-            Piece::TextStart => self.block_start(json!({"type": "text", "text": ""})),
+            Piece::TextStart => {
+                let start = self.block_start(json!({"type": "text", "text": ""}));
+                let cited = citations(reply).into_iter().map(|citation| {
+                    self.delta(json!({"type": "citations_delta", "citation": citation}))
+                });
+                return std::iter::once(start).chain(cited).collect();
+            }
             Piece::TextDelta(text) => self.delta(json!({"type": "text_delta", "text": text})),
             Piece::ToolStart(index) => self.block_start(json!({
                 "type": reply.calls.get(index).map_or("tool_use", call_type),

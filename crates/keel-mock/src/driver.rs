@@ -103,6 +103,9 @@ impl Player {
             )
             .await?;
         }
+        for index in 0..reply.leading_calls {
+            self.call(reply, &mut encoder, index).await?;
+        }
         if !reply.text.is_empty() {
             self.block(
                 reply,
@@ -123,20 +126,32 @@ impl Player {
             )
             .await?;
         }
-        for (index, call) in reply.calls.iter().enumerate() {
-            self.block(
-                reply,
-                &mut encoder,
-                Piece::ToolStart(index),
-                call.chunks.iter().map(|c| Piece::ToolDelta(index, c)),
-                Piece::ToolEnd(index),
-            )
-            .await?;
+        for index in reply.leading_calls..reply.calls.len() {
+            self.call(reply, &mut encoder, index).await?;
         }
         // Faults scheduled at or beyond the reply's length happen before the finish, so a
         // large `after` means "just before the end".
         self.faults(reply, &mut encoder, true).await?;
         self.send_all(encoder.finish(reply)).await
+    }
+
+    async fn call(
+        &mut self,
+        reply: &Reply,
+        encoder: &mut impl Encoder,
+        index: usize,
+    ) -> Result<(), Stop> {
+        let Some(call) = reply.calls.get(index) else {
+            return Ok(());
+        };
+        self.block(
+            reply,
+            encoder,
+            Piece::ToolStart(index),
+            call.chunks.iter().map(|c| Piece::ToolDelta(index, c)),
+            Piece::ToolEnd(index),
+        )
+        .await
     }
 
     async fn block<'a>(

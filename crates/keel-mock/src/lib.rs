@@ -40,8 +40,8 @@ mod tokens;
 pub use config::{ChatServer, HUMAN_PACE, MockConfig};
 pub use error::ScriptError;
 pub use script::{
-    Cut, DIRECTIVE, Directive, Finish, HttpError, Malformed, Script, Stall, Step, StreamError,
-    ToolCall, Usage, parse_directive,
+    Cut, DIRECTIVE, Directive, Finish, HttpError, Malformed, Script, SearchResult, Stall, Step,
+    StreamError, ToolCall, Usage, WebSearch, parse_directive,
 };
 pub use server::{MockServer, serve, spawn};
 

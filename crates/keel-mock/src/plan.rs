@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::conversation::Conversation;
-use crate::script::{Finish, HttpError, Step, parse_directive};
+use crate::script::{Finish, HttpError, SearchResult, Step, parse_directive};
 use crate::state::State;
 use crate::tokens;
 
@@ -21,6 +21,8 @@ pub(crate) struct Reply {
     /// Refusal tokens, streamed after the text.
     pub refusal: Vec<String>,
     pub calls: Vec<Call>,
+    /// How many of `calls` (provider-run searches) stream before the text.
+    pub leading_calls: usize,
     pub usage: Figures,
     pub finish: Finish,
     pub faults: Faults,
@@ -40,6 +42,8 @@ pub(crate) struct Call {
     pub name: String,
     pub args: String,
     pub chunks: Vec<String>,
+    /// What a provider-run web search found (see `Step::web_search`).
+    pub results: Vec<SearchResult>,
 }
 
 /// Usage in Keel's neutral sense (input excludes cached tokens).
@@ -175,7 +179,8 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
 }
 
 /// Drops what a continued reply already said: the text resumes right after `prefix` (a
-/// provider's prefill may have lost trailing whitespace, which is tolerated).
+/// provider's prefill may have lost trailing whitespace, which is tolerated), and a search
+/// that came before that text is not run again.
 fn continue_after(reply: &mut Reply, prefix: &str) {
     let text = reply.text();
     let rest = text
@@ -184,13 +189,15 @@ fn continue_after(reply: &mut Reply, prefix: &str) {
     if let Some(rest) = rest {
         reply.text = tokens::words(rest);
         reply.reasoning.clear();
+        reply.calls.drain(..reply.leading_calls);
+        reply.leading_calls = 0;
     }
 }
 
 /// Fills in the echo text for a step without its own text. A step that calls tools says
 /// nothing unless told to, as models calling tools often do.
 fn with_echo(mut step: Step, user_text: &str) -> Step {
-    if step.text.is_none() && step.tool_calls.is_empty() {
+    if step.text.is_none() && step.tool_calls.is_empty() && step.web_search.is_none() {
         let echo = if user_text.trim().is_empty() {
             EMPTY_ECHO
         } else {
@@ -304,10 +311,11 @@ fn build(
         .as_deref()
         .map(tokens::words)
         .unwrap_or_default();
-    let calls: Vec<Call> = step
-        .tool_calls
-        .iter()
-        .map(|call| {
+    let search = step.web_search.as_ref().map(search_call);
+    let leading_calls = usize::from(search.is_some());
+    let calls: Vec<Call> = search
+        .into_iter()
+        .chain(step.tool_calls.iter().map(|call| {
             let args = call.args_text();
             Call {
                 id: call.id.clone(),
@@ -316,8 +324,9 @@ fn build(
                 name: call.name.clone(),
                 chunks: tokens::chunks(&args),
                 args,
+                results: Vec::new(),
             }
-        })
+        }))
         .collect();
     let sent = reasoning.len()
         + text.len()
@@ -379,6 +388,7 @@ fn build(
         text,
         refusal,
         calls,
+        leading_calls,
         usage,
         finish,
         faults,
@@ -388,6 +398,28 @@ fn build(
             0.0
         },
         stamp: step.stamp,
+    }
+}
+
+/// The provider-run call a scripted web search is.
+fn search_call(search: &crate::script::WebSearch) -> Call {
+    let args = serde_json::json!({"query": search.query}).to_string();
+    let results = if search.results.is_empty() {
+        vec![SearchResult {
+            url: "https://example.com/".to_owned(),
+            title: "Example".to_owned(),
+        }]
+    } else {
+        search.results.clone()
+    };
+    Call {
+        id: None,
+        server: true,
+        index: None,
+        name: "web_search".to_owned(),
+        chunks: tokens::chunks(&args),
+        args,
+        results,
     }
 }
 

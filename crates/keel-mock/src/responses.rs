@@ -31,6 +31,7 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
     state.record_request("/v1/responses", &request);
     if state.config.strict
         && let Err(violation) = rules::check(rules::openai_responses::RULES, &request)
+            .and_then(|()| rules::check(rules::web_search::RESPONSES, &request))
             .and_then(|()| rules::chain::check(&request, |id| state.stored_response(id).is_some()))
     {
         return violation.response(Flavor::OpenAi);
@@ -125,7 +126,7 @@ fn input_item(conversation: &mut Conversation, names: &mut HashMap<String, Strin
             };
             conversation.tool_result(name, output);
         }
-        "reasoning" => conversation.assistant(0, ""),
+        "reasoning" | "web_search_call" => conversation.assistant(0, ""),
         "message" => {
             let text = content_text(&item["content"]);
             match item["role"].as_str().unwrap_or_default() {
@@ -218,8 +219,22 @@ fn reasoning_item(reply: &Reply, context: &Context) -> Value {
     item
 }
 
-fn text_part(text: &str) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": []})
+fn text_part(text: &str, annotations: Vec<Value>) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": annotations})
+}
+
+/// The text of a reply that searched first cites the first page found, as a whole
+/// (<https://platform.openai.com/docs/guides/tools-web-search>, "Output and citations").
+fn citations(reply: &Reply) -> Vec<Value> {
+    let end = reply.text().chars().count();
+    reply.calls[..reply.leading_calls]
+        .iter()
+        .filter_map(|call| call.results.first())
+        .map(|page| {
+            json!({"type": "url_citation", "start_index": 0, "end_index": end,
+                   "url": page.url, "title": page.title})
+        })
+        .collect()
 }
 
 fn refusal_part(text: &str) -> Value {
@@ -230,7 +245,7 @@ fn refusal_part(text: &str) -> Value {
 fn message_content(reply: &Reply) -> Vec<Value> {
     let mut content = Vec::new();
     if !reply.text.is_empty() {
-        content.push(text_part(&reply.text()));
+        content.push(text_part(&reply.text(), citations(reply)));
     }
     if !reply.refusal.is_empty() {
         content.push(refusal_part(&reply.refusal()));
@@ -290,13 +305,16 @@ fn output(reply: &Reply, context: &Context) -> Vec<Value> {
     if !reply.reasoning.is_empty() {
         items.push(reasoning_item(reply, context));
     }
+    let call = |index: usize| {
+        let args = reply.calls.get(index).map(|c| c.args.as_str());
+        call_item(reply, index, "completed", args.unwrap_or_default())
+    };
+    items.extend((0..reply.leading_calls).map(call));
     let content = message_content(reply);
     if !content.is_empty() {
         items.push(message_item(reply, "completed", content));
     }
-    for (index, call) in reply.calls.iter().enumerate() {
-        items.push(call_item(reply, index, "completed", &call.args));
-    }
+    items.extend((reply.leading_calls..reply.calls.len()).map(call));
     items
 }
 
@@ -398,7 +416,7 @@ impl Encoder for Events {
                     self.event(
                         "response.content_part.added",
                         json!({"item_id": id, "output_index": output, "content_index": 0,
-                               "part": text_part("")}),
+                               "part": text_part("", Vec::new())}),
                     ),
                 ]
             }
@@ -409,7 +427,18 @@ impl Encoder for Events {
             }
             Piece::TextEnd => {
                 let (id, output, text) = (message_id(reply), self.text_index, reply.text());
-                let mut frames = vec![
+                let mut frames: Vec<Bytes> = citations(reply)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, annotation)| {
+                        self.event(
+                            "response.output_text.annotation.added",
+                            json!({"item_id": id, "output_index": output, "content_index": 0,
+                                   "annotation_index": index, "annotation": annotation}),
+                        )
+                    })
+                    .collect();
+                frames.extend([
                     self.event(
                         "response.output_text.done",
                         json!({"item_id": id, "output_index": output, "content_index": 0,
@@ -418,9 +447,9 @@ impl Encoder for Events {
                     self.event(
                         "response.content_part.done",
                         json!({"item_id": id, "output_index": output, "content_index": 0,
-                               "part": text_part(&text)}),
+                               "part": text_part(&text, citations(reply))}),
                     ),
-                ];
+                ]);
                 // A refusal that follows is a part of the same message item.
                 if reply.refusal.is_empty() {
                     frames.push(self.event(

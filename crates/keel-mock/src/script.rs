@@ -156,6 +156,10 @@ pub struct Step {
     /// Tool calls, streamed after the text.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// A web search the provider runs itself, streamed before the text, whose first
+    /// result the text then cites.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_search: Option<WebSearch>,
     /// Usage to report instead of the counted figures.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
@@ -317,6 +321,26 @@ impl ToolCall {
             other => other.to_string(),
         }
     }
+}
+
+/// A provider-run web search: Anthropic's `server_tool_use` and `web_search_tool_result`
+/// blocks, or a Responses `web_search_call` item; the reply's text cites the first result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSearch {
+    pub query: String,
+    /// The pages found; absent: one page at `https://example.com/`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<SearchResult>,
+}
+
+/// One page a web search found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchResult {
+    pub url: String,
+    #[serde(default)]
+    pub title: String,
 }
 
 /// Usage figures in Keel's neutral sense: `input_tokens` excludes cached prompt tokens.

@@ -12,6 +12,7 @@
 //!   failure onto [`keel_core::classify`];
 //! * [`openai_chat`], [`openai_responses`], [`anthropic`], [`gemini`]: one module per wire
 //!   protocol, each split into a request builder and a pure decoder;
+//! * [`provider_tools`]: the tools a provider runs itself, by configured name, per kind;
 //! * [`tls`]: the trust set-up every outgoing HTTPS client of Keel is built with.
 //!
 //! ```no_run
@@ -51,6 +52,7 @@ pub mod http;
 pub mod keepalive;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod provider_tools;
 pub mod sse;
 pub mod tls;
 
@@ -59,6 +61,7 @@ pub use config::{
     ReasoningContent, build_model, http_client,
 };
 pub use http::ErrorContext;
+pub use provider_tools::{PROVIDER_TOOL_NAMES, ProviderToolError, provider_tool};
 /// The HTTP client crate the adapters are built on, so callers construct a compatible
 /// [`reqwest::Client`].
 pub use reqwest;

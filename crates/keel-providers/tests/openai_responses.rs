@@ -528,3 +528,49 @@ fn a_refusal_goes_back_as_a_refusal_part_of_the_assistant_message() {
         json!({"role": "assistant", "content": "hello"})
     );
 }
+
+#[test]
+fn a_finished_web_search_goes_back_as_its_item_and_a_cut_one_not_at_all() {
+    let item = json!({"type": "web_search_call", "id": "ws_1", "status": "completed",
+                      "action": {"type": "search", "query": "keel"}});
+    let reasoning = json!({"openai_responses": {"item_id": "rs_1", "encrypted_content": "E",
+        "next_item": {"type": "web_search_call", "id": "ws_1"}}});
+    let searched = Message::new(
+        Role::Assistant,
+        vec![
+            Part::reasoning("", Some(reasoning)),
+            Part::tool_call("ws_1", "web_search", item["action"].to_string(), true),
+            Part::tool_result("ws_1", "web_search", item.clone(), false, true),
+            Part::text("Keel is a daemon."),
+            // Cut while searching: no item to send back.
+            Part::tool_call("ws_2", "web_search", "", true),
+        ],
+    );
+    let call = ModelCall {
+        messages: vec![
+            Message::user("what is keel?"),
+            searched,
+            Message::user("more"),
+        ],
+        tools: vec![
+            keel_providers::provider_tool(
+                keel_providers::ProviderKind::OpenAiResponses,
+                "web_search",
+            )
+            .unwrap(),
+        ],
+        options: CallOptions::default(),
+    };
+    let body = build_request(&call, "gpt-test");
+    assert_eq!(
+        body["input"],
+        json!([
+            {"role": "user", "content": [{"type": "input_text", "text": "what is keel?"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "E"},
+            item,
+            {"role": "assistant", "content": "Keel is a daemon."},
+            {"role": "user", "content": [{"type": "input_text", "text": "more"}]},
+        ])
+    );
+    assert_eq!(body["tools"], json!([{"type": "web_search"}]));
+}

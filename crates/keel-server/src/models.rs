@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use keel_core::{CallOptions, LanguageModel};
+use keel_core::{CallOptions, LanguageModel, ToolDefinition};
 use keel_providers::{ProviderKind, ProviderSettings, build_model};
 
 use crate::config::{Config, ModelEntry};
@@ -24,6 +24,8 @@ pub struct ModelHandle {
     pub startup_timeout: Option<std::time::Duration>,
     /// What its tokens cost (`price`); `None`: its usage is recorded without a cost.
     pub price: Option<keel_core::Price>,
+    /// Tools the provider runs itself (`provider_tools`), offered with every call.
+    pub provider_tools: Vec<ToolDefinition>,
 }
 
 /// Why models could not be built.
@@ -33,6 +35,11 @@ pub enum ModelsError {
     Build {
         index: usize,
         source: keel_providers::ProviderBuildError,
+    },
+    #[error("config key `models[{index}].provider_tools`: {source}")]
+    ProviderTool {
+        index: usize,
+        source: keel_providers::ProviderToolError,
     },
     #[error("starting the built-in demo model failed: {0}")]
     Demo(std::io::Error),
@@ -70,6 +77,7 @@ impl ModelRegistry {
                 options: CallOptions::default(),
                 startup_timeout: None,
                 price: None,
+                provider_tools: Vec::new(),
             };
             return Ok(Self::from_handles(
                 vec![handle],
@@ -96,6 +104,12 @@ impl ModelRegistry {
             settings.reasoning_content = provider.entry.reasoning_content.unwrap_or_default();
             let model = build_model(&settings, &entry.model, http.clone())
                 .map_err(|source| ModelsError::Build { index, source })?;
+            let provider_tools = entry
+                .provider_tools
+                .iter()
+                .map(|name| keel_providers::provider_tool(provider.entry.kind, name))
+                .collect::<Result<_, _>>()
+                .map_err(|source| ModelsError::ProviderTool { index, source })?;
             handles.push(ModelHandle {
                 id: entry.id.clone(),
                 provider: entry.provider.clone(),
@@ -106,6 +120,7 @@ impl ModelRegistry {
                     .startup_timeout_ms
                     .map(std::time::Duration::from_millis),
                 price: entry.price,
+                provider_tools,
             });
         }
         let default = config.default_model().unwrap_or_default().to_owned();

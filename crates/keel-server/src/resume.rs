@@ -4,7 +4,7 @@
 //! tool calls of the step, which the loop resumes with its recovery plans: the final reply
 //! then contains what was streamed before the crash exactly once.
 
-use keel_agent::recovery::{CapturedCall, CapturedReasoning, args_are_json};
+use keel_agent::recovery::{CapturedCall, CapturedProviderCall, CapturedReasoning, args_are_json};
 use keel_agent::{NextStep, StreamSnapshot, next_step};
 use keel_core::PendingToolCall;
 use keel_core::{FinishReason, Part, PartKind, Role};
@@ -19,6 +19,7 @@ pub(crate) fn snapshot_from_log<'a>(
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<(CapturedCall, bool)> = Vec::new();
+    let mut provider: Vec<CapturedProviderCall> = Vec::new();
     let mut refused = false;
     for value in payloads {
         let Some((event, data)) = from_log(value) else {
@@ -29,7 +30,11 @@ pub(crate) fn snapshot_from_log<'a>(
                 text.clear();
                 reasoning.clear();
                 calls.clear();
+                provider.clear();
                 refused = false;
+            }
+            _ if data["role"] == "assistant" && data["part"]["provider_executed"] == true => {
+                provider_part(&data["part"], &mut calls, &mut provider);
             }
             _ if data["role"] == "assistant" && data["part"]["type"] == "reasoning" => {
                 reasoning.push_str(data["part"]["text"].as_str().unwrap_or_default());
@@ -44,10 +49,13 @@ pub(crate) fn snapshot_from_log<'a>(
             _ => apply_part(&data, &mut text, &mut calls),
         }
     }
+    // A call the provider had not answered is left out, as the loop leaves it out.
+    provider.retain(|call| !call.result.is_null());
     let mut snapshot = StreamSnapshot {
         bytes_received: text.len(),
         partial_text: text,
         refused,
+        provider_calls: provider,
         ..StreamSnapshot::default()
     };
     // What clients were sent of the reasoning carries no signature.
@@ -202,6 +210,35 @@ pub(crate) fn last_step(recent: &[Committed<'_>], client_tools: &[String]) -> La
     }
 }
 
+/// A part of a call the provider ran: the complete call (whose argument deltas went into
+/// `calls`, unmarked, and leave it now), or its result.
+fn provider_part(
+    part: &Value,
+    calls: &mut Vec<(CapturedCall, bool)>,
+    provider: &mut Vec<CapturedProviderCall>,
+) {
+    let id = part["tool_call_id"].as_str().unwrap_or_default();
+    match part["type"].as_str() {
+        Some("tool_call") if part["complete"] == true => {
+            calls.retain(|(c, _)| c.tool_call_id != id);
+            provider.push(CapturedProviderCall {
+                tool_call_id: id.to_owned(),
+                tool_name: part["tool_name"].as_str().unwrap_or_default().to_owned(),
+                args: part["args"].as_str().unwrap_or_default().to_owned(),
+                result: Value::Null,
+                is_error: false,
+            });
+        }
+        Some("tool_result") => {
+            if let Some(call) = provider.iter_mut().find(|c| c.tool_call_id == id) {
+                call.result = part.get("result").cloned().unwrap_or(Value::Null);
+                call.is_error = part["is_error"] == true;
+            }
+        }
+        _ => {}
+    }
+}
+
 fn apply_part(data: &Value, text: &mut String, calls: &mut Vec<(CapturedCall, bool)>) {
     if data["role"] != "assistant" {
         return;
@@ -283,6 +320,44 @@ mod tests {
         assert_eq!(snapshot.completed_calls.len(), 1);
         assert_eq!(snapshot.completed_calls[0].args, "{\"path\":\"x\"}");
         assert_eq!(snapshot.in_flight.as_ref().unwrap().tool_call_id, "b");
+    }
+
+    #[test]
+    fn a_provider_run_search_is_kept_with_its_result_and_never_as_a_call_to_run() {
+        let search = |id: &str| LiveEvent::ToolCall {
+            tool_call_id: id.into(),
+            tool_name: "web_search".into(),
+            args: "{\"query\":\"q\"}".into(),
+            provider_executed: true,
+        };
+        let entries = log(&[
+            LiveEvent::ToolCallDelta {
+                tool_call_id: "s1".into(),
+                tool_name: "web_search".into(),
+                args_delta: "{\"query\":".into(),
+            },
+            search("s1"),
+            LiveEvent::ToolResult {
+                part: Part::tool_result("s1", "web_search", serde_json::json!([1]), false, true),
+            },
+            search("s2"),
+            LiveEvent::TextDelta {
+                delta: "Keel is".into(),
+            },
+        ]);
+        let snapshot = snapshot_from_log(&entries);
+        assert_eq!(snapshot.partial_text, "Keel is");
+        assert!(snapshot.completed_calls.is_empty() && snapshot.in_flight.is_none());
+        let kept: Vec<_> = snapshot
+            .provider_calls
+            .iter()
+            .map(|c| (c.tool_call_id.as_str(), c.result.clone()))
+            .collect();
+        assert_eq!(
+            kept,
+            [("s1", serde_json::json!([1]))],
+            "s2 was never answered"
+        );
     }
 
     #[test]

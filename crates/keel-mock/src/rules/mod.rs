@@ -14,7 +14,8 @@
 //! * [`anthropic`]: `tool_use` / `tool_result` pairing, unique ids, provider-run results, no
 //!   prefill on Claude 4.6 and later;
 //! * [`chain`], [`prefill`], [`thinking`]: chained responses, assistant prefill, signed
-//!   thinking.
+//!   thinking;
+//! * [`web_search`]: provider tool types and provider-run web searches, on both APIs.
 
 pub(crate) mod anthropic;
 pub(crate) mod chain;
@@ -24,6 +25,7 @@ pub(crate) mod openai_responses;
 pub(crate) mod prefill;
 pub(crate) mod thinking;
 pub(crate) mod thought_signature;
+pub(crate) mod web_search;
 
 use axum::Json;
 use axum::http::StatusCode;

@@ -19,11 +19,14 @@ use super::Violation;
 
 /// The signature the mock gives a thinking block with this text.
 pub(crate) fn sign(thinking: &str) -> String {
-    // FNV-1a: stable across processes and builds, unlike the std hasher.
-    let hash = thinking.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+    format!("mock-sig-{:016x}", stable_hash(thinking))
+}
+
+/// FNV-1a: stable across processes and builds, unlike the std hasher.
+pub(crate) fn stable_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("mock-sig-{hash:016x}")
+    })
 }
 
 /// Checks a Messages request's thinking blocks.

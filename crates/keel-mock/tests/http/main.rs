@@ -9,3 +9,4 @@ mod gemini;
 mod openai_chat;
 mod pacing;
 mod responses;
+mod web_search;

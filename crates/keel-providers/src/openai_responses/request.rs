@@ -1,7 +1,8 @@
 //! Builds the Responses API request body from a [`ModelCall`].
 //!
 //! In chain mode (`previous_response_id` set) the provider already holds the conversation,
-//! so only the input after the last assistant turn is sent.
+//! so only the input after the last assistant turn is sent. Provider tools go in `tools` by
+//! their own type; the calls they made go back as the items they came as.
 
 use keel_core::{Message, ModelCall, Part, PartKind, Role, ToolChoice};
 use serde_json::{Map, Value, json};
@@ -147,11 +148,33 @@ fn assistant(message: &Message, store: bool, items: &mut Vec<Value>) {
                 }
                 turn.push(item);
             }
+            // A call the provider ran goes back as the output item it came as (kept whole
+            // as its result), with its id, status and action: the API takes it as input
+            // (<https://platform.openai.com/docs/api-reference/responses/create>, `input`,
+            // "Web search tool call"). A call cut before its item was done has no result
+            // and is left out.
+            PartKind::ToolResult {
+                result,
+                provider_executed: true,
+                ..
+            } if is_provider_item(result) => {
+                turn.flush_text();
+                turn.push(result.clone());
+            }
             _ => {}
         }
     }
     turn.flush_text();
     turn.settle();
+}
+
+/// Whether a provider-run tool's result is the whole output item of its call.
+fn is_provider_item(result: &Value) -> bool {
+    let kind = result
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    kind.ends_with("_call") && result.get("id").is_some_and(Value::is_string)
 }
 
 /// The items of one assistant turn being built.

@@ -107,6 +107,9 @@ pub struct ModelEntry {
     pub startup_timeout_ms: Option<u64>,
     /// US dollars per million tokens; absent: the model's usage has no cost.
     pub price: Option<keel_core::Price>,
+    /// Tools the provider runs itself, by name (`web_search`), offered with every call.
+    #[serde(default)]
+    pub provider_tools: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

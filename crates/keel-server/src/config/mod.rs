@@ -153,6 +153,7 @@ mod tests {
         "output_limit_field",
         "pending_action_timeout_ms",
         "provider",
+        "provider_tools",
         "queue_max",
         "reasoning_content",
         "reasoning_effort",

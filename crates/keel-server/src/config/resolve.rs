@@ -156,6 +156,7 @@ fn providers_from_env(env: &dyn Env) -> (Vec<ProviderEntry>, Vec<ModelEntry>) {
         continuation: None,
         startup_timeout_ms: None,
         price: None,
+        provider_tools: Vec::new(),
     };
     if env.var("OPENAI_API_KEY").is_some() {
         providers.push(ProviderEntry {

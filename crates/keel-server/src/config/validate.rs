@@ -147,6 +147,10 @@ pub(super) fn models(
             .find(|p| p.entry.name == model.provider)
             .map(|p| p.entry.kind);
         model_options(model, kind).map_err(|(field, why)| ConfigError::invalid(key(field), why))?;
+        if let Some(kind) = kind {
+            provider_tools(model, kind)
+                .map_err(|why| ConfigError::invalid(key("provider_tools"), why))?;
+        }
     }
     if models.iter().filter(|m| m.default).count() > 1 {
         return Err(ConfigError::invalid(
@@ -200,6 +204,18 @@ fn model_options(
             "effort",
             "only anthropic providers take it; OpenAI models take reasoning_effort",
         ));
+    }
+    Ok(())
+}
+
+/// Each provider tool of a model must be one its provider runs, named once.
+fn provider_tools(model: &ModelEntry, kind: ProviderKind) -> Result<(), String> {
+    let mut seen = HashSet::new();
+    for name in &model.provider_tools {
+        if !seen.insert(name.as_str()) {
+            return Err(format!("`{name}` is listed twice"));
+        }
+        keel_providers::provider_tool(kind, name).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -551,5 +567,45 @@ mod tests {
             "a".repeat(64)
         );
         assert!(resolve(&with_user, &env(&[])).is_ok());
+    }
+
+    #[test]
+    fn provider_tools_must_be_ones_the_models_provider_runs() {
+        let config = |kind: &str, tools: &str| {
+            format!(
+                "[[providers]]\nname = \"p\"\nkind = \"{kind}\"\nbase_url = \"http://h\"\n\
+                 [[models]]\nid = \"m\"\nprovider = \"p\"\nmodel = \"m\"\n\
+                 provider_tools = {tools}"
+            )
+        };
+        for (kind, tools, why) in [
+            (
+                "anthropic",
+                "[\"code_interpreter\"]",
+                "unknown provider tool",
+            ),
+            (
+                "openai-chat",
+                "[\"web_search\"]",
+                "openai-chat providers have no",
+            ),
+            (
+                "anthropic",
+                "[\"web_search\", \"web_search\"]",
+                "listed twice",
+            ),
+        ] {
+            match resolve(&config(kind, tools), &env(&[])) {
+                Err(ConfigError::Invalid { key, message }) => {
+                    assert_eq!(key, "models[0].provider_tools");
+                    assert!(message.contains(why), "{message}");
+                }
+                other => panic!("{kind} {tools}: expected an error, got {other:?}"),
+            }
+        }
+        for kind in ["anthropic", "openai-responses"] {
+            let resolved = resolve(&config(kind, "[\"web_search\"]"), &env(&[])).unwrap();
+            assert_eq!(resolved.models[0].provider_tools, ["web_search"]);
+        }
     }
 }

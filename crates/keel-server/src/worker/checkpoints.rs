@@ -57,6 +57,7 @@ impl CheckpointStore for StoreCheckpoints {
             partial_text: String::new(),
             completed_calls: Vec::new(),
             in_flight: None,
+            provider_calls: Vec::new(),
             ..checkpoint.clone()
         };
         let data = serde_json::to_value(&kept).map_err(failed)?;
@@ -90,6 +91,7 @@ impl CheckpointStore for StoreCheckpoints {
             completed_calls: snapshot.completed_calls.clone(),
             in_flight: snapshot.in_flight.clone(),
             refused: snapshot.refused,
+            provider_calls: snapshot.provider_calls.clone(),
             saved_at: chrono::Utc::now(),
         }))
     }
@@ -123,6 +125,7 @@ mod tests {
             completed_calls: Vec::new(),
             in_flight: None,
             refused: false,
+            provider_calls: Vec::new(),
             saved_at: chrono::Utc::now(),
         }
     }

@@ -304,6 +304,14 @@ fn prepare(
         .into_iter()
         .map(|t| ToolDefinition::function(t.name, t.description, t.parameters))
         .collect();
+    options.provider_tools = model
+        .provider_tools
+        .iter()
+        .map(|definition| keel_agent::ProviderTool {
+            definition: definition.clone(),
+            runner: None,
+        })
+        .collect();
     options.max_steps = chat.max_steps.unwrap_or(runs.max_steps);
     options.call_options = model.options.clone();
     if model.options.store {

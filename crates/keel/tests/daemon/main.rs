@@ -22,6 +22,7 @@ mod isolation;
 mod panics;
 #[path = "../support/postgres.rs"]
 mod postgres;
+mod provider_tools;
 mod providers;
 mod replicas;
 mod rerun;

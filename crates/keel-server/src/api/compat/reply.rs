@@ -62,6 +62,8 @@ pub(crate) struct Call {
     pub args: String,
     pub complete: bool,
     pub result: Option<Outcome>,
+    /// The provider ran it (web search): no client runs it, its result comes with it.
+    pub provider_executed: bool,
 }
 
 /// One block of a step, in the order blocks started.
@@ -252,6 +254,7 @@ impl Reply {
                     tool_call_id,
                     tool_name,
                     args,
+                    provider_executed,
                     ..
                 } => blocks.push(Block::Call(Call {
                     id: tool_call_id.clone(),
@@ -259,6 +262,7 @@ impl Reply {
                     args: args.clone(),
                     complete: true,
                     result: None,
+                    provider_executed: *provider_executed,
                 })),
                 PartKind::ToolResult { .. } => provider_results.push(part.clone()),
                 _ => {}
@@ -393,6 +397,7 @@ impl Reply {
                     args: String::new(),
                     complete: false,
                     result: None,
+                    provider_executed: false,
                 }),
             );
             step.blocks.len() - 1
@@ -404,6 +409,8 @@ impl Reply {
                     call.args = args.to_owned();
                 }
                 call.complete = true;
+                call.provider_executed =
+                    part.get("provider_executed").and_then(Value::as_bool) == Some(true);
             }
         }
     }

@@ -7,7 +7,7 @@
 //! | the assistant and tool messages after user message `n` | one `{"id": "keel-n-reply", "role": "assistant"}` |
 //! | each stored step | `step-start`, then its parts |
 //! | text / reasoning | `text` / `reasoning` with `state: "done"` |
-//! | tool call + its result | `tool-NAME` with `output-available` (`output`) or `output-error` (`errorText`); `input-available` while it waits |
+//! | tool call + its result | `tool-NAME` with `output-available` (`output`) or `output-error` (`errorText`); `input-available` while it waits; `providerExecuted: true` when the provider ran it |
 //! | system messages (compaction notices) | left out |
 
 use keel_core::Role;
@@ -91,6 +91,9 @@ fn assistant_parts(reply: &Reply) -> Vec<Value> {
                         .unwrap_or_else(|_| Value::String(call.args.clone()));
                     let mut part = json!({"type": format!("tool-{}", call.name),
                                           "toolCallId": call.id, "input": input});
+                    if call.provider_executed {
+                        part["providerExecuted"] = json!(true);
+                    }
                     match &call.result {
                         Some(r) if r.is_error => {
                             part["state"] = json!("output-error");

@@ -6,7 +6,7 @@
 //! | start | `start` (`messageId`) |
 //! | a new step | `start-step` |
 //! | text / reasoning part | `text-start`, `text-delta`…, `text-end` (`reasoning-…` likewise); a voided part (a whole restart said something else) just ends, and the new text comes in a new part: the protocol cannot take text back |
-//! | tool call (arguments complete) | `tool-input-start`, `tool-input-delta` (all of them), `tool-input-available` (`tool-input-error` when the arguments are not JSON); `providerExecuted: true` when its result is already known, so a resumed page does not run a client-side tool again |
+//! | tool call (arguments complete) | `tool-input-start`, `tool-input-delta` (all of them), `tool-input-available` (`tool-input-error` when the arguments are not JSON); `providerExecuted: true` for a call the provider ran (web search), and when its result is already known, so a resumed page does not run a client-side tool again |
 //! | tool result | `tool-output-available`, or `tool-output-error` with the result as text |
 //! | step stored | `finish-step` |
 //! | end `Done` / `ToolCalls` | `finish` with `stop` / `tool-calls` |
@@ -102,9 +102,12 @@ impl UiStream {
 
     /// A call's input, whole: its arguments are complete when it is announced.
     fn call(&mut self, call: &Call, answered: bool, chunks: &mut Vec<Value>) {
-        chunks.push(
-            json!({"type": "tool-input-start", "toolCallId": call.id, "toolName": call.name}),
-        );
+        let mut start =
+            json!({"type": "tool-input-start", "toolCallId": call.id, "toolName": call.name});
+        if call.provider_executed {
+            start["providerExecuted"] = json!(true);
+        }
+        chunks.push(start);
         if !call.args.is_empty() {
             chunks.push(json!({"type": "tool-input-delta", "toolCallId": call.id, "inputTextDelta": call.args}));
         }
@@ -117,8 +120,9 @@ impl UiStream {
             Ok(input) => {
                 let mut available = json!({"type": "tool-input-available", "toolCallId": call.id,
                                            "toolName": call.name, "input": input});
-                if answered {
-                    // Answered already (a resumed stream): the page must not run it again.
+                if answered || call.provider_executed {
+                    // Run by the provider, or answered already (a resumed stream): the page
+                    // must not run it (again).
                     available["providerExecuted"] = json!(true);
                     self.answered.push(call.id.clone());
                 }
@@ -322,6 +326,32 @@ mod tests {
             .unwrap();
         assert_eq!(output["output"], "yes");
         assert_eq!(output["providerExecuted"], true);
+    }
+
+    #[test]
+    fn a_provider_run_search_is_sent_as_provider_executed_live() {
+        let mut reply = Reply::default();
+        let mut stream = UiStream::new("m");
+        reply.apply(
+            "part",
+            &json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "s",
+                    "tool_name": "web_search", "args_delta": "", "args": "{\"query\":\"q\"}",
+                    "complete": true, "provider_executed": true}}),
+        );
+        reply.apply(
+            "part",
+            &json!({"role": "assistant", "part": {"type": "tool_result", "tool_call_id": "s",
+                    "tool_name": "web_search", "result": [], "provider_executed": true}}),
+        );
+        let chunks = stream.update(&reply);
+        for kind in [
+            "tool-input-start",
+            "tool-input-available",
+            "tool-output-available",
+        ] {
+            let chunk = chunks.iter().find(|c| c["type"] == kind).unwrap();
+            assert_eq!(chunk["providerExecuted"], true, "{kind}: {chunks:?}");
+        }
     }
 
     #[test]

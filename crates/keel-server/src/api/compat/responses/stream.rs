@@ -21,6 +21,7 @@
 //! | text part | a `message` item: `output_item.added`, `content_part.added`, `output_text.delta`…, `output_text.done`, `content_part.done`, `output_item.done` (status `incomplete` when a restart voided it; the new text comes in a new item) |
 //! | call of a client-side tool (`tools` of the request), arguments complete | a `function_call` item (`call_id` = Keel's tool call id): `output_item.added`, `function_call_arguments.delta`…, `.done`, `output_item.done` |
 //! | call of one of Keel's own tools | an `mcp_call` item (`server_label: "keel"`) added with its arguments, done with its `output` (or `error`) |
+//! | web search the provider ran | a `web_search_call` item: `output_item.added` (`in_progress`), `web_search_call.in_progress`, and once its result is in `web_search_call.completed` and `output_item.done` with its `action` |
 //! | reasoning | not sent (Keel keeps it; the Responses summary format does not fit it) |
 //! | end `Done` / `ToolCalls` | `response.completed` |
 //! | end `Interrupted` (cancel, or a change of branch under the reply) | `response.incomplete`, status `cancelled` |
@@ -34,7 +35,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use crate::api::compat::project::{Op, Projection, TextKind};
-use crate::api::compat::reply::{Block, End, Reply};
+use crate::api::compat::reply::{Block, Call, End, Reply};
 
 /// What a response is about, besides its reply.
 #[derive(Debug, Clone)]
@@ -53,6 +54,27 @@ enum Kind {
     Message,
     Function,
     Mcp,
+    WebSearch,
+}
+
+/// Whether a call is a web search the provider ran, shown as the Responses API shows its
+/// own (<https://platform.openai.com/docs/api-reference/responses/object>, `output`, "Web
+/// search tool call").
+fn is_web_search(call: &Call) -> bool {
+    call.provider_executed && call.name == "web_search"
+}
+
+/// A web search's `action` from its arguments: the Responses API's own action as it is, or
+/// a search for the query another provider's call carried.
+fn search_action(args: &str) -> Value {
+    let mut action = match serde_json::from_str::<Value>(args) {
+        Ok(Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    action
+        .entry("type")
+        .or_insert_with(|| Value::String("search".to_owned()));
+    Value::Object(action)
 }
 
 /// One output item as far as the reply has it.
@@ -96,7 +118,13 @@ fn items(reply: &Reply, client_tools: &[String]) -> Vec<Item> {
                 Block::Call(call) => {
                     let client = client_tools.contains(&call.name);
                     Item {
-                        kind: if client { Kind::Function } else { Kind::Mcp },
+                        kind: if client {
+                            Kind::Function
+                        } else if is_web_search(call) {
+                            Kind::WebSearch
+                        } else {
+                            Kind::Mcp
+                        },
                         text: call.args.clone(),
                         name: call.name.clone(),
                         call_id: call.id.clone(),
@@ -121,6 +149,7 @@ fn item_id(meta: &Meta, kind: &Kind, index: usize) -> String {
         Kind::Message => "msg",
         Kind::Function => "fc",
         Kind::Mcp => "mcp",
+        Kind::WebSearch => "ws",
     };
     let suffix = meta.id.trim_start_matches("resp_");
     format!("{prefix}_{suffix}_{index}")
@@ -157,6 +186,18 @@ fn item_json(meta: &Meta, index: usize, item: &Item, done: bool, with_partial: b
             };
             json!({"id": id, "type": "mcp_call", "server_label": "keel", "name": item.name,
                    "arguments": item.text, "output": output, "error": error, "status": status})
+        }
+        Kind::WebSearch => {
+            let status = match &item.result {
+                Some((_, false)) if done => "completed",
+                _ if done => "failed",
+                _ => "in_progress",
+            };
+            let mut json = json!({"id": id, "type": "web_search_call", "status": status});
+            if done {
+                json["action"] = search_action(&item.text);
+            }
+            json
         }
     }
 }
@@ -255,6 +296,8 @@ struct OpenItem {
     pending: String,
     /// An `mcp_call` not yet done: its name and arguments.
     mcp: Option<(String, String)>,
+    /// A `web_search_call` not yet done: its arguments.
+    search: Option<String>,
 }
 
 /// The streaming events of one response.
@@ -321,6 +364,7 @@ impl ResponsesStream {
                 id: id.clone(),
                 pending: String::new(),
                 mcp: None,
+                search: None,
             },
         );
         (output_index, id)
@@ -414,6 +458,22 @@ impl ResponsesStream {
                     "item": item(&call.args, "completed")}),
                 );
             }
+            Op::Call { part, call, .. } if is_web_search(&call) => {
+                let (index, id) = self.open_item(part, &Kind::WebSearch);
+                if let Some(item) = self.items.get_mut(&part) {
+                    item.search = Some(call.args.clone());
+                }
+                self.push(
+                    out,
+                    json!({"type": "response.output_item.added", "output_index": index,
+                    "item": {"id": id, "type": "web_search_call", "status": "in_progress"}}),
+                );
+                self.push(
+                    out,
+                    json!({"type": "response.web_search_call.in_progress",
+                    "item_id": id, "output_index": index}),
+                );
+            }
             Op::Call { part, call, .. } => {
                 let (index, id) = self.open_item(part, &Kind::Mcp);
                 if let Some(item) = self.items.get_mut(&part) {
@@ -475,6 +535,28 @@ impl ResponsesStream {
         let Some(item) = self.items.remove(&part) else {
             return;
         };
+        if let Some(args) = item.search {
+            let status = if result.is_ok() {
+                "completed"
+            } else {
+                "failed"
+            };
+            let (index, id) = (item.output_index, item.id);
+            if result.is_ok() {
+                self.push(
+                    out,
+                    json!({"type": "response.web_search_call.completed",
+                    "item_id": id, "output_index": index}),
+                );
+            }
+            self.push(
+                out,
+                json!({"type": "response.output_item.done", "output_index": index,
+                "item": {"id": id, "type": "web_search_call", "status": status,
+                         "action": search_action(&args)}}),
+            );
+            return;
+        }
         let Some((name, arguments)) = item.mcp else {
             return;
         };
@@ -773,6 +855,45 @@ mod tests {
                 .any(|e| e["type"] == "response.function_call_arguments.done")
         );
         assert_eq!(events.last().unwrap()["type"], "response.completed");
+    }
+
+    #[test]
+    fn a_provider_run_web_search_is_a_web_search_call_item() {
+        let events = live(
+            &[
+                (
+                    "part",
+                    json!({"role": "assistant", "part": {"type": "tool_call", "tool_call_id": "s",
+                           "tool_name": "web_search", "args_delta": "", "args": "{\"query\":\"q\"}",
+                           "complete": true, "provider_executed": true}}),
+                ),
+                (
+                    "part",
+                    json!({"role": "assistant", "part": {"type": "tool_result", "tool_call_id": "s",
+                           "tool_name": "web_search", "result": [], "provider_executed": true}}),
+                ),
+                ("part", text("Found.")),
+                ("status", json!({"status": "waiting"})),
+            ],
+            Vec::new(),
+        );
+        let kinds = types(&events);
+        let added = kinds
+            .iter()
+            .position(|k| *k == "response.web_search_call.in_progress")
+            .unwrap();
+        assert_eq!(kinds[added - 1], "response.output_item.added");
+        assert_eq!(kinds[added + 1], "response.web_search_call.completed");
+        let done = &events[added + 2];
+        assert_eq!(
+            done["item"],
+            json!({"id": "ws_x_0", "type": "web_search_call", "status": "completed",
+                   "action": {"type": "search", "query": "q"}})
+        );
+        let output = &events.last().unwrap()["response"]["output"];
+        assert_eq!(output[0]["type"], "web_search_call");
+        assert_eq!(output[0]["status"], "completed");
+        assert_eq!(output[1]["type"], "message");
     }
 
     #[test]
