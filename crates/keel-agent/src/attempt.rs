@@ -86,6 +86,7 @@ impl Runner {
             let continued = continued_prefix(stopped.as_deref(), continuation.as_deref());
             let prefilled =
                 continued.is_some() && self.options.model.supports_prefill(&call.options);
+            let prefill_options = prefilled.then(|| call.options.clone());
             // Continued by instruction, a model may start over; with prefill it cannot.
             let seam = continued.filter(|_| !prefilled);
             let error = match self.attempt(call, acc, seam.as_deref()).await {
@@ -121,10 +122,16 @@ impl Runner {
                 }
                 AttemptEnd::Failed(error) => error,
             };
-            if prefilled && is_prefill_refusal(&error) && self.options.model.refuse_prefill() {
+            if let Some(options) = &prefill_options
+                && is_prefill_refusal(&error)
+            {
                 // The model takes no prefill after all (the adapter remembers it): the same
-                // continuation again at once, by instruction. Nothing was streamed.
-                continue;
+                // continuation again at once, by instruction. Nothing was streamed. Another
+                // call refused at the same moment may have made the switch already.
+                self.options.model.refuse_prefill();
+                if !self.options.model.supports_prefill(options) {
+                    continue;
+                }
             }
             self.save_checkpoint(acc).await;
             if error.kind == ErrorKind::ChainBroken {

@@ -873,3 +873,34 @@ async fn a_continuation_that_brings_the_seam_whitespace_again_is_not_doubled() {
         .unwrap();
     assert_eq!(final_text(&persister), "Hello world, and everyone in it.");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_prefill_refused_after_another_call_made_the_switch_is_retried_by_instruction() {
+    let refused = keel_core::ProviderError::new(
+        ErrorKind::InvalidRequest,
+        "This model does not support assistant message prefill. The conversation must end \
+         with a user message.",
+    );
+    let model = ScriptedModel::prefilling(vec![
+        cut_after("Hello "),
+        Reply::Fail(refused),
+        answering("world, and everyone in it."),
+    ]);
+    let persister = RecordingPersister::new();
+    run(options(model.clone(), persister.clone()), Cancel::new())
+        .await
+        .unwrap();
+    assert_eq!(final_text(&persister), "Hello world, and everyone in it.");
+    let calls = model.calls();
+    assert_eq!(
+        calls.len(),
+        3,
+        "the refused continuation went again at once"
+    );
+    // The adapter builds the call by instruction once the model says it takes no prefill.
+    assert!(!model.prefill.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(
+        calls[1].messages, calls[2].messages,
+        "the same continuation again"
+    );
+}

@@ -35,7 +35,8 @@ pub trait LanguageModel: Send + Sync {
 
     /// The provider refused a native continuation ([`crate::classify::is_prefill_refusal`]):
     /// continue this model by instruction from now on. Returns whether that changed
-    /// anything, so the refused call is retried once, at once.
+    /// anything (the first refusal, which is logged); the loop retries any refused call at
+    /// once when [`LanguageModel::supports_prefill`] then says no.
     fn refuse_prefill(&self) -> bool {
         false
     }

@@ -56,6 +56,9 @@ pub struct ScriptedModel {
     pub mark_last: bool,
     /// Answers [`LanguageModel::requires_signed_reasoning`] (Anthropic with thinking).
     pub signed_reasoning: bool,
+    /// Whether it continues by prefill; a refusal turns it off, as if another call's refusal
+    /// had made the switch first ([`LanguageModel::refuse_prefill`] answers false).
+    pub prefill: std::sync::atomic::AtomicBool,
 }
 
 impl ScriptedModel {
@@ -65,6 +68,7 @@ impl ScriptedModel {
             calls: Mutex::new(Vec::new()),
             mark_last: false,
             signed_reasoning: false,
+            prefill: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -74,6 +78,7 @@ impl ScriptedModel {
             calls: Mutex::new(Vec::new()),
             mark_last: false,
             signed_reasoning: true,
+            prefill: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -83,7 +88,17 @@ impl ScriptedModel {
             calls: Mutex::new(Vec::new()),
             mark_last: true,
             signed_reasoning: false,
+            prefill: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// A model that continues by prefill until one is refused.
+    pub fn prefilling(replies: Vec<Reply>) -> Arc<Self> {
+        let model = Self::new(replies);
+        model
+            .prefill
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        model
     }
 
     pub fn calls(&self) -> Vec<ModelCall> {
@@ -103,6 +118,16 @@ impl LanguageModel for ScriptedModel {
 
     fn requires_signed_reasoning(&self, _options: &keel_core::CallOptions) -> bool {
         self.signed_reasoning
+    }
+
+    fn supports_prefill(&self, _options: &keel_core::CallOptions) -> bool {
+        self.prefill.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn refuse_prefill(&self) -> bool {
+        self.prefill
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        false
     }
 
     fn prepare_prompt(&self, messages: &mut [Message]) {
