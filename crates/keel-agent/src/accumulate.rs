@@ -325,52 +325,14 @@ impl StepAccumulator {
         }
     }
 
-    /// Rebuilds step content from a snapshot (e.g. a checkpoint of a crashed process) without
-    /// publishing it; [`Self::republish`] does that once the recovery plan has trimmed it.
-    pub fn restore(&mut self, snapshot: &crate::recovery::StreamSnapshot, clock: &Arc<dyn Clock>) {
-        *self = Self::default();
-        for reasoning in &snapshot.reasoning {
-            self.blocks.push(Block::Reasoning {
-                text: reasoning.text.clone(),
-                metadata: reasoning.provider_metadata.clone(),
-            });
-        }
-        // The provider's searches came before the text that cites them.
-        for call in &snapshot.provider_calls {
-            self.blocks.push(Block::ToolCall(StreamedCall {
-                tool_call_id: call.tool_call_id.clone(),
-                tool_name: call.tool_name.clone(),
-                args: call.args.clone(),
-                provider_executed: true,
-                metadata: None,
-                complete: true,
-                emitted_at: clock.now(),
-            }));
-            let result = Part::tool_result(
-                call.tool_call_id.clone(),
-                call.tool_name.clone(),
-                call.result.clone(),
-                call.is_error,
-                true,
-            );
-            self.blocks
-                .push(Block::ProviderResult(result.at(clock.now())));
-        }
-        if !snapshot.partial_text.is_empty() {
-            self.blocks.push(Block::Text(snapshot.partial_text.clone()));
-        }
-        for call in &snapshot.completed_calls {
-            self.blocks.push(Block::ToolCall(StreamedCall {
-                tool_call_id: call.tool_call_id.clone(),
-                tool_name: call.tool_name.clone(),
-                args: call.args.clone(),
-                provider_executed: false,
-                metadata: None,
-                complete: true,
-                emitted_at: clock.now(),
-            }));
-        }
-        self.reindex();
+    /// An accumulator holding `blocks`, as a restored step starts.
+    pub(crate) fn from_blocks(blocks: Vec<Block>) -> Self {
+        let mut acc = Self {
+            blocks,
+            ..Self::default()
+        };
+        acc.reindex();
+        acc
     }
 
     /// Removes a tool call (e.g. a truncated one that will not run).

@@ -16,10 +16,11 @@ use tokio::time::Instant;
 
 use crate::accumulate::StepAccumulator;
 use crate::checkpoint::StreamCheckpoint;
-use crate::recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
+use crate::recovery::{RecoveryPlan, choose_plan};
 use crate::run::{RetryNotice, RunError, Runner, StepEnd};
 use crate::seam::{SeamCheck, SeamVerdict};
 use crate::sink::LiveEvent;
+use crate::snapshot::StreamSnapshot;
 
 /// How one attempt ended.
 enum AttemptEnd {
@@ -52,7 +53,7 @@ impl Runner {
         {
             resumed = true;
             let snapshot = checkpoint.snapshot();
-            acc.restore(&snapshot, &self.options.clock);
+            *acc = snapshot.restore(&self.options.clock);
             let plan = choose_plan(&snapshot, self.signed_reasoning());
             match &plan {
                 RecoveryPlan::SynthesizeToolUse { .. } => {

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::recovery::{CapturedCall, CapturedProviderCall, CapturedReasoning, StreamSnapshot};
+use crate::snapshot::{CapturedCall, CapturedProviderCall, CapturedReasoning, StreamSnapshot};
 
 /// The partial state of one step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

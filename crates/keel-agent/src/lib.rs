@@ -17,6 +17,7 @@
 //! * [`compaction`] — when to summarise the history, and the hook that stores a summary;
 //!   `summarize` — streaming and committing the summary;
 //! * `attempt` — one step through failures: retries, watchdogs, recovery, chain healing;
+//! * [`snapshot`] — what a failed stream left usable, captured and rebuilt;
 //! * [`recovery`], [`retry`], [`timeouts`], [`checkpoint`] — the pure decisions and the
 //!   checkpoint interface behind it; [`seam`] — where a continued reply meets its prefix;
 //! * [`tool`], [`persist`], [`sink`] — the interfaces the daemon implements (the clock is
@@ -38,6 +39,7 @@ pub mod retry;
 pub mod run;
 pub mod seam;
 pub mod sink;
+pub mod snapshot;
 mod summarize;
 pub mod timeouts;
 pub mod tool;
@@ -46,11 +48,12 @@ pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StreamCheckpoint};
 pub use compaction::{Compaction, CompactionHooks, SummaryRecord};
 pub use next_step::{NextStep, next_step};
 pub use persist::{Halt, PersistError, PersistedStep, StepPersister};
-pub use recovery::{RecoveryPlan, StreamSnapshot, choose_plan};
+pub use recovery::{RecoveryPlan, choose_plan};
 pub use retry::RetryPolicy;
 pub use run::{
     ChainHooks, Checkpointing, ReloadHistory, RetryNotice, RunError, RunOptions, RunOutcome, run,
 };
 pub use sink::{EventSink, LiveEvent, NullSink};
+pub use snapshot::StreamSnapshot;
 pub use timeouts::StreamTimeouts;
 pub use tool::{ProviderTool, Tool, ToolCallRequest, ToolError, ToolOutput};

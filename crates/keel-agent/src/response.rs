@@ -246,8 +246,7 @@ mod tests {
         let back: crate::StreamSnapshot =
             serde_json::from_value(serde_json::to_value(&snapshot).unwrap()).unwrap();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let mut restored = StepAccumulator::new();
-        restored.restore(&back, &clock);
+        let restored = back.restore(&clock);
         let message = continued_reply(&restored, "Keel is", Utc::now());
         assert_eq!(message.parts.len(), 3, "{message:?}");
         assert!(matches!(

@@ -32,11 +32,10 @@ use crate::context_limit;
 use crate::execute::{FinishedCall, run_batch};
 use crate::next_step::{NextStep, next_step};
 use crate::persist::{Halt, PersistError, PersistedStep, StepPersister};
-use crate::recovery::StreamSnapshot;
 use crate::response::{assistant_message, for_prompt, tool_message};
 use crate::retry::RetryPolicy;
 use crate::sink::{EventSink, NullSink};
-use crate::summarize::Compacted;
+use crate::snapshot::StreamSnapshot;
 use crate::timeouts::StreamTimeouts;
 use crate::tool::{ProviderTool, Tool, ToolCallRequest, ToolOutput};
 
@@ -162,6 +161,14 @@ impl RunOptions {
             continue_reply: None,
         }
     }
+}
+
+/// How a compaction ended without error.
+pub(crate) enum Compacted {
+    /// The summary is committed; the history now starts from it.
+    Done,
+    /// A user interrupt stopped it; nothing was committed.
+    Interrupted,
 }
 
 /// How a run ended without error.

@@ -14,15 +14,7 @@ use crate::compaction::{SUMMARY_INSTRUCTION, SummaryRecord};
 use crate::context_limit;
 use crate::persist::PersistError;
 use crate::response::assistant_message;
-use crate::run::{RunError, Runner, StepEnd};
-
-/// How a compaction ended without error.
-pub(crate) enum Compacted {
-    /// The summary is committed; the history now starts from it.
-    Done,
-    /// A user interrupt stopped it; nothing was committed.
-    Interrupted,
-}
+use crate::run::{Compacted, RunError, Runner, StepEnd};
 
 /// The history for a summary prompt: tool calls that have no result yet (client-side calls
 /// the run is about to hand over) are left out, since every provider rejects a tool call

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use keel_agent::checkpoint::CheckpointError;
-use keel_agent::recovery::{CapturedCall, CapturedReasoning};
+use keel_agent::snapshot::{CapturedCall, CapturedReasoning};
 use keel_agent::{
     CheckpointStore, Checkpointing, LiveEvent, MemoryCheckpoints, RetryNotice, RunError,
     RunOptions, RunOutcome, StreamCheckpoint, ToolOutput, run,

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use super::live::Live;
 use super::load::RUNS;
+use super::metrics::{CATCH_UPS, counter};
 use super::processes::{DaemonSetup, Process};
 use super::stats::mib;
 use keel_client::Api;
@@ -35,9 +36,6 @@ pub struct Args {
 }
 
 /// Chats created, or streams opened, at once.
-/// The daemon's count of follower reads of the store.
-pub(super) const CATCH_UPS: &str = "keel_sse_catch_ups_total";
-
 const CONCURRENCY: usize = 200;
 
 /// How long a chat may stay silent before the benchmark gives up on it.
@@ -169,36 +167,4 @@ async fn wake_one(api: &Api, daemon: &Process, chat: &str, live: &mut Live) -> a
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(counter(daemon, CATCH_UPS).await? - before)
-}
-
-/// A counter of the daemon's `/metrics` (0 before it was first counted).
-async fn counter(daemon: &Process, name: &str) -> anyhow::Result<u64> {
-    let metrics = reqwest::get(format!("{}/metrics", daemon.url))
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    Ok(parse_counter(&metrics, name))
-}
-
-pub(super) fn parse_counter(metrics: &str, name: &str) -> u64 {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse::<f64>().ok())
-        .map_or(0, |value| value as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_a_counter_by_its_exact_name() {
-        let metrics = "# HELP keel_sse_catch_ups Store reads\n\
-                       keel_sse_catch_ups_total 12\n\
-                       keel_sse_catch_ups_total_other 3\n";
-        assert_eq!(parse_counter(metrics, "keel_sse_catch_ups_total"), 12);
-        assert_eq!(parse_counter(metrics, "keel_missing_total"), 0);
-    }
 }

@@ -16,6 +16,7 @@ mod idle;
 mod live;
 mod load;
 mod log_writes;
+mod metrics;
 mod model;
 mod processes;
 mod reader;

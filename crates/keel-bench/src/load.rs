@@ -11,9 +11,9 @@ use keel_mock::{Script, Step};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use super::idle::{CATCH_UPS, parse_counter};
 use super::live::Live;
 use super::log_writes::LogWrites;
+use super::metrics::{CATCH_UPS, parse_counter};
 use super::processes::{DaemonSetup, Process, check_replicas, own_cpu};
 use super::stats::{Spread, mib, micros};
 use super::window::{ChatTimes, LiveWindow, Phases, live_window, phases};

@@ -31,6 +31,11 @@ pub(crate) fn file_url(media_type: &str, data: Option<&str>, url: Option<&str>) 
     }
 }
 
+/// The string at `key`, or empty when it is absent or not a string.
+pub(crate) fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
 /// A token count from JSON; absent, null or negative counts are zero.
 pub(crate) fn count(value: Option<&Value>) -> u64 {
     value

@@ -13,6 +13,7 @@
 //! * [`openai_chat`], [`openai_responses`], [`anthropic`], [`gemini`]: one module per wire
 //!   protocol, each split into a request builder and a pure decoder;
 //! * [`provider_tools`]: the tools a provider runs itself, by configured name, per kind;
+//! * [`typed_events`]: the framing of protocols whose events are JSON named by `type`;
 //! * [`tls`]: the trust set-up every outgoing HTTPS client of Keel is built with.
 //!
 //! ```no_run
@@ -55,6 +56,7 @@ pub mod openai_responses;
 pub mod provider_tools;
 pub mod sse;
 pub mod tls;
+pub mod typed_events;
 
 pub use config::{
     Continuation, OutputLimitField, ProviderBuildError, ProviderKind, ProviderSettings,

@@ -3,9 +3,7 @@
 
 mod common;
 
-use common::{
-    ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
-};
+use common::{ctx, final_error, finish_of, has_finish, replay, transcript};
 use keel_core::{
     CallOptions, Effort, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role,
     StreamEvent, Thinking, ToolChoice, ToolDefinition, Usage,
@@ -218,23 +216,13 @@ const TRANSCRIPTS: [&str; 5] = [
     "anthropic_signature_cut.sse",
 ];
 
+#[test]
+fn any_chunking_yields_the_same_events() {
+    common::any_chunking_yields_the_same_events(|| AnthropicDecoder::new(ctx()), &TRANSCRIPTS);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
-
-    #[test]
-    fn any_chunking_yields_the_same_events(
-        which in 0..TRANSCRIPTS.len(),
-        cuts in proptest::collection::vec(any::<usize>(), 0..48),
-        crlf in any::<bool>(),
-    ) {
-        let mut bytes = transcript(TRANSCRIPTS[which]);
-        if crlf {
-            bytes = with_crlf(&bytes);
-        }
-        let whole = replay(AnthropicDecoder::new(ctx()), &bytes);
-        let chunked = replay_chunks(AnthropicDecoder::new(ctx()), split(&bytes, &cuts));
-        prop_assert_eq!(chunked, whole);
-    }
 
     #[test]
     fn a_signature_cut_anywhere_is_never_emitted(cut in any::<usize>()) {

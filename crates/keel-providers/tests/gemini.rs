@@ -8,14 +8,13 @@ mod common;
 use std::time::Duration;
 
 use common::server::{Reply, TestServer};
-use common::{ctx, final_error, finish_of, replay, replay_chunks, split, transcript, with_crlf};
+use common::{ctx, final_error, finish_of, replay, split, transcript};
 use futures::StreamExt;
 use keel_core::{
     Cancel, ErrorKind, FinishReason, LanguageModel, Message, ModelCall, StreamEvent, Usage,
 };
 use keel_providers::gemini::GeminiDecoder;
 use keel_providers::{ProviderKind, ProviderSettings, build_model};
-use proptest::prelude::*;
 use serde_json::json;
 
 const TRANSCRIPTS: &[&str] = &[
@@ -23,6 +22,11 @@ const TRANSCRIPTS: &[&str] = &[
     "gemini_error.sse",
     "gemini_safety.sse",
 ];
+
+#[test]
+fn any_chunking_yields_the_same_events() {
+    common::any_chunking_yields_the_same_events(|| GeminiDecoder::new(ctx()), TRANSCRIPTS);
+}
 
 fn decode(name: &str) -> Vec<StreamEvent> {
     replay(GeminiDecoder::new(ctx()), &transcript(name))
@@ -129,25 +133,6 @@ fn a_stream_that_closes_before_a_finish_reason_is_a_retryable_cut() {
     let error = final_error(&events);
     assert_eq!(error.kind, ErrorKind::Connection);
     assert!(finish_of(&events).is_none());
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-
-    #[test]
-    fn any_chunking_yields_the_same_events(
-        which in 0..TRANSCRIPTS.len(),
-        cuts in proptest::collection::vec(any::<usize>(), 0..48),
-        crlf in any::<bool>(),
-    ) {
-        let mut bytes = transcript(TRANSCRIPTS[which]);
-        if crlf {
-            bytes = with_crlf(&bytes);
-        }
-        let whole = replay(GeminiDecoder::new(ctx()), &bytes);
-        let chunked = replay_chunks(GeminiDecoder::new(ctx()), split(&bytes, &cuts));
-        prop_assert_eq!(chunked, whole);
-    }
 }
 
 const LIMIT: Duration = Duration::from_secs(10);

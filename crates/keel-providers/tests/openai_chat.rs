@@ -2,16 +2,13 @@
 
 mod common;
 
-use common::{
-    ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
-};
+use common::{ctx, final_error, finish_of, has_finish, replay, transcript};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
 };
 use keel_providers::openai_chat::{ChatDecoder, ChatRequestOptions, build_request};
 use keel_providers::{OutputLimitField, ReasoningContent};
-use proptest::prelude::*;
 use serde_json::json;
 
 fn decode(name: &str) -> Vec<StreamEvent> {
@@ -226,23 +223,9 @@ const TRANSCRIPTS: [&str; 4] = [
     "openai_chat_truncated.sse",
 ];
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-
-    #[test]
-    fn any_chunking_yields_the_same_events(
-        which in 0..TRANSCRIPTS.len(),
-        cuts in proptest::collection::vec(any::<usize>(), 0..48),
-        crlf in any::<bool>(),
-    ) {
-        let mut bytes = transcript(TRANSCRIPTS[which]);
-        if crlf {
-            bytes = with_crlf(&bytes);
-        }
-        let whole = replay(ChatDecoder::new(ctx()), &bytes);
-        let chunked = replay_chunks(ChatDecoder::new(ctx()), split(&bytes, &cuts));
-        prop_assert_eq!(chunked, whole);
-    }
+#[test]
+fn any_chunking_yields_the_same_events() {
+    common::any_chunking_yields_the_same_events(|| ChatDecoder::new(ctx()), &TRANSCRIPTS);
 }
 
 fn tool_conversation() -> Vec<Message> {

@@ -3,15 +3,12 @@
 
 mod common;
 
-use common::{
-    ctx, final_error, finish_of, has_finish, replay, replay_chunks, split, transcript, with_crlf,
-};
+use common::{ctx, final_error, finish_of, has_finish, replay, transcript};
 use keel_core::{
     CallOptions, ErrorKind, FinishReason, Message, ModelCall, Part, PartKind, Role, StreamEvent,
     ToolChoice, ToolDefinition, Usage,
 };
 use keel_providers::openai_responses::{ResponsesDecoder, build_request, new_input};
-use proptest::prelude::*;
 use serde_json::json;
 
 fn decode(name: &str) -> Vec<StreamEvent> {
@@ -190,23 +187,9 @@ const TRANSCRIPTS: [&str; 5] = [
     "openai_responses_truncated.sse",
 ];
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-
-    #[test]
-    fn any_chunking_yields_the_same_events(
-        which in 0..TRANSCRIPTS.len(),
-        cuts in proptest::collection::vec(any::<usize>(), 0..48),
-        crlf in any::<bool>(),
-    ) {
-        let mut bytes = transcript(TRANSCRIPTS[which]);
-        if crlf {
-            bytes = with_crlf(&bytes);
-        }
-        let whole = replay(ResponsesDecoder::new(ctx()), &bytes);
-        let chunked = replay_chunks(ResponsesDecoder::new(ctx()), split(&bytes, &cuts));
-        prop_assert_eq!(chunked, whole);
-    }
+#[test]
+fn any_chunking_yields_the_same_events() {
+    common::any_chunking_yields_the_same_events(|| ResponsesDecoder::new(ctx()), &TRANSCRIPTS);
 }
 
 fn conversation() -> Vec<Message> {

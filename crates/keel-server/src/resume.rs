@@ -4,7 +4,7 @@
 //! tool calls of the step, which the loop resumes with its recovery plans: the final reply
 //! then contains what was streamed before the crash exactly once.
 
-use keel_agent::recovery::{CapturedCall, CapturedProviderCall, CapturedReasoning, args_are_json};
+use keel_agent::snapshot::{CapturedCall, CapturedProviderCall, CapturedReasoning, args_are_json};
 use keel_agent::{NextStep, StreamSnapshot, next_step};
 use keel_core::PendingToolCall;
 use keel_core::{FinishReason, Part, PartKind, Role};

@@ -84,9 +84,7 @@ pub use stopped::stopped_reply;
 pub use store::Store;
 pub use transitions::RECOVERY_SEQ_GAP;
 pub use types::*;
-pub use usage::{
-    Budget, Charge, Exceeded, Period, Spent, UsageGroup, UsageKey, UsageQuery, UsageTotals,
-};
+pub use usage::{Budget, Exceeded, Period, Spent, UsageGroup, UsageKey, UsageQuery, UsageTotals};
 
 /// Which database a URL names.
 enum Kind {

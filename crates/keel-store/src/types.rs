@@ -191,7 +191,7 @@ pub struct NewMessage {
     pub finish_reason: Option<FinishReason>,
     /// The model and cost the step's `usage` is recorded with; without it, the chat's
     /// model and no cost.
-    pub charge: Option<crate::usage::Charge>,
+    pub charge: Option<Charge>,
 }
 
 impl NewMessage {
@@ -212,7 +212,7 @@ pub struct NewSummary {
     pub usage: Usage,
     pub context_limit: Option<i64>,
     /// As [`NewMessage::charge`].
-    pub charge: Option<crate::usage::Charge>,
+    pub charge: Option<Charge>,
 }
 
 /// How a new message treats a chat that is busy.
@@ -553,4 +553,13 @@ impl Default for StoreOptions {
             follow_database_clock: true,
         }
     }
+}
+
+/// What a committed step is charged to, beside its usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// The model that produced the step, as configured (`[[models]] id`).
+    pub model: String,
+    /// The step's cost in nano-dollars; `None` when the model has no price.
+    pub cost_nanos: Option<i64>,
 }

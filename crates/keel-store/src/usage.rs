@@ -123,15 +123,6 @@ pub fn decide(budget: &Budget, spent: Spent, resets_at: DateTime<Utc>) -> Result
     Ok(())
 }
 
-/// What a committed step is charged to, beside its usage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Charge {
-    /// The model that produced the step, as configured (`[[models]] id`).
-    pub model: String,
-    /// The step's cost in nano-dollars; `None` when the model has no price.
-    pub cost_nanos: Option<i64>,
-}
-
 /// One step's counts as the usage API shows them: cache writes are input tokens and cache
 /// reads are the cached input.
 pub fn counted(usage: &Usage) -> [i64; 4] {

@@ -9,13 +9,14 @@
 
 use std::collections::HashMap;
 
-use keel_core::{FinishReason, StreamEvent, Usage};
+use keel_core::{FinishReason, ProviderError, StreamEvent, Usage};
 use serde_json::{Value, json};
 
 use super::request::METADATA_KEY;
 use crate::convert::count;
+use crate::convert::str_at;
 use crate::http::ErrorContext;
-use crate::sse::{Decoder, SseEvent};
+use crate::typed_events::TypedEvents;
 
 #[derive(Debug)]
 enum Block {
@@ -57,10 +58,6 @@ pub struct AnthropicDecoder {
     finished: bool,
 }
 
-fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or_default()
-}
-
 impl AnthropicDecoder {
     pub fn new(ctx: ErrorContext) -> Self {
         Self {
@@ -71,11 +68,6 @@ impl AnthropicDecoder {
             stop_reason: None,
             finished: false,
         }
-    }
-
-    fn fail(&mut self, error: keel_core::ProviderError, out: &mut Vec<StreamEvent>) {
-        out.push(StreamEvent::Error(error));
-        self.finished = true;
     }
 
     fn block_start(&mut self, index: u64, block: &Value, out: &mut Vec<StreamEvent>) {
@@ -263,7 +255,7 @@ impl AnthropicDecoder {
         }
     }
 
-    fn handle(&mut self, ty: &str, event: &Value, data: &str, out: &mut Vec<StreamEvent>) {
+    fn handle_event(&mut self, ty: &str, event: &Value, data: &str, out: &mut Vec<StreamEvent>) {
         let index = event.get("index").and_then(Value::as_u64).unwrap_or(0);
         match ty {
             "message_start" => {
@@ -311,31 +303,24 @@ impl AnthropicDecoder {
     }
 }
 
-impl Decoder for AnthropicDecoder {
-    fn event(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) {
-        if self.finished {
-            return;
-        }
-        let Ok(value) = serde_json::from_str::<Value>(&event.data) else {
-            tracing::debug!(provider = %self.ctx.provider, "ignoring a non-JSON event");
-            return;
-        };
-        let ty = match value.get("type").and_then(Value::as_str) {
-            Some(ty) => ty.to_owned(),
-            None => event.event.clone(),
-        };
-        self.handle(&ty, &value, &event.data, out);
+impl TypedEvents for AnthropicDecoder {
+    const TERMINAL: &'static str = "message_stop";
+
+    fn ctx(&self) -> &ErrorContext {
+        &self.ctx
     }
 
-    fn is_finished(&self) -> bool {
+    fn is_done(&self) -> bool {
         self.finished
     }
 
-    fn end(&mut self, out: &mut Vec<StreamEvent>) {
-        if !self.finished {
-            let error = self.ctx.message("stream closed before message_stop");
-            self.fail(error, out);
-        }
+    fn handle(&mut self, ty: &str, event: &Value, data: &str, out: &mut Vec<StreamEvent>) {
+        self.handle_event(ty, event, data, out);
+    }
+
+    fn fail(&mut self, error: ProviderError, out: &mut Vec<StreamEvent>) {
+        out.push(StreamEvent::Error(error));
+        self.finished = true;
     }
 }
 

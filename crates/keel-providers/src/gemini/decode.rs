@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::request::{LOCAL_CALL_ID_PREFIX, METADATA_KEY, SIGNATURE};
 use crate::convert::count;
+use crate::convert::str_at;
 use crate::http::ErrorContext;
 use crate::sse::{Decoder, SseEvent};
 
@@ -40,10 +41,6 @@ pub struct GeminiDecoder {
     fallback_id: String,
     usage: Usage,
     finished: bool,
-}
-
-fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
 impl GeminiDecoder {

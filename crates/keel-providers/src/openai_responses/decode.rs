@@ -12,13 +12,14 @@
 
 use std::collections::HashMap;
 
-use keel_core::{FinishReason, StreamEvent, Usage};
+use keel_core::{FinishReason, ProviderError, StreamEvent, Usage};
 use serde_json::{Value, json};
 
 use super::request::METADATA_KEY;
 use crate::convert::count;
+use crate::convert::str_at;
 use crate::http::ErrorContext;
-use crate::sse::{Decoder, SseEvent};
+use crate::typed_events::TypedEvents;
 
 #[derive(Debug)]
 enum Item {
@@ -49,10 +50,6 @@ pub struct ResponsesDecoder {
     finished: bool,
 }
 
-fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or_default()
-}
-
 impl ResponsesDecoder {
     pub fn new(ctx: ErrorContext) -> Self {
         Self {
@@ -63,11 +60,6 @@ impl ResponsesDecoder {
             had_calls: false,
             finished: false,
         }
-    }
-
-    fn fail(&mut self, error: keel_core::ProviderError, out: &mut Vec<StreamEvent>) {
-        out.push(StreamEvent::Error(error));
-        self.finished = true;
     }
 
     fn text_id(event: &Value) -> String {
@@ -324,7 +316,7 @@ impl ResponsesDecoder {
         self.finished = true;
     }
 
-    fn handle(&mut self, ty: &str, event: &Value, data: &str, out: &mut Vec<StreamEvent>) {
+    fn handle_event(&mut self, ty: &str, event: &Value, data: &str, out: &mut Vec<StreamEvent>) {
         let response = event.get("response").unwrap_or(&Value::Null);
         match ty {
             "response.created" => {
@@ -455,31 +447,24 @@ impl ResponsesDecoder {
     }
 }
 
-impl Decoder for ResponsesDecoder {
-    fn event(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) {
-        if self.finished {
-            return;
-        }
-        let Ok(value) = serde_json::from_str::<Value>(&event.data) else {
-            tracing::debug!(provider = %self.ctx.provider, "ignoring a non-JSON event");
-            return;
-        };
-        let ty = match value.get("type").and_then(Value::as_str) {
-            Some(ty) => ty.to_owned(),
-            None => event.event.clone(),
-        };
-        self.handle(&ty, &value, &event.data, out);
+impl TypedEvents for ResponsesDecoder {
+    const TERMINAL: &'static str = "response.completed";
+
+    fn ctx(&self) -> &ErrorContext {
+        &self.ctx
     }
 
-    fn is_finished(&self) -> bool {
+    fn is_done(&self) -> bool {
         self.finished
     }
 
-    fn end(&mut self, out: &mut Vec<StreamEvent>) {
-        if !self.finished {
-            let error = self.ctx.message("stream closed before response.completed");
-            self.fail(error, out);
-        }
+    fn handle(&mut self, ty: &str, event: &Value, data: &str, out: &mut Vec<StreamEvent>) {
+        self.handle_event(ty, event, data, out);
+    }
+
+    fn fail(&mut self, error: ProviderError, out: &mut Vec<StreamEvent>) {
+        out.push(StreamEvent::Error(error));
+        self.finished = true;
     }
 }
 

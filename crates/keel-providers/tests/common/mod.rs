@@ -55,6 +55,35 @@ pub fn with_crlf(bytes: &[u8]) -> Vec<u8> {
         .into_bytes()
 }
 
+/// Replays each transcript whole and cut at random places, with LF or CRLF line ends: a
+/// decoder yields the same events however the bytes arrive.
+pub fn any_chunking_yields_the_same_events<D: Decoder>(
+    decoder: impl Fn() -> D,
+    transcripts: &[&str],
+) {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    let cases = (
+        0..transcripts.len(),
+        proptest::collection::vec(any::<usize>(), 0..48),
+        any::<bool>(),
+    );
+    let outcome = runner.run(&cases, |(which, cuts, crlf)| {
+        let mut bytes = transcript(transcripts[which]);
+        if crlf {
+            bytes = with_crlf(&bytes);
+        }
+        let whole = replay(decoder(), &bytes);
+        let chunked = replay_chunks(decoder(), split(&bytes, &cuts));
+        prop_assert_eq!(chunked, whole, "{}", transcripts[which]);
+        Ok(())
+    });
+    if let Err(failure) = outcome {
+        panic!("{failure}");
+    }
+}
+
 /// The error that ended a stream; panics unless the last event is an error.
 pub fn final_error(events: &[StreamEvent]) -> &ProviderError {
     match events.last() {

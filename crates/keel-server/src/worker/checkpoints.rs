@@ -12,12 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use keel_agent::checkpoint::CheckpointError;
-use keel_agent::recovery::CapturedReasoning;
+use keel_agent::snapshot::CapturedReasoning;
 use keel_agent::{CheckpointStore, StreamCheckpoint, StreamSnapshot};
 use keel_store::{ChatId, Store};
 
 use crate::resume::signed_reasoning;
-use crate::worker::sink::{SharedLease, current};
+use crate::worker::leases::{SharedLease, current};
 
 pub(super) struct StoreCheckpoints {
     pub chat_id: ChatId,

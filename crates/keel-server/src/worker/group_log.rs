@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::hub::Hub;
-use crate::worker::sink::{SharedLease, current};
+use crate::worker::leases::{SharedLease, current};
 
 /// Parts waiting (over all chats) that start a write at once.
 pub(super) const BATCH_PARTS: usize = 4096;

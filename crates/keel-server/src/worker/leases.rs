@@ -20,9 +20,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use keel_store::{ChatId, ChatStatus, Lease, Store, StoreError};
 
-use crate::worker::runs::Task;
-use crate::worker::sink::{SharedLease, current};
-use crate::worker::{Shared, StopReason};
+use crate::worker::Shared;
+use crate::worker::runs::{StopReason, Task};
+
+/// The run's lease, renewed in the background and read by every write.
+pub(crate) type SharedLease = Arc<Mutex<Lease>>;
+
+pub(crate) fn current(lease: &SharedLease) -> Lease {
+    // Each critical section is one clone or assignment, so a poisoned lock is still whole.
+    lease.lock().unwrap_or_else(PoisonError::into_inner).clone()
+}
 
 /// What a run's renewal outcome calls for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,9 @@ use keel_core::ErrorKind;
 use keel_store::{Chat, LastError, Lease, Next, StoreError};
 
 use crate::metrics::StepLabels;
+use crate::worker::Shared;
 use crate::worker::run;
-use crate::worker::{Shared, StopReason};
+use crate::worker::runs::StopReason;
 
 /// Claims as many runnable chats as there are free workers and starts them. The store
 /// hands out a bounded batch per claim, and a burst of new messages wakes the claims only

@@ -41,18 +41,6 @@ use crate::worker::group_log::GroupLog;
 use crate::worker::identity::Identity;
 use crate::worker::runs::{ActiveRuns, Finished, RunSlot, Task};
 
-/// Why a run was stopped from outside the loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StopReason {
-    None,
-    /// The process is shutting down: release the chat for another worker.
-    Shutdown,
-    /// The chat was edited or deleted: its new state wins.
-    Superseded,
-    /// Another worker took the chat over.
-    LostLease,
-}
-
 /// What every run of this process shares.
 pub(crate) struct Shared {
     pub store: Arc<dyn Store>,

@@ -18,11 +18,13 @@ use crate::resume::{Committed, LastStep, LogHolds, last_step};
 use crate::worker::checkpoints::StoreCheckpoints;
 use crate::worker::compaction::{StoreCompaction, with_system};
 use crate::worker::leases::Held;
+use crate::worker::leases::{SharedLease, current};
 use crate::worker::persist::{Pricing, StorePersister};
+use crate::worker::runs::StopReason;
 use crate::worker::runs::{Finished, RunSlot};
-use crate::worker::sink::{LiveSink, SharedLease, current};
+use crate::worker::sink::LiveSink;
 use crate::worker::tools::DurableTool;
-use crate::worker::{Shared, StopReason, lifecycle};
+use crate::worker::{Shared, lifecycle};
 
 /// Runs a claimed chat until it is idle, waiting for client tools, failed, or stopped.
 /// After an interrupted or finished run the queue head runs next on the same lease.

@@ -22,7 +22,17 @@ use keel_core::{Cancel, CancelCause};
 use keel_store::{ChangeNotice, ChatId, ChatStatus, Lease};
 use tokio::sync::watch;
 
-use crate::worker::StopReason;
+/// Why a run was stopped from outside the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopReason {
+    None,
+    /// The process is shutting down: release the chat for another worker.
+    Shutdown,
+    /// The chat was edited or deleted: its new state wins.
+    Superseded,
+    /// Another worker took the chat over.
+    LostLease,
+}
 
 /// Held by the task running a chat for as long as it runs; a later run of the same chat
 /// (after an edit superseded this one) waits for it to close before it starts.

@@ -19,16 +19,9 @@ use tokio::time::Instant;
 use crate::hub::{Frame, Hub};
 use crate::live::{LivePayload, payload};
 use crate::metrics::Metrics;
-use crate::worker::StopReason;
 use crate::worker::group_log::{GroupLog, RunKey, next_run_key};
-
-/// The run's lease, renewed in the background and read by every write.
-pub(super) type SharedLease = Arc<Mutex<Lease>>;
-
-pub(super) fn current(lease: &SharedLease) -> Lease {
-    // Each critical section is one clone or assignment, so a poisoned lock is still whole.
-    lease.lock().unwrap_or_else(PoisonError::into_inner).clone()
-}
+use crate::worker::leases::{SharedLease, current};
+use crate::worker::runs::StopReason;
 
 /// The loop's event sink for one chat.
 pub(super) struct LiveSink {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use keel_core::Part;
 use keel_store::{Chat, ChatId, NewChat, Store};
 
-use crate::worker::sink::{SharedLease, current};
+use crate::worker::leases::{SharedLease, current};
 
 /// A fresh SQLite store in `dir`.
 pub(super) async fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {

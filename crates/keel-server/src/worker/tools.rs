@@ -17,7 +17,7 @@ use keel_store::{ChatId, Store, ToolRecord, ToolState};
 use serde_json::Value;
 
 use crate::metrics::{Metrics, ToolLabels};
-use crate::worker::sink::{SharedLease, current};
+use crate::worker::leases::{SharedLease, current};
 
 /// What a resumed step's earlier process left behind.
 pub(super) type PriorRecords = Arc<HashMap<String, ToolRecord>>;

@@ -1,11 +1,8 @@
 //! Transitions of the worker holding a lease (claim, renew, write, end), on both backends.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use keel_core::{ErrorKind, FinishReason, PartKind, Role};
 use keel_store::{
     Busy, Chat, ChatStatus, JsonText, Lease, NewLiveEntry, Next, Store, StoreError, ToolRecord,

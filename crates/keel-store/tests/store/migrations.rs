@@ -1,6 +1,5 @@
 //! Migrations are append-only: a shipped file never changes, and a database created by the
 //! first released schema upgrades to the current one with its chats intact.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::borrow::Cow;
 use std::path::Path;

@@ -1,9 +1,6 @@
 //! Chat aliases (a name a client chose for a chat, per owner), on both backends.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 both_backends!(
     an_alias_names_one_chat_per_owner,

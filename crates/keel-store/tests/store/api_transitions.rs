@@ -1,9 +1,6 @@
 //! Transitions a client starts through the API, allowed and disallowed, on both backends.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use keel_core::{ErrorKind, Part, PartKind, Role};
 use keel_store::{
     Busy, ChatStatus, ChatUpdate, NewChat, NewMessage, Next, SendOutcome, StoreError,

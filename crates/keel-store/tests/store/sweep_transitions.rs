@@ -1,10 +1,7 @@
 //! Transitions of the sweeps (stale leases, dead owners, overdue client-side calls), on
 //! both backends.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use keel_core::PendingToolCall;
 use keel_core::Role;
 use keel_store::ChatStatus;

@@ -1,10 +1,7 @@
 //! Compaction in the store: the summary boundary, the visible notice, the prompt history
 //! after it, and requested compactions, on both backends.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use keel_core::{ErrorKind, Role, SUMMARY_PREFIX, Usage};
 use keel_store::{
     Busy, ChatStatus, MessageKind, NewSummary, Next, StoreError, Transition, transitions,

@@ -1,13 +1,10 @@
 //! Usage records and budgets, on both backends: a committed step is recorded once with its
 //! charge, sums group and range as asked, and a used-up budget refuses a new run.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::Arc;
 
+use crate::common::*;
 use chrono::Duration;
-use common::*;
 use keel_core::{Clock as _, Usage};
 use keel_store::{
     Budget, Busy, Charge, NewMessage, Period, Store, StoreError, UsageKey, UsageQuery,

@@ -1,11 +1,8 @@
 //! Messages form a tree: edits and regenerates add branches, a switch changes which one is
 //! current, and everything a run reads (listing, prompt, summary) follows the current
 //! branch while the others stay intact, on both backends.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use keel_core::{PartKind, Role, Usage};
 use keel_store::{ChatStatus, MessageKind, NewSummary, StoreError, Transition};
 

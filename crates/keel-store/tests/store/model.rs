@@ -2,16 +2,13 @@
 //! concurrent (tokio tasks), checked against the store's invariants: versions only grow,
 //! at most one worker owns a chat, no acknowledged message is lost or duplicated, and
 //! every chat can be driven back to `waiting`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::common::*;
 use chrono::Duration;
-use common::*;
 use keel_core::PendingToolCall;
 use keel_core::{ErrorKind, Part, PartKind, Role};
 use keel_store::{

@@ -1,10 +1,7 @@
 //! Continuing a stopped reply and retrying a failed run (`continue reply`, `retry run`), and
 //! the source a failed run's error keeps, on both backends.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use keel_core::{ErrorKind, Part, Role};
 use keel_store::{ChatStatus, LastError, NewMessage, StoreError, Transition};
 

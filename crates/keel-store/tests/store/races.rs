@@ -1,10 +1,7 @@
 //! Two things at once, on both backends: queues behind client-side calls, stale writers,
 //! edits of owned chats, interrupts seen through renewals, and what the sweeper purges.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use keel_core::{Clock, PendingToolCall};
 use keel_core::{ErrorKind, Part, Role};
 use keel_store::{

@@ -1,0 +1,19 @@
+//! keel-store's tests, one binary: each module covers one part of the store on both
+//! backends (SQLite always; PostgreSQL when `KEEL_TEST_DATABASE_URL` names a server).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+mod aliases;
+mod api_transitions;
+mod branches;
+mod compaction;
+mod migrations;
+mod model;
+mod races;
+mod rerun;
+mod state_table;
+mod sweep_transitions;
+mod usage;
+mod worker_transitions;
