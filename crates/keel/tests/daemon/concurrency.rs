@@ -549,6 +549,49 @@ async fn a_takeover_voids_the_parts_a_dead_owner_sent_but_never_logged() {
     assert_eq!(text_of(messages.last().unwrap()), reply);
 }
 
+#[tokio::test]
+async fn a_client_back_after_a_takeover_committed_is_told_to_drop_its_unlogged_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let never_logged = ("KEEL_DEBUG_LOG_PAUSE_MS", "600000");
+    let mut daemon = Daemon::start_with_env(dir.path(), &database, "", &[never_logged]);
+    let client = Client::new();
+    let reply = words(40);
+    let (id, events, mut transcript) = client.streaming_chat(&daemon, &reply, 40.0, 5).await;
+    let seen = transcript.live_text.clone();
+    assert!(!seen.is_empty());
+    daemon.kill();
+    drop(events);
+
+    // The new owner finishes the reply while the client is away, and the next turn too:
+    // the `stream_reset` that began the step went with its log when the next step
+    // committed.
+    let daemon = Daemon::start(dir.path(), &database, "");
+    client.wait_status(&daemon, &id, "waiting").await;
+    let (status, body) = client
+        .send_message(&daemon, &id, json!({"text": scripted("more", 0.0)}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    client
+        .wait_messages(&daemon, &id, |messages| messages.len() == 4)
+        .await;
+    client.wait_status(&daemon, &id, "waiting").await;
+    let mut events = client
+        .events(&daemon, &id, transcript.last_id.as_deref())
+        .await;
+    let resets_before = transcript.resets;
+    let streamed = streamed_before_the_reply(&mut events, &mut transcript).await;
+    assert_eq!(
+        transcript.resets,
+        resets_before + 1,
+        "the client still holds {seen:?}, parts no store has, beside the committed reply"
+    );
+    // What follows the reset is the new owner's step as it logged it, if it still keeps it.
+    assert!(reply.starts_with(&streamed), "{streamed:?}");
+    let messages = client.messages(&daemon, &id).await;
+    assert_eq!(assistant_texts(&messages), [reply.as_str(), "more"]);
+}
+
 /// Queues a message and deletes it again `times` times while `events` stream, reading
 /// `parts` text parts between changes: queue changes land among the run's parts.
 pub(crate) async fn churn_the_queue(

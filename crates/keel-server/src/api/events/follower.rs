@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use keel_store::{Chat, ChatId, ChatStatus};
+use keel_store::{Chat, ChatId, ChatStatus, RECOVERY_SEQ_GAP};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
@@ -38,6 +38,18 @@ fn must_read_first(seq: i64, history_version: i64, position: i64, read_version: 
 /// between that the follower has not sent.
 fn follows_position(seq: i64, position: i64) -> bool {
     seq <= position.saturating_add(1)
+}
+
+/// Whether the first event owed after `position` lies past a takeover's jump in numbers:
+/// the chat was taken from an owner that may have sent this client parts it never logged
+/// ([`keel_store::RECOVERY_SEQ_GAP`]), and the `stream_reset` that voids them is not among
+/// the events owed (the step it began has committed and its log is gone). The client gets
+/// one first, or it would keep text no reply holds beside the committed message.
+fn crosses_a_takeover(position: i64, first_owed: Option<(i64, &str)>) -> bool {
+    position > 0
+        && first_owed.is_some_and(|(seq, event)| {
+            event != "stream_reset" && seq.saturating_sub(position) > RECOVERY_SEQ_GAP / 2
+        })
 }
 
 /// How a read of the live-part log alone ended.
@@ -189,6 +201,21 @@ impl Follower {
         parts.extend(backlog.iter().map(|f| LiveItem::frame(f)));
         parts.sort_by_key(|item| item.id);
         parts.dedup_by_key(|item| item.id);
+        let first_part = parts.iter().find(|item| item.id > self.position);
+        let first_message = first.messages.iter().find(|m| m.event_seq > self.position);
+        let first_owed = match (first_part, first_message) {
+            (Some(part), Some(message)) if message.event_seq < part.id => {
+                Some((message.event_seq, "message"))
+            }
+            (Some(part), _) => Some((part.id, part.event)),
+            (None, message) => message.map(|m| (m.event_seq, "message")),
+        };
+        if crosses_a_takeover(self.position, first_owed) {
+            let reset = LiveItem::new(self.position, "stream_reset", "{}");
+            if !self.send(reset).await {
+                return Ok(None);
+            }
+        }
         let mut parts = parts.into_iter().peekable();
         let mut replayed = 0u64;
         let snapshot_seq = first.chat.event_seq;
@@ -553,6 +580,20 @@ pub(super) async fn feed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owed_event_past_a_takeover_jump_is_preceded_by_a_reset() {
+        let jump = RECOVERY_SEQ_GAP;
+        assert!(crosses_a_takeover(8, Some((jump + 9, "message"))));
+        assert!(crosses_a_takeover(8, Some((jump + 7, "part"))));
+        // The takeover's own reset is still owed: it says so itself.
+        assert!(!crosses_a_takeover(8, Some((jump + 7, "stream_reset"))));
+        // Numbers that follow on, a client with nothing, nothing owed.
+        assert!(!crosses_a_takeover(8, Some((9, "part"))));
+        assert!(!crosses_a_takeover(8, Some((5_000, "message"))));
+        assert!(!crosses_a_takeover(0, Some((jump + 9, "message"))));
+        assert!(!crosses_a_takeover(8, None));
+    }
 
     #[test]
     fn a_frame_that_skips_a_number_waits_for_a_read_of_the_store() {
