@@ -19,6 +19,7 @@
 //! * `attempt` — one step through failures: retries, watchdogs, recovery, chain healing;
 //! * [`recovery`], [`retry`], [`timeouts`], [`checkpoint`] — the pure decisions and the
 //!   checkpoint interface behind it; [`seam`] — where a continued reply meets its prefix;
+//! * [`trace`] — the run's spans, after OpenTelemetry's GenAI conventions;
 //! * [`tool`], [`persist`], [`sink`] — the interfaces the daemon implements (the clock is
 //!   `keel_core::Clock`).
 
@@ -41,6 +42,7 @@ pub mod sink;
 mod summarize;
 pub mod timeouts;
 pub mod tool;
+pub mod trace;
 
 pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StreamCheckpoint};
 pub use compaction::{Compaction, CompactionHooks, SummaryRecord};

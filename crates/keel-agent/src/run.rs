@@ -24,6 +24,7 @@ use keel_core::{
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::accumulate::StepAccumulator;
 use crate::checkpoint::CheckpointStore;
@@ -127,6 +128,9 @@ pub struct RunOptions {
     /// continuation (native prefill or an instruction) and holds only the new text, so the
     /// stored reply and its continuation read as one, with nothing repeated.
     pub continue_reply: Option<String>,
+    /// Record prompts, replies and tool arguments and results in the run's spans
+    /// ([`crate::trace`]); off, spans carry names, counts and ids only.
+    pub capture_content: bool,
 }
 
 impl RunOptions {
@@ -160,6 +164,7 @@ impl RunOptions {
             compact_only: false,
             paused_turn: false,
             continue_reply: None,
+            capture_content: false,
         }
     }
 }
@@ -329,6 +334,7 @@ impl Runner {
             let step_index = state.next_index;
             state.next_index += 1;
             let started = Instant::now();
+            let step_span = crate::trace::step(step_index);
             let mut acc = StepAccumulator::new();
             if self.cancel.is_cancelled() {
                 return self
@@ -338,7 +344,11 @@ impl Runner {
             }
             let mut overflow_retried = false;
             loop {
-                match self.stream_step(step_index, history, &mut acc).await {
+                match self
+                    .stream_step(step_index, history, &mut acc)
+                    .instrument(step_span.clone())
+                    .await
+                {
                     StepEnd::Finished => break,
                     StepEnd::Cancelled => {
                         return self
@@ -379,7 +389,9 @@ impl Runner {
                 &self.local_tools,
                 &self.cancel,
                 &self.options.clock,
+                self.options.capture_content,
             )
+            .instrument(step_span.clone())
             .await;
             let mut finished = plan.refused;
             finished.extend(batch.finished);
@@ -398,6 +410,7 @@ impl Runner {
                 .options
                 .persister
                 .persist_step(step.clone(), self.cancel.clone())
+                .instrument(step_span.clone())
                 .await
             {
                 Ok(()) => self.delete_checkpoint().await,
