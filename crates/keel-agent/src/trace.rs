@@ -22,7 +22,11 @@ pub const TARGET: &str = "keel::trace";
 
 /// A step of the loop: its model calls, its tool calls and its commit.
 pub(crate) fn step(index: usize) -> Span {
-    tracing::info_span!(target: TARGET, "keel.step", keel.step.index = index)
+    tracing::info_span!(
+        target: TARGET,
+        "keel.step",
+        keel.step.index = i64::try_from(index).unwrap_or(i64::MAX)
+    )
 }
 
 /// A compaction: the summary's model call and its commit.
@@ -43,7 +47,7 @@ pub(crate) fn model_call(model: &dyn LanguageModel, call: &ModelCall, capture: b
         gen_ai.provider.name = model.provider(),
         gen_ai.system = model.provider(),
         gen_ai.request.model = model.model(),
-        gen_ai.request.max_tokens = call.options.max_output_tokens,
+        gen_ai.request.max_tokens = call.options.max_output_tokens.map(i64::from),
         gen_ai.request.temperature = call.options.temperature,
         gen_ai.request.top_p = call.options.top_p,
         gen_ai.response.model = Empty,
@@ -87,10 +91,16 @@ pub(crate) fn finished(span: &Span, model: &str, acc: &StepAccumulator, capture:
     span.record("gen_ai.response.finish_reasons", finish_reason(reason));
     if !acc.usage.is_zero() {
         let (input, cached) = usage_counts(&acc.usage);
-        span.record("gen_ai.usage.input_tokens", input);
-        span.record("gen_ai.usage.output_tokens", acc.usage.output_tokens);
-        span.record("keel.usage.cached_input_tokens", cached);
-        span.record("keel.usage.reasoning_tokens", acc.usage.reasoning_tokens);
+        span.record("gen_ai.usage.input_tokens", signed(input));
+        span.record(
+            "gen_ai.usage.output_tokens",
+            signed(acc.usage.output_tokens),
+        );
+        span.record("keel.usage.cached_input_tokens", signed(cached));
+        span.record(
+            "keel.usage.reasoning_tokens",
+            signed(acc.usage.reasoning_tokens),
+        );
     }
     if capture {
         let message = crate::response::assistant_message(acc, true, chrono::Utc::now());
@@ -99,6 +109,12 @@ pub(crate) fn finished(span: &Span, model: &str, acc: &StepAccumulator, capture:
             serde_json::to_string(&message.into_iter().collect::<Vec<_>>()).unwrap_or_default(),
         );
     }
+}
+
+/// A count as a signed integer: OpenTelemetry's integers are `i64`, and an unsigned field
+/// would be exported as text.
+fn signed(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 /// The conventions' name of a finish reason.
@@ -128,8 +144,8 @@ pub(crate) fn retry(span: &Span, attempt: u32, delay_ms: u64, error: &ProviderEr
         tracing::event!(
             target: TARGET,
             tracing::Level::INFO,
-            keel.retry.attempt = attempt,
-            keel.retry.delay_ms = delay_ms,
+            keel.retry.attempt = i64::from(attempt),
+            keel.retry.delay_ms = signed(delay_ms),
             error.type = error.kind.as_str(),
             "retry"
         );

@@ -46,7 +46,8 @@ pub(crate) async fn assign(request: Request, next: Next) -> Response {
         .and_then(crate::telemetry::trace_id_of);
     let span = tracing::info_span!("request", request_id = %id, trace_id = trace_id.as_deref());
     let handled = keel_store::trace::scope(traceparent, scope(id.clone(), next.run(request)));
-    let mut response = tracing::Instrument::instrument(handled, span).await;
+    let mut response = tracing::Instrument::instrument(handled, span.clone()).await;
+    span.in_scope(|| tracing::debug!(status = response.status().as_u16(), "answered"));
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

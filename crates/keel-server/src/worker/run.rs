@@ -165,11 +165,7 @@ async fn run_once(
             Ok(mut options) => {
                 options.paused_turn = last == LastStep::Paused;
                 options.continue_reply = stopped;
-                let outcome = tracing::Instrument::instrument(
-                    run_guarded(options, cancel.clone()),
-                    span.clone(),
-                )
-                .await;
+                let outcome = run_guarded(options, cancel.clone(), span.clone()).await;
                 if outcome.as_ref().is_err_and(|e| !e.is_cancelled()) {
                     span.record("otel.status_code", "error");
                 }
@@ -217,9 +213,17 @@ async fn traced_run(shared: &Arc<Shared>, start: &RunStart, lease: &SharedLease)
 
 /// The loop in a task of its own, so that a panic anywhere in it (an adapter, a tool, a
 /// hook) ends the run as a failure: the chat moves to `error` through `fail_run` instead of
-/// staying `running` or `interrupting` under a lease this task would keep renewing.
-async fn run_guarded(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, RunError> {
-    let run = tracing::Instrument::in_current_span(keel_agent::run(options, cancel));
+/// staying `running` or `interrupting` under a lease this task would keep renewing. The task
+/// is in the log's `run` span (its lines name the chat) and in the run's trace `span`.
+async fn run_guarded(
+    options: RunOptions,
+    cancel: Cancel,
+    span: tracing::Span,
+) -> Result<RunOutcome, RunError> {
+    use tracing::Instrument as _;
+    let run = keel_agent::run(options, cancel)
+        .instrument(span)
+        .instrument(tracing::Span::current());
     match tokio::spawn(run).await {
         Ok(outcome) => outcome,
         Err(join) => {

@@ -90,6 +90,7 @@ pub fn init_daemon(format: LogFormat, telemetry: Option<&Telemetry>) -> anyhow::
             let layer = tracing_opentelemetry::layer()
                 .with_tracer(tracer)
                 .with_location(false)
+                .with_tracked_inactivity(false)
                 .with_threads(false)
                 .with_level(false)
                 .with_target(false)
