@@ -294,7 +294,8 @@ mod tests {
 
     #[test]
     fn what_cannot_be_used_is_named() {
-        let cases: [(&str, &[(&'static str, &'static str)], &str); 5] = [
+        type Vars = &'static [(&'static str, &'static str)];
+        let cases: [(&str, Vars, &str); 5] = [
             (
                 "",
                 &[("OTEL_TRACES_EXPORTER", "zipkin")],
