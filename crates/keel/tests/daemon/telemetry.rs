@@ -385,3 +385,19 @@ async fn json_log_lines_name_their_request_chat_and_trace() {
     assert_eq!(retry["level"], "WARN");
     assert!(lines.iter().all(|l| l["timestamp"].is_string()));
 }
+
+#[test]
+fn an_unusable_telemetry_setting_stops_start_up_naming_it() {
+    let (dir, database) = scratch();
+    let env = [("OTEL_TRACES_EXPORTER", "zipkin")];
+    let refused = Daemon::refused_with_env(dir.path(), &database, "", &env);
+    assert!(refused.contains("OTEL_TRACES_EXPORTER"), "{refused}");
+    let refused = Daemon::refused(
+        dir.path(),
+        &database,
+        "[telemetry]\nprotocol = \"http/json\"",
+    );
+    assert!(refused.contains("http/protobuf"), "{refused}");
+    let refused = Daemon::refused(dir.path(), &database, "[log]\nformat = \"xml\"");
+    assert!(refused.contains("json"), "{refused}");
+}
