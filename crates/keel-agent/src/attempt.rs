@@ -13,6 +13,7 @@ use keel_core::{
     CancelCause, ErrorKind, FinishReason, Message, ModelCall, ProviderError, StreamEvent,
 };
 use tokio::time::Instant;
+use tracing::{Instrument, Span};
 
 use crate::accumulate::StepAccumulator;
 use crate::checkpoint::StreamCheckpoint;
@@ -55,6 +56,7 @@ impl Runner {
             let snapshot = checkpoint.snapshot();
             *acc = snapshot.restore(&self.options.clock);
             let plan = choose_plan(&snapshot, self.signed_reasoning());
+            crate::trace::recovery(&Span::current(), &plan, None);
             match &plan {
                 RecoveryPlan::SynthesizeToolUse { .. } => {
                     acc.finish_reason = Some(FinishReason::ToolCalls);
@@ -90,8 +92,15 @@ impl Runner {
             let prefill_options = prefilled.then(|| call.options.clone());
             // Continued by instruction, a model may start over; with prefill it cannot.
             let seam = continued.filter(|_| !prefilled);
-            let error = match self.attempt(call, acc, seam.as_deref()).await {
+            let capture = self.options.capture_content;
+            let span = crate::trace::model_call(self.options.model.as_ref(), &call, capture);
+            let end = self
+                .attempt(call, acc, seam.as_deref())
+                .instrument(span.clone())
+                .await;
+            let error = match end {
                 AttemptEnd::Finished => {
+                    crate::trace::finished(&span, self.options.model.model(), acc, capture);
                     if !finished_in_one_attempt(attempts, resumed || stopped.is_some()) {
                         // The provider stored only the last attempt's part of this step (or
                         // a response whose content differs from what was kept): chaining
@@ -114,6 +123,7 @@ impl Runner {
                     )));
                 }
                 AttemptEnd::Restarted => {
+                    crate::trace::recovery(&span, &RecoveryPlan::WholeRestart, None);
                     // Never stitch a restart onto the prefix: R4, the step from scratch.
                     tracing::warn!("the continuation restarted the reply; restarting the step");
                     self.options.sink.publish(LiveEvent::StreamReset);
@@ -121,7 +131,10 @@ impl Runner {
                     continuation = None;
                     continue;
                 }
-                AttemptEnd::Failed(error) => error,
+                AttemptEnd::Failed(error) => {
+                    crate::trace::failed(&span, &error);
+                    error
+                }
             };
             if let Some(options) = &prefill_options
                 && is_prefill_refusal(&error)
@@ -153,7 +166,7 @@ impl Runner {
                 }
                 *acc = StepAccumulator::new();
                 continuation = None;
-                if !self.back_off(attempts + 1, retries, &error).await {
+                if !self.back_off(attempts + 1, retries, &error, span).await {
                     return StepEnd::Cancelled;
                 }
                 continue;
@@ -168,7 +181,9 @@ impl Runner {
                     attempts,
                 }));
             }
-            match choose_plan(&snapshot, self.signed_reasoning()) {
+            let plan = choose_plan(&snapshot, self.signed_reasoning());
+            crate::trace::recovery(&span, &plan, Some(&error));
+            match plan {
                 RecoveryPlan::SynthesizeToolUse { cancelled } => {
                     if let Some(call) = cancelled {
                         self.cancel_call(acc, &call.tool_call_id, &call.tool_name, &error);
@@ -192,7 +207,7 @@ impl Runner {
                     continuation = None;
                 }
             }
-            if !self.back_off(attempts + 1, recoveries, &error).await {
+            if !self.back_off(attempts + 1, recoveries, &error, span).await {
                 return StepEnd::Cancelled;
             }
         }
@@ -374,12 +389,26 @@ impl Runner {
     }
 
     /// Announces and waits out the delay before attempt number `attempt`. Returns false
-    /// when the run was cancelled during the wait.
-    async fn back_off(&mut self, attempt: u32, retry: u32, error: &ProviderError) -> bool {
+    /// when the run was cancelled during the wait. The failed call's `span` gets the
+    /// retry as an event and ends before the wait.
+    async fn back_off(
+        &mut self,
+        attempt: u32,
+        retry: u32,
+        error: &ProviderError,
+        span: Span,
+    ) -> bool {
         let delay = self
             .options
             .retry
             .delay(retry, error.retry_after, &mut self.rng);
+        crate::trace::retry(
+            &span,
+            attempt,
+            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            error,
+        );
+        drop(span);
         let notice = RetryNotice {
             attempt,
             error: error.clone(),

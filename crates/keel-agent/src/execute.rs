@@ -40,6 +40,7 @@ pub async fn run_batch(
     tools: &HashMap<String, Arc<dyn Tool>>,
     cancel: &Cancel,
     clock: &Arc<dyn Clock>,
+    capture_content: bool,
 ) -> BatchOutcome {
     if let Some(refusal) = exclusive_refusal(&calls, tools) {
         let finished = calls
@@ -70,7 +71,14 @@ pub async fn run_batch(
             continue;
         };
         let token = tool_cancel.clone();
-        let handle = set.spawn(async move { tool.call(request, token).await });
+        let span = crate::trace::tool_call(&request, capture_content);
+        let traced = span.clone();
+        let call = async move {
+            let outcome = tool.call(request, token).await;
+            crate::trace::tool_result(&traced, &outcome, capture_content);
+            outcome
+        };
+        let handle = set.spawn(tracing::Instrument::instrument(call, span));
         index_of_task.insert(handle.id(), index);
     }
 

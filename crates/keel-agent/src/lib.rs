@@ -20,6 +20,7 @@
 //! * [`snapshot`] — what a failed stream left usable, captured and rebuilt;
 //! * [`recovery`], [`retry`], [`timeouts`], [`checkpoint`] — the pure decisions and the
 //!   checkpoint interface behind it; [`seam`] — where a continued reply meets its prefix;
+//! * [`trace`] — the run's spans, after OpenTelemetry's GenAI conventions;
 //! * [`tool`], [`persist`], [`sink`] — the interfaces the daemon implements (the clock is
 //!   `keel_core::Clock`).
 
@@ -43,6 +44,7 @@ pub mod snapshot;
 mod summarize;
 pub mod timeouts;
 pub mod tool;
+pub mod trace;
 
 pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StreamCheckpoint};
 pub use compaction::{Compaction, CompactionHooks, SummaryRecord};

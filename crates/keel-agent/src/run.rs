@@ -24,6 +24,7 @@ use keel_core::{
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::accumulate::StepAccumulator;
 use crate::checkpoint::CheckpointStore;
@@ -126,6 +127,9 @@ pub struct RunOptions {
     /// continuation (native prefill or an instruction) and holds only the new text, so the
     /// stored reply and its continuation read as one, with nothing repeated.
     pub continue_reply: Option<String>,
+    /// Record prompts, replies and tool arguments and results in the run's spans
+    /// ([`crate::trace`]); off, spans carry names, counts and ids only.
+    pub capture_content: bool,
 }
 
 impl RunOptions {
@@ -159,6 +163,7 @@ impl RunOptions {
             compact_only: false,
             paused_turn: false,
             continue_reply: None,
+            capture_content: false,
         }
     }
 }
@@ -336,6 +341,7 @@ impl Runner {
             let step_index = state.next_index;
             state.next_index += 1;
             let started = Instant::now();
+            let step_span = crate::trace::step(step_index);
             let mut acc = StepAccumulator::new();
             if self.cancel.is_cancelled() {
                 return self
@@ -345,7 +351,11 @@ impl Runner {
             }
             let mut overflow_retried = false;
             loop {
-                match self.stream_step(step_index, history, &mut acc).await {
+                match self
+                    .stream_step(step_index, history, &mut acc)
+                    .instrument(step_span.clone())
+                    .await
+                {
                     StepEnd::Finished => break,
                     StepEnd::Cancelled => {
                         return self
@@ -386,7 +396,9 @@ impl Runner {
                 &self.local_tools,
                 &self.cancel,
                 &self.options.clock,
+                self.options.capture_content,
             )
+            .instrument(step_span.clone())
             .await;
             let mut finished = plan.refused;
             finished.extend(batch.finished);
@@ -405,6 +417,7 @@ impl Runner {
                 .options
                 .persister
                 .persist_step(step.clone(), self.cancel.clone())
+                .instrument(step_span.clone())
                 .await
             {
                 Ok(()) => self.delete_checkpoint().await,

@@ -55,6 +55,11 @@ impl Runner {
         &mut self,
         history: &mut Vec<Message>,
     ) -> Result<Compacted, RunError> {
+        let span = crate::trace::compaction();
+        tracing::Instrument::instrument(self.summarize(history), span).await
+    }
+
+    async fn summarize(&mut self, history: &mut Vec<Message>) -> Result<Compacted, RunError> {
         let Some(compaction) = self.options.compaction.clone() else {
             return Ok(Compacted::Done);
         };

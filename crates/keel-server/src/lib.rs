@@ -15,7 +15,8 @@
 //!   progress after a crash;
 //! * [`models`], `tools` — the models and tools built from configuration;
 //! * [`auth`] — bearer tokens; `net` — the network edge (allowed hosts, request ids, caps);
-//! * [`metrics`] — Prometheus metrics; `web` — the embedded web page.
+//! * [`metrics`] — Prometheus metrics; [`telemetry`] — trace context in and out, the span
+//!   of a run; `web` — the embedded web page.
 
 #![warn(unreachable_pub)]
 
@@ -35,6 +36,7 @@ mod net;
 mod resume;
 pub mod serve;
 mod sse;
+pub mod telemetry;
 mod tools;
 mod web;
 mod worker;

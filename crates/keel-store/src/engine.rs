@@ -466,10 +466,12 @@ impl Store for SqlStore {
     }
 
     async fn start_run(&self, chat: ChatId) -> Result<RunStart> {
-        let read = in_read!(self, |ops| {
-            ops.run_start_rows(&chat.to_string())
+        let (read, (parent, run)) = in_read!(self, |ops| {
+            let read = ops
+                .run_start_rows(&chat.to_string())
                 .await?
-                .ok_or(StoreError::not_found("chat"))
+                .ok_or(StoreError::not_found("chat"))?;
+            Ok((read, ops.trace_context(&chat.to_string()).await?))
         })?;
         Ok(RunStart {
             chat: crate::rows::chat_with_queue(read.chat)?,
@@ -480,6 +482,7 @@ impl Store for SqlStore {
                 .into_iter()
                 .map(ToolRecordCols::into_record)
                 .collect::<Result<_>>()?,
+            trace: crate::trace::RunTrace { parent, run },
         })
     }
 
@@ -610,6 +613,10 @@ impl Store for SqlStore {
 
     async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()> {
         in_tx!(self, |cx| t::set_retry_state(&mut cx, lease, state).await)
+    }
+
+    async fn record_run_trace(&self, lease: &Lease, run: &str) -> Result<()> {
+        in_tx!(self, |cx| t::record_run_trace(&mut cx, lease, run).await)
     }
 
     async fn finish_interruption(&self, lease: &Lease) -> Result<Next> {

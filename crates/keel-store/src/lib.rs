@@ -12,6 +12,7 @@
 //! * [`tree`]: the shape of a chat's message tree (branches, siblings), as pure functions;
 //! * [`orphans`]: repair of unpaired tool calls and results before prompts;
 //! * [`usage`]: usage records, their sums and the budget decision;
+//! * [`trace`]: the trace context a request gives the run it starts;
 //! * [`redact`]: database URLs with their passwords masked, for messages and logs;
 //! * [`store`]: the [`Store`] trait; `engine`: its implementation over a backend;
 //! * `sqlite`, `postgres`, `sql`, `ops`, `rows`: the backends, their shared SQL and row
@@ -59,6 +60,7 @@ pub mod redact;
 pub mod status;
 pub mod stopped;
 pub mod store;
+pub mod trace;
 pub mod transitions;
 pub mod tree;
 pub mod types;

@@ -401,6 +401,16 @@ pub(crate) trait TxOps: Send {
     /// Gives the name to `chat` unless it already names one.
     async fn alias_insert(&mut self, owner: &str, alias: &str, chat: &str, now: i64) -> Result<()>;
 
+    /// Stores the trace context a run (a chat id) or a queued message (its id) starts
+    /// from, forgetting the span of the chat's previous run.
+    async fn put_trace_parent(&mut self, id: &str, parent: Option<&str>) -> Result<()>;
+    /// Removes a queued message's trace context, returning it.
+    async fn take_trace_parent(&mut self, id: &str) -> Result<Option<String>>;
+    /// Stores the span of a chat's run in progress.
+    async fn put_run_trace(&mut self, chat: &str, run: &str) -> Result<()>;
+    /// A chat's run's trace context: (parent, run).
+    async fn trace_context(&mut self, chat: &str) -> Result<(Option<String>, Option<String>)>;
+
     /// A remembered response created at or after `since`.
     async fn idem_get(&mut self, user: &str, key: &str, since: i64) -> Result<Option<String>>;
     /// Remembers a response, replacing an expired one. `false` when a live entry exists.

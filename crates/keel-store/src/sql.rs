@@ -1263,6 +1263,58 @@ macro_rules! tx_ops {
                 Ok(done.rows_affected() == 1)
             }
 
+            async fn put_trace_parent(
+                &mut self,
+                id: &str,
+                parent: Option<&str>,
+            ) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "INSERT INTO trace_contexts (id, parent, run) VALUES ($1, $2, NULL) \
+                     ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, run = NULL",
+                )
+                .bind(id)
+                .bind(parent)
+                .execute(self.conn().await?)
+                .await?;
+                Ok(())
+            }
+
+            async fn take_trace_parent(
+                &mut self,
+                id: &str,
+            ) -> $crate::error::Result<Option<String>> {
+                let parent: Option<Option<String>> =
+                    sqlx::query_scalar("DELETE FROM trace_contexts WHERE id = $1 RETURNING parent")
+                        .bind(id)
+                        .fetch_optional(self.conn().await?)
+                        .await?;
+                Ok(parent.flatten())
+            }
+
+            async fn put_run_trace(&mut self, chat: &str, run: &str) -> $crate::error::Result<()> {
+                sqlx::query(
+                    "INSERT INTO trace_contexts (id, parent, run) VALUES ($1, NULL, $2) \
+                     ON CONFLICT (id) DO UPDATE SET run = excluded.run",
+                )
+                .bind(chat)
+                .bind(run)
+                .execute(self.conn().await?)
+                .await?;
+                Ok(())
+            }
+
+            async fn trace_context(
+                &mut self,
+                chat: &str,
+            ) -> $crate::error::Result<(Option<String>, Option<String>)> {
+                let row: Option<(Option<String>, Option<String>)> =
+                    sqlx::query_as("SELECT parent, run FROM trace_contexts WHERE id = $1")
+                        .bind(chat)
+                        .fetch_optional(self.conn().await?)
+                        .await?;
+                Ok(row.unwrap_or_default())
+            }
+
             async fn idem_purge(&mut self, before: i64) -> $crate::error::Result<u64> {
                 Ok(
                     sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")

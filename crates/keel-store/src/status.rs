@@ -94,6 +94,7 @@ pub enum Transition {
     RecordTool,
     PutCheckpoint,
     SetRetryState,
+    RecordRunTrace,
     CommitStep,
     FinishInterruption,
     FinishRun,
@@ -114,7 +115,7 @@ pub enum Transition {
 }
 
 impl Transition {
-    pub const ALL: [Transition; 33] = [
+    pub const ALL: [Transition; 34] = [
         Transition::CreateChat,
         Transition::SendMessage,
         Transition::EditMessage,
@@ -131,6 +132,7 @@ impl Transition {
         Transition::RecordTool,
         Transition::PutCheckpoint,
         Transition::SetRetryState,
+        Transition::RecordRunTrace,
         Transition::CommitStep,
         Transition::FinishInterruption,
         Transition::FinishRun,
@@ -168,6 +170,7 @@ impl Transition {
             Transition::RecordTool => "record tool call",
             Transition::PutCheckpoint => "save checkpoint",
             Transition::SetRetryState => "set retry state",
+            Transition::RecordRunTrace => "record run trace",
             Transition::CommitStep => "commit step",
             Transition::FinishInterruption => "finish interruption",
             Transition::FinishRun => "finish run",
@@ -255,12 +258,12 @@ pub fn target(transition: Transition, from: ChatStatus) -> Option<Target> {
 
         (
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
-            | CommitStep | ReleaseOnShutdown | RecoverStale,
+            | RecordRunTrace | CommitStep | ReleaseOnShutdown | RecoverStale,
             Running | Interrupting,
         ) => Some(Target::Stays),
         (
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
-            | CommitStep | ReleaseOnShutdown | RecoverStale,
+            | RecordRunTrace | CommitStep | ReleaseOnShutdown | RecoverStale,
             Waiting | RequiresAction | Error,
         ) => None,
 
@@ -362,8 +365,8 @@ impl Transition {
                 Trigger::Api
             }
             Acquire | RenewLease | AppendLiveParts | RecordTool | PutCheckpoint | SetRetryState
-            | CommitStep | CommitSummary | FinishInterruption | FinishRun | FailRun
-            | EnterRequiresAction | ReleaseOnShutdown | NameChat => Trigger::Worker,
+            | RecordRunTrace | CommitStep | CommitSummary | FinishInterruption | FinishRun
+            | FailRun | EnterRequiresAction | ReleaseOnShutdown | NameChat => Trigger::Worker,
             RecoverStale | ExpirePendingAction => Trigger::Sweep,
         }
     }

@@ -196,6 +196,9 @@ pub trait Store: Send + Sync {
     async fn record_tool(&self, lease: &Lease, record: ToolRecord) -> Result<()>;
     async fn tool_records(&self, chat: ChatId) -> Result<Vec<ToolRecord>>;
     async fn set_retry_state(&self, lease: &Lease, state: Option<Value>) -> Result<()>;
+    /// Records the `traceparent` of the run's span ([`crate::trace::RunTrace::run`]),
+    /// fenced on the lease.
+    async fn record_run_trace(&self, lease: &Lease, run: &str) -> Result<()>;
     async fn finish_interruption(&self, lease: &Lease) -> Result<Next>;
     async fn finish_run(&self, lease: &Lease) -> Result<Next>;
     /// Finishes the runs of several chats in one transaction, each checked, fenced on its

@@ -341,6 +341,8 @@ pub struct RunStart {
     pub history: Vec<StoredMessage>,
     /// The records of the tool calls of the step in progress.
     pub tool_records: Vec<ToolRecord>,
+    /// Where the run's trace starts, and the span of a run a dead owner left.
+    pub trace: crate::trace::RunTrace,
 }
 
 impl RunStart {

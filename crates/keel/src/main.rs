@@ -2,6 +2,7 @@
 //! under `cmd`.
 
 mod cmd;
+mod telemetry;
 
 use clap::Parser;
 
@@ -23,7 +24,10 @@ fn main() -> anyhow::Result<()> {
         // Before any runtime thread exists: see `cmd::sandbox_exec`.
         return cmd::sandbox_exec::run(args);
     }
-    cmd::init_logging();
+    // The daemon sets its log up from its configuration (`[log]`, `[telemetry]`).
+    if !matches!(cli.command, cmd::Command::Serve(_)) {
+        telemetry::init_text();
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

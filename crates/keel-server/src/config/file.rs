@@ -33,6 +33,10 @@ pub struct FileConfig {
     pub server: ServerConfig,
     #[serde(default)]
     pub users: Vec<UserEntry>,
+    #[serde(default)]
+    pub telemetry: super::telemetry::TelemetryFile,
+    #[serde(default)]
+    pub log: LogConfig,
 }
 
 impl FileConfig {
@@ -304,6 +308,33 @@ pub struct UserEntry {
     pub token_sha256: String,
     /// Written to the database at every start; absent: the stored budget stays as it is.
     pub budget: Option<keel_store::Budget>,
+}
+
+/// `[log]`: how the daemon's log lines are written.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Absent: `KEEL_LOG_FORMAT`, else text.
+    pub format: Option<LogFormat>,
+}
+
+/// A log line as text for people, or as one JSON object for log collectors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    pub(super) fn parse(value: &str) -> Option<Self> {
+        match value.trim() {
+            "text" => Some(LogFormat::Text),
+            "json" => Some(LogFormat::Json),
+            _ => None,
+        }
+    }
 }
 
 fn yes() -> bool {

@@ -8,18 +8,21 @@
 //! - [`resolve`] — precedence of flags, file and environment; providers from the usual
 //!   environment variables; API keys looked up.
 //! - [`validate`] — the checks each key must pass, each error naming its key.
+//! - [`telemetry`] — `[telemetry]` and the standard OpenTelemetry variables.
 
 mod file;
 mod resolve;
+pub mod telemetry;
 mod validate;
 
 use std::path::PathBuf;
 
 pub use file::{
-    FileConfig, McpServerEntry, ModelEntry, ProviderEntry, RunsConfig, ServerConfig, ToolsConfig,
-    UserEntry,
+    FileConfig, LogConfig, LogFormat, McpServerEntry, ModelEntry, ProviderEntry, RunsConfig,
+    ServerConfig, ToolsConfig, UserEntry,
 };
 pub use resolve::{DEFAULT_DATABASE, DEFAULT_LISTEN, Env, Overrides, ProcessEnv};
+pub use telemetry::{Protocol, Telemetry};
 
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +66,10 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub server: ServerConfig,
     pub users: Vec<UserEntry>,
+    /// Traces exported over OTLP; `None`: telemetry is off.
+    pub telemetry: Option<Telemetry>,
+    /// How log lines are written.
+    pub log_format: LogFormat,
     /// No provider was configured: the built-in demo model serves `demo`.
     pub demo: bool,
     pub allow_unauthenticated_public: bool,
@@ -171,6 +178,13 @@ mod tests {
         "url",
         "workers",
         "workspace",
+        "enabled",
+        "endpoint",
+        "protocol",
+        "service_name",
+        "capture_content",
+        "sample_ratio",
+        "format",
         "allowed_hosts",
         "sse_max_per_user",
         "sse_max_total",
@@ -191,6 +205,8 @@ mod tests {
             Just("[server]".to_owned()),
             Just("[[users]]".to_owned()),
             Just("[[mcp_servers]]".to_owned()),
+            Just("[telemetry]".to_owned()),
+            Just("[log]".to_owned()),
             (
                 proptest::sample::select(KEYS),
                 prop_oneof![

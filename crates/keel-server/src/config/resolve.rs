@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use keel_providers::ProviderKind;
 
 use super::validate;
-use super::{Config, ConfigError, FileConfig, ModelEntry, ProviderEntry, ResolvedProvider};
+use super::{
+    Config, ConfigError, FileConfig, LogFormat, ModelEntry, ProviderEntry, ResolvedProvider,
+};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8700";
 pub const DEFAULT_DATABASE: &str = "sqlite://keel-data/keel.db";
@@ -87,6 +89,19 @@ impl Config {
         validate::tools(&file.tools)?;
         validate::server(&file.server)?;
         validate::users(&file.users)?;
+        let telemetry = super::telemetry::resolve(&file.telemetry, env)?;
+        let log_format = match file.log.format {
+            Some(format) => format,
+            None => match env.var("KEEL_LOG_FORMAT") {
+                Some(value) => LogFormat::parse(&value).ok_or_else(|| {
+                    ConfigError::invalid(
+                        "KEEL_LOG_FORMAT",
+                        format!("`{value}` is not `text` or `json`"),
+                    )
+                })?,
+                None => LogFormat::Text,
+            },
+        };
         let demo = providers.is_empty();
 
         let config = Self {
@@ -99,6 +114,8 @@ impl Config {
             tools: file.tools,
             server: file.server,
             users: file.users,
+            telemetry,
+            log_format,
             demo,
             allow_unauthenticated_public: overrides.allow_unauthenticated_public,
             source,

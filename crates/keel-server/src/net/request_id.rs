@@ -1,5 +1,7 @@
 //! A request id for every request: answered in `x-request-id`, put in error bodies, and
-//! logged with internal errors so a client's report leads to the log line.
+//! named by every log line of the request (its `request` span, with the trace id of the
+//! request's `traceparent`), so a client's report leads to the log line. The `traceparent`
+//! is handed to the store for the run the request may start (`keel_store::trace`).
 
 use std::future::Future;
 
@@ -33,7 +35,19 @@ pub(crate) fn new_id() -> String {
 /// Middleware: gives the request an id and answers it in the `x-request-id` header.
 pub(crate) async fn assign(request: Request, next: Next) -> Response {
     let id = new_id();
-    let mut response = scope(id.clone(), next.run(request)).await;
+    let traceparent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| crate::telemetry::parse_traceparent(v).is_some())
+        .map(str::to_owned);
+    let trace_id = traceparent
+        .as_deref()
+        .and_then(crate::telemetry::trace_id_of);
+    let span = tracing::info_span!("request", request_id = %id, trace_id = trace_id.as_deref());
+    let handled = keel_store::trace::scope(traceparent, scope(id.clone(), next.run(request)));
+    let mut response = tracing::Instrument::instrument(handled, span.clone()).await;
+    span.in_scope(|| tracing::debug!(status = response.status().as_u16(), "answered"));
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

@@ -51,7 +51,7 @@ pub(super) async fn run_chat(
     shared.metrics.active_runs.inc();
     shared.hub.begin_run(&chat_id.to_string());
     loop {
-        let span = tracing::info_span!("run", chat = %chat_id);
+        let span = tracing::info_span!("run", chat_id = %chat_id, trace_id = tracing::field::Empty);
         let next = tracing::Instrument::instrument(
             run_once(&shared, &lease, &renewing, &cancel, &stop),
             span,
@@ -162,11 +162,16 @@ async fn run_once(
         Ok(RunOutcome::Interrupted)
     } else {
         let per_user = shared.tools.per_user(shared.store.as_ref()).await;
+        let span = traced_run(shared, &start, lease).await;
         match prepare(shared, &start, lease, &sink, from_log, per_user) {
             Ok(mut options) => {
                 options.paused_turn = last == LastStep::Paused;
                 options.continue_reply = stopped;
-                run_guarded(options, cancel.clone()).await
+                let outcome = run_guarded(options, cancel.clone(), span.clone()).await;
+                if outcome.as_ref().is_err_and(|e| !e.is_cancelled()) {
+                    span.record("otel.status_code", "error");
+                }
+                outcome
             }
             Err(failure) => Err(RunError::Provider(*failure)),
         }
@@ -178,11 +183,50 @@ async fn run_once(
     lifecycle::end(shared, chat, &current(lease), outcome, stop).await
 }
 
+/// The span of the run about to start (`crate::telemetry::run_span`). With telemetry on,
+/// its context is recorded for a daemon that may take the chat over, and the log's `run`
+/// span names its trace.
+async fn traced_run(shared: &Arc<Shared>, start: &RunStart, lease: &SharedLease) -> tracing::Span {
+    let span = crate::telemetry::run_span(&start.chat, &start.trace, start.taken_over());
+    let Some(traceparent) = crate::telemetry::traceparent_of(&span) else {
+        if let Some(trace_id) = start
+            .trace
+            .parent
+            .as_deref()
+            .and_then(crate::telemetry::trace_id_of)
+        {
+            tracing::Span::current().record("trace_id", trace_id.as_str());
+        }
+        return span;
+    };
+    if let Some(trace_id) = crate::telemetry::trace_id_of(&traceparent) {
+        tracing::Span::current().record("trace_id", trace_id.as_str());
+    }
+    if shared.config.telemetry.is_some()
+        && let Err(error) = shared
+            .store
+            .record_run_trace(&current(lease), &traceparent)
+            .await
+    {
+        tracing::warn!(%error, "recording the run's trace context failed");
+    }
+    span
+}
+
 /// The loop in a task of its own, so that a panic anywhere in it (an adapter, a tool, a
 /// hook) ends the run as a failure: the chat moves to `error` through `fail_run` instead of
-/// staying `running` or `interrupting` under a lease this task would keep renewing.
-async fn run_guarded(options: RunOptions, cancel: Cancel) -> Result<RunOutcome, RunError> {
-    match tokio::spawn(keel_agent::run(options, cancel)).await {
+/// staying `running` or `interrupting` under a lease this task would keep renewing. The task
+/// is in the log's `run` span (its lines name the chat) and in the run's trace `span`.
+async fn run_guarded(
+    options: RunOptions,
+    cancel: Cancel,
+    span: tracing::Span,
+) -> Result<RunOutcome, RunError> {
+    use tracing::Instrument as _;
+    let run = keel_agent::run(options, cancel)
+        .instrument(span)
+        .instrument(tracing::Span::current());
+    match tokio::spawn(run).await {
         Ok(outcome) => outcome,
         Err(join) => {
             let what = if join.is_panic() {
@@ -379,6 +423,11 @@ fn prepare(
         }),
     });
     options.compact_only = chat.compact_requested;
+    options.capture_content = shared
+        .config
+        .telemetry
+        .as_ref()
+        .is_some_and(|t| t.capture_content);
     let chat_id = chat.id;
     options.on_persist_error = Some(Arc::new(move |error| {
         tracing::error!(chat = %chat_id, %error, "the interrupted step could not be saved");

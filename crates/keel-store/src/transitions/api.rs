@@ -46,6 +46,11 @@ pub(crate) async fn create_chat(cx: &mut Ctx<'_>, req: NewChat) -> Result<Chat> 
         cx.insert_user(&mut chat, req.parts).await?;
     }
     cx.ops.update_chat(&ChatCols::from_chat(&chat)?).await?;
+    if let Some(parent) = cx.trace.clone() {
+        cx.ops
+            .put_trace_parent(&chat.id.to_string(), Some(&parent))
+            .await?;
+    }
     cx.notice_with(
         &chat,
         Noticed {

@@ -45,6 +45,8 @@ pub(crate) struct Ctx<'a> {
     opts: &'a StoreOptions,
     now: DateTime<Utc>,
     notices: Vec<ChangeNotice>,
+    /// The trace context of the request making this change ([`crate::trace`]).
+    trace: Option<String>,
 }
 
 /// What a change's notice says of it beyond the chat's new state ([`ChangeNotice`]).
@@ -78,6 +80,7 @@ impl<'a> Ctx<'a> {
             opts,
             now: opts.clock.now(),
             notices: Vec::new(),
+            trace: crate::trace::current(),
         }
     }
 
@@ -119,6 +122,11 @@ impl<'a> Ctx<'a> {
     async fn save(&mut self, chat: &mut Chat, mv: Move) -> Result<()> {
         self.stamp(chat, mv)?;
         self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
+        if crate::trace::starts_run(mv.transition, mv.from, chat.status) {
+            self.ops
+                .put_trace_parent(&chat.id.to_string(), self.trace.as_deref())
+                .await?;
+        }
         let listing = chat.status != mv.from
             || matches!(
                 mv.transition,
@@ -295,6 +303,11 @@ impl<'a> Ctx<'a> {
         }
         let head = chat.queued.remove(0);
         self.ops.delete_queued(&head.id.to_string()).await?;
+        // The queued message's run starts from the request that sent it.
+        let parent = self.ops.take_trace_parent(&head.id.to_string()).await?;
+        self.ops
+            .put_trace_parent(&chat.id.to_string(), parent.as_deref())
+            .await?;
         Ok(Some(self.insert_user(chat, head.parts).await?))
     }
 
@@ -339,6 +352,11 @@ impl<'a> Ctx<'a> {
         self.ops
             .insert_queued(&QueuedCols::from_queued(&queued)?)
             .await?;
+        if let Some(parent) = &self.trace {
+            self.ops
+                .put_trace_parent(&queued.id.to_string(), Some(parent))
+                .await?;
+        }
         let id = queued.id;
         if at_head {
             chat.queued.insert(0, queued);

@@ -410,6 +410,15 @@ pub(crate) async fn set_retry_state(
     cx.save(&mut chat, mv).await
 }
 
+/// Records the span of the run in progress, for a worker that may take the chat over.
+/// The chat row is not written: no new version, no notice.
+pub(crate) async fn record_run_trace(cx: &mut Ctx<'_>, lease: &Lease, run: &str) -> Result<()> {
+    let chat = cx.load(lease.chat_id).await?;
+    fence(&chat, lease, false)?;
+    check(&chat, Transition::RecordRunTrace)?;
+    cx.ops.put_run_trace(&chat.id.to_string(), run).await
+}
+
 /// Ends a run: the queue head starts next (same worker, chat stays `running`), or the
 /// chat goes `waiting` and is released.
 async fn end_run(cx: &mut Ctx<'_>, lease: &Lease, transition: Transition) -> Result<Next> {

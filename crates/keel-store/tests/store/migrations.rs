@@ -52,6 +52,10 @@ const SHIPPED: &[(&str, &str)] = &[
         "2a3ee640e4a08ab90e2928104063ea80fd382915839117048e6b6eba167ef064",
     ),
     (
+        "postgres/0010_trace_contexts.sql",
+        "6330cf376c3e4af15d0833feff029a289b6c90019a8a957761b183a7918989d3",
+    ),
+    (
         "sqlite/0001_initial.sql",
         "2ea8aa720d893a6e224236a93ef0df0d4ffe1f5fcc98f8ee3b13ba6ab903fef2",
     ),
@@ -82,6 +86,10 @@ const SHIPPED: &[(&str, &str)] = &[
     (
         "sqlite/0008_usage.sql",
         "b2483d8fba29f0d9281f0f12b5bb503ecaa2c732660d3213a0ddf86ab8f2d981",
+    ),
+    (
+        "sqlite/0009_trace_contexts.sql",
+        "6330cf376c3e4af15d0833feff029a289b6c90019a8a957761b183a7918989d3",
     ),
 ];
 

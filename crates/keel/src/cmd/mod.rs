@@ -1,4 +1,4 @@
-//! The subcommands and what they share: argument parsing, logging, shutdown signals.
+//! The subcommands and what they share: argument parsing, shutdown signals.
 
 pub mod backup;
 pub mod chat;
@@ -9,7 +9,6 @@ pub mod serve;
 pub mod users;
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
 #[command(name = "keel", version, about = "A durable agent-chat daemon")]
@@ -59,16 +58,6 @@ impl Command {
             Command::SandboxExec(args) => sandbox_exec::run(args),
         }
     }
-}
-
-/// Logs to stderr; `RUST_LOG` overrides the default `info` level.
-pub fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }
 
 /// Completes on Ctrl-C, or on SIGTERM where there is one.

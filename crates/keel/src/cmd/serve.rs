@@ -29,8 +29,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         database: args.database,
         allow_unauthenticated_public: args.allow_unauthenticated_public,
     };
+    let config = Config::load(&overrides, &ProcessEnv)?;
+    let pipeline = crate::telemetry::init_daemon(config.log_format, config.telemetry.as_ref())?;
     protect_memory();
-    let mut config = Config::load(&overrides, &ProcessEnv)?;
+    let served = serve(config).await;
+    pipeline.shutdown().await;
+    served
+}
+
+async fn serve(mut config: Config) -> anyhow::Result<()> {
     config.command_sandbox = command_sandbox(&config)?;
     let running = keel_server::serve::start(config)
         .await

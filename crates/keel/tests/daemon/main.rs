@@ -19,6 +19,7 @@ mod fidelity;
 mod gemini;
 mod harness;
 mod isolation;
+mod otlp;
 mod panics;
 #[path = "../support/postgres.rs"]
 mod postgres;
@@ -28,6 +29,7 @@ mod replicas;
 mod rerun;
 mod sandbox;
 mod security;
+mod telemetry;
 mod thinking;
 mod tools;
 mod transfer;
