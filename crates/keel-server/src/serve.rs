@@ -9,7 +9,7 @@ use keel_store::StoreOptions;
 use tokio::task::JoinHandle;
 
 use crate::api::state::{AppState, AuthMode};
-use crate::config::Config;
+use crate::config::{Config, LogFormat};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::models::{ModelRegistry, ModelsError};
@@ -75,6 +75,9 @@ fn store_options(config: &Config) -> StoreOptions {
             .runs
             .database_connections(!config.database.starts_with("sqlite:")),
         clock: process_clock(),
+        // A run's trace context is kept where something shows it: exported spans, or the
+        // trace ids of JSON log lines.
+        trace_runs: config.telemetry.is_some() || config.log_format == LogFormat::Json,
         ..StoreOptions::default()
     }
 }

@@ -466,12 +466,18 @@ impl Store for SqlStore {
     }
 
     async fn start_run(&self, chat: ChatId) -> Result<RunStart> {
+        let traced = self.opts.trace_runs;
         let (read, (parent, run)) = in_read!(self, |ops| {
             let read = ops
                 .run_start_rows(&chat.to_string())
                 .await?
                 .ok_or(StoreError::not_found("chat"))?;
-            Ok((read, ops.trace_context(&chat.to_string()).await?))
+            let trace = if traced {
+                ops.trace_context(&chat.to_string()).await?
+            } else {
+                (None, None)
+            };
+            Ok((read, trace))
         })?;
         Ok(RunStart {
             chat: crate::rows::chat_with_queue(read.chat)?,

@@ -541,6 +541,9 @@ pub struct StoreOptions {
     /// On PostgreSQL, `clock` is moved to the database server's (see `postgres/clock.rs`),
     /// so that replicas time leases alike. Off for a clock a test moves by hand.
     pub follow_database_clock: bool,
+    /// Keep each run's trace context ([`crate::trace`]): on when the daemon exports traces
+    /// or logs trace ids. Off, no transition reads or writes one.
+    pub trace_runs: bool,
 }
 
 impl Default for StoreOptions {
@@ -553,6 +556,7 @@ impl Default for StoreOptions {
             max_connections: 8,
             clock: Arc::new(SystemClock),
             follow_database_clock: true,
+            trace_runs: false,
         }
     }
 }

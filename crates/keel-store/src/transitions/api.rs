@@ -235,6 +235,7 @@ pub(crate) async fn delete_queued(
     let (mut chat, mv, index) =
         load_queued(cx, chat_id, queue_id, Transition::DeleteQueued).await?;
     cx.ops.delete_queued(&queue_id.to_string()).await?;
+    cx.forget_traces(&[queue_id.to_string()]).await?;
     chat.queued.remove(index);
     cx.save(&mut chat, mv).await?;
     Ok(chat)
@@ -324,6 +325,12 @@ pub(crate) async fn update_chat(
 pub(crate) async fn delete_chat(cx: &mut Ctx<'_>, chat_id: ChatId) -> Result<()> {
     let mut chat = cx.load(chat_id).await?;
     check(&chat, Transition::Delete)?;
+    if cx.opts.trace_runs {
+        cx.load_queue(&mut chat).await?;
+        let mut ids: Vec<String> = chat.queued.iter().map(|q| q.id.to_string()).collect();
+        ids.push(chat.id.to_string());
+        cx.forget_traces(&ids).await?;
+    }
     cx.ops.delete_chat(&chat.id.to_string()).await?;
     chat.version += 1;
     cx.notice(&chat, true);

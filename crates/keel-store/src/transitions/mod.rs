@@ -80,12 +80,23 @@ impl<'a> Ctx<'a> {
             opts,
             now: opts.clock.now(),
             notices: Vec::new(),
-            trace: crate::trace::current(),
+            // With tracing off, a request's context is never stored: it costs no write.
+            trace: crate::trace::current().filter(|_| opts.trace_runs),
         }
     }
 
     pub(crate) fn into_notices(self) -> Vec<ChangeNotice> {
         self.notices
+    }
+
+    /// Drops the trace contexts of a deleted chat or queued message (by their ids).
+    async fn forget_traces(&mut self, ids: &[String]) -> Result<()> {
+        if self.opts.trace_runs {
+            for id in ids {
+                self.ops.take_trace_parent(id).await?;
+            }
+        }
+        Ok(())
     }
 
     async fn load(&mut self, id: ChatId) -> Result<Chat> {
@@ -122,7 +133,7 @@ impl<'a> Ctx<'a> {
     async fn save(&mut self, chat: &mut Chat, mv: Move) -> Result<()> {
         self.stamp(chat, mv)?;
         self.ops.update_chat(&ChatCols::from_chat(chat)?).await?;
-        if crate::trace::starts_run(mv.transition, mv.from, chat.status) {
+        if self.opts.trace_runs && crate::trace::starts_run(mv.transition, mv.from, chat.status) {
             self.ops
                 .put_trace_parent(&chat.id.to_string(), self.trace.as_deref())
                 .await?;
@@ -303,11 +314,13 @@ impl<'a> Ctx<'a> {
         }
         let head = chat.queued.remove(0);
         self.ops.delete_queued(&head.id.to_string()).await?;
-        // The queued message's run starts from the request that sent it.
-        let parent = self.ops.take_trace_parent(&head.id.to_string()).await?;
-        self.ops
-            .put_trace_parent(&chat.id.to_string(), parent.as_deref())
-            .await?;
+        if self.opts.trace_runs {
+            // The queued message's run starts from the request that sent it.
+            let parent = self.ops.take_trace_parent(&head.id.to_string()).await?;
+            self.ops
+                .put_trace_parent(&chat.id.to_string(), parent.as_deref())
+                .await?;
+        }
         Ok(Some(self.insert_user(chat, head.parts).await?))
     }
 

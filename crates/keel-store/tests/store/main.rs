@@ -15,5 +15,6 @@ mod races;
 mod rerun;
 mod state_table;
 mod sweep_transitions;
+mod trace;
 mod usage;
 mod worker_transitions;
