@@ -69,7 +69,7 @@ for (const [size, scheme] of [['desktop', 'light'], ['phone', 'dark']]) {
       assert.ok(await page.isHidden('#jump-latest'));
       await waitIdle(page);
       assert.ok(await distance(page) <= 2, 'the end of the finished reply is out of view');
-      const last = await page.$eval('.msg.assistant:last-of-type', (n) => n.getBoundingClientRect().bottom);
+      const last = await page.$$eval('.msg.assistant[data-id]', (n) => n[n.length - 1].getBoundingClientRect().bottom);
       const bottom = await page.$eval('#messages', (m) => m.getBoundingClientRect().bottom);
       assert.ok(last <= bottom + 1, 'the last line of the reply is below the fold');
     });

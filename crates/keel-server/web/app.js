@@ -145,7 +145,7 @@ function showChatHeader(chat) {
 function showWelcome() {
   const shown = !view.chatId && !view.notFound;
   $('welcome').hidden = !shown;
-  $('messages').hidden = !shown ? false : true;
+  $('messages').hidden = shown || view.notFound;
   if (!shown) return;
   const model = $('model').value || (view.models.find((m) => m.default) || {}).id;
   $('welcome-model').textContent = model ? 'You are talking to ' + model + '.' : '';
