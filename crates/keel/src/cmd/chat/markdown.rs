@@ -21,8 +21,6 @@
 //! reply. Without styles (`NO_COLOR`, or output that is not a terminal) the text passes
 //! through unchanged.
 
-use unicode_width::UnicodeWidthStr as _;
-
 const RESET: &str = "\x1b[0m";
 const BOLD: &str = "\x1b[1m";
 const ITALIC: &str = "\x1b[3m";
@@ -309,98 +307,29 @@ impl Markdown {
         }
     }
 
-    /// Prints the table read so far: its columns aligned, boxed, the header bold. Rows that
-    /// are no table (no `|---|` line under the first) are printed as the text they are.
+    /// Prints the table read so far (`table`): its columns aligned, boxed, the header bold.
     fn flush_table(&mut self, out: &mut String) {
         let rows = std::mem::take(&mut self.table);
         if rows.is_empty() {
             return;
         }
-        let cells: Vec<Vec<String>> = rows.iter().map(|row| table_cells(row)).collect();
-        let is_rule = |row: &[String]| {
-            !row.is_empty()
-                && row.iter().all(|cell| {
-                    let dashes = cell.trim_matches(':');
-                    !dashes.is_empty() && dashes.chars().all(|c| c == '-')
-                })
-        };
-        if cells.len() < 2 || !is_rule(&cells[1]) {
-            for row in &rows {
-                self.inline_text(row, out);
-                self.end_line(out);
-                out.push('\n');
-            }
-            return;
-        }
-        let align: Vec<Align> = cells[1]
-            .iter()
-            .map(|c| match (c.starts_with(':'), c.ends_with(':')) {
-                (true, true) => Align::Center,
-                (false, true) => Align::Right,
-                _ => Align::Left,
-            })
-            .collect();
-        let body: Vec<&Vec<String>> = cells
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != 1)
-            .map(|(_, r)| r)
-            .collect();
-        let columns = body
-            .iter()
-            .map(|r| r.len())
-            .max()
-            .unwrap_or(0)
-            .max(align.len());
-        // Each cell as styled text, and the columns it takes on screen.
-        let styled: Vec<Vec<(String, usize)>> = body
-            .iter()
-            .map(|row| {
-                (0..columns)
-                    .map(|i| {
-                        let mut text = String::new();
-                        self.inline_text(row.get(i).map_or("", String::as_str), &mut text);
-                        self.end_line(&mut text);
-                        let width = visible(&text).width();
-                        (text, width)
-                    })
-                    .collect()
-            })
-            .collect();
-        let widths: Vec<usize> = (0..columns)
-            .map(|i| styled.iter().map(|row| row[i].1).max().unwrap_or(0))
-            .collect();
-        let rule = |left: &str, middle: &str, right: &str| {
-            let parts: Vec<String> = widths.iter().map(|w| "─".repeat(w + 2)).collect();
-            format!("{DIM}{left}{}{right}{RESET}\n", parts.join(middle))
-        };
-        out.push_str(&rule("┌", "┬", "┐"));
-        for (index, row) in styled.iter().enumerate() {
-            out.push_str(&format!("{DIM}│{RESET}"));
-            for (i, (text, width)) in row.iter().enumerate() {
-                let gap = widths[i] - width;
-                let (left, right) = match align.get(i).copied().unwrap_or(Align::Left) {
-                    Align::Left => (0, gap),
-                    Align::Right => (gap, 0),
-                    Align::Center => (gap / 2, gap - gap / 2),
-                };
-                let text = if index == 0 {
-                    format!("{BOLD}{text}{RESET}")
-                } else {
-                    text.clone()
-                };
-                out.push_str(&format!(
-                    " {}{text}{} {DIM}│{RESET}",
-                    " ".repeat(left),
-                    " ".repeat(right)
-                ));
-            }
-            out.push('\n');
-            if index == 0 {
-                out.push_str(&rule("├", "┼", "┤"));
+        let boxed = super::table::boxed(&rows, |cell| {
+            let mut text = String::new();
+            self.inline_text(cell, &mut text);
+            self.end_line(&mut text);
+            text
+        });
+        match boxed {
+            Some(table) => out.push_str(&table),
+            // Rows with no `|---|` line under the first are no table: text as it came.
+            None => {
+                for row in &rows {
+                    self.inline_text(row, out);
+                    self.end_line(out);
+                    out.push('\n');
+                }
             }
         }
-        out.push_str(&rule("└", "┴", "┘"));
     }
 
     /// Emits the styles now in force, from a clean slate.
@@ -430,61 +359,6 @@ impl Markdown {
         self.code = false;
         self.line = Line::Start;
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Align {
-    Left,
-    Right,
-    Center,
-}
-
-/// The cells of a table row: between its `|`s (the outer ones optional), trimmed; `\|` is
-/// a `|` inside a cell.
-fn table_cells(row: &str) -> Vec<String> {
-    let row = row.trim();
-    let row = row.strip_prefix('|').unwrap_or(row);
-    let row = row
-        .strip_suffix('|')
-        .filter(|r| !r.ends_with('\\'))
-        .unwrap_or(row);
-    let mut cells = vec![String::new()];
-    let mut chars = row.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if chars.peek() == Some(&'|') => {
-                if let Some(cell) = cells.last_mut() {
-                    cell.push('|');
-                }
-                chars.next();
-            }
-            '|' => cells.push(String::new()),
-            _ => {
-                if let Some(cell) = cells.last_mut() {
-                    cell.push(c);
-                }
-            }
-        }
-    }
-    cells.into_iter().map(|c| c.trim().to_owned()).collect()
-}
-
-/// Text without its ANSI escape sequences.
-fn visible(styled: &str) -> String {
-    let mut out = String::new();
-    let mut chars = styled.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

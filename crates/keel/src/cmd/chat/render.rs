@@ -72,6 +72,17 @@ impl Renderer {
         }
     }
 
+    /// The renderer of standard output: styled on a terminal unless `NO_COLOR` says not,
+    /// and wrapped at a terminal's width.
+    pub fn for_stdout(tty: bool) -> Self {
+        let renderer = Self::new(styles_wanted(tty, std::env::var_os("NO_COLOR").as_deref()));
+        if tty {
+            renderer.wrapping(terminal_width)
+        } else {
+            renderer
+        }
+    }
+
     /// Breaks lines between words at the width `width` reports, asked at each write so a
     /// resized terminal is followed.
     pub fn wrapping(mut self, width: fn() -> Option<usize>) -> Self {

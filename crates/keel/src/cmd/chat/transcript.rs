@@ -3,7 +3,10 @@
 //!
 //! It keeps what was shown of the step in progress so that a committed `message` (which
 //! replaces the live parts) prints only what was not already on screen, and it remembers
-//! the last durable event id so that a replay after a reconnect prints nothing twice.
+//! the last durable event id so that a replay after a reconnect prints nothing twice. After
+//! a change of branch it prints only what differs from what is on screen.
+//!
+//! Longer than most files: its tests, one for each way events can arrive, are most of it.
 
 use std::collections::VecDeque;
 
