@@ -112,7 +112,8 @@ for (const scheme of ['light', 'dark']) {
       await page.waitForSelector('.toast:has-text("Deleted") .toast-action');
       await page.tap('.toast:has-text("Deleted") .toast-action');
       await page.waitForSelector(row);
-      await new Promise((resolve) => setTimeout(resolve, 6500));
+      // Nothing is left waiting to be sent: the delete is gone with its Undo.
+      assert.equal(await page.evaluate(() => view.deleting.size), 0, 'an undone delete is still pending');
       assert.ok(await getChat(chat.id), 'an undone delete deleted the chat');
 
       // Delete without Undo: gone from the daemon once the undo time is up.
