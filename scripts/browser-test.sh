@@ -9,8 +9,13 @@
 # the model picker, provider errors, the phone drawer, tokens and log-out),
 # tests/browser/origin.test.mjs (pages of other sites and rebound names must not reach the
 # API) and tests/browser/branches.test.mjs (an edit's branch and the arrows across a reload
-# and a kill -9; it starts and restarts a daemon of its own from KEEL_BIN). Screenshots land
-# in target/browser/. Exits non-zero on any failure.
+# and a kill -9; it starts and restarts a daemon of its own from KEEL_BIN), then the page as
+# a person uses it, at 1280×800 and 390×844, light and dark: follow.test.mjs (the view
+# follows a reply; a daemon killed and restarted mid-reply), touch.test.mjs (rows under a
+# finger, undo), keyboard.test.mjs, navigation.test.mjs (addresses, Back and Forward),
+# dialogs.test.mjs, editing.test.mjs (editing in place, failed turns) and look.test.mjs
+# (axe-core on every screen, contrast, the message box). Screenshots land in
+# target/browser/. Exits non-zero on any failure.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -119,4 +124,7 @@ mkdir -p "$root/target/browser"
 KEEL_URL="$url" KEEL_USERS_URL="$users_url" KEEL_TOKEN="$token" CHROMIUM="$chromium" \
   KEEL_BIN="$keel" SCREENSHOT_DIR="$root/target/browser" \
   node --test --test-concurrency=1 tests/browser/chat.test.mjs tests/browser/product.test.mjs \
-  tests/browser/origin.test.mjs tests/browser/branches.test.mjs tests/browser/list.test.mjs
+  tests/browser/origin.test.mjs tests/browser/branches.test.mjs tests/browser/list.test.mjs \
+  tests/browser/follow.test.mjs tests/browser/touch.test.mjs tests/browser/keyboard.test.mjs \
+  tests/browser/navigation.test.mjs tests/browser/dialogs.test.mjs tests/browser/editing.test.mjs \
+  tests/browser/look.test.mjs

@@ -86,9 +86,9 @@ test('an edit makes a branch; the arrows switch between both, across a reload an
     await page.click('.msg.user .edit-link');
     assert.match(await page.textContent('.msg.user'), /current version is kept/);
     await page.fill('.msg.user textarea', script('second answer'));
-    await page.click('text=Save as a new version');
+    await page.click('.msg.user .save-edit');
     await shows(page, ['second answer'], '2/2');
-    const chatId = new URL(page.url()).hash.replace('#chat=', '');
+    const chatId = new URL(page.url()).pathname.replace('/c/', '');
     assert.ok(chatId, page.url());
 
     await page.click('.msg.user .branch-prev');
@@ -103,7 +103,7 @@ test('an edit makes a branch; the arrows switch between both, across a reload an
     await kill9(daemon);
     daemon = await serve(dir);
     bases.push(daemon.url);
-    await page.goto(`${daemon.url}/#chat=${chatId}`);
+    await page.goto(`${daemon.url}/c/${chatId}`);
     await shows(page, ['first answer'], '1/2');
     await page.click('.msg.user .branch-next');
     await shows(page, ['second answer'], '2/2');

@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { launch } from './launch.mjs';
+import { rowAction } from './helpers.mjs';
 
 const base = process.env.KEEL_URL;
 const screenshots = process.env.SCREENSHOT_DIR || 'target/browser';
@@ -59,7 +60,7 @@ for (const [size, viewport] of [['desktop', { width: 1100, height: 760 }], ['pho
     const open = await createChat(`Open chat ${size}`);
     const other = await createChat(`Other chat ${size}`);
     await withPage(viewport, async (page) => {
-      await page.goto(`${base}/#chat=${open.id}`);
+      await page.goto(`${base}/c/${open.id}`);
       const item = `#chat-list li[data-id="${other.id}"]`;
       await page.waitForSelector(`#chat-list li[data-id="${open.id}"]`, { state: 'attached' });
       await page.waitForSelector(item, { state: 'attached' });
@@ -71,16 +72,15 @@ for (const [size, viewport] of [['desktop', { width: 1100, height: 760 }], ['pho
       // Rename answered 404: the chat is gone.
       await page.route(`**/api/v1/chats/${other.id}`, (route) =>
         (route.request().method() === 'PATCH' ? route.fulfill(NOT_FOUND) : route.continue()));
-      page.once('dialog', (dialog) => dialog.accept('A new name'));
-      await page.hover(item);
-      await page.click(`${item} [data-action="rename"]`);
+      await rowAction(page, other.id, 'rename');
+      await page.fill('#rename-input', 'A new name');
+      await page.click('#rename-dialog button.primary');
       assert.match(await listErrorOf(page, item), /^Rename failed: no such chat/);
       await assertBannerQuiet(page);
 
       // Archive with the daemon unreachable.
       await page.route(`**/api/v1/chats/${other.id}/archive`, (route) => route.abort('connectionrefused'));
-      await page.hover(item);
-      await page.click(`${item} [data-action="archive"]`);
+      await rowAction(page, other.id, 'archive');
       await page.waitForFunction((selector) =>
         document.querySelector(`${selector} .list-error`)?.textContent.startsWith('Archive failed'), item);
       assert.match(await listErrorOf(page, item), /^Archive failed: Cannot reach Keel at /);
@@ -90,9 +90,8 @@ for (const [size, viewport] of [['desktop', { width: 1100, height: 760 }], ['pho
       // Delete answered 404; the error stays at the entry while the list redraws.
       await page.route(`**/api/v1/chats/${other.id}`, (route) =>
         (route.request().method() === 'DELETE' ? route.fulfill(NOT_FOUND) : route.continue()));
-      page.once('dialog', (dialog) => dialog.accept());
-      await page.hover(item);
-      await page.click(`${item} [data-action="delete"]`);
+      await rowAction(page, other.id, 'delete');
+      await page.click('#delete-dialog button.danger');
       await page.waitForFunction((selector) =>
         document.querySelector(`${selector} .list-error`)?.textContent.startsWith('Delete failed'), item);
       assert.match(await listErrorOf(page, item), /^Delete failed: no such chat/);

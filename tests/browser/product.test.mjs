@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { launch } from './launch.mjs';
+import { chatIdOf, rowAction } from './helpers.mjs';
 
 const base = process.env.KEEL_URL;
 const usersBase = process.env.KEEL_USERS_URL;
@@ -117,7 +118,7 @@ test('a Markdown reply shows a table and a highlighted code block whose copy but
 test('the same reply in dark mode', async () => {
   await withPage({ origin: base, colorScheme: 'dark' }, async (page) => {
     const chat = await createChat(base, { text: '#mock ' + JSON.stringify({ text: MARKDOWN, rate: 0 }) });
-    await page.goto(`${base}/#chat=${chat.id}`);
+    await page.goto(`${base}/c/${chat.id}`);
     await page.waitForSelector('.msg.assistant .code-block pre code.hljs');
     const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
     assert.notEqual(background, 'rgb(250, 250, 250)', 'the page stayed light');
@@ -138,9 +139,9 @@ test('a chat created with curl appears in an open page, gets its title, and can 
     assert.match(await page.textContent(`${item} .meta`), /now|second|minute/);
     await page.screenshot({ path: `${screenshots}/chat-list.png` });
 
-    page.once('dialog', (dialog) => dialog.accept('Lisbon in May'));
-    await page.hover(item);
-    await page.click(`${item} [data-action="rename"]`);
+    await rowAction(page, chat.id, 'rename');
+    await page.fill('#rename-input', 'Lisbon in May');
+    await page.keyboard.press('Enter');
     await page.waitForFunction((selector) =>
       document.querySelector(`${selector} .chat-name`)?.textContent === 'Lisbon in May', item);
     const stored = await (await fetch(`${base}/api/v1/chats/${chat.id}`)).json();
@@ -199,7 +200,7 @@ test('a rejected token is said so, the model picker changes the next reply\'s mo
     await page.waitForFunction(() => [...document.querySelectorAll('.msg.assistant .text')]
       .some((node) => node.textContent === 'hello from the page'));
     await page.waitForFunction(() => document.querySelector('#chat-status').dataset.status === 'waiting');
-    const id = new URL(page.url()).hash.replace('#chat=', '');
+    const id = chatIdOf(page);
 
     await page.selectOption('#model', 'unreachable');
     await page.waitForFunction(() => document.querySelector('#banner').textContent.includes('unreachable'));
@@ -242,7 +243,7 @@ test('on the page: Shift+Enter, a title within seconds, states in words, archive
     await page.keyboard.press('Enter');
     await page.waitForFunction(() => document.querySelector('.msg.user .text')?.textContent
       === 'Packing list for Lisbon\ntwo days');
-    const id = await page.waitForFunction(() => /chat=/.test(location.hash) && location.hash.split('=')[1])
+    const id = await page.waitForFunction(() => /^\/c\//.test(location.pathname) && location.pathname.slice(3))
       .then((handle) => handle.jsonValue());
     const item = `#chat-list li[data-id="${id}"]`;
     // The title comes within seconds of the first reply, in the header and the list alike.
@@ -263,24 +264,22 @@ test('on the page: Shift+Enter, a title within seconds, states in words, archive
     await page.waitForFunction(() => document.querySelector('#chat-status').textContent === 'Ready');
 
     // Archive hides the chat from the list; Show archived brings it back, marked.
-    await page.hover(item);
-    await page.click(`${item} [data-action="archive"]`);
+    await rowAction(page, id, 'archive');
     await page.waitForSelector(item, { state: 'detached' });
     await page.check('#show-archived');
     await page.waitForSelector(`${item}.archived`);
     assert.match(await page.textContent(`${item} .meta`), /archived/);
     await page.screenshot({ path: `${screenshots}/archived.png` });
-    await page.hover(item);
-    await page.click(`${item} [data-action="unarchive"]`);
+    await rowAction(page, id, 'unarchive');
     await page.waitForSelector(`${item}:not(.archived)`);
     await page.uncheck('#show-archived');
     await page.waitForSelector(item);
 
-    // Delete asks first, then the chat is gone from the page and the daemon.
-    page.once('dialog', (dialog) => dialog.accept());
-    await page.hover(item);
-    await page.click(`${item} [data-action="delete"]`);
+    // Delete asks first in the page, then the chat is gone from the page at once and from
+    // the daemon when the time to undo it is up.
+    await rowAction(page, id, 'delete');
+    await page.click('#delete-dialog button.danger');
     await page.waitForSelector(item, { state: 'detached' });
-    assert.equal((await fetch(`${base}/api/v1/chats/${id}`)).status, 404);
+    await page.waitForFunction(async (chat) => (await fetch(`/api/v1/chats/${chat}`)).status === 404, id, { polling: 250 });
   });
 });

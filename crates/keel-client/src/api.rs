@@ -16,6 +16,10 @@ pub struct ChatSummary {
     pub title: Option<String>,
     pub model: String,
     pub status: String,
+    /// Hidden from the chat list of the web page; still listed here.
+    #[serde(default)]
+    pub archived: bool,
+    /// When the chat last changed (RFC 3339, UTC).
     pub updated_at: String,
     /// The chat's tokens and cost (`GET /chats/{id}` only).
     #[serde(default)]
@@ -162,13 +166,14 @@ impl Api {
             .await
     }
 
-    pub async fn chats(&self) -> anyhow::Result<Vec<ChatSummary>> {
+    /// The caller's newest chats, at most `limit` (1–200), the newest first.
+    pub async fn chats(&self, limit: usize) -> anyhow::Result<Vec<ChatSummary>> {
         #[derive(Deserialize)]
         struct List {
             chats: Vec<ChatSummary>,
         }
         let list: List = self
-            .json(self.request(Method::GET, "/chats?limit=20"))
+            .json(self.request(Method::GET, &format!("/chats?limit={limit}")))
             .await?;
         Ok(list.chats)
     }

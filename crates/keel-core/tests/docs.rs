@@ -1,7 +1,8 @@
 //! The two documents a newcomer reads first stay short enough to read and never point at
 //! a file that is gone: `ARCHITECTURE.md` (the code map) and `docs/benchmarks.md` (the
-//! current figures). They live here, in the crate with the fewest dependencies, because
-//! they only read files.
+//! current figures); and every picture a document shows (`![…](PATH)`) is in the
+//! repository. They live here, in the crate with the fewest dependencies, because they only
+//! read files.
 #![allow(clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -63,6 +64,56 @@ fn every_path_the_architecture_and_the_benchmarks_name_exists() {
         "paths that do not exist:\n{}",
         missing.join("\n")
     );
+}
+
+#[test]
+fn every_picture_a_document_shows_is_in_the_repository() {
+    let root = root();
+    let mut docs = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/ is in the repository") {
+        let path = entry.expect("docs/ can be listed").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            docs.push(path);
+        }
+    }
+    let mut missing = Vec::new();
+    let mut shown = 0;
+    for doc in docs {
+        let text = std::fs::read_to_string(&doc).expect("the document can be read");
+        for target in pictures(&text) {
+            shown += 1;
+            let local = !target.contains("://") && !target.starts_with('/');
+            let dir = doc.parent().expect("a document is in a folder");
+            if !local || !dir.join(&target).is_file() {
+                missing.push(format!("{}: {target}", doc.display()));
+            }
+        }
+    }
+    assert!(shown > 0, "no document shows a picture");
+    assert!(
+        missing.is_empty(),
+        "pictures that are not in the repository:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The targets of the Markdown images in `text` (`![alt](target)`, the alt text on one line
+/// or several).
+fn pictures(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("![") {
+        rest = &rest[start + 2..];
+        let Some(close) = rest.find("](") else {
+            break;
+        };
+        let after = &rest[close + 2..];
+        if let Some(end) = after.find(')') {
+            found.push(after[..end].trim().to_owned());
+        }
+        rest = after;
+    }
+    found
 }
 
 #[test]

@@ -528,3 +528,322 @@ fn branches_are_listed_switched_and_regenerated_from_the_prompt() {
     chat.send(ControlCode::EndOfText).unwrap();
     chat.expect(Eof).unwrap();
 }
+
+impl Daemon {
+    fn post(&self, path: &str, body: Value) -> Value {
+        let url = format!("{}/api/v1{path}", self.url);
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(async move {
+                let response = reqwest::Client::new()
+                    .post(url)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(response.status().is_success(), "{response:?}");
+                response.json().await.unwrap_or(Value::Null)
+            })
+    }
+
+    /// A chat made through the API with `text` as its first message and `title`, once its
+    /// first reply is in.
+    fn chat_with(&self, text: &str, title: &str) -> String {
+        let chat = self.post(
+            "/chats",
+            serde_json::json!({ "text": text, "title": title }),
+        );
+        let id = chat["id"].as_str().unwrap().to_owned();
+        self.settle(&id);
+        id
+    }
+
+    /// Waits until the chat's run is over (bounded: the demo model answers at once).
+    fn settle(&self, id: &str) {
+        for _ in 0..600 {
+            let chat = self.get(&format!("/chats/{id}"));
+            if chat["status"] != "running" && chat["status"] != "interrupting" {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("chat {id} never settled");
+    }
+}
+
+/// What the terminal shows of `bytes`: escapes removed, and of each line what is left after
+/// its last carriage return (a spinner drawn and erased on it).
+fn screen_lines(bytes: &[u8]) -> Vec<String> {
+    strip_ansi(&String::from_utf8_lossy(bytes))
+        .split('\n')
+        .map(|line| {
+            let line = line.trim_end_matches('\r');
+            line.rsplit('\r').next().unwrap_or(line).to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn slash_switch_takes_a_list_number_or_the_start_of_an_id() {
+    let daemon = Daemon::start();
+    let first = daemon.chat_with(r#"#mock {"text": "first reply"}"#, "First chat");
+    let second = daemon.chat_with(r#"#mock {"text": "second reply"}"#, "Second chat");
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[("NO_COLOR", "1")]);
+    chat.expect("> ").unwrap();
+
+    chat.send_line("/chats").unwrap();
+    chat.expect("  1. Second chat  (").unwrap();
+    chat.expect(&second[..8]).unwrap();
+    chat.expect("  2. First chat  (").unwrap();
+    chat.expect("> ").unwrap();
+
+    chat.send_line("/switch 2").unwrap();
+    chat.expect(format!("chat {first}")).unwrap();
+    chat.expect("first reply").unwrap();
+    chat.expect("> ").unwrap();
+
+    // The first characters of an id, as `/chats` shows them.
+    chat.send_line(format!("/switch {}", &second[..8])).unwrap();
+    chat.expect(format!("chat {second}")).unwrap();
+    chat.expect("second reply").unwrap();
+    chat.expect("> ").unwrap();
+
+    chat.send_line("/switch 7").unwrap();
+    chat.expect("/switch takes 1 to 2").unwrap();
+    chat.send_line("/switch zz").unwrap();
+    chat.expect("no chat's id starts with zz").unwrap();
+    // The whole id works too.
+    chat.send_line(format!("/switch {first}")).unwrap();
+    chat.expect(format!("chat {first}")).unwrap();
+    chat.expect("> ").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}
+
+#[test]
+fn slash_chats_marks_archived_chats_and_shows_local_times() {
+    let daemon = Daemon::start();
+    let id = daemon.chat_with("plans", "Old plans");
+    daemon.post(&format!("/chats/{id}/archive"), serde_json::json!({}));
+    let updated = daemon.get(&format!("/chats/{id}"))["updated_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // India is UTC+05:30 all year: the time shown is the stored one moved by that much.
+    let india = chrono::FixedOffset::east_opt(5 * 3600 + 1800).unwrap();
+    let local = chrono::DateTime::parse_from_rfc3339(&updated)
+        .unwrap()
+        .with_timezone(&india)
+        .format("%H:%M")
+        .to_string();
+    let mut chat = spawn_chat(
+        &["chat", "--url", &daemon.url],
+        &[("NO_COLOR", "1"), ("TZ", "Asia/Kolkata")],
+    );
+    chat.expect("> ").unwrap();
+    chat.send_line("/chats").unwrap();
+    chat.expect("1. Old plans").unwrap();
+    let rest = chat.expect("> ").unwrap();
+    let line = screen_lines(rest.before())[0].clone();
+    assert!(line.contains("archived"), "{line:?}");
+    assert!(
+        line.contains(&local),
+        "not {local} (UTC {updated}): {line:?}"
+    );
+    assert!(line.contains(&id[..8]), "{line:?}");
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}
+
+#[test]
+fn ctrl_c_at_the_prompt_clears_a_half_typed_line_and_exits_on_an_empty_one() {
+    let daemon = Daemon::start();
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[("NO_COLOR", "1")]);
+    chat.expect("> ").unwrap();
+    chat.send("half typed").unwrap();
+    chat.expect("half typed").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    // Still at the prompt, the line gone: what is typed next is the whole message.
+    chat.send_line("the whole line").unwrap();
+    chat.expect("the whole line").unwrap();
+    chat.expect("chat so far").unwrap();
+    chat.expect("> ").unwrap();
+    assert_eq!(user_texts(&daemon), ["the whole line"]);
+    // On an empty line Ctrl-C exits.
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+    let status = chat.get_process().wait().unwrap();
+    assert!(format!("{status:?}").ends_with(", 0)"), "{status:?}");
+}
+
+#[test]
+fn edit_regenerate_and_branch_print_only_what_changed() {
+    let daemon = Daemon::start();
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[("NO_COLOR", "1")]);
+    chat.expect("> ").unwrap();
+    for answer in ["first answer", "second answer"] {
+        chat.send_line(format!(r#"#mock {{"text": "{answer}"}}"#))
+            .unwrap();
+        chat.expect(format!(r#""{answer}"}}"#)).unwrap();
+        chat.expect("chat so far").unwrap();
+        chat.expect("> ").unwrap();
+    }
+
+    // What each command prints up to the prompt: the new version, never the first turn.
+    chat.send_line(r#"/edit #mock {"text": "third answer"}"#)
+        .unwrap();
+    let edited = chat.expect("chat so far").unwrap();
+    let edited = strip_ansi(&String::from_utf8_lossy(edited.before()));
+    chat.expect("> ").unwrap();
+    assert!(
+        edited.contains("another version from here on:"),
+        "{edited:?}"
+    );
+    assert!(
+        edited.contains(r#"you: #mock {"text": "third answer"}  < 2/2 >"#),
+        "{edited:?}"
+    );
+    assert!(
+        !edited.contains("first answer"),
+        "the first turn was printed again: {edited:?}"
+    );
+    assert!(
+        !edited.contains("second answer"),
+        "the old version was printed again: {edited:?}"
+    );
+
+    chat.send_line("/regenerate").unwrap();
+    let regenerated = chat.expect("chat so far").unwrap();
+    let regenerated = strip_ansi(&String::from_utf8_lossy(regenerated.before()));
+    chat.expect("> ").unwrap();
+    assert!(
+        regenerated.contains("another version from here on:"),
+        "{regenerated:?}"
+    );
+    assert!(regenerated.contains("< 2/2 >"), "{regenerated:?}");
+    assert!(!regenerated.contains("first answer"), "{regenerated:?}");
+    assert!(
+        !regenerated.contains("you: "),
+        "a message was printed again: {regenerated:?}"
+    );
+
+    chat.send_line("/branch 1").unwrap();
+    chat.expect("switched to version 1").unwrap();
+    let switched = chat.expect("> ").unwrap();
+    let switched = strip_ansi(&String::from_utf8_lossy(switched.before()));
+    assert!(
+        switched.contains("another version from here on:"),
+        "{switched:?}"
+    );
+    assert!(
+        switched.contains("third answer") && switched.contains("< 1/2 >"),
+        "{switched:?}"
+    );
+    assert!(!switched.contains("first answer"), "{switched:?}");
+    assert!(!switched.contains("you: "), "{switched:?}");
+    assert!(
+        !switched
+            .lines()
+            .any(|l| l.starts_with("chat ") && !l.starts_with("chat so far")),
+        "the chat was followed anew: {switched:?}"
+    );
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}
+
+#[test]
+fn replies_wrap_between_words_at_the_terminal_width() {
+    let daemon = Daemon::start();
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[("NO_COLOR", "1")]);
+    chat.get_process_mut().set_window_size(40, 30).unwrap();
+    chat.expect("> ").unwrap();
+    let words = "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike \
+                 november oscar papa quebec romeo sierra tango uniform victor whiskey xray \
+                 yankee zulu extraordinarily-long-hyphenated-word-here done.";
+    chat.send_line(format!(r#"#mock {{"text": "{words}"}}"#))
+        .unwrap();
+    chat.expect(r#"done."}"#).unwrap();
+    let shown = chat.expect("chat so far").unwrap();
+    let lines = screen_lines(shown.before());
+    for line in &lines {
+        assert!(line.chars().count() <= 40, "a line past the edge: {line:?}");
+    }
+    let printed: Vec<&str> = lines.iter().flat_map(|l| l.split_whitespace()).collect();
+    let expected: Vec<&str> = words.split_whitespace().collect();
+    // Every word whole (the one longer than a line aside, broken at the edge).
+    let long = "extraordinarily-long-hyphenated-word-here";
+    let at = printed.iter().position(|w| *w == "alpha").unwrap();
+    let reply: Vec<&str> = printed[at..].to_vec();
+    assert_eq!(reply[..26], expected[..26], "{lines:?}");
+    assert_eq!(reply[26..].concat(), format!("{long}done."), "{lines:?}");
+    chat.expect("> ").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}
+
+#[test]
+fn italics_and_tables_are_rendered() {
+    let daemon = Daemon::start();
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[]);
+    chat.expect("> ").unwrap();
+    let reply = r"Some *soft* words.\n\n| name | size |\n| --- | ---: |\n| keel | 42 |\n\nEND";
+    chat.send_line(format!(r#"#mock {{"text": "{reply}"}}"#))
+        .unwrap();
+    chat.expect(r#"END"}"#).unwrap();
+    let shown = chat.expect("chat so far").unwrap();
+    let raw = String::from_utf8_lossy(shown.before()).into_owned();
+    assert!(raw.contains("\x1b[3msoft"), "no italics: {raw:?}");
+    let lines = screen_lines(shown.before());
+    for row in [
+        "┌──────┬──────┐",
+        "│ name │ size │",
+        "├──────┼──────┤",
+        "│ keel │   42 │",
+        "└──────┴──────┘",
+    ] {
+        assert!(lines.iter().any(|l| l == row), "no {row:?} in {lines:?}");
+    }
+    assert!(!raw.contains("| --- |"), "{raw:?}");
+    chat.expect("> ").unwrap();
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}
+
+#[test]
+fn slash_help_describes_the_commands_and_slash_clear_sends_nothing() {
+    let daemon = Daemon::start();
+    let mut chat = spawn_chat(&["chat", "--url", &daemon.url], &[("NO_COLOR", "1")]);
+    chat.expect("/help lists the commands").unwrap();
+    chat.expect("> ").unwrap();
+    chat.send_line("/help").unwrap();
+    chat.expect("commands:").unwrap();
+    let help = chat.expect("> ").unwrap();
+    let help = strip_ansi(&String::from_utf8_lossy(help.before()));
+    for (command, what) in [
+        ("/switch N|ID", "continue chat number N of /chats"),
+        ("/chats", "list your recent chats"),
+        ("/clear", "clear the screen (nothing is sent)"),
+        (
+            "/branch N",
+            "make version N of what /branches listed current",
+        ),
+        ("/regenerate", "another version of the last reply"),
+    ] {
+        let line = help.lines().find(|l| l.trim_start().starts_with(command));
+        assert!(line.is_some_and(|l| l.contains(what)), "{command}: {help}");
+    }
+
+    chat.send_line("a first message").unwrap();
+    chat.expect("chat so far").unwrap();
+    chat.expect("> ").unwrap();
+    chat.send_line("/clear").unwrap();
+    chat.expect("\x1b[2J").unwrap();
+    chat.expect("> ").unwrap();
+    chat.send_line("after the clear").unwrap();
+    chat.expect("chat so far").unwrap();
+    chat.expect("> ").unwrap();
+    assert_eq!(user_texts(&daemon), ["a first message", "after the clear"]);
+    chat.send(ControlCode::EndOfText).unwrap();
+    chat.expect(Eof).unwrap();
+}

@@ -9,6 +9,9 @@
 //! not. A Ctrl-C pressed while the prompt is being put up comes either way: as a SIGINT
 //! while the terminal is still cooked, as a key once the editor made it raw.
 //!
+//! At the prompt Ctrl-C first clears a half-typed line, as a shell's does; on an empty
+//! line it is reported ([`Typed::Interrupted`]), and the prompt exits.
+//!
 //! The editor's history is kept across runs ([`super::history`]): loaded when the editor
 //! starts, each line appended as it is entered.
 //!
@@ -21,6 +24,10 @@ use std::time::Duration;
 
 use nix::sys::termios::{self, Termios};
 use rustyline::error::ReadlineError;
+use rustyline::{
+    Cmd, ConditionalEventHandler, Event, EventContext, EventHandler, KeyEvent, Movement,
+    RepeatCount,
+};
 use tokio::sync::mpsc;
 
 use super::history::History;
@@ -30,7 +37,7 @@ use super::history::History;
 pub enum Typed {
     /// A line or a pasted block, without its final newline.
     Line(String),
-    /// Ctrl-C at the prompt.
+    /// Ctrl-C at an empty prompt.
     Interrupted,
     /// Ctrl-D at an empty prompt, or the end of standard input.
     Eof,
@@ -157,6 +164,10 @@ fn edit_loop(
         Ok(editor) => editor,
         Err(_) => return plain_lines(tx),
     };
+    editor.bind_sequence(
+        KeyEvent::ctrl('C'),
+        EventHandler::Conditional(Box::new(ClearFirst)),
+    );
     for entry in history.map(History::load).unwrap_or_default() {
         let _ = editor.add_history_entry(entry);
     }
@@ -195,6 +206,20 @@ fn edit_loop(
         let eof = matches!(typed, Typed::Eof);
         if tx.send(typed).is_err() || eof {
             return;
+        }
+    }
+}
+
+/// Ctrl-C on a line with text clears it; on an empty line it interrupts (the editor's own
+/// Ctrl-C, which ends the read).
+struct ClearFirst;
+
+impl ConditionalEventHandler for ClearFirst {
+    fn handle(&self, _: &Event, _: RepeatCount, _: bool, context: &EventContext) -> Option<Cmd> {
+        if context.line().is_empty() {
+            None
+        } else {
+            Some(Cmd::Kill(Movement::WholeBuffer))
         }
     }
 }

@@ -12,8 +12,10 @@
 //! | `> quote` | `│ quote`, dimmed |
 //! | a ```` ``` ```` fence and the lines up to the next | the code in cyan, fence lines dimmed |
 //! | `**bold**` | bold |
+//! | `*italic*`, `_italic_` | italic (an `_` inside a word, as in `snake_case`, stays) |
 //! | `` `code` `` | cyan |
-//! | anything else (tables, links, `_`) | as written: it reads well as it is |
+//! | a table (`\| a \| b \|` rows, a `\|---\|` line under the first) | boxed, columns aligned, the header bold; shown once its last row is in |
+//! | anything else (links) | as written: it reads well as it is |
 //!
 //! Inline styles end with their line, so an unpaired marker never styles the rest of the
 //! reply. Without styles (`NO_COLOR`, or output that is not a terminal) the text passes
@@ -21,6 +23,7 @@
 
 const RESET: &str = "\x1b[0m";
 const BOLD: &str = "\x1b[1m";
+const ITALIC: &str = "\x1b[3m";
 const HEADING: &str = "\x1b[1;4m";
 const DIM: &str = "\x1b[2m";
 const CODE: &str = "\x1b[36m";
@@ -37,6 +40,8 @@ enum Line {
     Fence,
     /// A line inside a fenced code block.
     Code,
+    /// A table row, held whole until its line ends.
+    Table,
 }
 
 /// The streaming styler of one run of reply text.
@@ -47,7 +52,13 @@ pub struct Markdown {
     in_fence: bool,
     held: String,
     bold: bool,
+    /// The marker that opened italics (`*` or `_`), while they last.
+    italic: Option<char>,
+    /// The last character of the line styled so far, which a marker after it looks back at.
+    before: Option<char>,
     code: bool,
+    /// The rows of a table being read.
+    table: Vec<String>,
 }
 
 /// What a line's opening characters say about it.
@@ -61,6 +72,8 @@ enum Opening {
     Item(usize, usize),
     /// A quote: the marker's byte length (`> `).
     Quote(usize),
+    /// A table row (`| a | b |`).
+    TableRow,
     Plain,
 }
 
@@ -78,6 +91,9 @@ fn opening(held: &str, in_fence: bool) -> Opening {
     }
     if in_fence {
         return Opening::Plain;
+    }
+    if body.starts_with('|') {
+        return Opening::TableRow;
     }
     let hashes = body.len() - body.trim_start_matches('#').len();
     if hashes > 0 && hashes <= 6 {
@@ -104,7 +120,10 @@ impl Markdown {
             in_fence: false,
             held: String::new(),
             bold: false,
+            italic: None,
+            before: None,
             code: false,
+            table: Vec::new(),
         }
     }
 
@@ -128,19 +147,39 @@ impl Markdown {
         let mut out = String::new();
         let held = std::mem::take(&mut self.held);
         match self.line {
-            Line::Start => out.push_str(&held),
+            Line::Table => self.table.push(held),
+            Line::Start => {
+                self.flush_table(&mut out);
+                out.push_str(&held);
+            }
             _ => self.inline_text(&held, &mut out),
         }
+        self.flush_table(&mut out);
         self.end_line(&mut out);
         self.in_fence = false;
         out
     }
 
     fn char(&mut self, c: char, out: &mut String) {
+        if c == '\n' && self.line == Line::Table {
+            self.table.push(std::mem::take(&mut self.held));
+            self.line = Line::Start;
+            return;
+        }
         if c == '\n' {
             let held = std::mem::take(&mut self.held);
+            if self.line == Line::Start
+                && !matches!(opening(&held, self.in_fence), Opening::TableRow)
+            {
+                self.flush_table(out);
+            }
             match self.line {
                 Line::Start => match opening(&held, self.in_fence) {
+                    Opening::TableRow => {
+                        self.table.push(held);
+                        self.line = Line::Start;
+                        return;
+                    }
                     Opening::Fence => {
                         self.in_fence = !self.in_fence;
                         out.push_str(&format!("{DIM}{held}{RESET}"));
@@ -164,15 +203,19 @@ impl Markdown {
                 self.decide_opening(out);
             }
             Line::Fence | Line::Code => out.push(c),
+            Line::Table => self.held.push(c),
             Line::Inline | Line::Heading => {
                 self.held.push(c);
                 let held = std::mem::take(&mut self.held);
-                // A lone `*` may be the first half of `**`: wait for the next character.
-                if held.ends_with('*') && !held.ends_with("**") {
-                    self.inline_text(&held[..held.len() - 1], out);
-                    self.held.push('*');
-                } else {
-                    self.inline_text(&held, out);
+                // A marker's meaning hangs on the character after it (`*` may be half of
+                // `**`, `_` may sit inside a word): it waits for that character.
+                match held.chars().last() {
+                    Some(last @ ('*' | '_')) if !held.ends_with("**") => {
+                        let cut = held.len() - last.len_utf8();
+                        self.inline_text(&held[..cut], out);
+                        self.held.push(last);
+                    }
+                    _ => self.inline_text(&held, out),
                 }
             }
         }
@@ -180,8 +223,16 @@ impl Markdown {
 
     fn decide_opening(&mut self, out: &mut String) {
         let held = std::mem::take(&mut self.held);
-        match opening(&held, self.in_fence) {
+        let decided = opening(&held, self.in_fence);
+        if !matches!(decided, Opening::Undecided | Opening::TableRow) {
+            self.flush_table(out);
+        }
+        match decided {
             Opening::Undecided => self.held = held,
+            Opening::TableRow => {
+                self.line = Line::Table;
+                self.held = held;
+            }
             Opening::Fence => {
                 self.line = Line::Fence;
                 out.push_str(DIM);
@@ -215,21 +266,68 @@ impl Markdown {
         }
     }
 
-    /// Text of an ordinary line or heading, with `**` and `` ` `` turned into styles.
+    /// Text of an ordinary line or heading, with `**`, `*`, `_` and `` ` `` turned into
+    /// styles.
     fn inline_text(&mut self, text: &str, out: &mut String) {
         let mut rest = text;
+        let mut before = self.before;
         while let Some(c) = rest.chars().next() {
+            let after = rest[c.len_utf8()..].chars().next();
             if !self.code && rest.starts_with("**") {
                 self.bold = !self.bold;
                 self.restyle(out);
                 rest = &rest[2..];
-            } else if c == '`' {
+                before = Some('*');
+                continue;
+            }
+            if c == '`' {
                 self.code = !self.code;
                 self.restyle(out);
-                rest = &rest[1..];
+            } else if !self.code && (c == '*' || c == '_') && self.italic_marker(c, before, after) {
+                self.italic = if self.italic.is_some() { None } else { Some(c) };
+                self.restyle(out);
             } else {
                 out.push(c);
-                rest = &rest[c.len_utf8()..];
+            }
+            before = Some(c);
+            rest = &rest[c.len_utf8()..];
+        }
+        self.before = before;
+    }
+
+    /// Whether `marker` (`*` or `_`) between `before` and `after` opens or closes italics.
+    /// It opens at a word's start, and closes the italics it opened after a word (`_` only
+    /// at a word's end): inside a word (`snake_case`, `2*3`) it is the character it is.
+    fn italic_marker(&self, marker: char, before: Option<char>, after: Option<char>) -> bool {
+        let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+        let blank = |c: Option<char>| c.is_none_or(char::is_whitespace);
+        match self.italic {
+            Some(open) => open == marker && !blank(before) && (marker == '*' || !word(after)),
+            None => !blank(after) && !word(before),
+        }
+    }
+
+    /// Prints the table read so far (`table`): its columns aligned, boxed, the header bold.
+    fn flush_table(&mut self, out: &mut String) {
+        let rows = std::mem::take(&mut self.table);
+        if rows.is_empty() {
+            return;
+        }
+        let boxed = super::table::boxed(&rows, |cell| {
+            let mut text = String::new();
+            self.inline_text(cell, &mut text);
+            self.end_line(&mut text);
+            text
+        });
+        match boxed {
+            Some(table) => out.push_str(&table),
+            // Rows with no `|---|` line under the first are no table: text as it came.
+            None => {
+                for row in &rows {
+                    self.inline_text(row, out);
+                    self.end_line(out);
+                    out.push('\n');
+                }
             }
         }
     }
@@ -243,16 +341,21 @@ impl Markdown {
         if self.bold {
             out.push_str(BOLD);
         }
+        if self.italic.is_some() {
+            out.push_str(ITALIC);
+        }
         if self.code {
             out.push_str(CODE);
         }
     }
 
     fn end_line(&mut self, out: &mut String) {
-        if self.line != Line::Start || self.bold || self.code {
+        if self.line != Line::Start || self.bold || self.code || self.italic.is_some() {
             out.push_str(RESET);
         }
         self.bold = false;
+        self.italic = None;
+        self.before = None;
         self.code = false;
         self.line = Line::Start;
     }
@@ -338,6 +441,51 @@ mod tests {
         assert_eq!(visible(&md.push(" x")), "• x");
         assert_eq!(visible(&md.push(" a*")), " a");
         assert_eq!(visible(&md.push("b")), "*b");
+    }
+
+    #[test]
+    fn single_stars_and_underscores_make_italics_but_not_inside_words() {
+        let styled = whole("a *soft* word, _also_ this, not snake_case_name or 2 * 3\n");
+        assert_eq!(
+            visible(&styled),
+            "a soft word, also this, not snake_case_name or 2 * 3\n"
+        );
+        assert!(styled.contains(&format!("{ITALIC}soft")), "{styled:?}");
+        assert!(styled.contains(&format!("{ITALIC}also")), "{styled:?}");
+        // Fed whole, the same.
+        let mut md = Markdown::new(true);
+        let at_once = md.push("a *soft* word\n") + &md.finish();
+        assert!(at_once.contains(&format!("{ITALIC}soft")), "{at_once:?}");
+        // Bold still wins over two stars.
+        assert!(whole("**b** *i*\n").contains(&format!("{BOLD}b")));
+    }
+
+    #[test]
+    fn a_table_is_boxed_with_aligned_columns_once_its_rows_are_in() {
+        let text = "Before.\n| run | time |\n| --- | ---: |\n| cold | 12 ms |\n| **warm** | 3 ms |\nAfter.\n";
+        let shown = visible(&whole(text));
+        assert_eq!(
+            shown,
+            "Before.\n\
+             ┌──────┬───────┐\n\
+             │ run  │  time │\n\
+             ├──────┼───────┤\n\
+             │ cold │ 12 ms │\n\
+             │ warm │  3 ms │\n\
+             └──────┴───────┘\n\
+             After.\n"
+        );
+        // A table at the very end of a reply is printed by `finish`.
+        let mut md = Markdown::new(true);
+        let mut out = md.push("| a | b |\n|---|---|\n| 1 | 2 |");
+        assert_eq!(visible(&out), "", "held until its last row is in");
+        out.push_str(&md.finish());
+        assert!(visible(&out).contains("│ 1 │ 2 │"), "{out:?}");
+        // Rows with no rule under the first are text.
+        assert_eq!(
+            visible(&whole("| not | a table\nnext\n")),
+            "| not | a table\nnext\n"
+        );
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! The prompt loop reads what is typed (`editor`: a line editor at the prompt), sends it,
 //! and prints the chat's live events through the [`transcript::Transcript`] state machine,
-//! reply text styled as Markdown (`markdown`). Ctrl-C once interrupts the run; twice within
-//! two seconds, or at an idle prompt, exits.
+//! reply text styled as Markdown (`markdown`) and broken between words at the terminal's
+//! width (`wrap`). Ctrl-C once interrupts the run; twice within two seconds, or at an empty
+//! idle prompt, exits; on a half-typed line it clears the line.
 
 mod branches;
 mod commands;
@@ -11,13 +12,16 @@ mod editor;
 mod history;
 mod markdown;
 mod render;
+mod table;
 mod transcript;
 mod usage;
+mod versions;
+mod wrap;
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -45,6 +49,13 @@ pub struct Args {
     #[arg(long)]
     pub once: bool,
 }
+
+/// How many chats `/chats` lists.
+const LISTED_CHATS: usize = 20;
+/// How many chats `/switch ID` looks for the id among.
+const KNOWN_CHATS: usize = 200;
+/// Home, then erase the screen and the scrollback: what `/clear` prints.
+const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J\x1b[3J";
 
 /// A second Ctrl-C within this window exits instead of interrupting again.
 const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
@@ -180,6 +191,8 @@ struct Prompt {
     quit_when_idle: bool,
     /// The versions `/branches` listed last, which `/branch N` counts in.
     listed: Option<Vec<i64>>,
+    /// The chats `/chats` listed last, which `/switch N` counts in.
+    listed_chats: Option<Vec<keel_client::ChatSummary>>,
 }
 
 enum Step {
@@ -201,10 +214,7 @@ impl Prompt {
             feed_tx,
             feed,
             transcript: Transcript::new(),
-            renderer: Renderer::new(render::styles_wanted(
-                tty,
-                std::env::var_os("NO_COLOR").as_deref(),
-            )),
+            renderer: Renderer::for_stdout(tty),
             tty,
             presses,
             keyboard: Keyboard::start(std::io::stdin().is_terminal(), history::default_path()),
@@ -213,6 +223,7 @@ impl Prompt {
             was_busy: false,
             quit_when_idle: false,
             listed: None,
+            listed_chats: None,
         })
     }
 
@@ -254,9 +265,9 @@ impl Prompt {
             self.switch(chat);
         } else {
             // Fail early and clearly when the daemon is not there.
-            self.api.chats().await?;
+            self.api.chats(1).await?;
         }
-        self.notice(commands::HELP);
+        self.notice(commands::GREETING);
         let mut ticker = tokio::time::interval(SPINNER_TICK);
         let mut stdin_open = true;
         if self.chat.is_none() {
@@ -266,6 +277,7 @@ impl Prompt {
             let step = tokio::select! {
                 typed = self.keyboard.typed.recv(), if stdin_open => {
                     self.keyboard.answered();
+                    self.renderer.at_line_start();
                     match typed {
                         Some(Typed::Line(line)) => self.input(&line).await,
                         Some(Typed::Interrupted) => self.ctrl_c().await,
@@ -367,6 +379,12 @@ impl Prompt {
 
     /// Follows `chat` from the start of its history, which is printed as it replays.
     fn switch(&mut self, chat: String) {
+        self.follow_chat(chat, false);
+    }
+
+    /// Follows `chat` from the start of its history; with `continuing` (the same chat, after
+    /// a change of branch) only what differs from the screen is printed.
+    fn follow_chat(&mut self, chat: String, continuing: bool) {
         if let Some(follower) = self.follower.take() {
             follower.abort();
         }
@@ -374,13 +392,19 @@ impl Prompt {
         let (feed_tx, feed) = mpsc::unbounded_channel();
         self.feed_tx = feed_tx;
         self.feed = feed;
-        self.transcript = Transcript::new();
+        self.transcript = if continuing {
+            Transcript::continuing(&self.transcript)
+        } else {
+            Transcript::new()
+        };
         self.listed = None;
         // The replayed history ends with the chat's status; an idle one brings the prompt.
         self.was_busy = true;
         let end = self.renderer.finish();
         self.write(&end);
-        self.notice(&format!("chat {chat}"));
+        if !continuing {
+            self.notice(&format!("chat {chat}"));
+        }
         self.follower = Some(keel_client::follow(
             self.api.clone(),
             chat.clone(),
@@ -399,7 +423,16 @@ impl Prompt {
             }
             Input::Quit => return Step::Exit,
             Input::Help => {
-                self.notice(commands::HELP);
+                for line in commands::help() {
+                    self.notice(&line);
+                }
+                Ok(())
+            }
+            Input::Clear => {
+                let end = self.renderer.finish();
+                self.write(&end);
+                self.write(CLEAR_SCREEN);
+                self.renderer.at_line_start();
                 Ok(())
             }
             Input::Invalid(message) => {
@@ -418,13 +451,7 @@ impl Prompt {
                 Ok(())
             }
             Input::Chats => self.list_chats().await,
-            Input::Switch(id) => match self.api.chat(&id).await {
-                Ok(chat) => {
-                    self.switch(chat.id);
-                    Ok(())
-                }
-                Err(error) => Err(error),
-            },
+            Input::Switch(which) => self.switch_to(&which).await,
             Input::Message(text) => self.send(&text).await,
             Input::Queue(text) => self.queue(&text).await,
             Input::Edit(text) => self.edit(&text).await,
@@ -446,15 +473,40 @@ impl Prompt {
         Step::Continue
     }
 
+    /// Numbered, the newest first, in local time; `/switch N` counts in this list.
     async fn list_chats(&mut self) -> anyhow::Result<()> {
-        let chats = self.api.chats().await?;
+        let chats = self.api.chats(LISTED_CHATS).await?;
         if chats.is_empty() {
             self.notice("no chats yet");
         }
-        for chat in chats {
-            let line = commands::chat_line(&chat, self.chat.as_deref());
+        let now = chrono::Local::now();
+        for (index, chat) in chats.iter().enumerate() {
+            let line = commands::chat_line(index + 1, chat, self.chat.as_deref(), &now);
             self.notice(&line);
         }
+        if !chats.is_empty() {
+            self.notice("/switch N or /switch ID (its first characters) continues one");
+        }
+        self.listed_chats = Some(chats);
+        Ok(())
+    }
+
+    /// `/switch N` (a number of `/chats`) or `/switch ID` (the start of a chat's id).
+    async fn switch_to(&mut self, which: &str) -> anyhow::Result<()> {
+        let known = self.api.chats(KNOWN_CHATS).await?;
+        let listed = self
+            .listed_chats
+            .clone()
+            .unwrap_or_else(|| known.iter().take(LISTED_CHATS).cloned().collect());
+        let id = match commands::resolve_switch(which, &listed, &known) {
+            Ok(id) => id,
+            // A whole id of a chat older than those looked through.
+            Err(message) => match self.api.chat(which).await {
+                Ok(chat) => chat.id,
+                Err(_) => return Err(anyhow!(message)),
+            },
+        };
+        self.switch(id);
         Ok(())
     }
 
@@ -524,123 +576,6 @@ impl Prompt {
             Rerun::Continue => self.api.continue_reply(&chat).await?,
             Rerun::Retry => self.api.retry(&chat).await?,
         }
-        self.transcript.started_run();
-        self.was_busy = true;
-        Ok(())
-    }
-}
-
-/// Branches: `/history`, `/branches`, `/branch N`, `/regenerate`.
-impl Prompt {
-    fn current_chat(&self) -> anyhow::Result<String> {
-        self.chat
-            .clone()
-            .context("no chat yet: send a message first")
-    }
-
-    /// Prints the current branch, one line a message, with the versions marked.
-    async fn history(&mut self) -> anyhow::Result<()> {
-        let chat = self.current_chat()?;
-        let messages = self.api.messages(&chat).await?;
-        if messages.is_empty() {
-            self.notice("no messages yet");
-            return Ok(());
-        }
-        self.notice("the current branch:");
-        for message in &messages {
-            self.notice(&branches::history_line(message));
-        }
-        Ok(())
-    }
-
-    /// Lists the versions of message `at` (of the last fork of the current branch when
-    /// none is named), the current one starred.
-    async fn list_versions(&mut self, at: Option<i64>) -> anyhow::Result<()> {
-        let chat = self.current_chat()?;
-        let current = self.api.messages(&chat).await?;
-        let message = match at {
-            Some(id) => match current.iter().find(|m| m.id == id) {
-                Some(message) => message.clone(),
-                None => self
-                    .api
-                    .branch_messages(&chat, id)
-                    .await?
-                    .into_iter()
-                    .find(|m| m.id == id)
-                    .with_context(|| format!("no message #{id} in this chat"))?,
-            },
-            None => match branches::fork(&current) {
-                Some(message) => message.clone(),
-                None => {
-                    self.notice(
-                        "no message of this branch has other versions (/edit or /regenerate makes one)",
-                    );
-                    return Ok(());
-                }
-            },
-        };
-        let versions = if message.siblings.is_empty() {
-            vec![message.id]
-        } else {
-            message.siblings.clone()
-        };
-        self.notice(&format!(
-            "versions of #{} (/branch N switches):",
-            message.id
-        ));
-        for (index, &id) in versions.iter().enumerate() {
-            let version = match current.iter().find(|m| m.id == id) {
-                Some(version) => Some(version.clone()),
-                None => self
-                    .api
-                    .branch_messages(&chat, id)
-                    .await?
-                    .into_iter()
-                    .find(|m| m.id == id),
-            };
-            let on_branch = current.iter().any(|m| m.id == id);
-            if let Some(version) = version {
-                let line = branches::version_line(index + 1, &version, on_branch);
-                self.notice(&line);
-            }
-        }
-        self.listed = Some(versions);
-        Ok(())
-    }
-
-    /// Makes the N-th version of the listed message current and prints the chat again.
-    async fn switch_version(&mut self, n: usize) -> anyhow::Result<()> {
-        let chat = self.current_chat()?;
-        let versions = match self.listed.clone() {
-            Some(versions) => versions,
-            None => {
-                let current = self.api.messages(&chat).await?;
-                branches::fork(&current)
-                    .map(|m| m.siblings.clone())
-                    .context("no message of this branch has other versions: /branches lists them")?
-            }
-        };
-        let id = branches::pick(&versions, n).map_err(anyhow::Error::msg)?;
-        self.api.switch_branch(&chat, id).await?;
-        self.notice(&format!("switched to version {n} (#{id})"));
-        // Following the chat again from its start prints the branch now current, the
-        // versions marked, and brings the prompt back at its end.
-        self.switch(chat);
-        Ok(())
-    }
-
-    /// Has the model write another version of the last reply; the old one stays a branch.
-    async fn regenerate(&mut self) -> anyhow::Result<()> {
-        let chat = self.current_chat()?;
-        if self.transcript.is_busy() {
-            bail!("a reply is in progress: Ctrl-C interrupts it first");
-        }
-        let current = self.api.messages(&chat).await?;
-        let target =
-            branches::regenerate_target(&current).context("this chat has nothing to regenerate")?;
-        self.api.regenerate(&chat, target).await?;
-        self.listed = None;
-        self.notice("writing another version of the reply; /branches lists them");
         self.transcript.started_run();
         self.was_busy = true;
         Ok(())

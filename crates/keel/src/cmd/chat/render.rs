@@ -1,9 +1,11 @@
 //! Turns transcript pieces into terminal output: line breaks between streamed text and
-//! lines of their own, reply text styled as Markdown (`markdown`), and ANSI styles when the
-//! output is a terminal and `NO_COLOR` is not set.
+//! lines of their own, reply text styled as Markdown (`markdown`), ANSI styles when the
+//! output is a terminal and `NO_COLOR` is not set, and on a terminal lines broken between
+//! words at its width (`wrap`).
 
 use super::markdown::Markdown;
 use super::transcript::{LineKind, Piece};
+use super::wrap::Wrapper;
 
 const RESET: &str = "\x1b[0m";
 const DIM: &str = "\x1b[2m";
@@ -29,6 +31,17 @@ pub struct Renderer {
     color: bool,
     stream: Option<Stream>,
     markdown: Markdown,
+    /// Where the terminal's width comes from; `None`: no wrapping.
+    width: Option<fn() -> Option<usize>>,
+    wrapper: Wrapper,
+}
+
+/// The width of the terminal standard output is, if it is one.
+pub fn terminal_width() -> Option<usize> {
+    rustix::termios::tcgetwinsize(std::io::stdout())
+        .ok()
+        .map(|size| usize::from(size.ws_col))
+        .filter(|&columns| columns > 0)
 }
 
 /// Whether output may carry ANSI styles: a terminal, and `NO_COLOR` unset or empty
@@ -54,7 +67,37 @@ impl Renderer {
             color,
             stream: None,
             markdown: Markdown::new(color),
+            width: None,
+            wrapper: Wrapper::new(),
         }
+    }
+
+    /// The renderer of standard output: styled on a terminal unless `NO_COLOR` says not,
+    /// and wrapped at a terminal's width.
+    pub fn for_stdout(tty: bool) -> Self {
+        let renderer = Self::new(styles_wanted(tty, std::env::var_os("NO_COLOR").as_deref()));
+        if tty {
+            renderer.wrapping(terminal_width)
+        } else {
+            renderer
+        }
+    }
+
+    /// Breaks lines between words at the width `width` reports, asked at each write so a
+    /// resized terminal is followed.
+    pub fn wrapping(mut self, width: fn() -> Option<usize>) -> Self {
+        self.width = Some(width);
+        self
+    }
+
+    fn wrap(&mut self, text: &str) -> String {
+        let width = self.width.and_then(|width| width());
+        self.wrapper.push(text, width)
+    }
+
+    /// The cursor is at the start of a line (the line editor's Enter put it there).
+    pub fn at_line_start(&mut self) {
+        self.wrapper.at_line_start();
     }
 
     fn styled(&self, style: &str, text: &str) -> String {
@@ -67,6 +110,11 @@ impl Renderer {
 
     /// The text to write for one piece.
     pub fn render(&mut self, piece: &Piece) -> String {
+        let out = self.unwrapped(piece);
+        self.wrap(&out)
+    }
+
+    fn unwrapped(&mut self, piece: &Piece) -> String {
         match piece {
             Piece::Text(text) => {
                 let mut out = self.switch_to(Some(Stream::Text));
@@ -98,7 +146,11 @@ impl Renderer {
 
     /// Ends any streamed text, so that what follows starts on a fresh line.
     pub fn finish(&mut self) -> String {
-        self.switch_to(None)
+        let out = self.switch_to(None);
+        let mut out = self.wrap(&out);
+        let width = self.width.and_then(|width| width());
+        out.push_str(&self.wrapper.finish(width));
+        out
     }
 
     /// A styled notice line.
@@ -192,6 +244,20 @@ mod tests {
         let mut colour = Renderer::new(true);
         let out = colour.render(&Piece::Text("**x**".into())) + &colour.finish();
         assert_eq!(out, "\x1b[0m\x1b[1mx\x1b[0m\x1b[0m\n");
+    }
+
+    #[test]
+    fn streamed_text_and_lines_break_between_words_at_the_width() {
+        let mut r = Renderer::new(false).wrapping(|| Some(12));
+        let out: String = [
+            Piece::Text("one two thr".into()),
+            Piece::Text("ee four five".into()),
+            Piece::Line(LineKind::Notice, "a notice that is long".into()),
+        ]
+        .iter()
+        .map(|p| r.render(p))
+        .collect();
+        assert_eq!(out, "one two\nthree four\nfive\na notice\nthat is long\n");
     }
 
     #[test]

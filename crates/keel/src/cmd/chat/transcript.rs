@@ -3,7 +3,10 @@
 //!
 //! It keeps what was shown of the step in progress so that a committed `message` (which
 //! replaces the live parts) prints only what was not already on screen, and it remembers
-//! the last durable event id so that a replay after a reconnect prints nothing twice.
+//! the last durable event id so that a replay after a reconnect prints nothing twice. After
+//! a change of branch it prints only what differs from what is on screen.
+//!
+//! Longer than most files: its tests, one for each way events can arrive, are most of it.
 
 use std::collections::VecDeque;
 
@@ -109,6 +112,11 @@ pub struct Transcript {
     /// starts with a reset and then repeats what it continues from; while the new parts
     /// only repeat what is on screen, nothing is printed, so a recovery is invisible.
     echo: Option<Vec<Block>>,
+    /// The committed messages on screen, in order: the current branch as printed.
+    shown: Vec<i64>,
+    /// After a change of branch: the messages that were on screen, and how many of them the
+    /// new branch has repeated so far. They are not printed again; what differs is.
+    rebranch: Option<(Vec<i64>, usize)>,
 }
 
 /// How the parts after a reset relate to what was on screen before it.
@@ -266,6 +274,15 @@ impl Transcript {
         self.expected_user.push_back(text.to_owned());
     }
 
+    /// A transcript of the same chat that follows on from what `screen` printed: the
+    /// messages it showed are not printed again, only what differs from them.
+    pub fn continuing(screen: &Transcript) -> Self {
+        Self {
+            rebranch: Some((screen.shown.clone(), 0)),
+            ..Self::default()
+        }
+    }
+
     /// Records that a run was started by this client.
     pub fn started_run(&mut self) {
         self.status = Some("running".to_owned());
@@ -299,14 +316,20 @@ impl Transcript {
                 Vec::new()
             }
             // Another version of the conversation became current (an edit, a regenerate, a
-            // switch from another client): what follows prints it from the start.
+            // switch from another client): the whole branch follows, of which only what
+            // differs from the screen is printed.
             "branch" => {
                 self.live.clear();
                 self.echo = None;
-                vec![Piece::Line(
-                    LineKind::Notice,
-                    "another version of the conversation is current now:".to_owned(),
-                )]
+                // While a change of branch is still being matched, the screen still shows
+                // what it did before it.
+                let screen = match self.rebranch.take() {
+                    Some((screen, _)) => screen,
+                    None => std::mem::take(&mut self.shown),
+                };
+                self.shown.clear();
+                self.rebranch = Some((screen, 0));
+                Vec::new()
             }
             "tool_call_cancel" => self.tool_call_cancel(&data),
             "status" => self.status_event(&data),
@@ -327,7 +350,25 @@ impl Transcript {
         }
     }
 
+    /// The end of a change of branch: something differs from the screen from here on.
+    /// Says so unless the new branch only adds to what is on screen.
+    fn diverged(&mut self) -> Vec<Piece> {
+        match self.rebranch.take() {
+            Some((old, matched)) if matched < old.len() => vec![Piece::Line(
+                LineKind::Notice,
+                "another version from here on:".to_owned(),
+            )],
+            _ => Vec::new(),
+        }
+    }
+
     fn part(&mut self, data: &Value) -> Vec<Piece> {
+        let mut out = self.diverged();
+        out.extend(self.part_after_branch(data));
+        out
+    }
+
+    fn part_after_branch(&mut self, data: &Value) -> Vec<Piece> {
         let pieces = self.apply_part(data);
         let Some(screen) = &self.echo else {
             return pieces;
@@ -485,6 +526,29 @@ impl Transcript {
     }
 
     fn message(&mut self, message: Message) -> Vec<Piece> {
+        if message.role == "system" {
+            return self.committed(message);
+        }
+        // After a change of branch, a message the screen shows already is not printed again.
+        if let Some((old, matched)) = &mut self.rebranch
+            && old.get(*matched) == Some(&message.id)
+        {
+            *matched += 1;
+            self.shown.push(message.id);
+            if message.role == "user" {
+                self.last_user_id = self.last_user_id.max(message.id);
+            } else if message.role == "assistant" {
+                self.last_assistant = Some(message);
+            }
+            return Vec::new();
+        }
+        let mut out = self.diverged();
+        self.shown.push(message.id);
+        out.extend(self.committed(message));
+        out
+    }
+
+    fn committed(&mut self, message: Message) -> Vec<Piece> {
         match message.role.as_str() {
             "user" => {
                 self.last_user_id = self.last_user_id.max(message.id);
@@ -1033,8 +1097,7 @@ mod tests {
     }
 
     #[test]
-    fn a_branch_change_is_announced_once_and_the_branch_follows() {
-        let mut t = Transcript::new();
+    fn a_branch_change_prints_only_what_differs_from_the_screen() {
         let user = |id: i64, seq: i64, text: &str| {
             message(
                 id,
@@ -1044,15 +1107,82 @@ mod tests {
                 false,
             )
         };
-        let branch = event(5, "branch", json!({"leaf_id": 1}));
-        let out = feed(
+        let reply = |id: i64, seq: i64, text: &str| {
+            message(
+                id,
+                seq,
+                "assistant",
+                json!([{"type": "text", "text": text}]),
+                false,
+            )
+        };
+        let mut t = Transcript::new();
+        let before = feed(
             &mut t,
-            &[user(1, 1, "hi"), branch.clone(), branch, user(1, 6, "hi")],
+            &[
+                user(1, 1, "hi"),
+                reply(2, 3, "hello"),
+                user(3, 4, "more"),
+                reply(4, 6, "sure"),
+            ],
         );
-        assert_eq!(
-            out,
-            "[you: hi][another version of the conversation is current now:][you: hi]"
+        assert_eq!(before, "[you: hi]hello[you: more]sure");
+
+        // An edit of the second message: the first turn is not printed again.
+        let branch = event(7, "branch", json!({"leaf_id": 5}));
+        let edited = feed(
+            &mut t,
+            &[
+                branch,
+                user(1, 8, "hi"),
+                reply(2, 9, "hello"),
+                user(5, 10, "other"),
+                reply(6, 11, "fresh"),
+            ],
         );
+        assert_eq!(edited, "[another version from here on:][you: other]fresh");
+        // A regenerate of the last reply: the branch repeats the screen up to it, then the
+        // new reply streams.
+        let branch = event(12, "branch", json!({"leaf_id": 5}));
+        let regenerated = feed(
+            &mut t,
+            &[
+                branch,
+                user(1, 13, "hi"),
+                reply(2, 14, "hello"),
+                user(5, 15, "other"),
+                text(16, "new words"),
+            ],
+        );
+        assert_eq!(regenerated, "[another version from here on:]new words");
+
+        // A fresh follower of the same chat, continuing the screen: the same rule, the
+        // `branch` event a replay may start with included.
+        let mut next = Transcript::continuing(&t);
+        let replayed = feed(
+            &mut next,
+            &[
+                event(1, "branch", json!({"leaf_id": 4})),
+                user(1, 2, "hi"),
+                reply(2, 3, "hello"),
+                user(3, 4, "more"),
+                reply(4, 5, "sure"),
+            ],
+        );
+        assert_eq!(replayed, "[another version from here on:][you: more]sure");
+        // A branch that only adds to the screen says nothing of versions.
+        let mut grown = Transcript::continuing(&next);
+        let added = feed(
+            &mut grown,
+            &[
+                user(1, 1, "hi"),
+                reply(2, 2, "hello"),
+                user(3, 3, "more"),
+                reply(4, 4, "sure"),
+                user(6, 5, "new"),
+            ],
+        );
+        assert_eq!(added, "[you: new]");
     }
 
     #[test]
