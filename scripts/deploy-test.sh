@@ -45,7 +45,7 @@ fi
 
 say "installing what the test needs"
 packages=(debootstrap podman runc podman-compose caddy python3 python3-yaml python3-seccomp
-  systemd iproute2 util-linux curl binutils ca-certificates postgresql)
+  systemd iproute2 util-linux procps curl binutils ca-certificates)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'ok installed' || missing+=("$package")
@@ -104,10 +104,14 @@ if [ "$CONTAINERS" = 0 ]; then
 fi
 export CONTAINERS
 
+# shellcheck source=scripts/deploy/image.sh
+. "$DEPLOY/image.sh"
+# shellcheck source=scripts/deploy/compose.sh
+. "$DEPLOY/compose.sh"
+# shellcheck source=scripts/deploy/unit.sh
+. "$DEPLOY/unit.sh"
 for part in "${parts[@]}"; do
   say "== $part"
-  # shellcheck source=/dev/null
-  . "$DEPLOY/$part.sh"
   "test_$part"
   run_cleanups
 done

@@ -51,6 +51,7 @@ build_image() {
     --build-arg RUNTIME_BASE=localhost/keel-base:bookworm \
     --build-arg KEEL_BINARY=dist/keel \
     -t "$IMAGE" "$WORK/image/context" >/dev/null
+  IMAGE_BUILT=1
 }
 
 test_image() {
