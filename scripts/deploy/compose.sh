@@ -80,7 +80,7 @@ replica_signal() { # NAME SIGNAL
     local pid
     pid=$(cat "$STATE/$1.pid")
     kill -s "$2" "$pid"
-    if [ "$2" != KILL ]; then wait_for 30 bash -c "! kill -0 $pid 2>/dev/null || grep -q '^Z' <(ps -o stat= -p $pid)"; fi
+    if [ "$2" != KILL ]; then wait_for 30 process_gone "$pid"; fi
   fi
 }
 replica_start() { # NAME: start a stopped replica again
@@ -97,7 +97,7 @@ replica_running() {
   if [ "$CONTAINERS" = 1 ]; then
     [ "$(pm inspect -f '{{.State.Running}}' "${PROJECT}_$1_1")" = true ]
   else
-    kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null && ! grep -q '^Z' <(ps -o stat= -p "$(cat "$STATE/$1.pid")")
+    ! process_gone "$(cat "$STATE/$1.pid")"
   fi
 }
 compose_run() { # SERVICE ARGS...: a one-off container of the service
@@ -117,9 +117,9 @@ compose_processes() {
   shift
   if [ "$action" = up-one ]; then
     # One service again, as it was defined: the others keep running.
-    python3 "$DEPLOY/compose_processes.py" up --state "$STATE" --only "$1" "${PROCESS_ARGS[@]}"
+    "$PY" "$DEPLOY/compose_processes.py" up --state "$STATE" --only "$1" "${PROCESS_ARGS[@]}"
   else
-    python3 "$DEPLOY/compose_processes.py" "$action" --state "$STATE" "${PROCESS_ARGS[@]}" -- "$@"
+    "$PY" "$DEPLOY/compose_processes.py" "$action" --state "$STATE" "${PROCESS_ARGS[@]}" -- "$@"
   fi
 }
 
@@ -149,7 +149,7 @@ compose_scenario() {
     'select count(*) from _sqlx_migrations') applied"
 
   say "a chat through the proxy; kill -9 of the replica running it"
-  python3 "$DEPLOY/chat.py" --base "$PROXY" --token "$TOKEN" --words 120 --rate 20 \
+  "$PY" "$DEPLOY/chat.py" --base "$PROXY" --token "$TOKEN" --words 120 --rate 20 \
     --then "bash '$DEPLOY/compose.sh' stop-busy KILL" >&2
   local killed
   killed=$(cat "$WORK/compose/stopped")
@@ -158,7 +158,7 @@ compose_scenario() {
   if ! replica_running "$killed"; then replica_start "$killed" >/dev/null; fi
   wait_for 90 replica_get "$killed" /readyz || fail "$killed did not come back"
   say "a chat through the proxy; SIGTERM to the replica running it"
-  python3 "$DEPLOY/chat.py" --base "$PROXY" --token "$TOKEN" --words 120 --rate 20 \
+  "$PY" "$DEPLOY/chat.py" --base "$PROXY" --token "$TOKEN" --words 120 --rate 20 \
     --then "bash '$DEPLOY/compose.sh' stop-busy TERM" >&2
   local stopped
   stopped=$(cat "$WORK/compose/stopped")
@@ -196,7 +196,7 @@ compose_processes_scenario() {
     --image "$IMAGE=keel" --image "$SERVICES_IMAGE=services")
   export PROCESS_ARGS_TEXT="${PROCESS_ARGS[*]}"
   say "starting compose.yaml's services as processes (no containers here)"
-  python3 "$DEPLOY/compose_processes.py" up --state "$STATE" "${PROCESS_ARGS[@]}"
+  "$PY" "$DEPLOY/compose_processes.py" up --state "$STATE" "${PROCESS_ARGS[@]}"
   wait_for 60 pg_isready -q -h postgres -U keel -d keel || fail "PostgreSQL did not start"
   compose_scenario
 }

@@ -65,9 +65,9 @@ check_running_keel() {
   local base=$1 token=$2
   curl -fsS "$base/readyz" | grep -q '"status":"ready"' || fail "/readyz is not ready"
   say "/readyz answers; a chat streams from the mock provider"
-  python3 "$DEPLOY/chat.py" --base "$base" --token "$token" --words 40 --rate 40 >&2
+  "$PY" "$DEPLOY/chat.py" --base "$base" --token "$token" --words 40 --rate 40 >&2
   local out
-  out=$(python3 "$DEPLOY/run_command.py" --base "$base" --token "$token" \
+  out=$("$PY" "$DEPLOY/run_command.py" --base "$base" --token "$token" \
     'id -u; echo confined > made.txt; cat made.txt; cat /proc/1/environ; echo')
   say "run_command answered: $(echo "$out" | tr '\n' ' ')"
   echo "$out" | grep -qx 10001 || fail "the command did not run as uid 10001"
@@ -126,7 +126,7 @@ image_in_chroot() {
   local out=$WORK/image/build
   image_context "$WORK/image/context"
   say "building the Containerfile in chroots of the debootstrap tree (containerfile.py)"
-  python3 "$DEPLOY/containerfile.py" --file "$WORK/image/context/Containerfile" \
+  "$PY" "$DEPLOY/containerfile.py" --file "$WORK/image/context/Containerfile" \
     --context "$WORK/image/context" --out "$out" \
     --image docker.io/library/debian:bookworm-slim="$ROOTFS" \
     --image localhost/keel-base:bookworm="$ROOTFS" \

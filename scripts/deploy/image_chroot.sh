@@ -9,7 +9,7 @@ EXEC=""
 . "$DEPLOY/image.sh"
 
 tree=$OUT/rootfs
-config() { python3 -c "import json,sys; c=json.load(open('$OUT/config.json')); print($1)"; }
+config() { "$PY" -c "import json,sys; c=json.load(open('$OUT/config.json')); print($1)"; }
 ip link set lo up
 
 # The mounts of a container: /proc, a /dev of harmless devices, a tmpfs /tmp, the volume

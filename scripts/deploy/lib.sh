@@ -4,6 +4,9 @@
 # Expects ROOT (the repository), WORK (the test's directory under target/), KEEL (the keel
 # binary) and DEPLOY (this directory).
 
+# Debian's Python, with the modules the test installs (python3-yaml, python3-seccomp).
+export PY=/usr/bin/python3
+
 say() { printf '%s\n' "-- $*" >&2; }
 fail() {
   printf '%s\n' "FAIL: $*" >&2
@@ -29,6 +32,9 @@ wait_for() {
     sleep 0.2
   done
 }
+
+# Whether process PID has ended (a zombie waiting for its parent counts as ended).
+process_gone() { ! grep -qv '^Z' <(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null); }
 
 # A TCP port on 127.0.0.1 that nothing listens on now.
 free_port() {
