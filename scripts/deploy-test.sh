@@ -45,7 +45,7 @@ fi
 
 say "installing what the test needs"
 packages=(debootstrap podman runc podman-compose caddy python3 python3-yaml python3-seccomp
-  systemd iproute2 util-linux procps curl binutils ca-certificates)
+  systemd systemd-container bubblewrap iproute2 util-linux procps curl binutils ca-certificates)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'ok installed' || missing+=("$package")

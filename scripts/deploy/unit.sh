@@ -1,12 +1,14 @@
 # The unit part of scripts/deploy-test.sh: deploy/keel.service passes
 # `systemd-analyze verify`, and the daemon runs with the unit's sandboxing, where a
-# run_command call works. With systemd as PID 1 the unit's settings go to `systemd-run`;
-# without, they are emulated on a copy of the debootstrap tree set up as docs/deploy.md says
-# (binary, user, configuration): bwrap for the file system (ProtectSystem=strict,
-# ProtectHome, PrivateTmp, PrivateDevices, StateDirectory, read-only /sys and /proc/sys),
-# setpriv for User, NoNewPrivileges and the empty capability sets, and unit_seccomp.py's
-# program for SystemCallFilter, SystemCallErrorNumber, SystemCallArchitectures,
-# RestrictAddressFamilies and RestrictNamespaces.
+# run_command call works. The machine is a copy of the debootstrap tree with systemd added
+# and Keel installed as docs/deploy.md says (binary, user, configuration, the unit itself).
+# It is booted with systemd-nspawn, so the unit runs under a real systemd (as PID 1 of the
+# machine, whatever runs as PID 1 here). Where the machine cannot boot, the unit's
+# sandboxing is emulated: bwrap for the file system (ProtectSystem=strict, ProtectHome,
+# PrivateTmp, PrivateDevices, StateDirectory, read-only /sys and /proc/sys), setpriv for
+# User, NoNewPrivileges and the empty capability sets, and unit_seccomp.py's program for
+# SystemCallFilter, SystemCallErrorNumber, SystemCallArchitectures, RestrictAddressFamilies
+# and RestrictNamespaces.
 
 UNIT=$ROOT/deploy/keel.service
 
@@ -47,14 +49,33 @@ test_unit() {
   done
 
   unit_machine "$dir"
-  if [ -d /run/systemd/system ] && [ "$(ps -p 1 -o comm=)" = systemd ]; then
-    fail "systemd is PID 1 here: run the unit with systemd-run (not written yet)"
+  if [ "${KEEL_DEPLOY_TEST_NSPAWN:-1}" = 0 ]; then
+    say "the machine is not booted (KEEL_DEPLOY_TEST_NSPAWN=0)"
+  elif unit_boot "$dir"; then
+    unit_in_systemd "$dir"
+    return
+  else
+    say "THE MACHINE DID NOT BOOT (PID 1 here is $(ps -p 1 -o comm=)): $(tail -n 3 "$dir/nspawn.log")"
   fi
-  say "systemd is not PID 1 here (PID 1 is $(ps -p 1 -o comm=)): the unit's sandboxing is emulated"
-  say "not emulated: $(echo $UNIT_NOT_EMULATED)"
+  say "the unit's sandboxing is emulated instead; not emulated: $(echo $UNIT_NOT_EMULATED)"
   "$PY" "$DEPLOY/unit_seccomp.py" --unit "$UNIT" --out "$dir/seccomp.bpf"
   unshare --net --mount --pid --fork --propagation private --mount-proc \
     env UNIT_DIR="$dir" bash "$DEPLOY/unit.sh" run
+}
+
+# The debootstrap tree with systemd, cached.
+unit_machine_base() {
+  local base=$WORK/machine-base
+  if [ -f "$base/.complete" ]; then return 0; fi
+  say "adding systemd to a copy of the debootstrap tree (cached for later runs)"
+  rm -rf "$base"
+  cp -a --reflink=auto "$ROOTFS" "$base"
+  rm -f "$base/.complete"
+  chroot "$base" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends systemd systemd-sysv' \
+    >"$WORK/machine-base.log" 2>&1 || fail "installing systemd failed: $(tail -n 5 "$WORK/machine-base.log")"
+  rm -rf "$base/var/lib/apt/lists"/*
+  touch "$base/.complete"
 }
 
 # A Debian 12 machine with Keel installed as docs/deploy.md says: the binary, a system user,
@@ -62,8 +83,10 @@ test_unit() {
 # EnvironmentFile), the unit; and the state directory as systemd makes it.
 unit_machine() {
   local dir=$1 machine=$1/machine token
-  say "installing keel into a copy of the debootstrap tree"
-  cp -a --reflink=auto "$ROOTFS" "$machine"
+  unit_machine_base
+  say "installing keel into a copy of that machine"
+  cp -a --reflink=auto "$WORK/machine-base" "$machine"
+  rm -f "$machine/.complete"
   strip -o "$machine/usr/local/bin/keel" "$KEEL"
   chroot "$machine" useradd --system --home-dir /var/lib/keel --shell /usr/sbin/nologin keel
   mkdir -p "$machine/etc/keel" "$machine/etc/systemd/system"
@@ -79,6 +102,102 @@ unit_machine() {
   state=/var/lib/$(unit_value StateDirectory)
   install -d -m "$(unit_value StateDirectoryMode)" "$machine$state"
   chroot "$machine" chown "$(unit_value User):$(unit_value Group)" "$state"
+}
+
+# Boots the machine with systemd-nspawn (loopback only); sets LEADER, its PID 1 as seen here.
+unit_boot() {
+  # nspawn's own system-call filter withholds Landlock from its machines, as some container
+  # engines' filters do: the machine gets the calls Keel's run_command needs.
+  local dir=$1 flags=(--quiet --private-network --boot --console=read-only
+    --directory="$dir/machine" --machine=keel-deploy-test
+    --system-call-filter="landlock_create_ruleset landlock_add_rule landlock_restrict_self")
+  if [ "$(ps -p 1 -o comm=)" != systemd ]; then flags+=(--register=no --keep-unit); fi
+  say "booting the machine with systemd-nspawn"
+  systemd-nspawn "${flags[@]}" >"$dir/nspawn.log" 2>&1 &
+  local nspawn=$!
+  at_exit "kill -TERM $nspawn; wait_for 30 process_gone $nspawn; kill -KILL $nspawn"
+  local state=""
+  if wait_for 30 pgrep -P "$nspawn" -x systemd; then
+    LEADER=$(pgrep -P "$nspawn" -x systemd)
+    if wait_for 30 in_machine test -S /run/systemd/private; then
+      state=$(in_machine timeout 60 systemctl is-system-running --wait) || true
+    fi
+  fi
+  case $state in
+    running | degraded) say "the machine's systemd is up ($state)" ;;
+    *)
+      kill -KILL "$nspawn" 2>/dev/null || true
+      wait_for 10 process_gone "$nspawn" || true
+      return 1
+      ;;
+  esac
+}
+
+in_machine() { nsenter --target "$LEADER" --all -- "$@"; }
+in_machine_net() { nsenter --target "$LEADER" --net -- "$@"; }
+
+# The unit under the machine's systemd: started with systemctl, checked, stopped.
+unit_in_systemd() {
+  local dir=$1 machine=$1/machine
+  say "systemd-analyze security, in the machine: $(in_machine systemd-analyze security keel.service | tail -n 1)"
+  local nofile
+  nofile=$(unit_value LimitNOFILE)
+  if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt "$nofile" ]; then
+    # Raising a limit takes a capability this machine withholds even from root.
+    say "LimitNOFILE=$nofile lowered to this machine's hard limit $(ulimit -Hn) (a drop-in)"
+    mkdir -p "$machine/etc/systemd/system/keel.service.d"
+    printf '[Service]\nLimitNOFILE=%s\n' "$(ulimit -Hn)" >"$machine/etc/systemd/system/keel.service.d/limit.conf"
+  fi
+  in_machine systemctl daemon-reload
+  in_machine systemd-run --quiet --unit=keel-mock /usr/local/bin/keel mock-provider \
+    --listen 127.0.0.1:9000
+  in_machine systemctl start keel.service ||
+    fail "systemctl start keel failed: $(in_machine journalctl -u keel --no-pager | tail -n 5)"
+  wait_for 60 in_machine_net curl -fsS http://127.0.0.1:8700/readyz ||
+    fail "keel did not become ready: $(in_machine journalctl -u keel --no-pager | tail -n 5)"
+  local pid
+  pid=$(in_machine systemctl show -p MainPID --value keel.service)
+  unit_checks "$machine" "$(in_machine cat "/proc/$pid/status")" in_machine_net
+
+  local started code result
+  started=$SECONDS
+  in_machine systemctl stop keel.service
+  result=$(in_machine systemctl show -p Result --value keel.service)
+  code=$(in_machine systemctl show -p ExecMainStatus --value keel.service)
+  [ "$result" = success ] && [ "$code" = 0 ] || fail "systemctl stop: result $result, status $code"
+  in_machine journalctl -u keel --no-pager | grep -q 'shutting down: releasing running chats' ||
+    fail "keel did not shut down on $(unit_value KillSignal)"
+  say "systemctl stop: $(unit_value KillSignal) to keel, which released its chats and exited 0 in $((SECONDS - started)) s"
+}
+
+# What must hold of the daemon under the unit: its process STATUS (/proc/PID/status) shows
+# the unit's user, no_new_privs, a seccomp filter and no capabilities; a chat streams; a
+# run_command call works, confined, and cannot make a namespace. NET runs a command in the
+# daemon's network namespace.
+unit_checks() {
+  local machine=$1 status=$2 net=$3 user uid
+  user=$(unit_value User)
+  uid=$(chroot "$machine" id -u "$user")
+  say "the daemon: $(echo "$status" | grep -E '^(Uid|NoNewPrivs|Seccomp|CapEff|CapBnd):' | tr -s '\t ' ' ' | tr '\n' ';')"
+  echo "$status" | grep -qE "^Uid:\s+$uid\s+$uid\s" || fail "keel does not run as $user ($uid)"
+  echo "$status" | grep -qE '^NoNewPrivs:\s+1' || fail "keel runs without no_new_privs"
+  echo "$status" | grep -qE '^Seccomp:\s+2' || fail "keel runs without a seccomp filter"
+  echo "$status" | grep -qE '^CapBnd:\s+0+$' || fail "keel's capability bounding set is not empty"
+  echo "$status" | grep -qE '^CapEff:\s+0+$' || fail "keel has capabilities"
+
+  local token out
+  token=$(cat "$WORK/unit/token")
+  $net "$PY" "$DEPLOY/chat.py" --base http://127.0.0.1:8700 --token "$token" --words 30 --rate 60 >&2
+  out=$($net "$PY" "$DEPLOY/run_command.py" --base http://127.0.0.1:8700 --token "$token" \
+    'id -u; echo confined > made.txt; cat made.txt; cat /proc/$PPID/environ; touch /tmp/x
+    unshare --user true && echo namespaces-allowed || echo namespaces-refused')
+  say "run_command answered: $(echo "$out" | tr '\n' ' ')"
+  echo "$out" | grep -qx "$uid" || fail "the command did not run as $user"
+  echo "$out" | grep -qx confined || fail "the command could not write its workspace"
+  echo "$out" | grep -qE 'environ: (Permission denied|No such file)' || fail "the command read keel's environment"
+  echo "$out" | grep -qx namespaces-refused || fail "the command could make a namespace"
+  [ -f "$machine/var/lib/$(unit_value StateDirectory)/workspace/alice/made.txt" ] ||
+    fail "the workspace is not in the state directory"
 }
 
 # Inside network, mount and PID namespaces of their own: the mock provider, and the daemon
@@ -140,27 +259,7 @@ unit_run() {
   keel=$(pgrep -P "$bwrap")
   [ "$(cat "/proc/$keel/comm")" = keel ] || fail "the main process is $(cat "/proc/$keel/comm"), not keel"
 
-  local uid status
-  uid=$(chroot "$machine" id -u "$user")
-  status=$(cat "/proc/$keel/status")
-  say "the daemon: $(echo "$status" | grep -E '^(Uid|NoNewPrivs|Seccomp|CapEff|CapBnd):' | tr -s '\t ' ' ' | tr '\n' ';')"
-  echo "$status" | grep -qE "^Uid:\s+$uid\s+$uid\s" || fail "keel does not run as $user ($uid)"
-  echo "$status" | grep -qE '^NoNewPrivs:\s+1' || fail "keel runs without no_new_privs"
-  echo "$status" | grep -qE '^Seccomp:\s+2' || fail "keel runs without a seccomp filter"
-  echo "$status" | grep -qE '^CapBnd:\s+0+$' || fail "keel's capability bounding set is not empty"
-
-  local token out
-  token=$(cat "$dir/token")
-  "$PY" "$DEPLOY/chat.py" --base http://127.0.0.1:8700 --token "$token" --words 30 --rate 60 >&2
-  out=$("$PY" "$DEPLOY/run_command.py" --base http://127.0.0.1:8700 --token "$token" \
-    'id -u; echo confined > made.txt; cat made.txt; cat /proc/1/environ; touch /tmp/x
-    unshare --user true && echo namespaces-allowed || echo namespaces-refused')
-  say "run_command answered: $(echo "$out" | tr '\n' ' ')"
-  echo "$out" | grep -qx "$uid" || fail "the command did not run as $user"
-  echo "$out" | grep -qx confined || fail "the command could not write its workspace"
-  echo "$out" | grep -q 'environ: Permission denied' || fail "the command could read /proc"
-  echo "$out" | grep -qx namespaces-refused || fail "the command could make a namespace"
-  [ -f "$machine$state/workspace/alice/made.txt" ] || fail "the workspace is not in the state directory"
+  unit_checks "$machine" "$(cat "/proc/$keel/status")" ""
 
   # Stopping as systemd does: KillSignal to the main process only (KillMode=mixed), which
   # must exit 0 within TimeoutStopSec.
