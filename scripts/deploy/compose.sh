@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The compose part of scripts/deploy-test.sh: deploy/compose.yaml and deploy/Caddyfile, as
 # they are, in a project directory of the test's own with its .env, its keel.toml (the mock
 # provider as the model, a short lease, one user) and compose.test.yaml (which adds the mock
@@ -97,7 +98,7 @@ replica_running() {
   if [ "$CONTAINERS" = 1 ]; then
     [ "$(pm inspect -f '{{.State.Running}}' "${PROJECT}_$1_1")" = true ]
   else
-    ! process_gone "$(cat "$STATE/$1.pid")"
+    if process_gone "$(cat "$STATE/$1.pid")"; then return 1; fi
   fi
 }
 compose_run() { # SERVICE ARGS...: a one-off container of the service

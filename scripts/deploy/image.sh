@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The image part of scripts/deploy-test.sh: ../../Containerfile built with the prebuilt path
 # from the debootstrap base, then run with podman, or (where containers cannot run) built and
 # run in a chroot of the same tree by containerfile.py.
@@ -51,6 +52,7 @@ build_image() {
     --build-arg RUNTIME_BASE=localhost/keel-base:bookworm \
     --build-arg KEEL_BINARY=dist/keel \
     -t "$IMAGE" "$WORK/image/context" >/dev/null
+  # shellcheck disable=SC2034 # compose.sh builds the image unless this run did
   IMAGE_BUILT=1
 }
 

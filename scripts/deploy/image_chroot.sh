@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Runs the image built by containerfile.py (OUT/rootfs, OUT/config.json) as a container
 # engine would: in a chroot with /proc, a minimal /dev and /data as a volume, as the image's
 # user, with its environment, working directory and entry point. Called by image.sh inside
@@ -56,7 +57,7 @@ echo "$refused" | grep -q 'not a loopback address and no \[\[users\]\]' ||
 umount "$tree/etc/keel/keel.toml"
 
 "$KEEL" mock-provider --listen 127.0.0.1:9000 >"$WORK/image/mock.log" 2>&1 &
-EXEC=exec in_image "${command[@]}" >"$WORK/image/keel.log" 2>&1 &
+EXEC="exec" in_image "${command[@]}" >"$WORK/image/keel.log" 2>&1 &
 entry=$!
 wait_for 60 in_image "${health[@]}" ||
   fail "the HEALTHCHECK (/readyz) never passed: $(tail -n 5 "$WORK/image/keel.log")"
@@ -70,7 +71,7 @@ for status in /proc/[0-9]*/status; do
   case $exe in "$tree"/*) ;; *) continue ;; esac
   read -r _ real effective _ < <(grep '^Uid:' "$status")
   say "process $(basename "$exe") runs as uid $real/$effective"
-  [ "$real" != 0 ] && [ "$effective" != 0 ] || fail "$exe runs as root"
+  if [ "$real" = 0 ] || [ "$effective" = 0 ]; then fail "$exe runs as root"; fi
   found=$((found + 1))
 done
 [ "$found" -ge 2 ] || fail "expected tini and keel running from the image, found $found"

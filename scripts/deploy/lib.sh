@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/deploy-test.sh and its parts (image.sh, compose.sh, unit.sh): logging,
 # clean-up at exit, waiting, and podman with a storage and configuration of the test's own.
 #

@@ -1,3 +1,4 @@
+#!/bin/sh
 # The entry point of services.Containerfile: `postgres` initialises $PGDATA on first start
 # (user POSTGRES_USER with POSTGRES_PASSWORD, database POSTGRES_DB, password logins from the
 # network) and runs the server as user postgres; anything else is run as it is.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The unit part of scripts/deploy-test.sh: deploy/keel.service passes
 # `systemd-analyze verify`, and the daemon runs with the unit's sandboxing, where a
 # run_command call works. The machine is a copy of the debootstrap tree with systemd added
@@ -15,13 +16,13 @@ UNIT=$ROOT/deploy/keel.service
 # The settings the emulation applies, and those it leaves to systemd: capabilities the
 # daemon never has (it runs as an unprivileged user with empty capability sets), or behaviour
 # outside the sandbox.
-UNIT_EMULATED="Type User Group ExecStart EnvironmentFile StateDirectory StateDirectoryMode
+UNIT_EMULATED=(Type User Group ExecStart EnvironmentFile StateDirectory StateDirectoryMode
   WorkingDirectory UMask LimitNOFILE KillSignal KillMode TimeoutStopSec NoNewPrivileges
   ProtectSystem ProtectHome PrivateTmp PrivateDevices ProtectKernelTunables
   ProtectControlGroups CapabilityBoundingSet AmbientCapabilities RestrictAddressFamilies
-  SystemCallArchitectures SystemCallFilter SystemCallErrorNumber RestrictNamespaces"
-UNIT_NOT_EMULATED="Restart RestartSec ProtectKernelModules ProtectKernelLogs ProtectClock
-  ProtectHostname ProtectProc RestrictRealtime RestrictSUIDSGID LockPersonality RemoveIPC"
+  SystemCallArchitectures SystemCallFilter SystemCallErrorNumber RestrictNamespaces)
+UNIT_NOT_EMULATED=(Restart RestartSec ProtectKernelModules ProtectKernelLogs ProtectClock
+  ProtectHostname ProtectProc RestrictRealtime RestrictSUIDSGID LockPersonality RemoveIPC)
 
 # The last value of KEY in the unit's [Service] section.
 unit_value() {
@@ -40,13 +41,13 @@ test_unit() {
     cp "$KEEL" /usr/local/bin/keel && systemd-analyze verify "$0"' "$UNIT" >"$dir/verify.log" 2>&1 ||
     fail "systemd-analyze verify failed: $(cat "$dir/verify.log")"
 
-  local key
-  for key in $(awk -F= '/^\[/ { service = ($0 == "[Service]") } service && /^[A-Za-z]/ { print $1 }' "$UNIT" | sort -u); do
-    case " $(echo $UNIT_EMULATED $UNIT_NOT_EMULATED) " in
+  local key known=" ${UNIT_EMULATED[*]} ${UNIT_NOT_EMULATED[*]} "
+  while read -r key; do
+    case $known in
       *" $key "*) ;;
       *) fail "deploy/keel.service sets $key, which unit.sh does not know: add it to its lists" ;;
     esac
-  done
+  done < <(awk -F= '/^\[/ { service = ($0 == "[Service]") } service && /^[A-Za-z]/ { print $1 }' "$UNIT" | sort -u)
 
   unit_machine "$dir"
   if [ "${KEEL_DEPLOY_TEST_NSPAWN:-1}" = 0 ]; then
@@ -57,7 +58,7 @@ test_unit() {
   else
     say "THE MACHINE DID NOT BOOT (PID 1 here is $(ps -p 1 -o comm=)): $(tail -n 3 "$dir/nspawn.log")"
   fi
-  say "the unit's sandboxing is emulated instead; not emulated: $(echo $UNIT_NOT_EMULATED)"
+  say "the unit's sandboxing is emulated instead; not emulated: ${UNIT_NOT_EMULATED[*]}"
   "$PY" "$DEPLOY/unit_seccomp.py" --unit "$UNIT" --out "$dir/seccomp.bpf"
   unshare --net --mount --pid --fork --propagation private --mount-proc \
     env UNIT_DIR="$dir" bash "$DEPLOY/unit.sh" run
@@ -108,7 +109,8 @@ unit_machine() {
 unit_boot() {
   # nspawn's own system-call filter withholds Landlock from its machines, as some container
   # engines' filters do: the machine gets the calls Keel's run_command needs.
-  local dir=$1 flags=(--quiet --private-network --boot --console=read-only
+  local dir=$1
+  local flags=(--quiet --private-network --boot --console=read-only
     --directory="$dir/machine" --machine=keel-deploy-test
     --system-call-filter="landlock_create_ruleset landlock_add_rule landlock_restrict_self")
   if [ "$(ps -p 1 -o comm=)" != systemd ]; then flags+=(--register=no --keep-unit); fi
@@ -164,7 +166,9 @@ unit_in_systemd() {
   in_machine systemctl stop keel.service
   result=$(in_machine systemctl show -p Result --value keel.service)
   code=$(in_machine systemctl show -p ExecMainStatus --value keel.service)
-  [ "$result" = success ] && [ "$code" = 0 ] || fail "systemctl stop: result $result, status $code"
+  if [ "$result" != success ] || [ "$code" != 0 ]; then
+    fail "systemctl stop: result $result, status $code"
+  fi
   in_machine journalctl -u keel --no-pager | grep -q 'shutting down: releasing running chats' ||
     fail "keel did not shut down on $(unit_value KillSignal)"
   say "systemctl stop: $(unit_value KillSignal) to keel, which released its chats and exited 0 in $((SECONDS - started)) s"
@@ -229,7 +233,7 @@ unit_run() {
     USER="$user" LOGNAME="$user" HOME="$state" SHELL=/usr/sbin/nologin
     STATE_DIRECTORY="$state")
   if [ -f "$machine${env_file#-}" ]; then
-    mapfile -t -O ${#environment[@]} environment < <(grep -v '^\s*#' "$machine${env_file#-}" | grep =)
+    mapfile -t -O ${#environment[@]} environment < <(grep -v '^\s*#' "$machine${env_file#-}" | grep -e '=')
   fi
   local setenv=() pair
   for pair in "${environment[@]}"; do setenv+=(--setenv "${pair%%=*}" "${pair#*=}"); done
