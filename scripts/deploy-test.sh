@@ -36,7 +36,10 @@ export ROOT WORK DEPLOY
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then parts=(image compose unit); fi
 for part in "${parts[@]}"; do
-  case $part in image | compose | unit) ;; *) fail "unknown part '$part' (image, compose, unit)" ;; esac
+  case $part in
+    image | compose | unit) ;;
+    *) fail "unknown part '$part' (image, compose, unit)" ;;
+  esac
 done
 
 if [ "$(id -u)" != 0 ]; then
@@ -44,11 +47,13 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 say "installing what the test needs"
-packages=(debootstrap podman runc podman-compose caddy python3 python3-yaml python3-seccomp
-  systemd systemd-container bubblewrap iproute2 util-linux procps curl binutils ca-certificates)
+packages=(debootstrap podman runc netavark aardvark-dns podman-compose caddy python3 python3-yaml
+  python3-seccomp systemd systemd-container bubblewrap iproute2 util-linux procps curl binutils
+  ca-certificates)
 missing=()
 for package in "${packages[@]}"; do
-  dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'ok installed' || missing+=("$package")
+  dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'ok installed' ||
+    missing+=("$package")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
@@ -89,7 +94,8 @@ if [ "${KEEL_DEPLOY_TEST_CONTAINERS:-1}" != 0 ]; then
   pm rm -a -f -t 0 >/dev/null 2>&1 || true
   if ! pm image exists localhost/keel-base:bookworm; then
     say "importing the debootstrap tree into podman as localhost/keel-base:bookworm"
-    tar -C "$ROOTFS" --exclude=./.complete -c . | pm import -q - localhost/keel-base:bookworm >/dev/null
+    tar -C "$ROOTFS" --exclude=./.complete -c . |
+      pm import -q - localhost/keel-base:bookworm >/dev/null
   fi
   if probe=$(pm run --rm --network none localhost/keel-base:bookworm true 2>&1); then
     CONTAINERS=1
@@ -115,4 +121,6 @@ for part in "${parts[@]}"; do
   "test_$part"
   run_cleanups
 done
-say "deploy test passed (${parts[*]}; containers: $([ "$CONTAINERS" = 1 ] && echo podman || echo none))"
+engine=none
+if [ "$CONTAINERS" = 1 ]; then engine=podman; fi
+say "deploy test passed (${parts[*]}; containers: $engine)"

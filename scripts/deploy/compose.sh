@@ -41,13 +41,16 @@ EOF
     compose_up_podman
     compose_scenario
   else
-    find_postgres || fail "PostgreSQL's server binaries are needed to run the compose file as processes"
+    find_postgres ||
+      fail "PostgreSQL's server binaries are needed to run the compose file as processes"
     unshare --net --mount --pid --fork --propagation private --mount-proc \
       bash "$DEPLOY/compose.sh" scenario
   fi
 }
 
-compose() { (cd "$COMPOSE_DIR" && podman-compose -p "$PROJECT" -f compose.yaml -f compose.test.yaml "$@"); }
+compose() {
+  (cd "$COMPOSE_DIR" && podman-compose -p "$PROJECT" -f compose.yaml -f compose.test.yaml "$@")
+}
 
 compose_up_podman() {
   if ! pm image exists "$IMAGE" || [ "${IMAGE_BUILT:-0}" != 1 ]; then build_image; fi
@@ -76,7 +79,11 @@ replica_get() { # NAME PATH: an HTTP GET to the replica itself, as its health ch
 }
 replica_signal() { # NAME SIGNAL
   if [ "$CONTAINERS" = 1 ]; then
-    if [ "$2" = KILL ]; then pm kill -s KILL "${PROJECT}_$1_1"; else pm stop -t 30 "${PROJECT}_$1_1"; fi
+    if [ "$2" = KILL ]; then
+      pm kill -s KILL "${PROJECT}_$1_1"
+    else
+      pm stop -t 30 "${PROJECT}_$1_1"
+    fi
   else
     local pid
     pid=$(cat "$STATE/$1.pid")

@@ -74,7 +74,8 @@ check_running_keel() {
   say "run_command answered: $(echo "$out" | tr '\n' ' ')"
   echo "$out" | grep -qx 10001 || fail "the command did not run as uid 10001"
   echo "$out" | grep -qx confined || fail "the command could not write its workspace"
-  echo "$out" | grep -qE 'environ: (Permission denied|No such file)' || fail "the command read keel's environment"
+  echo "$out" | grep -qE 'environ: (Permission denied|No such file)' ||
+    fail "the command read keel's environment"
 }
 
 image_in_podman() {

@@ -19,7 +19,9 @@ CLEANUPS=()
 at_exit() { CLEANUPS+=("$1"); }
 run_cleanups() {
   local i
-  for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do eval "${CLEANUPS[$i]}" >/dev/null 2>&1 || true; done
+  for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do
+    eval "${CLEANUPS[$i]}" >/dev/null 2>&1 || true
+  done
   CLEANUPS=()
 }
 
@@ -57,7 +59,8 @@ token_hash() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 # nothing of the machine's containers is touched and images stay cached between runs.
 # vfs works on every file system; runc copes with cgroups v1, v2 and hybrid set-ups (crun
 # refuses hybrid ones); the limits are set low enough for the container's init to set them
-# (raising one needs privileges some machines withhold even from root).
+# (raising one needs privileges some machines withhold even from root); netavark with
+# aardvark-dns lets the services of a compose file find each other by name.
 podman_setup() {
   local dir=$WORK/podman
   mkdir -p "$dir/storage" "$dir/networks"
@@ -70,7 +73,9 @@ graphroot = "$dir/storage"
 runroot = "$dir/run"
 EOF
   local nproc=4096 runtime=""
-  if [ "$(ulimit -Hu)" != unlimited ] && [ "$(ulimit -Hu)" -lt "$nproc" ]; then nproc=$(ulimit -Hu); fi
+  if [ "$(ulimit -Hu)" != unlimited ] && [ "$(ulimit -Hu)" -lt "$nproc" ]; then
+    nproc=$(ulimit -Hu)
+  fi
   if command -v runc >/dev/null 2>&1; then runtime='runtime = "runc"'; fi
   cat >"$dir/containers.conf" <<EOF
 [containers]
@@ -79,6 +84,7 @@ default_ulimits = ["nofile=$(ulimit -Sn):$(ulimit -Sn)", "nproc=$nproc:$nproc"]
 $runtime
 tmp_dir = "$dir/tmp"
 [network]
+network_backend = "netavark"
 network_config_dir = "$dir/networks"
 EOF
   export CONTAINERS_STORAGE_CONF=$dir/storage.conf CONTAINERS_CONF=$dir/containers.conf

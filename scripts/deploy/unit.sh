@@ -38,7 +38,8 @@ test_unit() {
   # verify wants ExecStart's program to exist: it is put at /usr/local/bin/keel in a mount
   # namespace of its own, the machine's /usr/local/bin untouched.
   unshare --mount --propagation private bash -c 'mount -t tmpfs tmpfs /usr/local/bin &&
-    cp "$KEEL" /usr/local/bin/keel && systemd-analyze verify "$0"' "$UNIT" >"$dir/verify.log" 2>&1 ||
+    cp "$KEEL" /usr/local/bin/keel && systemd-analyze verify "$0"' "$UNIT" \
+    >"$dir/verify.log" 2>&1 ||
     fail "systemd-analyze verify failed: $(cat "$dir/verify.log")"
 
   local key known=" ${UNIT_EMULATED[*]} ${UNIT_NOT_EMULATED[*]} "
@@ -47,7 +48,8 @@ test_unit() {
       *" $key "*) ;;
       *) fail "deploy/keel.service sets $key, which unit.sh does not know: add it to its lists" ;;
     esac
-  done < <(awk -F= '/^\[/ { service = ($0 == "[Service]") } service && /^[A-Za-z]/ { print $1 }' "$UNIT" | sort -u)
+  done < <(awk -F= '/^\[/ { service = ($0 == "[Service]") }
+    service && /^[A-Za-z]/ { print $1 }' "$UNIT" | sort -u)
 
   unit_machine "$dir"
   if [ "${KEEL_DEPLOY_TEST_NSPAWN:-1}" = 0 ]; then
@@ -56,7 +58,8 @@ test_unit() {
     unit_in_systemd "$dir"
     return
   else
-    say "THE MACHINE DID NOT BOOT (PID 1 here is $(ps -p 1 -o comm=)): $(tail -n 3 "$dir/nspawn.log")"
+    say "THE MACHINE DID NOT BOOT (PID 1 here is $(ps -p 1 -o comm=)):" \
+      "$(tail -n 3 "$dir/nspawn.log")"
   fi
   say "the unit's sandboxing is emulated instead; not emulated: ${UNIT_NOT_EMULATED[*]}"
   "$PY" "$DEPLOY/unit_seccomp.py" --unit "$UNIT" --out "$dir/seccomp.bpf"
@@ -74,7 +77,8 @@ unit_machine_base() {
   rm -f "$base/.complete"
   chroot "$base" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends systemd systemd-sysv' \
-    >"$WORK/machine-base.log" 2>&1 || fail "installing systemd failed: $(tail -n 5 "$WORK/machine-base.log")"
+    >"$WORK/machine-base.log" 2>&1 ||
+    fail "installing systemd failed: $(tail -n 5 "$WORK/machine-base.log")"
   rm -rf "$base/var/lib/apt/lists"/*
   touch "$base/.complete"
 }
@@ -113,7 +117,10 @@ unit_boot() {
   local flags=(--quiet --private-network --boot --console=read-only
     --directory="$dir/machine" --machine=keel-deploy-test
     --system-call-filter="landlock_create_ruleset landlock_add_rule landlock_restrict_self")
-  if [ "$(ps -p 1 -o comm=)" != systemd ]; then flags+=(--register=no --keep-unit); fi
+  # Without systemd as PID 1 here, nspawn has no manager to make it a scope: it stays in its
+  # own (--keep-unit). It registers with no machine manager either way.
+  flags+=(--register=no)
+  if [ "$(ps -p 1 -o comm=)" != systemd ]; then flags+=(--keep-unit); fi
   say "booting the machine with systemd-nspawn"
   systemd-nspawn "${flags[@]}" >"$dir/nspawn.log" 2>&1 &
   local nspawn=$!
@@ -141,14 +148,16 @@ in_machine_net() { nsenter --target "$LEADER" --net -- "$@"; }
 # The unit under the machine's systemd: started with systemctl, checked, stopped.
 unit_in_systemd() {
   local dir=$1 machine=$1/machine
-  say "systemd-analyze security, in the machine: $(in_machine systemd-analyze security keel.service | tail -n 1)"
+  say "systemd-analyze security, in the machine:" \
+    "$(in_machine systemd-analyze security keel.service | tail -n 1)"
   local nofile
   nofile=$(unit_value LimitNOFILE)
   if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt "$nofile" ]; then
     # Raising a limit takes a capability this machine withholds even from root.
     say "LimitNOFILE=$nofile lowered to this machine's hard limit $(ulimit -Hn) (a drop-in)"
     mkdir -p "$machine/etc/systemd/system/keel.service.d"
-    printf '[Service]\nLimitNOFILE=%s\n' "$(ulimit -Hn)" >"$machine/etc/systemd/system/keel.service.d/limit.conf"
+    printf '[Service]\nLimitNOFILE=%s\n' "$(ulimit -Hn)" \
+      >"$machine/etc/systemd/system/keel.service.d/limit.conf"
   fi
   in_machine systemctl daemon-reload
   in_machine systemd-run --quiet --unit=keel-mock /usr/local/bin/keel mock-provider \
@@ -171,7 +180,8 @@ unit_in_systemd() {
   fi
   in_machine journalctl -u keel --no-pager | grep -q 'shutting down: releasing running chats' ||
     fail "keel did not shut down on $(unit_value KillSignal)"
-  say "systemctl stop: $(unit_value KillSignal) to keel, which released its chats and exited 0 in $((SECONDS - started)) s"
+  say "systemctl stop: $(unit_value KillSignal) to keel, which released its chats and exited 0" \
+    "in $((SECONDS - started)) s"
 }
 
 # What must hold of the daemon under the unit: its process STATUS (/proc/PID/status) shows
@@ -182,7 +192,8 @@ unit_checks() {
   local machine=$1 status=$2 net=$3 user uid
   user=$(unit_value User)
   uid=$(chroot "$machine" id -u "$user")
-  say "the daemon: $(echo "$status" | grep -E '^(Uid|NoNewPrivs|Seccomp|CapEff|CapBnd):' | tr -s '\t ' ' ' | tr '\n' ';')"
+  say "the daemon: $(echo "$status" | grep -E '^(Uid|NoNewPrivs|Seccomp|CapEff|CapBnd):' |
+    tr -s '\t ' ' ' | tr '\n' ';')"
   echo "$status" | grep -qE "^Uid:\s+$uid\s+$uid\s" || fail "keel does not run as $user ($uid)"
   echo "$status" | grep -qE '^NoNewPrivs:\s+1' || fail "keel runs without no_new_privs"
   echo "$status" | grep -qE '^Seccomp:\s+2' || fail "keel runs without a seccomp filter"
@@ -191,14 +202,16 @@ unit_checks() {
 
   local token out
   token=$(cat "$WORK/unit/token")
-  $net "$PY" "$DEPLOY/chat.py" --base http://127.0.0.1:8700 --token "$token" --words 30 --rate 60 >&2
+  $net "$PY" "$DEPLOY/chat.py" --base http://127.0.0.1:8700 --token "$token" \
+    --words 30 --rate 60 >&2
   out=$($net "$PY" "$DEPLOY/run_command.py" --base http://127.0.0.1:8700 --token "$token" \
     'id -u; echo confined > made.txt; cat made.txt; cat /proc/$PPID/environ; touch /tmp/x
     unshare --user true && echo namespaces-allowed || echo namespaces-refused')
   say "run_command answered: $(echo "$out" | tr '\n' ' ')"
   echo "$out" | grep -qx "$uid" || fail "the command did not run as $user"
   echo "$out" | grep -qx confined || fail "the command could not write its workspace"
-  echo "$out" | grep -qE 'environ: (Permission denied|No such file)' || fail "the command read keel's environment"
+  echo "$out" | grep -qE 'environ: (Permission denied|No such file)' ||
+    fail "the command read keel's environment"
   echo "$out" | grep -qx namespaces-refused || fail "the command could make a namespace"
   [ -f "$machine/var/lib/$(unit_value StateDirectory)/workspace/alice/made.txt" ] ||
     fail "the workspace is not in the state directory"
@@ -233,7 +246,8 @@ unit_run() {
     USER="$user" LOGNAME="$user" HOME="$state" SHELL=/usr/sbin/nologin
     STATE_DIRECTORY="$state")
   if [ -f "$machine${env_file#-}" ]; then
-    mapfile -t -O ${#environment[@]} environment < <(grep -v '^\s*#' "$machine${env_file#-}" | grep -e '=')
+    mapfile -t -O ${#environment[@]} environment \
+      < <(grep -v '^\s*#' "$machine${env_file#-}" | grep -e '=')
   fi
   local setenv=() pair
   for pair in "${environment[@]}"; do setenv+=(--setenv "${pair%%=*}" "${pair#*=}"); done
@@ -261,7 +275,8 @@ unit_run() {
     fail "keel did not start under the unit's sandboxing: $(tail -n 5 "$dir/keel.log")"
   local keel
   keel=$(pgrep -P "$bwrap")
-  [ "$(cat "/proc/$keel/comm")" = keel ] || fail "the main process is $(cat "/proc/$keel/comm"), not keel"
+  [ "$(cat "/proc/$keel/comm")" = keel ] ||
+    fail "the main process is $(cat "/proc/$keel/comm"), not keel"
 
   unit_checks "$machine" "$(cat "/proc/$keel/status")" ""
 
