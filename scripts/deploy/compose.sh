@@ -91,9 +91,10 @@ replica_signal() { # NAME SIGNAL
     if [ "$2" != KILL ]; then wait_for 30 process_gone "$pid"; fi
   fi
 }
-replica_start() { # NAME: start a stopped replica again
+replica_start() { # NAME: a stopped replica replaced, as docs/deploy.md's rolling upgrade does
   if [ "$CONTAINERS" = 1 ]; then
-    pm start "${PROJECT}_$1_1"
+    pm rm -f "${PROJECT}_$1_1"
+    compose up -d "$1" >>"$WORK/compose/podman-compose.log" 2>&1
   else
     compose_processes up-one "$1"
   fi
@@ -163,7 +164,10 @@ compose_scenario() {
   killed=$(cat "$WORK/compose/stopped")
   say "the chat completed on the other replica after $killed was killed"
 
-  if ! replica_running "$killed"; then replica_start "$killed" >/dev/null; fi
+  if ! replica_running "$killed"; then
+    say "replacing $killed (as a rolling upgrade does)"
+    replica_start "$killed" >/dev/null
+  fi
   wait_for 90 replica_get "$killed" /readyz || fail "$killed did not come back"
   say "a chat through the proxy; SIGTERM to the replica running it"
   "$PY" "$DEPLOY/chat.py" --base "$PROXY" --token "$TOKEN" --words 120 --rate 20 \
