@@ -50,16 +50,7 @@ say "installing what the test needs"
 packages=(debootstrap podman runc netavark aardvark-dns podman-compose caddy python3 python3-yaml
   python3-seccomp systemd systemd-container bubblewrap iproute2 util-linux procps curl binutils
   ca-certificates)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'ok installed' ||
-    missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-    --no-install-recommends "${missing[@]}" >/dev/null
-fi
+install_packages "${packages[@]}"
 
 mkdir -p "$WORK"
 trap run_cleanups EXIT

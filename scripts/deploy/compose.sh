@@ -41,8 +41,9 @@ EOF
     compose_up_podman
     compose_scenario
   else
-    find_postgres ||
-      fail "PostgreSQL's server binaries are needed to run the compose file as processes"
+    # PostgreSQL's server binaries (the machine's own cluster is left alone).
+    find_postgres || install_packages postgresql
+    find_postgres || fail "PostgreSQL's server binaries are missing"
     unshare --net --mount --pid --fork --propagation private --mount-proc \
       bash "$DEPLOY/compose.sh" scenario
   fi

@@ -36,6 +36,20 @@ wait_for() {
   done
 }
 
+# Installs those of the Debian packages named that are missing.
+install_packages() {
+  local package missing=()
+  for package in "$@"; do
+    dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'ok installed' ||
+      missing+=("$package")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+      --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
 # Whether process PID has ended (a zombie waiting for its parent counts as ended).
 process_gone() { ! grep -qv '^Z' <(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null); }
 
