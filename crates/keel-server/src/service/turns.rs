@@ -1,0 +1,104 @@
+//! The transitions of an existing chat a client asks for: sending a message, editing one,
+//! interrupting the run, switching branches, regenerating, continuing and retrying. Each is
+//! one store transition; the checks before it are here.
+
+use keel_core::Part;
+use keel_store::{Busy, Chat, ChatId, SendOutcome};
+
+use crate::api::state::AppState;
+use crate::service::chats::Owned;
+use crate::service::error::ServiceError;
+
+/// A message to send to a chat.
+#[derive(Debug)]
+pub(crate) struct SendInput<'a> {
+    pub chat: ChatId,
+    /// The caller, whose chat it must be; `None` when the caller already proved it.
+    pub owner: Option<&'a str>,
+    pub parts: Vec<Part>,
+    /// What to do when the chat is busy.
+    pub busy: Busy,
+    /// Already scoped to the owner (see [`crate::service::chats::idempotency_key`]).
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// Sends a message: a run starts, or the message waits in the chat's queue. Ownership is
+/// checked by the transition itself: no read of the chat before it.
+pub(crate) async fn send_message(
+    state: &AppState,
+    input: SendInput<'_>,
+) -> Result<SendOutcome, ServiceError> {
+    let chat = input.chat;
+    state
+        .store
+        .send_message(
+            chat,
+            input.owner,
+            input.parts,
+            input.busy,
+            input.idempotency_key,
+        )
+        .await
+        .map_err(|error| ServiceError::of_chat(chat, error))
+}
+
+/// A message id as a path names it: one that is not a number names no message.
+pub(crate) fn message_id(raw: &str) -> Result<i64, ServiceError> {
+    raw.parse()
+        .map_err(|_| ServiceError::NotFound(format!("message {raw} not found")))
+}
+
+/// Replaces a user message by a new version, a branch beside the old one; a run starts on it.
+pub(crate) async fn edit_message(
+    state: &AppState,
+    chat: &Owned,
+    message: i64,
+    parts: Vec<Part>,
+) -> Result<Chat, ServiceError> {
+    Ok(state.store.edit_message(chat.id, message, parts).await?)
+}
+
+/// Interrupts the chat's active run (idempotent).
+pub(crate) async fn interrupt(state: &AppState, chat: &Owned) -> Result<Chat, ServiceError> {
+    Ok(state.store.interrupt(chat.id).await?)
+}
+
+/// Makes the branch through `message` (to its newest message) the chat's current one.
+pub(crate) async fn switch_branch(
+    state: &AppState,
+    chat: &Owned,
+    message: i64,
+) -> Result<Chat, ServiceError> {
+    Ok(state.store.switch_branch(chat.id, message).await?)
+}
+
+/// Writes a new reply beside a reply (named by the reply or by the user message before it).
+pub(crate) async fn regenerate(
+    state: &AppState,
+    chat: &Owned,
+    message: i64,
+) -> Result<Chat, ServiceError> {
+    Ok(state.store.regenerate(chat.id, message).await?)
+}
+
+/// Has the model carry on the reply the user stopped.
+pub(crate) async fn continue_reply(state: &AppState, chat: &Owned) -> Result<Chat, ServiceError> {
+    Ok(state.store.continue_reply(chat.id).await?)
+}
+
+/// Runs the failed turn again, as the history stands.
+pub(crate) async fn retry(state: &AppState, chat: &Owned) -> Result<Chat, ServiceError> {
+    Ok(state.store.retry_run(chat.id).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_id_that_is_no_number_is_not_found() {
+        assert_eq!(message_id("42").unwrap(), 42);
+        let error = message_id("x1").unwrap_err();
+        assert!(matches!(&error, ServiceError::NotFound(m) if m == "message x1 not found"));
+    }
+}
