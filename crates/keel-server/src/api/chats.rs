@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use keel_store::{ChatUpdate, SendOutcome};
+use keel_store::SendOutcome;
 
 use crate::api::doc::IdempotencyKey;
 use crate::api::dto::{
@@ -16,6 +16,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
 use crate::api::state::AppState;
 use crate::api::usage::UsageView;
+use crate::service::settings::{self, ChatChanges};
 use crate::service::turns::{self, SendInput};
 use crate::service::{self, ChatSettings, NewChatInput};
 
@@ -88,27 +89,6 @@ pub(super) async fn get_chat(
     }))
 }
 
-/// The longest title a client may set, in characters.
-pub(super) const TITLE_MAX_CHARS: usize = 200;
-
-/// A title as a client sent it: trimmed, not empty, at most [`TITLE_MAX_CHARS`] characters,
-/// one line without control characters. The error says what is wrong.
-pub(super) fn checked_title(title: &str) -> Result<String, String> {
-    let title = title.trim();
-    if title.is_empty() {
-        return Err("title must not be empty".into());
-    }
-    if title.chars().count() > TITLE_MAX_CHARS {
-        return Err(format!(
-            "title must be at most {TITLE_MAX_CHARS} characters"
-        ));
-    }
-    if title.chars().any(char::is_control) {
-        return Err("title must be one line without control characters".into());
-    }
-    Ok(title.to_owned())
-}
-
 /// Renames a chat and/or switches its model; the next model call of the chat uses the new
 /// model. Every field is checked before anything is written.
 #[utoipa::path(patch, path = "/chats/{id}", tag = "chats", summary = "Rename a chat or switch its model (the next model call uses it)", params(("id" = String, Path, description = "The chat's id")), request_body = UpdateChatRequest, responses((status = 200, description = "Chat", body = ChatView)))]
@@ -119,26 +99,12 @@ pub(super) async fn update_chat(
     ApiJson(request): ApiJson<UpdateChatRequest>,
 ) -> Result<Json<ChatView>, ApiError> {
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    if request.title.is_none() && request.model.is_none() {
-        return Err(ApiError::invalid(
-            "nothing to change: send `title` and/or `model`",
-        ));
-    }
-    let title = request
-        .title
-        .as_deref()
-        .map(checked_title)
-        .transpose()
-        .map_err(ApiError::invalid)?;
-    if let Some(model) = &request.model {
-        service::chats::check_model(&state, model)?;
-    }
-    let update = ChatUpdate {
-        title,
+    let changes = ChatChanges {
+        title: request.title,
         model: request.model,
         system: None,
     };
-    let chat = state.store.update_chat(chat.id, update).await?;
+    let chat = settings::update_chat(&state, &chat, changes).await?;
     Ok(Json(ChatView::from(&chat)))
 }
 
@@ -149,7 +115,7 @@ pub(super) async fn delete_chat(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    state.store.delete_chat(chat.id).await?;
+    settings::delete_chat(&state, chat).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -160,7 +126,7 @@ async fn set_archived(
     archived: bool,
 ) -> Result<Json<ChatView>, ApiError> {
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    let chat = state.store.set_archived(chat.id, archived).await?;
+    let chat = settings::set_archived(&state, &chat, archived).await?;
     Ok(Json(ChatView::from(&chat)))
 }
 
@@ -289,7 +255,7 @@ pub(super) async fn compact(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    let chat = state.store.request_compaction(chat.id).await?;
+    let chat = turns::compact(&state, &chat).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
@@ -301,10 +267,7 @@ pub(super) async fn tool_results(
     ApiJson(request): ApiJson<ToolResultsRequest>,
 ) -> Result<Response, ApiError> {
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    let chat = state
-        .store
-        .submit_tool_results(chat.id, request.results)
-        .await?;
+    let chat = turns::submit_tool_results(&state, &chat, request.results).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
@@ -315,10 +278,8 @@ pub(super) async fn delete_queued(
     Path((id, queue_id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    state
-        .store
-        .delete_queued(chat.id, parse_id(&queue_id, "queued message")?)
-        .await?;
+    let queued = parse_id(&queue_id, "queued message")?;
+    turns::delete_queued(&state, &chat, queued).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -329,23 +290,7 @@ pub(super) async fn promote_queued(
     Path((id, queue_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    let chat = state
-        .store
-        .promote_queued(chat.id, parse_id(&queue_id, "queued message")?)
-        .await?;
+    let queued = parse_id(&queue_id, "queued message")?;
+    let chat = turns::promote_queued(&state, &chat, queued).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{TITLE_MAX_CHARS, checked_title};
-
-    #[test]
-    fn titles_are_one_trimmed_line_of_limited_length() {
-        assert_eq!(checked_title("  Trip plans ").as_deref(), Ok("Trip plans"));
-        assert!(checked_title("   ").is_err());
-        assert!(checked_title("two\nlines").is_err());
-        assert!(checked_title(&"é".repeat(TITLE_MAX_CHARS)).is_ok());
-        assert!(checked_title(&"é".repeat(TITLE_MAX_CHARS + 1)).is_err());
-    }
 }

@@ -15,13 +15,13 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::api::chats::checked_title;
 use crate::api::dto::ChatView;
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id};
 use crate::api::state::AppState;
 use crate::service::ServiceError;
 use crate::service::chats::check_settings;
+use crate::service::settings::checked_title;
 
 pub(crate) use format::ChatFile;
 

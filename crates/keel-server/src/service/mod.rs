@@ -5,8 +5,10 @@
 //! * [`chats`] — `owned_chat` (the caller's chat, or not found), `create_chat` (with
 //!   history, idempotency key, model, step limit and tool checks), `create_aliased_chat`
 //!   (under a client's own id), `idempotency_key`;
-//! * [`turns`] — `send_message`, `edit_message`, `interrupt`, `switch_branch`,
-//!   `regenerate`, `continue_reply`, `retry`;
+//! * [`settings`] — `update_chat` (title, model, system prompt), `set_archived`,
+//!   `delete_chat`;
+//! * [`turns`] — `send_message`, `edit_message`, `submit_tool_results`, `interrupt`,
+//!   `switch_branch`, `regenerate`, `continue_reply`, `retry`, `compact`, the queue's;
 //! * [`follow`] — `follow` (a chat's live events, for the event stream and both
 //!   protocols), `stream_slot` (the caller's slot for one more open stream), `requested`;
 //! * [`error`] — [`ServiceError`], whose kind (not found, invalid, conflict, too many, the
@@ -15,6 +17,7 @@
 pub(crate) mod chats;
 pub(crate) mod error;
 pub(crate) mod follow;
+pub(crate) mod settings;
 pub(crate) mod turns;
 
 pub(crate) use chats::{ChatSettings, NewChatInput, Owned, create_chat, owned_chat};

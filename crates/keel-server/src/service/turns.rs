@@ -1,9 +1,10 @@
 //! The transitions of an existing chat a client asks for: sending a message, editing one,
-//! interrupting the run, switching branches, regenerating, continuing and retrying. Each is
-//! one store transition; the checks before it are here.
+//! answering client-side tool calls, interrupting the run, switching branches, regenerating,
+//! continuing, retrying, compacting, and managing the queue. Each is one store transition;
+//! the checks before it are here.
 
 use keel_core::Part;
-use keel_store::{Busy, Chat, ChatId, SendOutcome};
+use keel_store::{Busy, Chat, ChatId, QueueId, SendOutcome, ToolResultInput};
 
 use crate::api::state::AppState;
 use crate::service::chats::Owned;
@@ -58,6 +59,15 @@ pub(crate) async fn edit_message(
     Ok(state.store.edit_message(chat.id, message, parts).await?)
 }
 
+/// Answers the chat's pending client-side tool calls; the run goes on.
+pub(crate) async fn submit_tool_results(
+    state: &AppState,
+    chat: &Owned,
+    results: Vec<ToolResultInput>,
+) -> Result<Chat, ServiceError> {
+    Ok(state.store.submit_tool_results(chat.id, results).await?)
+}
+
 /// Interrupts the chat's active run (idempotent).
 pub(crate) async fn interrupt(state: &AppState, chat: &Owned) -> Result<Chat, ServiceError> {
     Ok(state.store.interrupt(chat.id).await?)
@@ -89,6 +99,29 @@ pub(crate) async fn continue_reply(state: &AppState, chat: &Owned) -> Result<Cha
 /// Runs the failed turn again, as the history stands.
 pub(crate) async fn retry(state: &AppState, chat: &Owned) -> Result<Chat, ServiceError> {
     Ok(state.store.retry_run(chat.id).await?)
+}
+
+/// Asks for a compaction of an idle chat: the worker summarises older history.
+pub(crate) async fn compact(state: &AppState, chat: &Owned) -> Result<Chat, ServiceError> {
+    Ok(state.store.request_compaction(chat.id).await?)
+}
+
+/// Deletes a message waiting in the chat's queue.
+pub(crate) async fn delete_queued(
+    state: &AppState,
+    chat: &Owned,
+    queued: QueueId,
+) -> Result<Chat, ServiceError> {
+    Ok(state.store.delete_queued(chat.id, queued).await?)
+}
+
+/// Makes a queued message the next one.
+pub(crate) async fn promote_queued(
+    state: &AppState,
+    chat: &Owned,
+    queued: QueueId,
+) -> Result<Chat, ServiceError> {
+    Ok(state.store.promote_queued(chat.id, queued).await?)
 }
 
 #[cfg(test)]

@@ -220,7 +220,7 @@ pub(crate) async fn chat(
                 ));
             }
             let position = chat.event_seq;
-            let chat = state.store.submit_tool_results(chat.id, results).await?;
+            let chat = turns::submit_tool_results(&state, &chat, results).await?;
             // The front end continues its own assistant message.
             let message_id = last
                 .get("id")

@@ -26,8 +26,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use keel_core::{PartKind, Role};
 use keel_store::{
-    Busy, Chat, ChatId, ChatStatus, ChatUpdate, NewMessage, SendOutcome, StoredMessage,
-    ToolResultInput,
+    Busy, Chat, ChatId, ChatStatus, NewMessage, SendOutcome, StoredMessage, ToolResultInput,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -40,6 +39,7 @@ use crate::api::extract::{ApiJson, Caller, user_parts};
 use crate::api::state::AppState;
 use crate::net::sse_slots::SseSlot;
 use crate::service::follow::{follow_spawned, stream_slot};
+use crate::service::settings::{self, ChatChanges};
 use crate::service::turns::{self, SendInput};
 use crate::service::{self, ChatSettings, NewChatInput, Owned, ServiceError};
 
@@ -548,11 +548,11 @@ async fn next_turn(
         next.as_ref().map(|m| m.role),
     )?;
     if system.is_some() {
-        let update = ChatUpdate {
+        let changes = ChatChanges {
             system,
-            ..ChatUpdate::default()
+            ..ChatChanges::default()
         };
-        state.store.update_chat(chat.id, update).await?;
+        settings::update_chat(state, chat, changes).await?;
     }
     let chat_id = chat.id;
     match (plan, next) {
@@ -565,7 +565,7 @@ async fn next_turn(
         }
         (Move::SwitchThenContinue, _) => {
             turns::switch_branch(state, chat, located.input.id).await?;
-            let chat = state.store.get_chat(chat_id).await?;
+            let chat = service::owned_chat(state, &chat.owner, chat_id).await?;
             continue_chat(state, &chat, turn).await
         }
         _ => continue_chat(state, chat, turn).await,
@@ -621,7 +621,7 @@ async fn started(state: &AppState, chat: ChatId, input: &StoredMessage) -> Resul
 }
 
 /// The next turn of a chat's current branch.
-async fn continue_chat(state: &AppState, chat: &Chat, turn: input::Turn) -> Result<Turned> {
+async fn continue_chat(state: &AppState, chat: &Owned, turn: input::Turn) -> Result<Turned> {
     if turn.role == Role::Tool {
         if chat.status != ChatStatus::RequiresAction {
             return Err(bad_request(
@@ -645,7 +645,7 @@ async fn continue_chat(state: &AppState, chat: &Chat, turn: input::Turn) -> Resu
             })
             .collect();
         let before = chat.event_seq;
-        state.store.submit_tool_results(chat.id, results).await?;
+        turns::submit_tool_results(state, chat, results).await?;
         // The response starts at the stored results (its input).
         let after = state.store.messages_after_seq(chat.id, before).await?;
         let input = after
