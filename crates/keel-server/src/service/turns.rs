@@ -4,7 +4,7 @@
 //! the checks before it are here.
 
 use keel_core::Part;
-use keel_store::{Busy, Chat, ChatId, QueueId, SendOutcome, ToolResultInput};
+use keel_store::{Busy, Chat, ChatId, ChatStatus, QueueId, SendOutcome, ToolResultInput};
 
 use crate::api::state::AppState;
 use crate::service::chats::Owned;
@@ -41,6 +41,16 @@ pub(crate) async fn send_message(
         )
         .await
         .map_err(|error| ServiceError::of_chat(chat, error))
+}
+
+/// What a protocol without a choice of its own does with new text for a chat in `status`:
+/// it answers client-side calls that wait with errors, else it waits in the queue while a
+/// run is busy.
+pub(crate) fn busy_for_new_text(status: ChatStatus) -> Busy {
+    match status {
+        ChatStatus::RequiresAction => Busy::Interrupt,
+        _ => Busy::Queue,
+    }
 }
 
 /// A message id as a path names it: one that is not a number names no message.
@@ -127,6 +137,17 @@ pub(crate) async fn promote_queued(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_text_answers_waiting_calls_and_else_queues() {
+        assert_eq!(
+            busy_for_new_text(ChatStatus::RequiresAction),
+            Busy::Interrupt
+        );
+        for status in [ChatStatus::Waiting, ChatStatus::Running, ChatStatus::Error] {
+            assert_eq!(busy_for_new_text(status), Busy::Queue);
+        }
+    }
 
     #[test]
     fn a_message_id_that_is_no_number_is_not_found() {

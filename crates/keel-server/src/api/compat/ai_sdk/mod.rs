@@ -20,7 +20,7 @@ use axum::body::Body;
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use keel_store::{Busy, ChatStatus, SendOutcome};
+use keel_store::{ChatStatus, SendOutcome};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -186,10 +186,7 @@ pub(crate) async fn chat(
                 return reply_to(state, chat.id, input, slot).await;
             }
             // New text while client-side calls wait answers them with errors.
-            let busy = match chat.status {
-                ChatStatus::RequiresAction => Busy::Interrupt,
-                _ => Busy::Queue,
-            };
+            let busy = turns::busy_for_new_text(chat.status);
             let input = SendInput {
                 chat: chat.id,
                 owner: None,

@@ -26,7 +26,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use keel_core::{PartKind, Role};
 use keel_store::{
-    Busy, Chat, ChatId, ChatStatus, NewMessage, SendOutcome, StoredMessage, ToolResultInput,
+    Chat, ChatId, ChatStatus, NewMessage, SendOutcome, StoredMessage, ToolResultInput,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -656,10 +656,7 @@ async fn continue_chat(state: &AppState, chat: &Owned, turn: input::Turn) -> Res
             started(state, chat.id, input).await?,
         )));
     }
-    let busy = match chat.status {
-        ChatStatus::RequiresAction => Busy::Interrupt,
-        _ => Busy::Queue,
-    };
+    let busy = turns::busy_for_new_text(chat.status);
     let parts = user_parts(None, Some(turn.parts))?;
     let input = SendInput {
         chat: chat.id,
