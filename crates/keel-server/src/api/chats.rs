@@ -9,13 +9,13 @@ use keel_store::SendOutcome;
 use crate::api::doc::IdempotencyKey;
 use crate::api::dto::{
     ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
-    MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest,
-    UpdateChatRequest,
+    MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest, UpdateChatRequest,
 };
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
 use crate::api::state::AppState;
 use crate::api::usage::UsageView;
+use crate::service::reads;
 use crate::service::settings::{self, ChatChanges};
 use crate::service::turns::{self, SendInput};
 use crate::service::{self, ChatSettings, NewChatInput};
@@ -59,18 +59,8 @@ pub(super) async fn list_chats(
     query: Result<Query<ListChatsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ChatList>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
-    let before = match query.before.as_deref() {
-        Some(raw) => Some(
-            uuid::Uuid::parse_str(raw)
-                .map_err(|_| ApiError::invalid("`before` must be a chat id"))?,
-        ),
-        None => None,
-    };
-    let limit = query.limit.unwrap_or(50).clamp(1, 200);
-    let chats = state
-        .store
-        .list_chats(Some(&caller.0), before, limit)
-        .await?;
+    let before = query.before.as_deref();
+    let chats = reads::list_chats(&state, &caller.0, before, query.limit).await?;
     let chats = chats.iter().map(ChatView::from).collect();
     Ok(Json(ChatList { chats }))
 }
@@ -82,7 +72,7 @@ pub(super) async fn get_chat(
     Path(id): Path<String>,
 ) -> Result<Json<ChatView>, ApiError> {
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    let usage = state.store.chat_usage(chat.id).await?;
+    let usage = reads::chat_usage(&state, &chat).await?;
     Ok(Json(ChatView {
         usage: Some(UsageView::from(&usage)),
         ..ChatView::from(&*chat)
@@ -156,35 +146,9 @@ pub(super) async fn list_messages(
     query: Result<Query<ListMessagesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<MessageList>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
-    if query.after.is_some_and(|a| a < 0) {
-        return Err(ApiError::invalid("`after` must be a non-negative integer"));
-    }
-    let limit = match query.limit {
-        None => None,
-        Some(limit @ 1..=MAX_PAGE) => usize::try_from(limit).ok(),
-        Some(_) => {
-            return Err(ApiError::invalid(format!(
-                "`limit` must be between 1 and {MAX_PAGE}"
-            )));
-        }
-    };
+    let page = reads::messages_page(query.after, query.limit, query.branch)?;
     let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
-    let messages = match (query.branch, limit) {
-        (Some(through), limit) => {
-            state
-                .store
-                .branch_messages(chat.id, through, query.after, limit)
-                .await?
-        }
-        (None, Some(limit)) => {
-            let after = query.after.unwrap_or(0);
-            state
-                .store
-                .messages_page(chat.id, after, false, limit)
-                .await?
-        }
-        (None, None) => state.store.list_messages(chat.id, query.after).await?,
-    };
+    let messages = reads::messages(&state, &chat, page).await?;
     let messages = messages.iter().map(MessageView::from).collect();
     Ok(Json(MessageList { messages }))
 }

@@ -5,6 +5,8 @@
 //! * [`chats`] — `owned_chat` (the caller's chat, or not found), `create_chat` (with
 //!   history, idempotency key, model, step limit and tool checks), `create_aliased_chat`
 //!   (under a client's own id), `idempotency_key`;
+//! * [`reads`] — `list_chats`, `chat_usage`, `messages` (by page or branch), with the
+//!   page's checks;
 //! * [`settings`] — `update_chat` (title, model, system prompt), `set_archived`,
 //!   `delete_chat`;
 //! * [`turns`] — `send_message`, `edit_message`, `submit_tool_results`, `interrupt`,
@@ -17,6 +19,7 @@
 pub(crate) mod chats;
 pub(crate) mod error;
 pub(crate) mod follow;
+pub(crate) mod reads;
 pub(crate) mod settings;
 pub(crate) mod turns;
 
