@@ -8,7 +8,9 @@
 //! * [`config`] — the configuration file, flags and environment, with errors naming the key;
 //! * [`serve`] — start-up and shutdown: store, models, tools, workers, HTTP server;
 //! * [`api`] — HTTP API v1 and the compatible protocols (AI SDK, OpenAI Responses), its
-//!   OpenAPI document derived from the routes;
+//!   OpenAPI document derived from the routes: handlers that map HTTP to `service`;
+//! * `service` — the typed operations on chats every door shares (create, send, edit,
+//!   branch, interrupt, follow a chat's live events), with errors that keep their kind;
 //! * [`hub`] — live event fan-out to subscribers; `live` — the contract's live events;
 //!   [`log_reads`] — the log reads of followers of other replicas' runs, gathered;
 //! * `worker` — claiming runnable chats and running them; `resume` — rebuilding a step in
@@ -35,6 +37,7 @@ pub mod models;
 mod net;
 mod resume;
 pub mod serve;
+mod service;
 mod sse;
 pub mod telemetry;
 mod tools;

@@ -11,6 +11,7 @@ use crate::api::dto::{ChatView, SwitchBranchRequest};
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id};
 use crate::api::state::AppState;
+use crate::service::{self, turns};
 
 /// Makes the branch through a message (to its newest message) the chat's current one. Open
 /// event streams get a `branch` event and the whole branch after it.
@@ -21,11 +22,8 @@ pub(super) async fn switch_branch(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<SwitchBranchRequest>,
 ) -> Result<Json<ChatView>, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let chat = state
-        .store
-        .switch_branch(chat.id, request.message_id)
-        .await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let chat = turns::switch_branch(&state, &chat, request.message_id).await?;
     Ok(Json(ChatView::from(&chat)))
 }
 
@@ -37,10 +35,8 @@ pub(super) async fn regenerate(
     caller: Caller,
     Path((id, message_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let message_id: i64 = message_id
-        .parse()
-        .map_err(|_| ApiError::not_found(format!("message {message_id} not found")))?;
-    let chat = state.store.regenerate(chat.id, message_id).await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let message = turns::message_id(&message_id)?;
+    let chat = turns::regenerate(&state, &chat, message).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }

@@ -4,121 +4,52 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use keel_store::{ChatUpdate, NewChat, SendOutcome};
+use keel_store::SendOutcome;
 
 use crate::api::doc::IdempotencyKey;
 use crate::api::dto::{
-    ChatList, ChatView, ClientTool, ContentInput, CreateChatRequest, ListChatsQuery,
-    ListMessagesQuery, MAX_PAGE, MessageList, MessageView, SendMessageRequest, Sent,
-    ToolResultsRequest, UpdateChatRequest,
+    ChatList, ChatView, ContentInput, CreateChatRequest, ListChatsQuery, ListMessagesQuery,
+    MessageList, MessageView, SendMessageRequest, Sent, ToolResultsRequest, UpdateChatRequest,
 };
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id, user_parts};
-use crate::api::state::{AppState, chat_error};
+use crate::api::state::AppState;
 use crate::api::usage::UsageView;
-
-/// 1 to 255 visible ASCII characters, spaces allowed inside (as the OpenAPI pattern says).
-fn is_idempotency_key(key: &str) -> bool {
-    let visible = |c: char| c.is_ascii_graphic();
-    (1..=255).contains(&key.len())
-        && key.chars().all(|c| c == ' ' || visible(c))
-        && key.starts_with(visible)
-        && key.ends_with(visible)
-}
-
-fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = value
-        .to_str()
-        .ok()
-        .filter(|k| is_idempotency_key(k))
-        .ok_or_else(|| ApiError::invalid("Idempotency-Key must be 1 to 255 visible characters"))?;
-    Ok(Some(format!("{}:{key}", caller.0)))
-}
+use crate::service::reads;
+use crate::service::settings::{self, ChatChanges};
+use crate::service::turns::{self, SendInput};
+use crate::service::{self, ChatSettings, NewChatInput};
 
 #[utoipa::path(post, path = "/chats", tag = "chats", summary = "Create a chat; its first message starts a run", params(IdempotencyKey), request_body = CreateChatRequest, responses((status = 201, description = "Created", body = ChatView)))]
 pub(super) async fn create_chat(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(mut request): ApiJson<CreateChatRequest>,
+    ApiJson(request): ApiJson<CreateChatRequest>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers, &caller)?;
-    let parts = user_parts(request.text.take(), request.parts.take())?;
-    let chat = new_chat(&state, &caller, request, Vec::new(), parts, key).await?;
+    let parts = user_parts(request.text, request.parts)?;
+    let input = NewChatInput {
+        owner: caller.0,
+        settings: ChatSettings {
+            model: request.model,
+            title: request.title,
+            system: request.system,
+            tools: request.tools,
+            max_steps: request.max_steps,
+        },
+        history: Vec::new(),
+        parts,
+        idempotency_key: key,
+    };
+    let chat = service::create_chat(&state, input).await?;
     Ok((StatusCode::CREATED, Json(ChatView::from(&chat))).into_response())
 }
 
-/// Creates a chat after the API's checks of its model, steps and tools: `history` (turns a
-/// client brings along) and then `parts` (the new user message, or nothing when `history`
-/// ends with tool results), in one transaction.
-pub(super) async fn new_chat(
-    state: &AppState,
-    caller: &Caller,
-    request: CreateChatRequest,
-    history: Vec<keel_store::NewMessage>,
-    parts: Vec<keel_core::Part>,
-    idempotency_key: Option<String>,
-) -> Result<keel_store::Chat, ApiError> {
-    let model = check_settings(state, request.model, request.max_steps, &request.tools)?;
-    let chat = state
-        .store
-        .create_chat(NewChat {
-            owner: caller.0.clone(),
-            title: request.title,
-            model,
-            system: request.system,
-            tools: serde_json::to_value(&request.tools).unwrap_or_default(),
-            max_steps: request.max_steps,
-            history,
-            parts,
-            idempotency_key,
-        })
-        .await?;
-    Ok(chat)
-}
-
-/// The model a new chat runs (`model`, or the default one when absent), after checking it,
-/// the chat's step limit and its client-side tools as every way of making a chat does.
-pub(super) fn check_settings(
-    state: &AppState,
-    model: Option<String>,
-    max_steps: Option<i64>,
-    tools: &[ClientTool],
-) -> Result<String, ApiError> {
-    let model = model.unwrap_or_else(|| state.models.default_id().to_owned());
-    if state.models.get(&model).is_none() {
-        return Err(ApiError::invalid(format!(
-            "unknown model `{model}`; see GET /api/v1/models"
-        )));
-    }
-    if let Some(steps) = max_steps
-        && !(1..=1000).contains(&steps)
-    {
-        return Err(ApiError::invalid("max_steps must be between 1 and 1000"));
-    }
-    let mut names = std::collections::HashSet::new();
-    for (i, tool) in tools.iter().enumerate() {
-        let valid = !tool.name.is_empty()
-            && tool.name.len() <= 64
-            && tool
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !valid || !names.insert(tool.name.as_str()) {
-            return Err(ApiError::invalid(format!(
-                "tools[{i}].name must be a unique name of 1 to 64 letters, digits, _ or -"
-            )));
-        }
-        if !(tool.parameters.is_null() || tool.parameters.is_object()) {
-            return Err(ApiError::invalid(format!(
-                "tools[{i}].parameters must be a JSON Schema object"
-            )));
-        }
-    }
-    Ok(model)
+/// The request's `Idempotency-Key`, checked and scoped to the caller.
+fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String>, ApiError> {
+    let raw = headers.get("idempotency-key").map(|value| value.as_bytes());
+    Ok(service::chats::idempotency_key(&caller.0, raw)?)
 }
 
 #[utoipa::path(get, path = "/chats", tag = "chats", summary = "List chats, newest first", params(ListChatsQuery), responses((status = 200, description = "Chats", body = ChatList)))]
@@ -128,18 +59,8 @@ pub(super) async fn list_chats(
     query: Result<Query<ListChatsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ChatList>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
-    let before = match query.before.as_deref() {
-        Some(raw) => Some(
-            uuid::Uuid::parse_str(raw)
-                .map_err(|_| ApiError::invalid("`before` must be a chat id"))?,
-        ),
-        None => None,
-    };
-    let limit = query.limit.unwrap_or(50).clamp(1, 200);
-    let chats = state
-        .store
-        .list_chats(Some(&caller.0), before, limit)
-        .await?;
+    let before = query.before.as_deref();
+    let chats = reads::list_chats(&state, &caller.0, before, query.limit).await?;
     let chats = chats.iter().map(ChatView::from).collect();
     Ok(Json(ChatList { chats }))
 }
@@ -150,33 +71,12 @@ pub(super) async fn get_chat(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ChatView>, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let usage = state.store.chat_usage(chat.id).await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let usage = reads::chat_usage(&state, &chat).await?;
     Ok(Json(ChatView {
         usage: Some(UsageView::from(&usage)),
-        ..ChatView::from(&chat)
+        ..ChatView::from(&*chat)
     }))
-}
-
-/// The longest title a client may set, in characters.
-pub(super) const TITLE_MAX_CHARS: usize = 200;
-
-/// A title as a client sent it: trimmed, not empty, at most [`TITLE_MAX_CHARS`] characters,
-/// one line without control characters. The error says what is wrong.
-pub(super) fn checked_title(title: &str) -> Result<String, String> {
-    let title = title.trim();
-    if title.is_empty() {
-        return Err("title must not be empty".into());
-    }
-    if title.chars().count() > TITLE_MAX_CHARS {
-        return Err(format!(
-            "title must be at most {TITLE_MAX_CHARS} characters"
-        ));
-    }
-    if title.chars().any(char::is_control) {
-        return Err("title must be one line without control characters".into());
-    }
-    Ok(title.to_owned())
 }
 
 /// Renames a chat and/or switches its model; the next model call of the chat uses the new
@@ -188,31 +88,13 @@ pub(super) async fn update_chat(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<UpdateChatRequest>,
 ) -> Result<Json<ChatView>, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    if request.title.is_none() && request.model.is_none() {
-        return Err(ApiError::invalid(
-            "nothing to change: send `title` and/or `model`",
-        ));
-    }
-    let title = request
-        .title
-        .as_deref()
-        .map(checked_title)
-        .transpose()
-        .map_err(ApiError::invalid)?;
-    if let Some(model) = &request.model
-        && state.models.get(model).is_none()
-    {
-        return Err(ApiError::invalid(format!(
-            "unknown model `{model}`; see GET /api/v1/models"
-        )));
-    }
-    let update = ChatUpdate {
-        title,
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let changes = ChatChanges {
+        title: request.title,
         model: request.model,
         system: None,
     };
-    let chat = state.store.update_chat(chat.id, update).await?;
+    let chat = settings::update_chat(&state, &chat, changes).await?;
     Ok(Json(ChatView::from(&chat)))
 }
 
@@ -222,8 +104,8 @@ pub(super) async fn delete_chat(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    state.store.delete_chat(chat.id).await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    settings::delete_chat(&state, chat).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -233,8 +115,8 @@ async fn set_archived(
     id: String,
     archived: bool,
 ) -> Result<Json<ChatView>, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let chat = state.store.set_archived(chat.id, archived).await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let chat = settings::set_archived(&state, &chat, archived).await?;
     Ok(Json(ChatView::from(&chat)))
 }
 
@@ -264,35 +146,9 @@ pub(super) async fn list_messages(
     query: Result<Query<ListMessagesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<MessageList>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
-    if query.after.is_some_and(|a| a < 0) {
-        return Err(ApiError::invalid("`after` must be a non-negative integer"));
-    }
-    let limit = match query.limit {
-        None => None,
-        Some(limit @ 1..=MAX_PAGE) => usize::try_from(limit).ok(),
-        Some(_) => {
-            return Err(ApiError::invalid(format!(
-                "`limit` must be between 1 and {MAX_PAGE}"
-            )));
-        }
-    };
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let messages = match (query.branch, limit) {
-        (Some(through), limit) => {
-            state
-                .store
-                .branch_messages(chat.id, through, query.after, limit)
-                .await?
-        }
-        (None, Some(limit)) => {
-            let after = query.after.unwrap_or(0);
-            state
-                .store
-                .messages_page(chat.id, after, false, limit)
-                .await?
-        }
-        (None, None) => state.store.list_messages(chat.id, query.after).await?,
-    };
+    let page = reads::messages_page(query.after, query.limit, query.branch)?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let messages = reads::messages(&state, &chat, page).await?;
     let messages = messages.iter().map(MessageView::from).collect();
     Ok(Json(MessageList { messages }))
 }
@@ -308,12 +164,14 @@ pub(super) async fn send_message(
     let chat = parse_id(&id, "chat")?;
     let parts = user_parts(request.text, request.parts)?;
     let key = idempotency_key(&headers, &caller)?;
-    // Ownership is checked by the transition itself: no read of the chat before it.
-    let outcome = state
-        .store
-        .send_message(chat, Some(&caller.0), parts, request.busy, key.as_deref())
-        .await
-        .map_err(|error| chat_error(chat, error))?;
+    let input = SendInput {
+        chat,
+        owner: Some(&caller.0),
+        parts,
+        busy: request.busy,
+        idempotency_key: key.as_deref(),
+    };
+    let outcome = turns::send_message(&state, input).await?;
     let body = match outcome {
         SendOutcome::Started { message_id } => Sent {
             message_id: Some(message_id),
@@ -334,12 +192,10 @@ pub(super) async fn edit_message(
     Path((id, message_id)): Path<(String, String)>,
     ApiJson(request): ApiJson<ContentInput>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let message_id: i64 = message_id
-        .parse()
-        .map_err(|_| ApiError::not_found(format!("message {message_id} not found")))?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let message = turns::message_id(&message_id)?;
     let parts = user_parts(request.text, request.parts)?;
-    let chat = state.store.edit_message(chat.id, message_id, parts).await?;
+    let chat = turns::edit_message(&state, &chat, message, parts).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
@@ -349,8 +205,8 @@ pub(super) async fn interrupt(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let chat = state.store.interrupt(chat.id).await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let chat = turns::interrupt(&state, &chat).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
@@ -362,8 +218,8 @@ pub(super) async fn compact(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let chat = state.store.request_compaction(chat.id).await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let chat = turns::compact(&state, &chat).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
@@ -374,11 +230,8 @@ pub(super) async fn tool_results(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<ToolResultsRequest>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let chat = state
-        .store
-        .submit_tool_results(chat.id, request.results)
-        .await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let chat = turns::submit_tool_results(&state, &chat, request.results).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
@@ -388,11 +241,9 @@ pub(super) async fn delete_queued(
     caller: Caller,
     Path((id, queue_id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    state
-        .store
-        .delete_queued(chat.id, parse_id(&queue_id, "queued message")?)
-        .await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let queued = parse_id(&queue_id, "queued message")?;
+    turns::delete_queued(&state, &chat, queued).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -402,33 +253,8 @@ pub(super) async fn promote_queued(
     caller: Caller,
     Path((id, queue_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let chat = state
-        .store
-        .promote_queued(chat.id, parse_id(&queue_id, "queued message")?)
-        .await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let queued = parse_id(&queue_id, "queued message")?;
+    let chat = turns::promote_queued(&state, &chat, queued).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{TITLE_MAX_CHARS, checked_title, is_idempotency_key};
-
-    #[test]
-    fn titles_are_one_trimmed_line_of_limited_length() {
-        assert_eq!(checked_title("  Trip plans ").as_deref(), Ok("Trip plans"));
-        assert!(checked_title("   ").is_err());
-        assert!(checked_title("two\nlines").is_err());
-        assert!(checked_title(&"é".repeat(TITLE_MAX_CHARS)).is_ok());
-        assert!(checked_title(&"é".repeat(TITLE_MAX_CHARS + 1)).is_err());
-    }
-
-    #[test]
-    fn idempotency_keys_are_visible_ascii_with_inner_spaces() {
-        assert!(is_idempotency_key("a"));
-        assert!(is_idempotency_key("order 42/retry"));
-        for bad in ["", " a", "a ", "a\tb", "é", &"x".repeat(256)] {
-            assert!(!is_idempotency_key(bad), "{bad:?}");
-        }
-    }
 }

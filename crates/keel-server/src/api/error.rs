@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 /// The contract's error codes, serialised as [`Code::as_str`] spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Code {
+pub(crate) enum Code {
     InvalidRequest,
     Unauthorized,
     NotFound,
@@ -34,7 +34,7 @@ pub enum Code {
 }
 
 impl Code {
-    pub fn status(self) -> StatusCode {
+    pub(crate) fn status(self) -> StatusCode {
         match self {
             Code::InvalidRequest => StatusCode::BAD_REQUEST,
             Code::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -49,7 +49,7 @@ impl Code {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Code::InvalidRequest => "invalid_request",
             Code::Unauthorized => "unauthorized",
@@ -69,7 +69,7 @@ impl Code {
 /// An error answered to an API client.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {message}", code.as_str())]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub code: Code,
     pub message: String,
     /// A stable name for why a request was refused (`forbidden`, `too_many_requests`).
@@ -101,7 +101,7 @@ pub(crate) const INTERNAL_MESSAGE: &str =
     "internal error; the daemon's log holds the details under this request's id";
 
 impl ApiError {
-    pub fn new(code: Code, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: Code, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -110,26 +110,26 @@ impl ApiError {
     }
 
     /// A refusal with its reason's stable name.
-    pub fn refused(code: Code, reason: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn refused(code: Code, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             reason: Some(reason),
             ..Self::new(code, message)
         }
     }
 
-    pub fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(Code::InvalidRequest, message)
     }
 
-    pub fn not_found(what: impl Into<String>) -> Self {
+    pub(crate) fn not_found(what: impl Into<String>) -> Self {
         Self::new(Code::NotFound, what)
     }
 
-    pub fn conflict(message: impl Into<String>) -> Self {
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
         Self::new(Code::Conflict, message)
     }
 
-    pub fn unauthorized() -> Self {
+    pub(crate) fn unauthorized() -> Self {
         Self::new(
             Code::Unauthorized,
             "a valid `Authorization: Bearer <token>` header is required",

@@ -27,7 +27,7 @@ where
 
 /// The authenticated caller (or the single local user).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller(pub String);
+pub(crate) struct Caller(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;

@@ -23,9 +23,9 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::api::dto::ChatView;
 use crate::api::error::ApiError;
-use crate::api::events::stream_slot;
 use crate::api::extract::Caller;
 use crate::api::state::AppState;
+use crate::service::follow::stream_slot;
 
 /// Events buffered for a client between the follower task and the socket.
 const CLIENT_BUFFER: usize = 64;
@@ -42,7 +42,7 @@ pub(super) async fn events(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let slot = stream_slot(&state, &caller)?;
+    let slot = stream_slot(&state, &caller.0)?;
     // Subscribed before the answer goes out: a page that loads the list once the stream
     // is open misses no change made after its read (a change between the read and a later
     // subscription would show the old status until the chat's next notice).

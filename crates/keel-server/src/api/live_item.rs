@@ -1,5 +1,5 @@
 //! One event of a live event stream as it travels from a chat's follower to the socket:
-//! shared by the follower that produces it (`events`) and the body that writes it
+//! shared by the follower that produces it (`service::follow`) and the body that writes it
 //! (`event_stream`).
 
 use bytes::Bytes;

@@ -13,7 +13,7 @@ mod event_stream;
 mod events;
 mod extract;
 mod feed;
-mod live_item;
+pub(crate) mod live_item;
 mod ops;
 mod rerun;
 pub mod state;

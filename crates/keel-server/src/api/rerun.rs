@@ -11,6 +11,7 @@ use crate::api::dto::ChatView;
 use crate::api::error::ApiError;
 use crate::api::extract::{Caller, parse_id};
 use crate::api::state::AppState;
+use crate::service::{self, turns};
 
 /// Has the model carry on the reply the user stopped; the continuation is stored as the
 /// next assistant message, holding only the new text.
@@ -20,8 +21,8 @@ pub(super) async fn continue_reply(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let chat = state.store.continue_reply(chat.id).await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let chat = turns::continue_reply(&state, &chat).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }
 
@@ -32,7 +33,7 @@ pub(super) async fn retry(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let chat = state.owned_chat(&caller, parse_id(&id, "chat")?).await?;
-    let chat = state.store.retry_run(chat.id).await?;
+    let chat = service::owned_chat(&state, &caller.0, parse_id(&id, "chat")?).await?;
+    let chat = turns::retry(&state, &chat).await?;
     Ok((StatusCode::ACCEPTED, Json(ChatView::from(&chat))).into_response())
 }

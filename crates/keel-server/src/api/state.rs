@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use keel_store::{Chat, ChatId, Store, StoreError};
+use keel_store::Store;
 
-use crate::api::error::ApiError;
-use crate::api::extract::Caller;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::log_reads::LogReads;
@@ -127,29 +125,5 @@ impl AppState {
             metrics,
             config,
         }
-    }
-
-    /// The chat, if it exists and belongs to the caller (others' chats do not exist).
-    pub async fn owned_chat(&self, caller: &Caller, id: ChatId) -> Result<Chat, ApiError> {
-        match self.store.get_chat(id).await {
-            Ok(chat) if chat.owner == caller.0 => Ok(chat),
-            // Any not-found of the read, as the chat's own.
-            Ok(_) | Err(StoreError::NotFound { .. }) => Err(chat_not_found(id)),
-            Err(error) => Err(error.into()),
-        }
-    }
-}
-
-/// The answer for a chat that does not exist or is another's: the same either way, so the
-/// answer tells no one whether someone else's chat id exists.
-pub fn chat_not_found(id: ChatId) -> ApiError {
-    ApiError::not_found(format!("chat {id} not found"))
-}
-
-/// A store error of an operation on the chat `id`: its not-found as [`chat_not_found`].
-pub fn chat_error(id: ChatId, error: StoreError) -> ApiError {
-    match error {
-        StoreError::NotFound { what: "chat" } => chat_not_found(id),
-        other => other.into(),
     }
 }

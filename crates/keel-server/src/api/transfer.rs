@@ -15,11 +15,13 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::api::chats::{check_settings, checked_title};
 use crate::api::dto::ChatView;
 use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, parse_id};
-use crate::api::state::{AppState, chat_error, chat_not_found};
+use crate::api::state::AppState;
+use crate::service::ServiceError;
+use crate::service::chats::check_settings;
+use crate::service::settings::checked_title;
 
 pub(crate) use format::ChatFile;
 
@@ -64,9 +66,9 @@ pub(super) async fn export_chat(
         .store
         .export_chat(id)
         .await
-        .map_err(|error| chat_error(id, error))?;
+        .map_err(|error| ServiceError::of_chat(id, error))?;
     if export.chat.owner != caller.0 {
-        return Err(chat_not_found(id));
+        return Err(ServiceError::chat_not_found(id).into());
     }
     if markdown {
         let headers = [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")];

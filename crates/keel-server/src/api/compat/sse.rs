@@ -20,10 +20,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::api::compat::reply::Reply;
-use crate::api::events::follow_chat;
 use crate::api::live_item::LiveItem;
 use crate::api::state::AppState;
 use crate::net::sse_slots::SseSlot;
+use crate::service::follow::follow_spawned;
 
 /// A comment line at least this often keeps proxies from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -90,7 +90,7 @@ fn body<T: Translator>(
     slot: SseSlot,
 ) -> Body {
     let feed = Feed {
-        events: follow_chat(state, chat, position),
+        events: follow_spawned(state, chat, position),
         reply,
         translator,
         pending: VecDeque::new(),

@@ -20,19 +20,20 @@ use axum::body::Body;
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use keel_store::{Busy, ChatStatus, SendOutcome};
+use keel_store::{ChatStatus, SendOutcome};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::chats;
 use crate::api::compat::reply::Reply;
 use crate::api::compat::sse::{self, Translator};
-use crate::api::dto::{ClientTool, CreateChatRequest};
+use crate::api::dto::ClientTool;
 use crate::api::error::ApiError;
-use crate::api::events::stream_slot;
 use crate::api::extract::{ApiJson, Caller, user_parts};
 use crate::api::state::AppState;
 use crate::net::sse_slots::SseSlot;
+use crate::service::follow::stream_slot;
+use crate::service::turns::{self, SendInput};
+use crate::service::{self, ChatSettings, NewChatInput, Owned};
 
 use self::stream::UiStream;
 
@@ -91,14 +92,14 @@ async fn aliased(
     state: &AppState,
     caller: &Caller,
     alias: &str,
-) -> Result<Option<keel_store::Chat>, ApiError> {
+) -> Result<Option<Owned>, ApiError> {
     let Some(id) = state.store.chat_by_alias(&caller.0, alias).await? else {
         return Ok(None);
     };
-    match state.owned_chat(caller, id).await {
+    match service::owned_chat(state, &caller.0, id).await {
         Ok(chat) => Ok(Some(chat)),
-        Err(error) if error.code == crate::api::error::Code::NotFound => Ok(None),
-        Err(error) => Err(error),
+        Err(error) if error.is_not_found() => Ok(None),
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -157,7 +158,7 @@ pub(crate) async fn chat(
     let ApiJson(request) = ApiJson::<ChatRequest>::from_request(request, &state).await?;
     valid_alias(&request.id)?;
     // Before anything is stored: a refused stream leaves nothing to resend twice.
-    let slot = stream_slot(&state, &caller)?;
+    let slot = stream_slot(&state, &caller.0)?;
     let last = request
         .messages
         .last()
@@ -180,19 +181,20 @@ pub(crate) async fn chat(
                 _ => None,
             };
             if let Some(original) = edited {
-                let chat = state.store.edit_message(chat.id, original, parts).await?;
+                let chat = turns::edit_message(&state, &chat, original, parts).await?;
                 let input = chat.leaf_id;
                 return reply_to(state, chat.id, input, slot).await;
             }
             // New text while client-side calls wait answers them with errors.
-            let busy = match chat.status {
-                ChatStatus::RequiresAction => Busy::Interrupt,
-                _ => Busy::Queue,
+            let busy = turns::busy_for_new_text(chat.status);
+            let input = SendInput {
+                chat: chat.id,
+                owner: None,
+                parts,
+                busy,
+                idempotency_key: None,
             };
-            let outcome = state
-                .store
-                .send_message(chat.id, None, parts, busy, None)
-                .await?;
+            let outcome = turns::send_message(&state, input).await?;
             match outcome {
                 SendOutcome::Started { message_id } => {
                     reply_to(state, chat.id, message_id, slot).await
@@ -215,7 +217,7 @@ pub(crate) async fn chat(
                 ));
             }
             let position = chat.event_seq;
-            let chat = state.store.submit_tool_results(chat.id, results).await?;
+            let chat = turns::submit_tool_results(&state, &chat, results).await?;
             // The front end continues its own assistant message.
             let message_id = last
                 .get("id")
@@ -246,7 +248,7 @@ pub(crate) async fn chat(
                 })?;
             // A new reply beside the old one, to the same user message: the reply keeps
             // the id the front end knows it by.
-            let chat = state.store.regenerate(chat.id, user).await?;
+            let chat = turns::regenerate(&state, &chat, user).await?;
             let position = position_of(&state, chat.id, user).await?;
             Ok(ui_stream(
                 state,
@@ -324,25 +326,21 @@ async fn start_chat(
     parts: Vec<keel_core::Part>,
     slot: SseSlot,
 ) -> Result<Response, ApiError> {
-    let create = CreateChatRequest {
-        text: None,
-        parts: None,
-        model: request.model,
-        title: None,
-        system: request.system,
-        tools: request.tools,
-        max_steps: None,
+    let input = NewChatInput {
+        owner: caller.0.clone(),
+        settings: ChatSettings {
+            model: request.model,
+            system: request.system,
+            tools: request.tools,
+            ..ChatSettings::default()
+        },
+        history: Vec::new(),
+        parts,
+        idempotency_key: None,
     };
-    let chat = chats::new_chat(&state, &caller, create, Vec::new(), parts, None).await?;
-    let id = chat.id;
-    let named = state.store.claim_alias(&caller.0, &request.id, id).await?;
-    if named != id {
-        // A concurrent first message named another chat first: this one goes.
-        state.store.delete_chat(id).await?;
-        return Err(ApiError::conflict(
-            "another request started this chat at the same time",
-        ));
-    }
+    let id = service::chats::create_aliased_chat(&state, input, &request.id)
+        .await?
+        .id;
     let first = state
         .store
         .list_messages(id, None)
@@ -375,8 +373,14 @@ pub(crate) async fn resume(
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let (position, message_id) = (user.event_seq, messages::reply_id(user.id));
-    let slot = stream_slot(&state, &caller)?;
-    Ok(ui_stream(state, chat, position, message_id, slot))
+    let slot = stream_slot(&state, &caller.0)?;
+    Ok(ui_stream(
+        state,
+        chat.into_inner(),
+        position,
+        message_id,
+        slot,
+    ))
 }
 
 /// `GET /api/v1/ai-sdk/chat/{id}/messages`: the history as `UIMessage[]` (empty for a chat
@@ -404,6 +408,6 @@ pub(crate) async fn stop(
     let chat = aliased(&state, &caller, &id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("chat {id} not found")))?;
-    state.store.interrupt(chat.id).await?;
+    turns::interrupt(&state, &chat).await?;
     Ok(StatusCode::ACCEPTED)
 }

@@ -26,21 +26,22 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use keel_core::{PartKind, Role};
 use keel_store::{
-    Busy, Chat, ChatId, ChatStatus, ChatUpdate, NewMessage, SendOutcome, StoredMessage,
-    ToolResultInput,
+    Chat, ChatId, ChatStatus, NewMessage, SendOutcome, StoredMessage, ToolResultInput,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::chats;
 use crate::api::compat::reply::{End, Reply};
 use crate::api::compat::sse::{self, Translator};
-use crate::api::dto::{ClientTool, CreateChatRequest, MessageView};
-use crate::api::error::{ApiError, Code};
-use crate::api::events::stream_slot;
+use crate::api::dto::{ClientTool, MessageView};
+use crate::api::error::ApiError;
 use crate::api::extract::{ApiJson, Caller, user_parts};
 use crate::api::state::AppState;
 use crate::net::sse_slots::SseSlot;
+use crate::service::follow::{follow_spawned, stream_slot};
+use crate::service::settings::{self, ChatChanges};
+use crate::service::turns::{self, SendInput};
+use crate::service::{self, ChatSettings, NewChatInput, Owned, ServiceError};
 
 use self::ids::{Anchor, parse_response_id, response_id};
 use self::stream::{Meta, ResponsesStream, response_object};
@@ -87,6 +88,12 @@ impl From<ApiError> for OpenAiError {
     fn from(error: ApiError) -> Self {
         let code = error.code.as_str();
         Self::new(error.code.status(), code, error.message)
+    }
+}
+
+impl From<ServiceError> for OpenAiError {
+    fn from(error: ServiceError) -> Self {
+        ApiError::from(error).into()
     }
 }
 
@@ -190,7 +197,7 @@ fn event_stream(
 /// A slot for the event stream a request asks for, taken before anything is stored.
 fn slot_for(state: &AppState, caller: &Caller, stream: bool) -> Result<Option<SseSlot>> {
     Ok(if stream {
-        Some(stream_slot(state, caller)?)
+        Some(stream_slot(state, &caller.0)?)
     } else {
         None
     })
@@ -199,7 +206,7 @@ fn slot_for(state: &AppState, caller: &Caller, stream: bool) -> Result<Option<Ss
 /// A response found by its id: its chat, its input message and, when that message is on
 /// the chat's current branch, the input's event position there.
 struct Located {
-    chat: Chat,
+    chat: Owned,
     input: StoredMessage,
     position: Option<i64>,
 }
@@ -210,12 +217,14 @@ fn bad_request(message: impl Into<String>) -> OpenAiError {
 
 async fn locate(state: &AppState, caller: &Caller, id: &str) -> Result<Located> {
     let (chat_id, anchor) = parse_response_id(id).ok_or_else(|| OpenAiError::not_found(id))?;
-    let chat = state
-        .owned_chat(caller, chat_id)
+    let chat = service::owned_chat(state, &caller.0, chat_id)
         .await
-        .map_err(|e| match e.code {
-            Code::NotFound => OpenAiError::not_found(id),
-            _ => e.into(),
+        .map_err(|e| {
+            if e.is_not_found() {
+                OpenAiError::not_found(id)
+            } else {
+                e.into()
+            }
         })?;
     let message = match anchor {
         Anchor::Position(position) => {
@@ -324,7 +333,7 @@ async fn stored_reply(state: &AppState, located: &Located) -> Result<Reply> {
 /// Follows a reply until it ends (a request that is neither streamed nor in the background).
 async fn wait_for_end(state: &AppState, chat: Chat, position: i64) -> Reply {
     let mut reply = Reply::ending_at_answers_to(client_tool_names(&chat));
-    let mut events = crate::api::events::follow_chat(state.clone(), chat, position);
+    let mut events = follow_spawned(state.clone(), chat, position);
     let deadline = tokio::time::Instant::now() + WAIT;
     while reply.end.is_none() {
         match tokio::time::timeout_at(deadline, events.recv()).await {
@@ -488,16 +497,19 @@ async fn start(
         };
         history.push(NewMessage::new(turn.role, parts));
     }
-    let create = CreateChatRequest {
-        text: None,
-        parts: None,
-        model: request.model.clone(),
-        title: None,
-        system,
-        tools,
-        max_steps: None,
+    let input = NewChatInput {
+        owner: caller.0.clone(),
+        settings: ChatSettings {
+            model: request.model.clone(),
+            system,
+            tools,
+            ..ChatSettings::default()
+        },
+        history,
+        parts,
+        idempotency_key: None,
     };
-    let chat = chats::new_chat(state, caller, create, history, parts, None).await?;
+    let chat = service::create_chat(state, input).await?;
     #[cfg(debug_assertions)]
     crate::debug_pause::debug_settle("KEEL_DEBUG_START_SETTLE", state.store.as_ref(), chat.id)
         .await;
@@ -536,27 +548,24 @@ async fn next_turn(
         next.as_ref().map(|m| m.role),
     )?;
     if system.is_some() {
-        let update = ChatUpdate {
+        let changes = ChatChanges {
             system,
-            ..ChatUpdate::default()
+            ..ChatChanges::default()
         };
-        state.store.update_chat(chat.id, update).await?;
+        settings::update_chat(state, chat, changes).await?;
     }
     let chat_id = chat.id;
     match (plan, next) {
         (Move::Fork, Some(next)) => {
-            let chat = state
-                .store
-                .edit_message(chat_id, next.id, turn.parts)
-                .await?;
+            let chat = turns::edit_message(state, chat, next.id, turn.parts).await?;
             let input = input_at(state, chat_id, chat.leaf_id).await?;
             Ok(Turned::Started(Box::new(
                 started(state, chat_id, &input).await?,
             )))
         }
         (Move::SwitchThenContinue, _) => {
-            state.store.switch_branch(chat_id, located.input.id).await?;
-            let chat = state.store.get_chat(chat_id).await?;
+            turns::switch_branch(state, chat, located.input.id).await?;
+            let chat = service::owned_chat(state, &chat.owner, chat_id).await?;
             continue_chat(state, &chat, turn).await
         }
         _ => continue_chat(state, chat, turn).await,
@@ -612,7 +621,7 @@ async fn started(state: &AppState, chat: ChatId, input: &StoredMessage) -> Resul
 }
 
 /// The next turn of a chat's current branch.
-async fn continue_chat(state: &AppState, chat: &Chat, turn: input::Turn) -> Result<Turned> {
+async fn continue_chat(state: &AppState, chat: &Owned, turn: input::Turn) -> Result<Turned> {
     if turn.role == Role::Tool {
         if chat.status != ChatStatus::RequiresAction {
             return Err(bad_request(
@@ -636,7 +645,7 @@ async fn continue_chat(state: &AppState, chat: &Chat, turn: input::Turn) -> Resu
             })
             .collect();
         let before = chat.event_seq;
-        state.store.submit_tool_results(chat.id, results).await?;
+        turns::submit_tool_results(state, chat, results).await?;
         // The response starts at the stored results (its input).
         let after = state.store.messages_after_seq(chat.id, before).await?;
         let input = after
@@ -647,16 +656,16 @@ async fn continue_chat(state: &AppState, chat: &Chat, turn: input::Turn) -> Resu
             started(state, chat.id, input).await?,
         )));
     }
-    let busy = match chat.status {
-        ChatStatus::RequiresAction => Busy::Interrupt,
-        _ => Busy::Queue,
-    };
+    let busy = turns::busy_for_new_text(chat.status);
     let parts = user_parts(None, Some(turn.parts))?;
-    match state
-        .store
-        .send_message(chat.id, None, parts, busy, None)
-        .await?
-    {
+    let input = SendInput {
+        chat: chat.id,
+        owner: None,
+        parts,
+        busy,
+        idempotency_key: None,
+    };
+    match turns::send_message(state, input).await? {
         SendOutcome::Started { message_id } => {
             let input = input_at(state, chat.id, message_id).await?;
             Ok(Turned::Started(Box::new(
@@ -720,7 +729,7 @@ pub(crate) async fn retrieve(
         };
         return Ok(event_stream(
             state,
-            located.chat,
+            located.chat.into_inner(),
             position,
             ResponsesStream::new(meta, query.starting_after),
             slot,
@@ -739,14 +748,14 @@ pub(crate) async fn cancel(
     let mut located = locate(&state, &caller, &id).await?;
     let reply = stored_reply(&state, &located).await?;
     let cancelling = reply.end.is_none();
-    let chat = located.chat.clone();
+    let chat_id = located.chat.id;
     if cancelling {
-        state.store.interrupt(chat.id).await?;
+        turns::interrupt(&state, &located.chat).await?;
     }
     // The interrupted step is committed by its run; wait for it so the answer is final.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let chat = loop {
-        let chat = state.store.get_chat(chat.id).await?;
+        let chat = service::owned_chat(&state, &caller.0, chat_id).await?;
         let settled = !matches!(chat.status, ChatStatus::Running | ChatStatus::Interrupting);
         if settled || tokio::time::Instant::now() > deadline {
             break chat;

@@ -27,7 +27,7 @@ const AHEAD_MARGIN: i64 = 100_000;
 
 /// Where a client asked to resume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Requested {
+pub(crate) enum Requested {
     /// No position: everything from the start.
     Start,
     At(i64),
