@@ -12,6 +12,9 @@
 //! [`persist_interrupted`], with a cancel token that is not cancelled, and returns
 //! [`RunOutcome::Interrupted`]. A shutdown returns [`RunError::Cancelled`] instead, so the
 //! daemon can hand the chat to another worker.
+//!
+//! Longer than most files: the loop and the decisions between its steps (compaction,
+//! handover, persistence on interrupt) in the order a run meets them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -739,15 +742,4 @@ fn extend_text(message: &mut Message, more: &str) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::arguments_are_an_object;
-
-    #[test]
-    fn only_whole_json_objects_are_runnable_arguments() {
-        assert!(arguments_are_an_object(""));
-        assert!(arguments_are_an_object(r#"{"path": "a"}"#));
-        assert!(!arguments_are_an_object(r#"{"path": "a"#));
-        assert!(!arguments_are_an_object("[1]"));
-        assert!(!arguments_are_an_object("null"));
-    }
-}
+mod tests;

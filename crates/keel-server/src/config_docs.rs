@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::config::{Config, Env, FileConfig, Overrides};
+use crate::config::{Config, Env, FileConfig, Overrides, RunsConfig, ServerConfig};
 
 /// A key no configuration type has.
 const PROBE: &str = "keel_probe_unknown_key";
@@ -202,4 +202,27 @@ fn every_toml_example_in_the_docs_loads() {
         }
     }
     assert!(checked >= 8, "only {checked} TOML examples found");
+}
+
+#[test]
+fn the_complete_files_runs_and_server_tables_hold_the_defaults() {
+    let (path, doc) = repository_file("docs/configuration.md");
+    let (_, complete) = doc
+        .split_once("## A complete file")
+        .expect("the page has a complete file");
+    let (_, block) = toml_blocks(complete)
+        .into_iter()
+        .next()
+        .expect("the complete file is a TOML block");
+    let file = FileConfig::parse(&block, &path).expect("the complete file parses");
+    assert_eq!(
+        file.runs,
+        RunsConfig::default(),
+        "[runs] of the complete file"
+    );
+    assert_eq!(
+        file.server,
+        ServerConfig::default(),
+        "[server] of the complete file"
+    );
 }

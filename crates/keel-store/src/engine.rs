@@ -1,5 +1,8 @@
 //! The one [`Store`] implementation, over either backend: opens transactions, runs the
 //! state machine in them, commits and then publishes the change notices.
+//!
+//! Longer than most files: one short method for each method of the [`Store`] trait, each the
+//! same open-run-commit-publish frame around a transition; split, the frame would be copied.
 
 use std::ops::RangeInclusive;
 

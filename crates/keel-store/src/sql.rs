@@ -13,6 +13,9 @@
 //! be parsed again on their next use. PostgreSQL runs the live path's statements over many
 //! chats with one array parameter per column instead (`postgres/batches.rs`); SQLite has
 //! no arrays and keeps its lists (`sqlite.rs`).
+//!
+//! Longer than most files: it is every statement of [`crate::ops::TxOps`] in one place, written
+//! once for both backends, so that a change to a table is one edit a reviewer sees whole.
 
 /// The chat columns in [`crate::rows::ChatCols`] order, as a write names them.
 macro_rules! chat_columns {

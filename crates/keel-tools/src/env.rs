@@ -39,6 +39,43 @@ fn pick<'a>(names: impl Iterator<Item = &'a str>) -> Vec<(OsString, OsString)> {
 mod tests {
     use super::*;
 
+    /// The names in backquotes in the parenthesis that follows each "allow-list" of `text`.
+    fn documented_lists(text: &str) -> Vec<Vec<String>> {
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        flat.match_indices("allow-list")
+            .filter_map(|(at, _)| {
+                let after = &flat[at..];
+                let open = after.find('(')?;
+                let close = open + after[open..].find(')')?;
+                let inside = &after[open + 1..close];
+                let names: Vec<String> = inside
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_owned)
+                    .collect();
+                (open < 80 && !names.is_empty()).then_some(names)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_docs_list_the_allowed_variables_as_the_code_does() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut found = 0;
+        for doc in ["README.md", "docs/security.md", "docs/configuration.md"] {
+            let text = std::fs::read_to_string(root.join(doc)).unwrap();
+            for names in documented_lists(&text) {
+                assert_eq!(names, ALLOWED, "the allow-list in {doc}");
+                found += 1;
+            }
+        }
+        assert!(
+            found >= 3,
+            "the allow-list is written out in {found} places"
+        );
+    }
+
     #[test]
     fn a_server_gets_the_allow_list_its_passthrough_and_its_values() {
         // PATH is set in any test environment; a variable nobody lists is never passed.

@@ -152,13 +152,16 @@ pub struct RunsConfig {
 
 impl Default for RunsConfig {
     fn default() -> Self {
+        // The loop's own retry defaults, so that the two never differ.
+        let retry = keel_agent::RetryPolicy::default();
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Self {
             max_steps: 25,
             startup_timeout_ms: 60_000,
             idle_timeout_ms: 60_000,
-            retry_max_attempts: 5,
-            retry_initial_delay_ms: 1_000,
-            retry_max_delay_ms: 60_000,
+            retry_max_attempts: retry.max_attempts,
+            retry_initial_delay_ms: ms(retry.initial_delay),
+            retry_max_delay_ms: ms(retry.max_delay),
             workers: 64,
             compaction_threshold: 0.8,
             lease_ms: 30_000,

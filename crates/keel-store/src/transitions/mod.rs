@@ -5,6 +5,9 @@
 //! [`crate::status::allowed`], writes, bumps the snapshot version and records the change
 //! notice to publish after commit. Worker transitions are additionally fenced on the
 //! lease: the worker must own the chat at the history version it claimed.
+//!
+//! Longer than most files: the context every transition shares (loading, checking, saving,
+//! numbering, notices), which the files beside it only call.
 
 use std::collections::HashSet;
 use std::ops::RangeInclusive;

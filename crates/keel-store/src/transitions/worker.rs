@@ -1,4 +1,7 @@
 //! Transitions the worker holding a chat's lease starts: claim, renew, write, end.
+//!
+//! Longer than most files: every transition of a lease holder, from claim to end, read
+//! together because each one's fence is the previous one's postcondition.
 
 use std::collections::HashMap;
 
@@ -639,20 +642,4 @@ pub(crate) async fn name_chat(cx: &mut Ctx<'_>, chat_id: ChatId, title: &str) ->
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_batch_is_the_array_serde_json_writes() {
-        let documents = [
-            serde_json::json!({"data": {"part": {"text": "a\"b", "type": "text"}}, "event": "part"}),
-            serde_json::json!({"data": {}, "event": "stream_reset"}),
-        ];
-        let texts: Vec<String> = documents.iter().map(Value::to_string).collect();
-        assert_eq!(
-            json_array(texts.iter().map(String::as_str)),
-            serde_json::to_string(&documents).unwrap()
-        );
-        assert_eq!(json_array(std::iter::empty()), "[]");
-    }
-}
+mod tests;
