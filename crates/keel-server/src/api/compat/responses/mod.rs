@@ -13,6 +13,9 @@
 //!
 //! A response is one run of one chat: its id names the chat and the input message that
 //! started it, so nothing is stored besides the chat itself.
+//!
+//! Longer than most files: the handlers of the door's five routes, each short, and the
+//! reads of stored responses they share; `input.rs` and `stream.rs` hold the rest.
 
 mod ids;
 mod input;
