@@ -91,6 +91,39 @@ macro_rules! push_chat_row {
     };
 }
 
+/// Binds what a write of a chat's row changes — every column but `id`, `owner` and
+/// `created_at` — in [`chat_columns`] order: the `SET` lists of `update_chat` and of
+/// SQLite's one-statement commit number them so.
+macro_rules! bind_chat_changes {
+    ($query:expr, $c:expr) => {
+        $query
+            .bind(&$c.title)
+            .bind(&$c.model)
+            .bind(&$c.status)
+            .bind($c.archived)
+            .bind($c.max_steps)
+            .bind(&$c.system_prompt)
+            .bind(&$c.tools)
+            .bind(&$c.worker_id)
+            .bind($c.lease_expires_at)
+            .bind($c.version)
+            .bind($c.history_version)
+            .bind($c.event_seq)
+            .bind($c.last_message_id)
+            .bind(&$c.last_error_kind)
+            .bind(&$c.last_error_message)
+            .bind(&$c.retry_state)
+            .bind(&$c.pending_tool_calls)
+            .bind($c.pending_deadline)
+            .bind($c.updated_at)
+            .bind($c.compact_requested)
+            .bind(&$c.last_error_provider)
+            .bind(&$c.last_error_url)
+            .bind($c.leaf_id)
+            .bind($c.branch_seq)
+    };
+}
+
 /// The chat columns in [`crate::rows::FenceCols`] order: what a lease fence and a
 /// live-part notice read. The event sequence is the row's own, not the log's
 /// ([`logged_event_seq`]): the log writer locks every streaming chat each window, and the
@@ -353,32 +386,7 @@ macro_rules! tx_ops {
                     pending_tool_calls = $18, pending_deadline = $19, updated_at = $20, \
                     compact_requested = $21, last_error_provider = $22, \
                     last_error_url = $23, leaf_id = $24, branch_seq = $25 WHERE id = $1";
-                sqlx::query(SQL)
-                    .bind(&c.id)
-                    .bind(&c.title)
-                    .bind(&c.model)
-                    .bind(&c.status)
-                    .bind(c.archived)
-                    .bind(c.max_steps)
-                    .bind(&c.system_prompt)
-                    .bind(&c.tools)
-                    .bind(&c.worker_id)
-                    .bind(c.lease_expires_at)
-                    .bind(c.version)
-                    .bind(c.history_version)
-                    .bind(c.event_seq)
-                    .bind(c.last_message_id)
-                    .bind(&c.last_error_kind)
-                    .bind(&c.last_error_message)
-                    .bind(&c.retry_state)
-                    .bind(&c.pending_tool_calls)
-                    .bind(c.pending_deadline)
-                    .bind(c.updated_at)
-                    .bind(c.compact_requested)
-                    .bind(&c.last_error_provider)
-                    .bind(&c.last_error_url)
-                    .bind(c.leaf_id)
-                    .bind(c.branch_seq)
+                bind_chat_changes!(sqlx::query(SQL).bind(&c.id), c)
                     .execute(self.conn().await?)
                     .await?;
                 Ok(())

@@ -221,19 +221,19 @@ macro_rules! commit_one_sql {
             "INSERT INTO messages (",
             message_columns!(),
             ", deleted, on_branch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-             $32, $34, $37, FALSE, TRUE); \
+             $13, $14, $15, FALSE, TRUE); \
              DELETE FROM live_parts WHERE chat_id = $1 AND last_seq < ",
             // Of the chat's id: computed once, not for each batch.
             older_steps_cut!("$1"),
             "; DELETE FROM checkpoints WHERE chat_id = $1; ",
             $records,
-            "UPDATE chats SET title = $13, model = $14, status = $15, archived = $16, \
-             max_steps = $17, system_prompt = $18, tools = $19, worker_id = $20, \
-             lease_expires_at = $21, version = $22, history_version = $23, \
-             event_seq = $24, last_message_id = $25, last_error_kind = $26, \
-             last_error_message = $27, retry_state = $28, pending_tool_calls = $29, \
-             pending_deadline = $30, updated_at = $31, compact_requested = $33, \
-             last_error_provider = $35, last_error_url = $36, leaf_id = $38, \
+            "UPDATE chats SET title = $16, model = $17, status = $18, archived = $19, \
+             max_steps = $20, system_prompt = $21, tools = $22, worker_id = $23, \
+             lease_expires_at = $24, version = $25, history_version = $26, \
+             event_seq = $27, last_message_id = $28, last_error_kind = $29, \
+             last_error_message = $30, retry_state = $31, pending_tool_calls = $32, \
+             pending_deadline = $33, updated_at = $34, compact_requested = $35, \
+             last_error_provider = $36, last_error_url = $37, leaf_id = $38, \
              branch_seq = $39 WHERE id = $1"
         )
     };
@@ -337,7 +337,7 @@ tx_ops!(
                     "a step's message belongs to another chat",
                 ));
             }
-            sqlx::query(sql)
+            let message = sqlx::query(sql)
                 .bind(&m.chat_id)
                 .bind(m.id)
                 .bind(&m.role)
@@ -350,33 +350,10 @@ tx_ops!(
                 .bind(&m.provider_response_id)
                 .bind(m.event_seq)
                 .bind(m.created_at)
-                .bind(&c.title)
-                .bind(&c.model)
-                .bind(&c.status)
-                .bind(c.archived)
-                .bind(c.max_steps)
-                .bind(&c.system_prompt)
-                .bind(&c.tools)
-                .bind(&c.worker_id)
-                .bind(c.lease_expires_at)
-                .bind(c.version)
-                .bind(c.history_version)
-                .bind(c.event_seq)
-                .bind(c.last_message_id)
-                .bind(&c.last_error_kind)
-                .bind(&c.last_error_message)
-                .bind(&c.retry_state)
-                .bind(&c.pending_tool_calls)
-                .bind(c.pending_deadline)
-                .bind(c.updated_at)
                 .bind(&m.kind)
-                .bind(c.compact_requested)
                 .bind(&m.finish_reason)
-                .bind(&c.last_error_provider)
-                .bind(&c.last_error_url)
-                .bind(m.parent_id)
-                .bind(c.leaf_id)
-                .bind(c.branch_seq)
+                .bind(m.parent_id);
+            bind_chat_changes!(message, c)
                 .execute(self.conn().await?)
                 .await?;
             Ok(())
