@@ -121,7 +121,6 @@ impl Config {
             source,
             command_sandbox: None,
         };
-        validate::exposure(&config)?;
         Ok(config)
     }
 }

@@ -6,27 +6,9 @@ use std::collections::HashSet;
 use keel_providers::{Continuation, ProviderKind};
 
 use super::{
-    Config, ConfigError, McpServerEntry, ModelEntry, ProviderEntry, ResolvedProvider, RunsConfig,
+    ConfigError, McpServerEntry, ModelEntry, ProviderEntry, ResolvedProvider, RunsConfig,
     ServerConfig, ToolsConfig, UserEntry,
 };
-
-/// Refuses to serve a non-loopback address without users unless explicitly allowed.
-pub(super) fn exposure(config: &Config) -> Result<(), ConfigError> {
-    if config.users.is_empty()
-        && !config.allow_unauthenticated_public
-        && !is_loopback(&config.listen)
-    {
-        return Err(ConfigError::invalid(
-            "listen",
-            format!(
-                "{} is not a loopback address and no [[users]] are configured; add users or \
-                 pass --allow-unauthenticated-public",
-                config.listen
-            ),
-        ));
-    }
-    Ok(())
-}
 
 pub(super) fn listen(listen: &str) -> Result<(), ConfigError> {
     listen
@@ -50,12 +32,6 @@ pub(super) fn database(database: &str) -> Result<(), ConfigError> {
             ),
         ))
     }
-}
-
-fn is_loopback(listen: &str) -> bool {
-    listen
-        .parse::<std::net::SocketAddr>()
-        .is_ok_and(|a| a.ip().is_loopback())
 }
 
 /// One `[[providers]]` entry; `names` collects the names seen so far to catch duplicates.

@@ -24,6 +24,18 @@ fn keel(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs the `keel` command line in `dir` with extra environment variables.
+fn keel_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("KEEL_CONFIG")
+        .env_remove("KEEL_DATABASE_URL")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
 /// `keel users add NAME`; returns the token.
 fn add_user(dir: &Path, database: &str, name: &str) -> String {
     let output = keel(dir, &["users", "add", name, "--database", database]);
@@ -704,4 +716,25 @@ async fn adding_the_first_user_to_a_running_daemon_requires_tokens_and_removing_
         401,
         "removing the last user must not open the API again"
     );
+}
+
+/// A container listens on every address: with no user the daemon refuses, naming the way
+/// out, and that way — `keel users add` in the same environment — works. The users the
+/// daemon counts are the database's, not only the configuration file's.
+#[test]
+fn a_public_address_waits_for_a_user_added_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = sqlite(dir.path());
+    let public = [("KEEL_LISTEN", "0.0.0.0:0")];
+    let refused = keel_with_env(dir.path(), &["serve", "--database", &database], &public);
+    assert!(!refused.status.success(), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("keel users add"), "{stderr}");
+    let added = keel_with_env(
+        dir.path(),
+        &["users", "add", "alice", "--database", &database],
+        &public,
+    );
+    assert!(added.status.success(), "{added:?}");
+    assert!(!String::from_utf8_lossy(&added.stdout).trim().is_empty());
 }

@@ -1,5 +1,5 @@
-use crate::config::testing::{env, parse, resolve};
-use crate::config::{Config, ConfigError, Overrides};
+use crate::config::testing::{env, resolve};
+use crate::config::ConfigError;
 
 /// A valid user entry, to which a case adds a key.
 const USER: &str = "[[users]]\nname = \"a\"\ntoken_sha256 = \"\
@@ -109,30 +109,6 @@ fn bad_values_name_their_key() {
             other => panic!("{text}: expected an error naming {key}, got {other:?}"),
         }
     }
-}
-
-#[test]
-fn public_listen_needs_users_or_an_explicit_flag() {
-    let err = resolve("listen = \"0.0.0.0:8700\"", &env(&[])).unwrap_err();
-    assert!(matches!(err, ConfigError::Invalid { ref key, .. } if key == "listen"));
-    let flags = Overrides {
-        allow_unauthenticated_public: true,
-        ..Overrides::default()
-    };
-    assert!(
-        Config::resolve(
-            parse("listen = \"0.0.0.0:8700\"").unwrap(),
-            None,
-            &flags,
-            &env(&[])
-        )
-        .is_ok()
-    );
-    let with_user = format!(
-        "listen = \"0.0.0.0:8700\"\n[[users]]\nname = \"alice\"\ntoken_sha256 = \"{}\"",
-        "a".repeat(64)
-    );
-    assert!(resolve(&with_user, &env(&[])).is_ok());
 }
 
 #[test]
