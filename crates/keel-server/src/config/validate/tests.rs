@@ -1,5 +1,5 @@
-use crate::config::testing::{env, resolve};
 use crate::config::ConfigError;
+use crate::config::testing::{env, resolve};
 
 /// A valid user entry, to which a case adds a key.
 const USER: &str = "[[users]]\nname = \"a\"\ntoken_sha256 = \"\
