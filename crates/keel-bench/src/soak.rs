@@ -282,8 +282,9 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     let verdict = check_usage(&shared, &setup.mock_url, &watched).await?;
     println!(
         "usage: Keel counted {:?}, the mock reported {:?} (input, cached input, output, \
-         reasoning; titles left out); {} chats exact, {} exposed chats within their allowance \
-         ({} whole responses never committed)",
+         reasoning; titles left out); reading users' chats: {} exact, {} exposed within their \
+         allowance ({} whole responses never committed); acting users' chats within what was \
+         reported",
         verdict.keel, verdict.reported, verdict.exact, verdict.exposed, verdict.voided
     );
     for violation in &verdict.violations {
