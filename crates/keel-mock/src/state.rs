@@ -22,7 +22,7 @@ pub(crate) struct State {
     /// Texts of the replies that ended with `pause_turn` (trailing whitespace trimmed, as a
     /// client sending them back as the last assistant turn must).
     paused: Mutex<HashSet<String>>,
-    /// Every response delivered whole, in the order they finished.
+    /// Every response delivered whole, in the order they finished (unscripted ones summed).
     reported: Mutex<Vec<Reported>>,
     seq: AtomicU64,
 }
@@ -99,7 +99,7 @@ impl State {
     /// Counts a response delivered whole.
     pub(crate) fn report(&self, reported: Reported) {
         let mut all = self.reported.lock().unwrap_or_else(PoisonError::into_inner);
-        all.push(reported);
+        crate::tally::add(&mut all, reported);
     }
 
     /// Every response delivered whole so far.

@@ -72,6 +72,7 @@ async fn only_streams_played_to_their_usage_are_counted() {
     assert_eq!(protocols, ["openai-chat", "anthropic"]);
     for reported in &completed {
         assert_eq!(reported["key"], "whole");
+        assert_eq!(reported["responses"], 1);
         assert_eq!(reported["stream"], true);
         assert_eq!(reported["input_tokens"], 10);
         assert_eq!(reported["cache_read_tokens"], 3);
@@ -81,15 +82,20 @@ async fn only_streams_played_to_their_usage_are_counted() {
 }
 
 #[tokio::test]
-async fn a_whole_answer_and_an_unscripted_echo_are_counted() {
+async fn whole_answers_count_and_unscripted_replies_are_summed() {
     let server = server().await;
     let mut body = chat("hello there");
     body["stream"] = json!(false);
-    let response = post(&server, "/chat/completions", &body).await;
-    assert_eq!(response.status(), 200);
+    for _ in 0..3 {
+        let response = post(&server, "/chat/completions", &body).await;
+        assert_eq!(response.status(), 200);
+    }
     let completed = stats(&server).await;
-    assert_eq!(completed.len(), 1);
+    assert_eq!(completed.len(), 1, "{completed:?}");
     assert_eq!(completed[0]["key"], Value::Null);
+    assert_eq!(completed[0]["responses"], 3);
     assert_eq!(completed[0]["stream"], false);
     assert_eq!(completed[0]["model"], "mock");
+    let one = server.reported()[0].output_tokens / 3;
+    assert_eq!(one, 2, "an echo of two words");
 }
