@@ -114,6 +114,9 @@ enum User {
 }
 
 async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
+    // The usage check reads the records committed from now on: a reused `--database` keeps
+    // those of earlier soaks.
+    let started = chrono::Utc::now();
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     // Paced unscripted replies (echoes and summaries), so edits, interrupts and kills can
     // land in the middle of them.
@@ -279,7 +282,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     if server_errors > 0 {
         failures.push(format!("{server_errors} answers were 5xx"));
     }
-    let verdict = check_usage(&shared, &setup.mock_url, &watched).await?;
+    let verdict = check_usage(&shared, &setup.mock_url, started, &watched).await?;
     println!(
         "usage: Keel counted {:?}, the mock reported {:?} (input, cached input, output, \
          reasoning; titles left out); reading users' chats: {} exact, {} exposed within their \
@@ -299,16 +302,18 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     bail!("{} invariant violations", failures.len())
 }
 
-/// Keel's usage records against what the mock reported (see [`usage`]). Keel's are read
-/// first, so a response the mock finishes meanwhile can only add to the mock's side.
+/// Keel's usage records since `started` against what the mock reported (see [`usage`]).
+/// Keel's are read first, so a response the mock finishes meanwhile can only add to the
+/// mock's side.
 async fn check_usage(
     shared: &Target,
     mock_url: &str,
+    started: chrono::DateTime<chrono::Utc>,
     watched: &[Watched],
 ) -> anyhow::Result<usage::Verdict> {
-    let answer = shared
-        .call(reqwest::Method::GET, "/usage?group_by=chat", None, None)
-        .await?;
+    let from = started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let path = format!("/usage?group_by=chat&from={from}");
+    let answer = shared.call(reqwest::Method::GET, &path, None, None).await?;
     let mut keel = BTreeMap::<String, Counts>::new();
     for group in answer["groups"].as_array().into_iter().flatten() {
         let count = |field: &str| group[field].as_i64().unwrap_or(0);
