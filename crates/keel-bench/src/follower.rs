@@ -86,12 +86,12 @@ impl std::fmt::Display for CatchUpLog {
 }
 
 /// Creates the chat, follows it to the end like a client would (resuming across dropped
-/// connections and daemon restarts), then checks it.
+/// connections and daemon restarts), then checks it; returns the chat's id.
 pub async fn drive(
     shared: &Target,
     scenario: &Scenario,
     behaviour: &Behaviour,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     let mut body = json!({"text": scenario.text, "model": scenario.model.id()});
     if !scenario.client_tools.is_empty() {
         body["tools"] = json!(scenario.client_tools);
@@ -195,7 +195,8 @@ pub async fn drive(
     catch_up(shared, &chat, &mut seen, last_id).await?;
     verify(shared, &chat, scenario, &seen)
         .await
-        .with_context(|| format!("chat {chat}"))
+        .with_context(|| format!("chat {chat}"))?;
+    Ok(chat)
 }
 
 /// Whether the chat has reached its end state; answers client-side tool calls on the way.

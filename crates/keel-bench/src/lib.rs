@@ -24,6 +24,7 @@ mod scenario;
 mod soak;
 mod stats;
 mod target;
+mod usage;
 mod window;
 
 /// The arguments of `keel bench`.

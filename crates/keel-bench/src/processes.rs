@@ -141,6 +141,10 @@ fn start_mock(dir: &Path, verbose: bool, rate: f64) -> anyhow::Result<Process> {
 /// replies pass its compaction threshold.
 const SMALL_CONTEXT: u64 = 600;
 
+/// The model that writes titles in the soak: a name of its own, so the mock's tally tells
+/// title calls (which are not steps and record no usage) from the chats' own.
+pub const TITLE_MODEL: &str = "mock-title";
+
 /// What a benchmark's daemon runs against.
 pub struct DaemonSetup {
     pub dir: PathBuf,
@@ -221,6 +225,12 @@ model = "mock"
 context_limit = {small_context}
 
 [[models]]
+id = "{title_model}"
+provider = "chat"
+model = "{title_model}"
+context_limit = 1000000
+
+[[models]]
 id = "mock-anthropic"
 provider = "anthropic"
 model = "mock"
@@ -250,6 +260,7 @@ workspace = "{workspace}"
             mock = self.mock_url,
             workers = self.workers,
             small_context = SMALL_CONTEXT,
+            title_model = TITLE_MODEL,
             workspace = workspace.display(),
         );
         std::fs::create_dir_all(&workspace)?;

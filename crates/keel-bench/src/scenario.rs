@@ -51,12 +51,23 @@ pub enum Expect {
 #[derive(Debug, Clone)]
 pub struct Scenario {
     pub name: &'static str,
+    /// The id of its script, which the mock provider's tally names (see [`super::usage`]).
+    pub id: String,
     pub model: Model,
     /// The first user message, with its `#mock` directive.
     pub text: String,
     /// Client-side tools offered at creation; the client answers their calls.
     pub client_tools: Vec<Value>,
     pub expect: Expect,
+}
+
+impl Scenario {
+    /// Whether a fault of its script may leave a response the mock delivered whole
+    /// uncommitted: a stall past the idle timeout or a malformed line makes the daemon give
+    /// up on a stream whose end the mock may already have written.
+    pub fn may_void_a_response(&self) -> bool {
+        self.name.starts_with("stall_") || self.name == "malformed_line"
+    }
 }
 
 /// The names of every scenario, in the order [`choose`] numbers them.
@@ -207,6 +218,7 @@ fn make(rng: &mut impl Rng, name: Option<&'static str>, id: &str) -> Scenario {
     };
     Scenario {
         name,
+        id: id.to_owned(),
         model,
         text: script.id(id).message("soak"),
         client_tools,

@@ -17,10 +17,11 @@ use tokio::task::JoinSet;
 use super::actions::{self, Program};
 use super::actor;
 use super::follower::{self, Behaviour};
-use super::processes::{DaemonSetup, Process, check_replicas};
+use super::processes::{DaemonSetup, Process, TITLE_MODEL, check_replicas};
 use super::scenario;
 use super::stats::mib;
 use super::target::{Replica, Restarts, Target};
+use super::usage::{self, Counts, Reported, Watched};
 use keel_client::Api;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -99,6 +100,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     outcome
 }
 
+/// A chat that met every invariant: a reading user's, watched by the usage check, or an
+/// acting user's, with what was carried out.
+enum Settled {
+    Read(Watched),
+    Acted(actor::Done),
+}
+
 /// One chat of the soak: a reading user, or one carrying out a program of actions.
 enum User {
     Reads(Behaviour),
@@ -106,6 +114,9 @@ enum User {
 }
 
 async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
+    // The usage check reads the records committed from now on: a reused `--database` keeps
+    // those of earlier soaks.
+    let started = chrono::Utc::now();
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     // Paced unscripted replies (echoes and summaries), so edits, interrupts and kills can
     // land in the middle of them.
@@ -118,10 +129,12 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         args.verbose,
     )?;
     let setup = Arc::new(setup);
+    // Titles on a model of their own, which the usage check leaves out.
+    let runs = format!("{RUNS}\ntitle_model = \"{TITLE_MODEL}\"");
     let runs = if args.actions > 0.0 {
-        format!("{RUNS}\n{ACTION_RUNS}")
+        format!("{runs}\n{ACTION_RUNS}")
     } else {
-        RUNS.to_owned()
+        runs
     };
     let config = Arc::new(setup.write_config(&runs)?);
     let mut replicas = Vec::new();
@@ -148,6 +161,7 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     let run: u64 = rand::random();
     let mut failures = Vec::new();
     let mut performed = BTreeMap::<String, usize>::new();
+    let mut watched = Vec::new();
     for wave in 1..=args.waves.max(1) {
         let mut tasks = JoinSet::new();
         let mut chosen = BTreeMap::<&str, usize>::new();
@@ -183,14 +197,25 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
             };
             let shared = shared.clone();
             tasks.spawn(async move {
+                let kills = shared.restarts.kills();
                 let verdict = match user {
                     User::Reads(behaviour) => follower::drive(&shared, &scenario, &behaviour)
                         .await
-                        .map(|()| None),
+                        .map(|chat| {
+                            // What may leave a response delivered whole uncommitted.
+                            let exposures = shared.restarts.kills() - kills
+                                + usize::from(behaviour.interrupt_after.is_some())
+                                + usize::from(scenario.may_void_a_response());
+                            Settled::Read(Watched {
+                                key: scenario.id.clone(),
+                                chat,
+                                exposures,
+                            })
+                        }),
                     User::Acts(program, disconnect_every, rng) => {
                         actor::drive(shared, &scenario, &program, disconnect_every, &key, *rng)
                             .await
-                            .map(Some)
+                            .map(Settled::Acted)
                     }
                 };
                 (index, scenario, verdict)
@@ -210,12 +235,16 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         while let Some(joined) = tasks.join_next().await {
             let (index, scenario, verdict) = joined.context("a chat task panicked")?;
             match verdict {
-                Ok(done) => {
+                Ok(Settled::Read(chat)) => {
                     settled += 1;
-                    for action in done.iter().flat_map(|d| &d.actions) {
+                    watched.push(chat);
+                }
+                Ok(Settled::Acted(done)) => {
+                    settled += 1;
+                    for action in &done.actions {
                         *performed.entry(format!("{action:?}")).or_default() += 1;
                     }
-                    if let Some(answers) = done.and_then(|d| d.tool_answers) {
+                    if let Some(answers) = done.tool_answers {
                         *performed.entry(format!("tools {answers:?}")).or_default() += 1;
                     }
                 }
@@ -253,6 +282,17 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
     if server_errors > 0 {
         failures.push(format!("{server_errors} answers were 5xx"));
     }
+    let verdict = check_usage(&shared, &setup.mock_url, started, &watched).await?;
+    println!(
+        "usage: Keel counted {:?}, the mock reported {:?} (input, cached input, output, \
+         reasoning; titles left out); reading users' chats: {} exact, {} exposed within their \
+         allowance ({} whole responses never committed); acting users' chats within what was \
+         reported",
+        verdict.keel, verdict.reported, verdict.exact, verdict.exposed, verdict.voided
+    );
+    for violation in &verdict.violations {
+        failures.push(format!("usage: {violation}"));
+    }
     if failures.is_empty() {
         return Ok(());
     }
@@ -260,6 +300,41 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<()> {
         println!("  {failure}");
     }
     bail!("{} invariant violations", failures.len())
+}
+
+/// Keel's usage records since `started` against what the mock reported (see [`usage`]).
+/// Keel's are read first, so a response the mock finishes meanwhile can only add to the
+/// mock's side.
+async fn check_usage(
+    shared: &Target,
+    mock_url: &str,
+    started: chrono::DateTime<chrono::Utc>,
+    watched: &[Watched],
+) -> anyhow::Result<usage::Verdict> {
+    let from = started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let path = format!("/usage?group_by=chat&from={from}");
+    let answer = shared.call(reqwest::Method::GET, &path, None, None).await?;
+    let mut keel = BTreeMap::<String, Counts>::new();
+    for group in answer["groups"].as_array().into_iter().flatten() {
+        let count = |field: &str| group[field].as_i64().unwrap_or(0);
+        let chat = group["key"]["chat"].as_str().unwrap_or_default().to_owned();
+        let counts = [
+            count("input_tokens"),
+            count("cached_input_tokens"),
+            count("output_tokens"),
+            count("reasoning_tokens"),
+        ];
+        keel.insert(chat, counts);
+    }
+    let stats: serde_json::Value = reqwest::get(format!("{mock_url}/stats"))
+        .await
+        .context("cannot reach the mock's /stats")?
+        .json()
+        .await
+        .context("the mock's /stats is not JSON")?;
+    let reported: Vec<Reported> = serde_json::from_value(stats["completed"].clone())
+        .context("unexpected entries in the mock's /stats")?;
+    Ok(usage::compare(&keel, &reported, watched, TITLE_MODEL))
 }
 
 /// The daemon's memory, file descriptors and threads: flat across waves, or leaking.

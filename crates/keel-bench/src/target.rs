@@ -45,6 +45,8 @@ pub struct Target {
 #[derive(Debug)]
 pub struct Restarts {
     under_way: AtomicUsize,
+    /// Kills so far.
+    kills: AtomicUsize,
     last_ready: Mutex<Instant>,
 }
 
@@ -52,15 +54,22 @@ impl Default for Restarts {
     fn default() -> Self {
         Self {
             under_way: AtomicUsize::new(0),
+            kills: AtomicUsize::new(0),
             last_ready: Mutex::new(Instant::now()),
         }
     }
 }
 
 impl Restarts {
-    /// A replica was killed; it restarts.
+    /// A replica is about to be killed; it restarts.
     pub fn begin(&self) {
+        self.kills.fetch_add(1, Ordering::SeqCst);
         self.under_way.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Kills so far (counted as each begins).
+    pub fn kills(&self) -> usize {
+        self.kills.load(Ordering::SeqCst)
     }
 
     /// The restarted replica is ready.

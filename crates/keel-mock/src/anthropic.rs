@@ -44,10 +44,10 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         Plan::Invalid(message) => return errors::invalid(Flavor::Anthropic, &message),
     };
     if request["stream"].as_bool().unwrap_or(false) {
-        driver::stream(reply, Events { block: 0 }, state.shutdown.clone())
+        driver::stream(reply, Events { block: 0 }, &state, "anthropic")
     } else {
         let body = message(&reply);
-        driver::whole(&reply, body, Flavor::Anthropic, &state.shutdown).await
+        driver::whole(&reply, body, Flavor::Anthropic, &state, "anthropic").await
     }
 }
 

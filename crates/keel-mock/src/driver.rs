@@ -10,13 +10,17 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::Value;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, sleep_until};
+
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::{self, Flavor};
 use crate::plan::{Reply, StreamFault};
 use crate::sse;
+use crate::state::State;
+use crate::tally::Reported;
 
 /// One step of a reply, in protocol-neutral terms. Deltas are the tokens that faults count.
 #[derive(Debug, Clone, Copy)]
@@ -44,15 +48,34 @@ pub(crate) trait Encoder: Send + 'static {
     fn keepalive(&mut self) -> Vec<Bytes>;
     /// The in-stream error event; the stream ends after it.
     fn error(&mut self, reply: &Reply, fault: &StreamFault) -> Vec<Bytes>;
+    /// Whether [`Self::finish`] reports the reply's usage (OpenAI Chat Completions does
+    /// only when asked to).
+    fn reports_usage(&self) -> bool {
+        true
+    }
 }
 
 type Chunk = Result<Bytes, io::Error>;
 
-/// Streams `reply` through `encoder` as an SSE response.
-pub(crate) fn stream(reply: Reply, encoder: impl Encoder, shutdown: CancellationToken) -> Response {
+/// A chunk of the body, and the report to count once the server takes it (the last frame
+/// of a stream that reports usage carries it).
+type Frame = (Chunk, Option<Reported>);
+
+/// Streams `reply` through `encoder` as an SSE response of `protocol`; a stream played to
+/// its end, usage included, is counted in the server's tally.
+pub(crate) fn stream(
+    reply: Reply,
+    encoder: impl Encoder,
+    state: &Arc<State>,
+    protocol: &'static str,
+) -> Response {
+    let shutdown = state.shutdown.clone();
+    let report = encoder
+        .reports_usage()
+        .then(|| Reported::of(&reply, protocol, true));
     // A small buffer keeps the producer close to what the client has read, so pacing and
     // stalls are visible on the wire rather than absorbed by a queue.
-    let (tx, rx) = mpsc::channel::<Chunk>(4);
+    let (tx, rx) = mpsc::channel::<Frame>(4);
     tokio::spawn(async move {
         let mut player = Player {
             tx,
@@ -60,12 +83,23 @@ pub(crate) fn stream(reply: Reply, encoder: impl Encoder, shutdown: Cancellation
             sent: 0,
             next: Instant::now(),
             stalled: false,
+            report,
         };
         // `Stop` only means the stream ended early; nothing is left to report.
         let _ = player.play(&reply, encoder).await;
     });
-    let body = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
+    // A stream is counted when the server takes its last frame to write it: what a client
+    // reading to the end receives.
+    let state = Arc::clone(state);
+    let body = futures::stream::unfold(rx, move |mut rx| {
+        let state = Arc::clone(&state);
+        async move {
+            let (chunk, report) = rx.recv().await?;
+            if let Some(report) = report {
+                state.report(report);
+            }
+            Some((chunk, rx))
+        }
     });
     sse::response(Body::from_stream(body))
 }
@@ -75,7 +109,7 @@ pub(crate) fn stream(reply: Reply, encoder: impl Encoder, shutdown: Cancellation
 struct Stop;
 
 struct Player {
-    tx: mpsc::Sender<Chunk>,
+    tx: mpsc::Sender<Frame>,
     shutdown: CancellationToken,
     /// Tokens sent so far.
     sent: u32,
@@ -83,6 +117,9 @@ struct Player {
     next: Instant,
     /// The stall happened (it happens once).
     stalled: bool,
+    /// What the stream reports, counted with its last frame; `None` when it reports no
+    /// usage.
+    report: Option<Reported>,
 }
 
 impl Player {
@@ -132,7 +169,16 @@ impl Player {
         // Faults scheduled at or beyond the reply's length happen before the finish, so a
         // large `after` means "just before the end".
         self.faults(reply, &mut encoder, true).await?;
-        self.send_all(encoder.finish(reply)).await
+        let mut frames = encoder.finish(reply);
+        let last = frames.pop();
+        self.send_all(frames).await?;
+        match last {
+            Some(last) => {
+                let report = self.report.take();
+                self.send((Ok(last), report)).await
+            }
+            None => Ok(()),
+        }
     }
 
     async fn call(
@@ -195,7 +241,7 @@ impl Player {
             self.stall(reply, encoder).await?;
         }
         if let Some((_, line)) = faults.malformed.as_ref().filter(|(after, _)| due(*after)) {
-            self.send(Ok(sse::raw(line))).await?;
+            self.send((Ok(sse::raw(line)), None)).await?;
         }
         if let Some(fault) = faults.stream_error.as_ref().filter(|f| due(f.after)) {
             self.send_all(encoder.error(reply, fault)).await?;
@@ -275,13 +321,13 @@ impl Player {
 
     async fn send_all(&self, frames: Vec<Bytes>) -> Result<(), Stop> {
         for frame in frames {
-            self.send(Ok(frame)).await?;
+            self.send((Ok(frame), None)).await?;
         }
         Ok(())
     }
 
-    async fn send(&self, chunk: Chunk) -> Result<(), Stop> {
-        self.tx.send(chunk).await.map_err(|_| Stop)
+    async fn send(&self, frame: Frame) -> Result<(), Stop> {
+        self.tx.send(frame).await.map_err(|_| Stop)
     }
 
     /// Ends the body with an error, which makes the server drop the connection without
@@ -296,7 +342,7 @@ impl Player {
             sleep(Duration::from_millis(1)).await;
         }
         let error = io::Error::new(io::ErrorKind::ConnectionAborted, "scripted cut");
-        let _ = self.tx.send(Err(error)).await;
+        let _ = self.tx.send((Err(error), None)).await;
     }
 }
 
@@ -315,13 +361,16 @@ fn interval(rate: f64) -> Option<Duration> {
 
 /// Answers a non-streaming request with `body`, applying the faults that make sense
 /// without a stream: a stall delays the answer, a cut drops the connection, a malformed
-/// line replaces the body and an in-stream error becomes an HTTP error.
+/// line replaces the body and an in-stream error becomes an HTTP error. A whole answer is
+/// counted in the server's tally.
 pub(crate) async fn whole(
     reply: &Reply,
     body: Value,
     flavor: Flavor,
-    shutdown: &CancellationToken,
+    state: &State,
+    protocol: &'static str,
 ) -> Response {
+    let shutdown = &state.shutdown;
     let faults = &reply.faults;
     if let Some((_, pause, _)) = faults.stall {
         tokio::select! {
@@ -343,6 +392,7 @@ pub(crate) async fn whole(
     if let Some((_, line)) = &faults.malformed {
         return ([(header::CONTENT_TYPE, "application/json")], line.clone()).into_response();
     }
+    state.report(Reported::of(reply, protocol, false));
     Json(body).into_response()
 }
 

@@ -88,10 +88,10 @@ pub(crate) async fn handle(
     };
     let thoughts = request["generationConfig"]["thinkingConfig"]["includeThoughts"] == true;
     if streamed {
-        driver::stream(reply, Chunks { thoughts }, state.shutdown.clone())
+        driver::stream(reply, Chunks { thoughts }, &state, "gemini")
     } else {
         let body = whole(&reply, thoughts);
-        driver::whole(&reply, body, Flavor::Google, &state.shutdown).await
+        driver::whole(&reply, body, Flavor::Google, &state, "gemini").await
     }
 }
 

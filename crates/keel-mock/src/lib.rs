@@ -8,8 +8,9 @@
 //! * Gemini, `POST /v1beta/models/{model}:streamGenerateContent?alt=sse` and
 //!   `:generateContent`;
 //!
-//! plus `GET /v1/models` and `GET /v1beta/models/{model}`. Without instructions it echoes the last user message word by
-//! word. A `#mock {json}` line in that message (a [`Script`]) chooses the reply instead:
+//! plus `GET /v1/models`, `GET /v1beta/models/{model}` and `GET /stats` (the usage of every
+//! response delivered whole, see [`Reported`]). Without instructions it echoes the last user
+//! message word by word. A `#mock {json}` line in that message (a [`Script`]) chooses the reply instead:
 //! text, reasoning, tool calls, usage figures, and faults — HTTP errors, dropped
 //! connections, stalls, malformed lines and in-stream error events — so the daemon's
 //! recovery paths can be tested end to end. The directive language is documented in
@@ -35,6 +36,7 @@ mod script;
 mod server;
 mod sse;
 mod state;
+mod tally;
 mod tokens;
 
 pub use config::{ChatServer, HUMAN_PACE, MockConfig};
@@ -44,6 +46,7 @@ pub use script::{
     StreamError, ToolCall, Usage, WebSearch, parse_directive,
 };
 pub use server::{MockServer, serve, spawn};
+pub use tally::Reported;
 
 /// Seconds since the Unix epoch, for `created` fields.
 pub(crate) fn unix_now() -> u64 {

@@ -53,10 +53,10 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
             include_usage,
             created: unix_now(),
         };
-        driver::stream(reply, encoder, state.shutdown.clone())
+        driver::stream(reply, encoder, &state, "openai-chat")
     } else {
         let body = completion(&reply);
-        driver::whole(&reply, body, Flavor::OpenAi, &state.shutdown).await
+        driver::whole(&reply, body, Flavor::OpenAi, &state, "openai-chat").await
     }
 }
 
@@ -281,6 +281,10 @@ impl Encoder for Chunks {
 
     fn keepalive(&mut self) -> Vec<Bytes> {
         vec![sse::raw(": keep-alive")]
+    }
+
+    fn reports_usage(&self) -> bool {
+        self.include_usage
     }
 
     fn error(&mut self, _reply: &Reply, fault: &StreamFault) -> Vec<Bytes> {

@@ -30,6 +30,8 @@ pub(crate) struct Reply {
     pub rate: f64,
     /// Whether text tokens carry their send time (see `Step::stamp`).
     pub stamp: bool,
+    /// The script it answers, for the tally of what was reported (see `crate::tally`).
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -136,14 +138,16 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
         Some(c) => c.step,
         None => conversation.turns_since_user(),
     };
+    let mut key = None;
     let (step, attempt) = match &directive {
         Some(directive) => {
-            let key = directive
+            let script = directive
                 .script
                 .id
                 .clone()
                 .unwrap_or_else(|| directive.source.clone());
-            let attempt = state.attempt(&key, index);
+            let attempt = state.attempt(&script, index);
+            key = Some(script);
             let step = match directive.script.steps.get(index) {
                 Some(step) => step.clone(),
                 None => final_step(conversation, &directive.rest),
@@ -167,6 +171,7 @@ pub(crate) fn plan(conversation: &Conversation, model: &str, state: &State) -> P
         return Plan::Fail(error.clone());
     }
     let mut reply = build(&step, conversation, model, state, &active);
+    reply.key = key;
     if reply.finish == Finish::PauseTurn {
         state.pause(&reply.text());
     }
@@ -398,6 +403,7 @@ fn build(
             0.0
         },
         stamp: step.stamp,
+        key: None,
     }
 }
 

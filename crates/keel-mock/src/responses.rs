@@ -68,7 +68,7 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
             text_index: 0,
             call_indexes: HashMap::new(),
         };
-        driver::stream(reply, encoder, state.shutdown.clone())
+        driver::stream(reply, encoder, &state, "openai-responses")
     } else {
         let body = response_object(
             &reply,
@@ -77,7 +77,7 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
             output(&reply, &context),
             true,
         );
-        driver::whole(&reply, body, Flavor::OpenAi, &state.shutdown).await
+        driver::whole(&reply, body, Flavor::OpenAi, &state, "openai-responses").await
     }
 }
 

@@ -4,10 +4,12 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::extract::State as Extract;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
+use axum::{Json, Router};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -15,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::MockConfig;
 use crate::state::State;
+use crate::tally::{Reported, Stats};
 use crate::{anthropic, gemini, models, openai_chat, responses};
 
 /// Requests larger than this are refused. Far above axum's 2 MiB default, because long
@@ -27,12 +30,24 @@ fn app(state: Arc<State>) -> Router {
         .route("/v1/responses", post(responses::handle))
         .route("/v1/messages", post(anthropic::handle))
         .route("/v1/models", get(models::list))
+        .route("/stats", get(stats))
         .route(
             "/v1beta/models/{target}",
             post(gemini::handle).get(gemini::model),
         )
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(state)
+}
+
+/// `GET /stats`: what the mock reported so far.
+async fn stats(Extract(state): Extract<Arc<State>>) -> Json<Value> {
+    let completed = state.reported();
+    Json(
+        serde_json::to_value(Stats {
+            completed: &completed,
+        })
+        .unwrap_or(Value::Null),
+    )
 }
 
 /// Serves the mock on `listener` until `shutdown` completes. Streams still running then
@@ -106,6 +121,11 @@ impl MockServer {
     /// How many requests reached step `step` of the script with id `script_id`.
     pub fn attempts(&self, script_id: &str, step: usize) -> u32 {
         self.state.attempts(script_id, step)
+    }
+
+    /// Every response delivered whole so far, with the usage it reported (`GET /stats`).
+    pub fn reported(&self) -> Vec<Reported> {
+        self.state.reported()
     }
 
     /// The latest requests the server received (path and JSON body), oldest first; a few

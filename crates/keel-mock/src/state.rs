@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::MockConfig;
 use crate::conversation::Item;
+use crate::tally::Reported;
 
 pub(crate) struct State {
     pub config: MockConfig,
@@ -21,6 +22,8 @@ pub(crate) struct State {
     /// Texts of the replies that ended with `pause_turn` (trailing whitespace trimmed, as a
     /// client sending them back as the last assistant turn must).
     paused: Mutex<HashSet<String>>,
+    /// Every response delivered whole, in the order they finished (unscripted ones summed).
+    reported: Mutex<Vec<Reported>>,
     seq: AtomicU64,
 }
 
@@ -42,6 +45,7 @@ impl State {
             responses: Mutex::default(),
             requests: Mutex::default(),
             paused: Mutex::default(),
+            reported: Mutex::default(),
             seq: AtomicU64::new(1),
         }
     }
@@ -90,6 +94,18 @@ impl State {
     pub(crate) fn recent_requests(&self) -> Vec<(String, serde_json::Value)> {
         let requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         requests.iter().cloned().collect()
+    }
+
+    /// Counts a response delivered whole.
+    pub(crate) fn report(&self, reported: Reported) {
+        let mut all = self.reported.lock().unwrap_or_else(PoisonError::into_inner);
+        crate::tally::add(&mut all, reported);
+    }
+
+    /// Every response delivered whole so far.
+    pub(crate) fn reported(&self) -> Vec<Reported> {
+        let all = self.reported.lock().unwrap_or_else(PoisonError::into_inner);
+        all.clone()
     }
 
     /// Remembers the conversation up to and including a response.

@@ -4,8 +4,9 @@
 //! edit mid-reply and mid-tool, compact, regenerate replies, switch back to the branches
 //! they left, answer client-side tools late, never or after an interrupt, and delete
 //! running chats — on SQLite, and on two PostgreSQL replicas sharing a fresh database on
-//! the server `KEEL_TEST_DATABASE_URL` names (which `scripts/test` sets). The long soak
-//! (`scripts/soak`) runs the same code with 2,000 chats and more kills.
+//! the server `KEEL_TEST_DATABASE_URL` names (which `scripts/test` sets). Each also checks the
+//! usage records against the usage the mock provider reported (`docs/observability.md`). The
+//! long soak (`scripts/soak`) runs the same code with 2,000 chats and more kills.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -24,7 +25,8 @@ fn seed() -> String {
 }
 
 /// Runs `keel bench soak ARGS` and returns its output, asserting that every chat of
-/// `chats` kept every invariant without a 5xx.
+/// `chats` kept every invariant without a 5xx, and that the usage check ran (a mismatch
+/// fails the soak).
 fn soak(chats: usize, args: &[&str]) -> String {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let output = Command::new(env!("CARGO_BIN_EXE_keel"))
@@ -48,7 +50,18 @@ fn soak(chats: usize, args: &[&str]) -> String {
         "{stdout}"
     );
     assert!(stdout.contains("0 5xx answers"), "{stdout}");
+    assert!(stdout.contains("\nusage: Keel counted ["), "{stdout}");
     stdout
+}
+
+/// How many reading users' chats the usage check found exact.
+fn exact_usage(stdout: &str) -> usize {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("usage: Keel counted"))
+        .unwrap_or_else(|| panic!("no usage check in {stdout}"));
+    let (_, after) = line.split_once("reading users' chats: ").unwrap();
+    after.split(' ').next().unwrap().parse().unwrap()
 }
 
 /// Every action of the user menu was carried out at least once. Promotions and deletes of
@@ -76,7 +89,10 @@ fn assert_every_action_ran(stdout: &str) {
 
 #[test]
 fn a_hundred_chats_with_random_faults_and_two_kills_keep_every_promise() {
-    soak(100, &["--kills", "2"]);
+    let stdout = soak(100, &["--kills", "2"]);
+    // Every chat that neither a kill nor a fault could rob of a whole response was counted
+    // exactly; there are such chats whatever the seed.
+    assert!(exact_usage(&stdout) > 0, "{stdout}");
 }
 
 #[test]

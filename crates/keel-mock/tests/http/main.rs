@@ -9,4 +9,5 @@ mod gemini;
 mod openai_chat;
 mod pacing;
 mod responses;
+mod stats;
 mod web_search;
