@@ -4,6 +4,9 @@
 //! streams, answers client-side tool calls as the
 //! program says, keeps a [`UserModel`] of what it did, and at the end checks the chat
 //! against that model and against what its event stream delivered.
+//!
+//! Longer than most files: one action per `match` arm, each with the model update and the
+//! check it implies; apart, the model and the actions would drift.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
