@@ -1,7 +1,8 @@
 //! The framing Anthropic Messages and OpenAI Responses share: every event is a JSON object
 //! named by its `type` field (or, lacking one, by the SSE event name), and a stream that
 //! closes before the protocol's terminal event was cut. A decoder of such a protocol
-//! implements [`TypedEvents`] and gets its [`Decoder`] from here.
+//! implements [`TypedEvents`] (with [`typed_events!`], when its state has the usual `ctx`
+//! and `finished` fields) and gets its [`Decoder`] from here.
 
 use keel_core::{ProviderError, StreamEvent};
 use serde_json::Value;
@@ -55,3 +56,42 @@ impl<T: TypedEvents> Decoder for T {
         }
     }
 }
+
+/// Implements [`TypedEvents`] for a decoder whose state holds `ctx: ErrorContext` and
+/// `finished: bool` and whose `handle_event` decodes one event; `$terminal` names the event
+/// that ends a complete stream.
+macro_rules! typed_events {
+    ($decoder:ty, $terminal:literal) => {
+        impl $crate::typed_events::TypedEvents for $decoder {
+            const TERMINAL: &'static str = $terminal;
+
+            fn ctx(&self) -> &$crate::http::ErrorContext {
+                &self.ctx
+            }
+
+            fn is_done(&self) -> bool {
+                self.finished
+            }
+
+            fn handle(
+                &mut self,
+                ty: &str,
+                event: &serde_json::Value,
+                data: &str,
+                out: &mut Vec<keel_core::StreamEvent>,
+            ) {
+                self.handle_event(ty, event, data, out);
+            }
+
+            fn fail(
+                &mut self,
+                error: keel_core::ProviderError,
+                out: &mut Vec<keel_core::StreamEvent>,
+            ) {
+                out.push(keel_core::StreamEvent::Error(error));
+                self.finished = true;
+            }
+        }
+    };
+}
+pub(crate) use typed_events;

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use keel_core::{FinishReason, ProviderError, StreamEvent, Usage};
+use keel_core::{FinishReason, StreamEvent, Usage};
 use serde_json::{Value, json};
 
 use super::request::METADATA_KEY;
@@ -303,26 +303,7 @@ impl AnthropicDecoder {
     }
 }
 
-impl TypedEvents for AnthropicDecoder {
-    const TERMINAL: &'static str = "message_stop";
-
-    fn ctx(&self) -> &ErrorContext {
-        &self.ctx
-    }
-
-    fn is_done(&self) -> bool {
-        self.finished
-    }
-
-    fn handle(&mut self, ty: &str, event: &Value, data: &str, out: &mut Vec<StreamEvent>) {
-        self.handle_event(ty, event, data, out);
-    }
-
-    fn fail(&mut self, error: ProviderError, out: &mut Vec<StreamEvent>) {
-        out.push(StreamEvent::Error(error));
-        self.finished = true;
-    }
-}
+crate::typed_events::typed_events!(AnthropicDecoder, "message_stop");
 
 fn redacted_metadata(data: &Value) -> Value {
     json!({ METADATA_KEY: { "redacted_data": data } })

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use keel_core::{FinishReason, ProviderError, StreamEvent, Usage};
+use keel_core::{FinishReason, StreamEvent, Usage};
 use serde_json::{Value, json};
 
 use super::request::METADATA_KEY;
@@ -447,26 +447,7 @@ impl ResponsesDecoder {
     }
 }
 
-impl TypedEvents for ResponsesDecoder {
-    const TERMINAL: &'static str = "response.completed";
-
-    fn ctx(&self) -> &ErrorContext {
-        &self.ctx
-    }
-
-    fn is_done(&self) -> bool {
-        self.finished
-    }
-
-    fn handle(&mut self, ty: &str, event: &Value, data: &str, out: &mut Vec<StreamEvent>) {
-        self.handle_event(ty, event, data, out);
-    }
-
-    fn fail(&mut self, error: ProviderError, out: &mut Vec<StreamEvent>) {
-        out.push(StreamEvent::Error(error));
-        self.finished = true;
-    }
-}
+crate::typed_events::typed_events!(ResponsesDecoder, "response.completed");
 
 /// Output items the client runs, as opposed to tools the provider runs itself
 /// (`web_search_call`, `file_search_call`, `code_interpreter_call`, ...).
