@@ -1,6 +1,7 @@
 //! Two things at once: queued messages behind client-side calls, edits while a reply
 //! streams, clients resuming from positions the chat never reached.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -513,24 +514,37 @@ async fn a_follower_of_the_run_reads_nothing_for_its_step_commit() {
     assert!(reads <= 2, "{reads} reads");
 }
 
+/// A chat whose owner streamed five parts of `reply` to a client and was killed before it
+/// logged any: the owner's log writes wait for ever, so every part it sent was live only.
+/// Returns the chat's id and what the client saw.
+async fn killed_with_nothing_logged(
+    dir: &Path,
+    database: &str,
+    client: &Client,
+    reply: &str,
+) -> (String, Transcript) {
+    let never_logged = ("KEEL_DEBUG_LOG_PAUSE_MS", "600000");
+    let mut daemon = Daemon::start_with_env(dir, database, "", &[never_logged]);
+    let (id, events, transcript) = client.streaming_chat(&daemon, reply, 40.0, 5).await;
+    assert!(!transcript.live_text.is_empty());
+    daemon.kill();
+    drop(events);
+    (id, transcript)
+}
+
 #[tokio::test]
 async fn a_takeover_voids_the_parts_a_dead_owner_sent_but_never_logged() {
     let dir = tempfile::tempdir().unwrap();
     let database = sqlite(dir.path());
-    // The owner's log writes wait for ever: every part it sends is live only.
-    let never_logged = ("KEEL_DEBUG_LOG_PAUSE_MS", "600000");
-    let mut daemon = Daemon::start_with_env(dir.path(), &database, "", &[never_logged]);
     let client = Client::new();
     let reply = words(40);
-    let (id, mut events, mut transcript) = client.streaming_chat(&daemon, &reply, 40.0, 5).await;
-    assert!(!transcript.live_text.is_empty());
-    daemon.kill();
-    drop(events);
+    let (id, mut transcript) =
+        killed_with_nothing_logged(dir.path(), &database, &client, &reply).await;
 
     // The client resumes from the last part it saw, which no store holds: the new owner
     // starts the step over, and the client must never show its text after the old.
     let daemon = Daemon::start(dir.path(), &database, "");
-    events = client
+    let mut events = client
         .events(&daemon, &id, transcript.last_id.as_deref())
         .await;
     while let Some(event) = events.next().await {
@@ -553,15 +567,11 @@ async fn a_takeover_voids_the_parts_a_dead_owner_sent_but_never_logged() {
 async fn a_client_back_after_a_takeover_committed_is_told_to_drop_its_unlogged_parts() {
     let dir = tempfile::tempdir().unwrap();
     let database = sqlite(dir.path());
-    let never_logged = ("KEEL_DEBUG_LOG_PAUSE_MS", "600000");
-    let mut daemon = Daemon::start_with_env(dir.path(), &database, "", &[never_logged]);
     let client = Client::new();
     let reply = words(40);
-    let (id, events, mut transcript) = client.streaming_chat(&daemon, &reply, 40.0, 5).await;
+    let (id, mut transcript) =
+        killed_with_nothing_logged(dir.path(), &database, &client, &reply).await;
     let seen = transcript.live_text.clone();
-    assert!(!seen.is_empty());
-    daemon.kill();
-    drop(events);
 
     // The new owner finishes the reply while the client is away, and the next turn too:
     // the `stream_reset` that began the step went with its log when the next step

@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -689,4 +689,17 @@ pub fn words(n: usize) -> String {
         .map(|i| format!("w{i}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Runs the `keel` command line (`keel ARGS`) in `dir` with `env`, away from any
+/// configuration or database the test's own environment names.
+pub fn keel(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("KEEL_CONFIG")
+        .env_remove("KEEL_DATABASE_URL")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
 }

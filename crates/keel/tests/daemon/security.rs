@@ -2,7 +2,7 @@
 //! requests, the header-read timeout, removing users, and nothing secret in answers or logs.
 
 use std::path::Path;
-use std::process::{Command, Output};
+
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -13,32 +13,9 @@ use tokio::net::TcpStream;
 
 use crate::harness::*;
 
-/// Runs the `keel` command line in `dir`.
-fn keel(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("KEEL_CONFIG")
-        .env_remove("KEEL_DATABASE_URL")
-        .output()
-        .unwrap()
-}
-
-/// Runs the `keel` command line in `dir` with extra environment variables.
-fn keel_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("KEEL_CONFIG")
-        .env_remove("KEEL_DATABASE_URL")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
-}
-
 /// `keel users add NAME`; returns the token.
 fn add_user(dir: &Path, database: &str, name: &str) -> String {
-    let output = keel(dir, &["users", "add", name, "--database", database]);
+    let output = keel(dir, &["users", "add", name, "--database", database], &[]);
     assert!(output.status.success(), "{output:?}");
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
@@ -512,7 +489,7 @@ async fn a_removed_users_token_stops_working_without_a_restart() {
     let (alice, bob) = (Client::with_token(&alice), Client::with_token(&bob));
     assert_eq!(alice.get(&daemon.api("/chats")).await.0, 200);
 
-    let listed = keel(dir.path(), &["users", "list", "--database", &database]);
+    let listed = keel(dir.path(), &["users", "list", "--database", &database], &[]);
     assert!(listed.status.success(), "{listed:?}");
     let names: Vec<String> = String::from_utf8(listed.stdout)
         .unwrap()
@@ -524,13 +501,14 @@ async fn a_removed_users_token_stops_working_without_a_restart() {
     let removed = keel(
         dir.path(),
         &["users", "remove", "alice", "--database", &database],
+        &[],
     );
     assert!(removed.status.success(), "{removed:?}");
     let (status, body) = alice.get(&daemon.api("/chats")).await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(bob.get(&daemon.api("/chats")).await.0, 200);
 
-    let listed = keel(dir.path(), &["users", "list", "--database", &database]);
+    let listed = keel(dir.path(), &["users", "list", "--database", &database], &[]);
     assert!(
         String::from_utf8(listed.stdout)
             .unwrap()
@@ -539,6 +517,7 @@ async fn a_removed_users_token_stops_working_without_a_restart() {
     let again = keel(
         dir.path(),
         &["users", "remove", "alice", "--database", &database],
+        &[],
     );
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("no user `alice`"));
@@ -554,6 +533,7 @@ async fn adding_an_existing_user_is_refused_unless_the_token_is_rotated() {
     let again = keel(
         dir.path(),
         &["users", "add", "alice", "--database", &database],
+        &[],
     );
     assert!(!again.status.success(), "{again:?}");
     assert!(again.stdout.is_empty(), "no token is printed: {again:?}");
@@ -564,6 +544,7 @@ async fn adding_an_existing_user_is_refused_unless_the_token_is_rotated() {
     let rotated = keel(
         dir.path(),
         &["users", "add", "alice", "--rotate", "--database", &database],
+        &[],
     );
     assert!(rotated.status.success(), "{rotated:?}");
     let second = String::from_utf8(rotated.stdout).unwrap().trim().to_owned();
@@ -677,12 +658,13 @@ async fn database_failures_show_a_request_id_never_the_error_or_the_password() {
     let refused = keel(
         dir.path(),
         &["serve", "--listen", "127.0.0.1:0", "--database", &database],
+        &[],
     );
     assert!(!refused.status.success());
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains(&format!("{user}:***@127.0.0.1")), "{said}");
     assert!(!said.contains(secret), "{said}");
-    let listed = keel(dir.path(), &["users", "list", "--database", &database]);
+    let listed = keel(dir.path(), &["users", "list", "--database", &database], &[]);
     assert!(!listed.status.success());
     assert!(!String::from_utf8_lossy(&listed.stderr).contains(secret));
 }
@@ -708,6 +690,7 @@ async fn adding_the_first_user_to_a_running_daemon_requires_tokens_and_removing_
     let removed = keel(
         dir.path(),
         &["users", "remove", "alice", "--database", &database],
+        &[],
     );
     assert!(removed.status.success(), "{removed:?}");
     assert_eq!(alice.get(&daemon.api("/chats")).await.0, 401);
@@ -726,11 +709,11 @@ fn a_public_address_waits_for_a_user_added_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let database = sqlite(dir.path());
     let public = [("KEEL_LISTEN", "0.0.0.0:0")];
-    let refused = keel_with_env(dir.path(), &["serve", "--database", &database], &public);
+    let refused = keel(dir.path(), &["serve", "--database", &database], &public);
     assert!(!refused.status.success(), "{refused:?}");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("keel users add"), "{stderr}");
-    let added = keel_with_env(
+    let added = keel(
         dir.path(),
         &["users", "add", "alice", "--database", &database],
         &public,

@@ -3,7 +3,6 @@
 //! nothing stored, and `keel backup` of a daemon under load restores every message committed
 //! before it began; `keel restore` refuses a database in use and a file that is not Keel's.
 
-use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
@@ -274,18 +273,6 @@ async fn a_bad_import_is_refused_by_name_and_stores_nothing() {
     );
     let bigger = with(&|f| f["messages"][0]["parts"][0]["text"] = json!("y".repeat(2000)));
     assert_eq!(import(&daemon, bigger).await.0, 201);
-}
-
-/// Runs `keel ARGS` in `dir` with `env`.
-fn keel(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("KEEL_CONFIG")
-        .env_remove("KEEL_DATABASE_URL")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
 }
 
 fn stderr(output: &Output) -> String {

@@ -3,7 +3,6 @@
 //! took; a used-up budget refuses new runs and stops a run between steps.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -192,24 +191,19 @@ async fn usage_is_grouped_by_day_within_a_range_and_bad_queries_are_refused() {
 
 /// Adds a user to the database and answers its token.
 fn add_user(dir: &Path, database: &str, name: &str) -> String {
-    let output = keel(dir, &["users", "add", name, "--database", database]);
+    let output = keel_ok(dir, &["users", "add", name, "--database", database]);
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
 /// Gives alice a budget of 1000 tokens `per` day or month, through `keel users budget`.
 fn limit_alice(dir: &tempfile::TempDir, database: &str, per: &str) {
     let args = ["users", "budget", "alice", "--tokens", "1000", "--per", per];
-    keel(dir.path(), &[&args[..], &["--database", database]].concat());
+    keel_ok(dir.path(), &[&args[..], &["--database", database]].concat());
 }
 
 /// Runs `keel ARGS` and checks it succeeded.
-fn keel(dir: &Path, args: &[&str]) -> std::process::Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("KEEL_CONFIG")
-        .output()
-        .unwrap();
+fn keel_ok(dir: &Path, args: &[&str]) -> std::process::Output {
+    let output = keel(dir, args, &[]);
     assert!(output.status.success(), "keel {args:?}: {output:?}");
     output
 }
@@ -228,7 +222,7 @@ async fn a_used_up_budget_refuses_every_door_and_stores_nothing() {
     let alice = add_user(dir.path(), &database, "alice");
     let bob = add_user(dir.path(), &database, "bob");
     limit_alice(&dir, &database, "day");
-    let listed = keel(dir.path(), &["users", "list", "--database", &database]);
+    let listed = keel_ok(dir.path(), &["users", "list", "--database", &database]);
     assert!(
         String::from_utf8_lossy(&listed.stdout).contains("budget: 1000 tokens per day"),
         "{listed:?}"
@@ -312,7 +306,7 @@ async fn a_used_up_budget_refuses_every_door_and_stores_nothing() {
     assert_eq!(groups[0]["input_tokens"], 1000);
 
     // Cleared while the daemon runs, the budget no longer stops her.
-    keel(
+    keel_ok(
         dir.path(),
         &[
             "users",
