@@ -100,6 +100,21 @@ replica_start() { # NAME: a stopped replica replaced, as docs/deploy.md's rollin
     compose_processes up-one "$1"
   fi
 }
+# Whether the replica answers /readyz; one that has exited (killed, or a start that failed) is
+# replaced, and one still starting is left to finish.
+replica_back() { # NAME
+  if replica_get "$1" /readyz >/dev/null 2>&1; then return 0; fi
+  if ! replica_running "$1"; then replica_start "$1" >/dev/null 2>&1 || true; fi
+  return 1
+}
+replica_diagnosis() { # NAME: what the test saw of it, for the failure message
+  if [ "$CONTAINERS" = 1 ]; then
+    echo "state: $(pm inspect -f '{{.State.Status}} exit {{.State.ExitCode}}' \
+      "${PROJECT}_$1_1" 2>&1)"
+    echo "podman-compose: $(tail -n 10 "$WORK/compose/podman-compose.log")"
+  fi
+  echo "log: $(replica_log "$1" 2>&1 | tail -n 15)"
+}
 replica_log() {
   if [ "$CONTAINERS" = 1 ]; then pm logs "${PROJECT}_$1_1" 2>&1; else cat "$STATE/$1.log"; fi
 }
@@ -165,11 +180,9 @@ compose_scenario() {
   killed=$(cat "$WORK/compose/stopped")
   say "the chat completed on the other replica after $killed was killed"
 
-  if ! replica_running "$killed"; then
-    say "replacing $killed (as a rolling upgrade does)"
-    replica_start "$killed" >/dev/null
-  fi
-  wait_for 90 replica_get "$killed" /readyz || fail "$killed did not come back"
+  say "replacing $killed (as a rolling upgrade does)"
+  wait_for 90 replica_back "$killed" ||
+    fail "$killed did not come back: $(replica_diagnosis "$killed")"
   say "a chat through the proxy; SIGTERM to the replica running it"
   "$PY" "$DEPLOY/chat.py" --base "$PROXY" --token "$TOKEN" --words 120 --rate 20 \
     --then "bash '$DEPLOY/compose.sh' stop-busy TERM" >&2
