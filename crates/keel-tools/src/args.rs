@@ -30,6 +30,17 @@ pub(crate) fn definition<T: JsonSchema>(
         .clone()
 }
 
+/// The [`definition`] of a tool whose arguments are `$args`, with the cache it needs: each
+/// expansion holds its own.
+macro_rules! tool_definition {
+    ($args:ty, $name:expr, $description:expr $(,)?) => {{
+        static DEFINITION: std::sync::OnceLock<keel_core::ToolDefinition> =
+            std::sync::OnceLock::new();
+        $crate::args::definition::<$args>(&DEFINITION, $name, $description)
+    }};
+}
+pub(crate) use tool_definition;
+
 /// Parses the model's argument text. Empty text counts as `{}`, which models send for tools
 /// without required parameters.
 pub(crate) fn parse<T: DeserializeOwned>(tool: &str, args: &str) -> Result<T, ToolError> {

@@ -9,7 +9,8 @@ use keel_core::{CallOptions, Message, ModelCall, PartKind, Role, Thinking, ToolC
 use serde_json::{Map, Value, json};
 
 use crate::convert::{
-    CONTINUE_PROMPT, args_object, ends_with_assistant, metadata_for, tool_result_text,
+    CONTINUE_PROMPT, UserInput, args_object, ends_with_assistant, metadata_for, tool_result_text,
+    user_inputs,
 };
 
 /// The key of this protocol's data in a part's `provider_metadata`.
@@ -266,29 +267,30 @@ fn assistant_blocks(message: &Message) -> Vec<Value> {
 
 fn user_blocks(message: &Message) -> Vec<Value> {
     let mut blocks = Vec::new();
-    for part in &message.parts {
-        match &part.kind {
-            PartKind::Text { text } if !text.is_empty() => {
-                blocks.push(json!({"type": "text", "text": text}));
+    for input in user_inputs(message) {
+        match input {
+            UserInput::Text(text) => {
+                if !text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
             }
-            PartKind::ToolResult {
-                tool_call_id,
+            UserInput::ToolResult {
+                call_id,
                 result,
                 is_error,
-                provider_executed: false,
                 ..
             } => {
                 let mut block = json!({
                     "type": "tool_result",
-                    "tool_use_id": tool_call_id,
+                    "tool_use_id": call_id,
                     "content": tool_result_text(result),
                 });
-                if *is_error {
+                if is_error {
                     block["is_error"] = json!(true);
                 }
                 blocks.push(block);
             }
-            PartKind::File {
+            UserInput::File {
                 media_type,
                 data,
                 url,
@@ -307,7 +309,6 @@ fn user_blocks(message: &Message) -> Vec<Value> {
                 };
                 blocks.push(json!({"type": ty, "source": source}));
             }
-            _ => {}
         }
     }
     blocks

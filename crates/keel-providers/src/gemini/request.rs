@@ -9,7 +9,9 @@
 use keel_core::{Message, ModelCall, PartKind, ReasoningEffort, Role, ToolChoice};
 use serde_json::{Map, Value, json};
 
-use crate::convert::{CONTINUE_PROMPT, args_object, ends_with_assistant, metadata_for};
+use crate::convert::{
+    CONTINUE_PROMPT, UserInput, args_object, ends_with_assistant, metadata_for, user_inputs,
+};
 
 /// The key of this protocol's data in a part's `provider_metadata`.
 pub const METADATA_KEY: &str = "gemini";
@@ -193,26 +195,29 @@ fn model_parts(message: &Message) -> Vec<Value> {
 
 fn user_parts(message: &Message) -> Vec<Value> {
     let mut parts = Vec::new();
-    for part in &message.parts {
-        match &part.kind {
-            PartKind::Text { text } if !text.is_empty() => parts.push(json!({"text": text})),
-            PartKind::ToolResult {
-                tool_call_id,
+    for input in user_inputs(message) {
+        match input {
+            UserInput::Text(text) => {
+                if !text.is_empty() {
+                    parts.push(json!({"text": text}));
+                }
+            }
+            UserInput::ToolResult {
+                call_id,
                 tool_name,
                 result,
                 is_error,
-                provider_executed: false,
             } => {
                 // `response` must be an object: "output" for a result, "error" for a
                 // failure (https://ai.google.dev/api/caching#FunctionResponse).
-                let key = if *is_error { "error" } else { "output" };
+                let key = if is_error { "error" } else { "output" };
                 let mut response = json!({"name": tool_name, "response": { key: result }});
-                if !tool_call_id.starts_with(LOCAL_CALL_ID_PREFIX) {
-                    response["id"] = json!(tool_call_id);
+                if !call_id.starts_with(LOCAL_CALL_ID_PREFIX) {
+                    response["id"] = json!(call_id);
                 }
                 parts.push(json!({ "functionResponse": response }));
             }
-            PartKind::File {
+            UserInput::File {
                 media_type,
                 data,
                 url,
@@ -225,7 +230,6 @@ fn user_parts(message: &Message) -> Vec<Value> {
                 }
                 (None, None) => {}
             },
-            _ => {}
         }
     }
     parts

@@ -5,7 +5,8 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{OutputLimitField, ReasoningContent};
 use crate::convert::{
-    CONTINUE_PROMPT, ends_with_assistant, file_url, metadata_for, tool_result_text,
+    CONTINUE_PROMPT, UserInput, ends_with_assistant, file_url, metadata_for, tool_result_text,
+    user_inputs,
 };
 
 /// The key of this protocol's data in a part's `provider_metadata`.
@@ -221,25 +222,22 @@ fn user_or_tool(message: &Message) -> Vec<Value> {
     let mut out = Vec::new();
     let mut content = Vec::new();
     let mut has_file = false;
-    for part in &message.parts {
-        match &part.kind {
-            PartKind::ToolResult {
-                tool_call_id,
-                result,
-                provider_executed: false,
-                ..
+    for input in user_inputs(message) {
+        match input {
+            UserInput::ToolResult {
+                call_id, result, ..
             } => out.push(json!({
                 "role": "tool",
-                "tool_call_id": tool_call_id,
+                "tool_call_id": call_id,
                 "content": tool_result_text(result),
             })),
-            PartKind::Text { text } => content.push(json!({"type": "text", "text": text})),
-            PartKind::File {
+            UserInput::Text(text) => content.push(json!({"type": "text", "text": text})),
+            UserInput::File {
                 media_type,
                 data,
                 url,
             } => {
-                let Some(url) = file_url(media_type, data.as_deref(), url.as_deref()) else {
+                let Some(url) = file_url(media_type, data, url) else {
                     continue;
                 };
                 has_file = true;
@@ -251,7 +249,6 @@ fn user_or_tool(message: &Message) -> Vec<Value> {
                     );
                 }
             }
-            _ => {}
         }
     }
     if !content.is_empty() {

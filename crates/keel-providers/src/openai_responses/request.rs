@@ -8,7 +8,8 @@ use keel_core::{Message, ModelCall, Part, PartKind, Role, ToolChoice};
 use serde_json::{Map, Value, json};
 
 use crate::convert::{
-    CONTINUE_PROMPT, ends_with_assistant, file_url, metadata_for, tool_result_text,
+    CONTINUE_PROMPT, UserInput, ends_with_assistant, file_url, metadata_for, tool_result_text,
+    user_inputs,
 };
 
 /// The key of this protocol's data in a part's `provider_metadata`.
@@ -297,25 +298,22 @@ fn reasoning_item(part: &Part, store: bool) -> Option<(Value, Value)> {
 
 fn user_or_tool(message: &Message, items: &mut Vec<Value>) {
     let mut content = Vec::new();
-    for part in &message.parts {
-        match &part.kind {
-            PartKind::ToolResult {
-                tool_call_id,
-                result,
-                provider_executed: false,
-                ..
+    for input in user_inputs(message) {
+        match input {
+            UserInput::ToolResult {
+                call_id, result, ..
             } => items.push(json!({
                 "type": "function_call_output",
-                "call_id": tool_call_id,
+                "call_id": call_id,
                 "output": tool_result_text(result),
             })),
-            PartKind::Text { text } => content.push(json!({"type": "input_text", "text": text})),
-            PartKind::File {
+            UserInput::Text(text) => content.push(json!({"type": "input_text", "text": text})),
+            UserInput::File {
                 media_type,
                 data,
                 url,
             } => {
-                let Some(url) = file_url(media_type, data.as_deref(), url.as_deref()) else {
+                let Some(url) = file_url(media_type, data, url) else {
                     continue;
                 };
                 if media_type.starts_with("image/") {
@@ -328,7 +326,6 @@ fn user_or_tool(message: &Message, items: &mut Vec<Value>) {
                     content.push(json!({"type": "input_file", "file_url": url}));
                 }
             }
-            _ => {}
         }
     }
     if !content.is_empty() {

@@ -5,12 +5,10 @@ use keel_agent::{Tool, ToolCallRequest, ToolError, ToolOutput};
 use keel_core::{Cancel, ToolDefinition};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::sync::OnceLock;
 
 use crate::args;
 use crate::builtin::read_file::MAX_FILE_BYTES;
 use crate::open;
-use crate::workspace::Workspace;
 
 const NAME: &str = super::BuiltinTool::EditFile.name();
 
@@ -25,24 +23,16 @@ struct Args {
     new: String,
 }
 
-/// Edits a file of the workspace by exact string replacement.
-#[derive(Debug, Clone)]
-pub struct EditFile {
-    workspace: Workspace,
-}
-
-impl EditFile {
-    pub fn new(workspace: Workspace) -> Self {
-        Self { workspace }
-    }
+super::workspace_tool! {
+    /// Edits a file of the workspace by exact string replacement.
+    EditFile
 }
 
 #[async_trait]
 impl Tool for EditFile {
     fn definition(&self) -> ToolDefinition {
-        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
-        args::definition::<Args>(
-            &DEFINITION,
+        args::tool_definition!(
+            Args,
             NAME,
             "Replace the exact text `old` with `new` in a file of the workspace. `old` must occur \
              exactly once; include surrounding lines to make it unique.",

@@ -5,10 +5,8 @@ use keel_agent::{Tool, ToolCallRequest, ToolError, ToolOutput};
 use keel_core::{Cancel, ToolDefinition};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::sync::OnceLock;
 
 use crate::args;
-use crate::workspace::Workspace;
 
 const NAME: &str = super::BuiltinTool::ListDir.name();
 
@@ -19,24 +17,16 @@ struct Args {
     path: String,
 }
 
-/// Lists a directory of the workspace.
-#[derive(Debug, Clone)]
-pub struct ListDir {
-    workspace: Workspace,
-}
-
-impl ListDir {
-    pub fn new(workspace: Workspace) -> Self {
-        Self { workspace }
-    }
+super::workspace_tool! {
+    /// Lists a directory of the workspace.
+    ListDir
 }
 
 #[async_trait]
 impl Tool for ListDir {
     fn definition(&self) -> ToolDefinition {
-        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
-        args::definition::<Args>(
-            &DEFINITION,
+        args::tool_definition!(
+            Args,
             NAME,
             "List the entries of a directory of the workspace, sorted by name, one per line. \
              Directories end with `/`.",

@@ -10,6 +10,24 @@ use keel_agent::Tool;
 use crate::sandbox::Launcher;
 use crate::workspace::{Workspace, WorkspaceError};
 
+/// A tool's type over the workspace, with the constructor the other built-ins share.
+macro_rules! workspace_tool {
+    ($(#[$attr:meta])* $tool:ident) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone)]
+        pub struct $tool {
+            workspace: $crate::workspace::Workspace,
+        }
+
+        impl $tool {
+            pub fn new(workspace: $crate::workspace::Workspace) -> Self {
+                Self { workspace }
+            }
+        }
+    };
+}
+use workspace_tool;
+
 pub mod edit_file;
 pub mod list_dir;
 pub mod read_file;

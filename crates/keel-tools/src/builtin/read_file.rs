@@ -5,11 +5,9 @@ use keel_agent::{Tool, ToolCallRequest, ToolError, ToolOutput};
 use keel_core::{Cancel, ToolDefinition};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::sync::OnceLock;
 
 use crate::args;
 use crate::open::{self, ReadError};
-use crate::workspace::Workspace;
 
 const NAME: &str = super::BuiltinTool::ReadFile.name();
 
@@ -32,24 +30,16 @@ struct Args {
     end_line: Option<usize>,
 }
 
-/// Reads a file of the workspace.
-#[derive(Debug, Clone)]
-pub struct ReadFile {
-    workspace: Workspace,
-}
-
-impl ReadFile {
-    pub fn new(workspace: Workspace) -> Self {
-        Self { workspace }
-    }
+super::workspace_tool! {
+    /// Reads a file of the workspace.
+    ReadFile
 }
 
 #[async_trait]
 impl Tool for ReadFile {
     fn definition(&self) -> ToolDefinition {
-        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
-        args::definition::<Args>(
-            &DEFINITION,
+        args::tool_definition!(
+            Args,
             NAME,
             "Read a text file of the workspace. Optionally only the lines start_line..=end_line \
              (1-based, inclusive).",
@@ -126,6 +116,7 @@ fn select_lines(text: &str, start: Option<usize>, end: Option<usize>) -> Result<
 mod tests {
     use super::*;
     use crate::builtin::test_support::{call, workspace};
+    use crate::workspace::Workspace;
 
     #[tokio::test]
     async fn reads_whole_file_and_line_ranges() {

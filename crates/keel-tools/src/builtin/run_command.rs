@@ -14,7 +14,6 @@ use std::collections::VecDeque;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Mutex;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -113,9 +112,8 @@ enum Outcome {
 #[async_trait]
 impl Tool for RunCommand {
     fn definition(&self) -> ToolDefinition {
-        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
-        args::definition::<Args>(
-            &DEFINITION,
+        args::tool_definition!(
+            Args,
             NAME,
             "Run a shell command (sh -c) in the workspace directory. Returns the combined \
              stdout and stderr (long output keeps its beginning and end) and the exit code.",

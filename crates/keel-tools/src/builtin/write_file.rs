@@ -5,11 +5,9 @@ use keel_agent::{Tool, ToolCallRequest, ToolError, ToolOutput};
 use keel_core::{Cancel, ToolDefinition};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::sync::OnceLock;
 
 use crate::args;
 use crate::open;
-use crate::workspace::Workspace;
 
 const NAME: &str = super::BuiltinTool::WriteFile.name();
 
@@ -22,24 +20,16 @@ struct Args {
     content: String,
 }
 
-/// Writes a file of the workspace.
-#[derive(Debug, Clone)]
-pub struct WriteFile {
-    workspace: Workspace,
-}
-
-impl WriteFile {
-    pub fn new(workspace: Workspace) -> Self {
-        Self { workspace }
-    }
+super::workspace_tool! {
+    /// Writes a file of the workspace.
+    WriteFile
 }
 
 #[async_trait]
 impl Tool for WriteFile {
     fn definition(&self) -> ToolDefinition {
-        static DEFINITION: OnceLock<ToolDefinition> = OnceLock::new();
-        args::definition::<Args>(
-            &DEFINITION,
+        args::tool_definition!(
+            Args,
             NAME,
             "Create or overwrite a file of the workspace with the given content. Parent \
              directories are created as needed.",
