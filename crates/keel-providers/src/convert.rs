@@ -22,15 +22,6 @@ pub(crate) fn tool_result_text(result: &Value) -> String {
     }
 }
 
-/// A file part as a URL: its own URL, or a `data:` URL of its base64 data.
-pub(crate) fn file_url(media_type: &str, data: Option<&str>, url: Option<&str>) -> Option<String> {
-    match (url, data) {
-        (Some(url), _) => Some(url.to_owned()),
-        (None, Some(data)) => Some(format!("data:{media_type};base64,{data}")),
-        (None, None) => None,
-    }
-}
-
 /// A part of a user or tool message, as every request builder sends it. Parts a user turn
 /// does not carry to a provider (reasoning, tool calls, results of provider-executed tools,
 /// files with neither data nor URL) are left out.
@@ -43,11 +34,33 @@ pub(crate) enum UserInput<'a> {
         result: &'a Value,
         is_error: bool,
     },
-    File {
-        media_type: &'a str,
-        data: Option<&'a str>,
-        url: Option<&'a str>,
-    },
+    File(FileInput<'a>),
+}
+
+/// A file of a user turn: its base64 data, its URL, or both (never neither).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct FileInput<'a> {
+    pub(crate) media_type: &'a str,
+    pub(crate) data: Option<&'a str>,
+    pub(crate) url: Option<&'a str>,
+}
+
+impl FileInput<'_> {
+    /// Its own URL, or a `data:` URL of its data.
+    pub(crate) fn url(&self) -> String {
+        match (self.url, self.data) {
+            (Some(url), _) => url.to_owned(),
+            (None, data) => format!(
+                "data:{};base64,{}",
+                self.media_type,
+                data.unwrap_or_default()
+            ),
+        }
+    }
+
+    pub(crate) fn is_image(&self) -> bool {
+        self.media_type.starts_with("image/")
+    }
 }
 
 /// The parts of a user or tool message that go to a provider, in order.
@@ -70,11 +83,11 @@ pub(crate) fn user_inputs(message: &Message) -> impl Iterator<Item = UserInput<'
             media_type,
             data,
             url,
-        } if data.is_some() || url.is_some() => Some(UserInput::File {
+        } if data.is_some() || url.is_some() => Some(UserInput::File(FileInput {
             media_type,
             data: data.as_deref(),
             url: url.as_deref(),
-        }),
+        })),
         _ => None,
     })
 }
@@ -145,12 +158,17 @@ mod tests {
                     result: &json!("body"),
                     is_error: false,
                 },
-                UserInput::File {
+                UserInput::File(FileInput {
                     media_type: "image/png",
                     data: Some("AAAA"),
                     url: None,
-                },
+                }),
             ]
         );
+        let UserInput::File(file) = inputs[2] else {
+            unreachable!()
+        };
+        assert_eq!(file.url(), "data:image/png;base64,AAAA");
+        assert!(file.is_image());
     }
 }

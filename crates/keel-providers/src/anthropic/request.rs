@@ -290,23 +290,15 @@ fn user_blocks(message: &Message) -> Vec<Value> {
                 }
                 blocks.push(block);
             }
-            UserInput::File {
-                media_type,
-                data,
-                url,
-            } => {
-                let source = match (data, url) {
+            UserInput::File(file) => {
+                let source = match (file.data, file.url) {
                     (Some(data), _) => {
-                        json!({"type": "base64", "media_type": media_type, "data": data})
+                        json!({"type": "base64", "media_type": file.media_type, "data": data})
                     }
                     (None, Some(url)) => json!({"type": "url", "url": url}),
                     (None, None) => continue,
                 };
-                let ty = if media_type.starts_with("image/") {
-                    "image"
-                } else {
-                    "document"
-                };
+                let ty = if file.is_image() { "image" } else { "document" };
                 blocks.push(json!({"type": ty, "source": source}));
             }
         }

@@ -10,7 +10,8 @@ use keel_core::{Message, ModelCall, PartKind, ReasoningEffort, Role, ToolChoice}
 use serde_json::{Map, Value, json};
 
 use crate::convert::{
-    CONTINUE_PROMPT, UserInput, args_object, ends_with_assistant, metadata_for, user_inputs,
+    CONTINUE_PROMPT, FileInput, UserInput, args_object, ends_with_assistant, metadata_for,
+    user_inputs,
 };
 
 /// The key of this protocol's data in a part's `provider_metadata`.
@@ -217,11 +218,11 @@ fn user_parts(message: &Message) -> Vec<Value> {
                 }
                 parts.push(json!({ "functionResponse": response }));
             }
-            UserInput::File {
+            UserInput::File(FileInput {
                 media_type,
                 data,
                 url,
-            } => match (data, url) {
+            }) => match (data, url) {
                 (Some(data), _) => {
                     parts.push(json!({"inlineData": {"mimeType": media_type, "data": data}}));
                 }

@@ -5,8 +5,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{OutputLimitField, ReasoningContent};
 use crate::convert::{
-    CONTINUE_PROMPT, UserInput, ends_with_assistant, file_url, metadata_for, tool_result_text,
-    user_inputs,
+    CONTINUE_PROMPT, UserInput, ends_with_assistant, metadata_for, tool_result_text, user_inputs,
 };
 
 /// The key of this protocol's data in a part's `provider_metadata`.
@@ -232,22 +231,14 @@ fn user_or_tool(message: &Message) -> Vec<Value> {
                 "content": tool_result_text(result),
             })),
             UserInput::Text(text) => content.push(json!({"type": "text", "text": text})),
-            UserInput::File {
-                media_type,
-                data,
-                url,
-            } => {
-                let Some(url) = file_url(media_type, data, url) else {
-                    continue;
-                };
+            UserInput::File(file) => {
                 has_file = true;
-                if media_type.starts_with("image/") {
-                    content.push(json!({"type": "image_url", "image_url": {"url": url}}));
+                let url = file.url();
+                content.push(if file.is_image() {
+                    json!({"type": "image_url", "image_url": {"url": url}})
                 } else {
-                    content.push(
-                        json!({"type": "file", "file": {"filename": "attachment", "file_data": url}}),
-                    );
-                }
+                    json!({"type": "file", "file": {"filename": "attachment", "file_data": url}})
+                });
             }
         }
     }

@@ -8,8 +8,7 @@ use keel_core::{Message, ModelCall, Part, PartKind, Role, ToolChoice};
 use serde_json::{Map, Value, json};
 
 use crate::convert::{
-    CONTINUE_PROMPT, UserInput, ends_with_assistant, file_url, metadata_for, tool_result_text,
-    user_inputs,
+    CONTINUE_PROMPT, UserInput, ends_with_assistant, metadata_for, tool_result_text, user_inputs,
 };
 
 /// The key of this protocol's data in a part's `provider_metadata`.
@@ -308,23 +307,15 @@ fn user_or_tool(message: &Message, items: &mut Vec<Value>) {
                 "output": tool_result_text(result),
             })),
             UserInput::Text(text) => content.push(json!({"type": "input_text", "text": text})),
-            UserInput::File {
-                media_type,
-                data,
-                url,
-            } => {
-                let Some(url) = file_url(media_type, data, url) else {
-                    continue;
-                };
-                if media_type.starts_with("image/") {
-                    content.push(json!({"type": "input_image", "image_url": url}));
+            UserInput::File(file) => {
+                let url = file.url();
+                content.push(if file.is_image() {
+                    json!({"type": "input_image", "image_url": url})
                 } else if url.starts_with("data:") {
-                    content.push(
-                        json!({"type": "input_file", "filename": "attachment", "file_data": url}),
-                    );
+                    json!({"type": "input_file", "filename": "attachment", "file_data": url})
                 } else {
-                    content.push(json!({"type": "input_file", "file_url": url}));
-                }
+                    json!({"type": "input_file", "file_url": url})
+                });
             }
         }
     }
