@@ -547,3 +547,106 @@ async fn a_response_superseded_by_an_edit_ends_cancelled_as_it_is_stored() {
     assert_eq!(stored["status"], "cancelled", "{stored}");
     assert_eq!(stored["output"], last["response"]["output"]);
 }
+
+/// The environment of an owner whose log writes wait for ever: every part it streams is
+/// live only, so a kill -9 leaves no store holding any of them.
+const NEVER_LOGGED: (&str, &str) = ("KEEL_DEBUG_LOG_PAUSE_MS", "600000");
+
+#[tokio::test]
+async fn an_ai_sdk_client_back_after_a_takeover_gets_the_new_owners_reply_once() {
+    let (dir, database) = scratch();
+    let mut daemon = Daemon::start_with_env(dir.path(), &database, "", &[NEVER_LOGGED]);
+    let reply = words(40);
+    let response = post_stream(
+        &daemon.api("/ai-sdk/chat"),
+        &ui_body("taken-over", &scripted(&reply, 40.0)),
+    )
+    .await;
+    let seen = sse_data(response, |chunks| ui_text(chunks).len() > 20).await;
+    let message_id = seen[0]["messageId"].clone();
+    daemon.kill();
+
+    // The new owner starts the step over and finishes it while the page is away; the page
+    // then asks for the stream again, as `useChat`'s resume does after a reload.
+    let daemon = Daemon::start(dir.path(), &database, "");
+    let client = Client::new();
+    let chats = client.get(&daemon.api("/chats")).await.1;
+    let id = chats["chats"][0]["id"].as_str().unwrap().to_owned();
+    client.wait_status(&daemon, &id, "waiting").await;
+    let response = http_client()
+        .get(daemon.api("/ai-sdk/chat/taken-over/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        204,
+        "a finished reply has no stream to resume"
+    );
+    let history = get_json(&daemon.api("/ai-sdk/chat/taken-over/messages")).await;
+    let texts: Vec<&str> = history[1]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert_eq!(
+        history[1]["id"], message_id,
+        "the message the page was showing"
+    );
+    assert_eq!(
+        texts,
+        [reply.as_str()],
+        "the reply once, as the new owner wrote it"
+    );
+}
+
+#[tokio::test]
+async fn a_responses_client_back_after_a_takeover_never_sees_the_reply_twice() {
+    let (dir, database) = scratch();
+    let mut daemon = Daemon::start_with_env(dir.path(), &database, "", &[NEVER_LOGGED]);
+    let reply = words(40);
+    let body = json!({"model": "demo", "input": scripted(&reply, 40.0), "stream": true,
+                      "background": true});
+    let response = post_stream(&format!("{}/v1/responses", daemon.url), &body).await;
+    let seen = sse_data(response, |events| responses_text(events).len() > 20).await;
+    let id = seen[0]["response"]["id"].as_str().unwrap().to_owned();
+    let last = seen.last().unwrap()["sequence_number"].as_u64().unwrap();
+    daemon.kill();
+
+    // Back while the new owner streams the step again from its start: what the client
+    // adds to what it holds must spell the reply once.
+    let daemon = Daemon::start(dir.path(), &database, "");
+    let response = http_client()
+        .get(format!(
+            "{}/v1/responses/{id}?stream=true&starting_after={last}",
+            daemon.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = sse_data(response, |_| false).await;
+    let numbers: Vec<u64> = seen
+        .iter()
+        .chain(&rest)
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+    assert_eq!(rest.last().unwrap()["type"], "response.completed");
+    let completed = &rest.last().unwrap()["response"]["output"];
+    let stored: String = completed
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(stored, reply);
+    assert_eq!(
+        responses_text(&seen) + &responses_text(&rest),
+        reply,
+        "the client's deltas spell the reply once"
+    );
+}
