@@ -48,8 +48,8 @@ fi
 
 say "installing what the test needs"
 packages=(debootstrap podman runc netavark aardvark-dns podman-compose caddy python3 python3-yaml
-  python3-seccomp systemd systemd-container bubblewrap iproute2 util-linux procps curl binutils
-  ca-certificates)
+  python3-seccomp systemd systemd-container bubblewrap iproute2 iptables util-linux procps curl
+  binutils ca-certificates)
 install_packages "${packages[@]}"
 
 mkdir -p "$WORK"
