@@ -47,24 +47,7 @@ impl ErrorKind {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::RateLimit => "rate_limit",
-            ErrorKind::UsageLimit => "usage_limit",
-            ErrorKind::Overloaded => "overloaded",
-            ErrorKind::Server => "server",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Connection => "connection",
-            ErrorKind::StartupTimeout => "startup_timeout",
-            ErrorKind::IdleStall => "idle_stall",
-            ErrorKind::ChainBroken => "chain_broken",
-            ErrorKind::Auth => "auth",
-            ErrorKind::InvalidRequest => "invalid_request",
-            ErrorKind::ContextOverflow => "context_overflow",
-            ErrorKind::ContentFilter => "content_filter",
-            ErrorKind::Cancelled => "cancelled",
-            ErrorKind::BudgetExceeded => "budget_exceeded",
-            ErrorKind::Unknown => "unknown",
-        }
+        crate::names::serde_name(&self)
     }
 }
 

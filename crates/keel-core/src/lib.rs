@@ -15,7 +15,8 @@
 //!   free;
 //! * [`error`] and [`classify`]: provider failures and the one function that sorts them into
 //!   kinds with a retryable flag;
-//! * [`claude`]: what a Claude model's name says of its generation (which refuse prefill).
+//! * [`claude`]: what a Claude model's name says of its generation (which refuse prefill);
+//! * [`names`]: an enum's names taken from its serde attributes, so each is spelled once.
 
 #![warn(unreachable_pub)]
 
@@ -26,6 +27,7 @@ pub mod clock;
 pub mod error;
 pub mod message;
 pub mod model;
+pub mod names;
 pub mod on_wake;
 pub mod price;
 pub mod stream;

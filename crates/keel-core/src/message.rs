@@ -33,12 +33,7 @@ pub enum Role {
 
 impl Role {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::Tool => "tool",
-        }
+        crate::names::serde_name(&self)
     }
 }
 

@@ -39,12 +39,7 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAiChat => "openai-chat",
-            ProviderKind::OpenAiResponses => "openai-responses",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Gemini => "gemini",
-        }
+        keel_core::names::serde_name(&self)
     }
 
     /// How `model` continues a cut reply unless configured otherwise. Anthropic continues a
@@ -96,10 +91,7 @@ pub enum Continuation {
 
 impl Continuation {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Continuation::Prefill => "prefill",
-            Continuation::Prompt => "prompt",
-        }
+        keel_core::names::serde_name(&self)
     }
 }
 
@@ -120,10 +112,7 @@ pub enum OutputLimitField {
 
 impl OutputLimitField {
     pub fn as_str(self) -> &'static str {
-        match self {
-            OutputLimitField::MaxCompletionTokens => "max_completion_tokens",
-            OutputLimitField::MaxTokens => "max_tokens",
-        }
+        keel_core::names::serde_name(&self)
     }
 }
 
@@ -143,10 +132,7 @@ pub enum ReasoningContent {
 
 impl ReasoningContent {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReasoningContent::Omit => "omit",
-            ReasoningContent::Send => "send",
-        }
+        keel_core::names::serde_name(&self)
     }
 }
 

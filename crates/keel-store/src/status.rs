@@ -32,13 +32,7 @@ impl ChatStatus {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            ChatStatus::Waiting => "waiting",
-            ChatStatus::Running => "running",
-            ChatStatus::Interrupting => "interrupting",
-            ChatStatus::RequiresAction => "requires_action",
-            ChatStatus::Error => "error",
-        }
+        keel_core::names::serde_name(&self)
     }
 
     /// Whether a worker should be generating for the chat.

@@ -140,11 +140,7 @@ pub enum MessageKind {
 
 impl MessageKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            MessageKind::Normal => "normal",
-            MessageKind::Summary => "summary",
-            MessageKind::CompactionNotice => "compaction_notice",
-        }
+        keel_core::names::serde_name(&self)
     }
 
     pub fn parse(s: &str) -> Option<Self> {

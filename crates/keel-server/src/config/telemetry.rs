@@ -14,7 +14,7 @@
 //!
 //! Over HTTP a base URL gets the traces path, `/v1/traces`, as the OTLP exporters do.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, Env};
 
@@ -31,7 +31,7 @@ pub struct TelemetryFile {
 }
 
 /// How spans travel to the collector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Protocol {
     #[serde(rename = "grpc")]
     Grpc,
@@ -41,18 +41,13 @@ pub enum Protocol {
 
 impl Protocol {
     fn parse(value: &str) -> Option<Self> {
-        match value.trim() {
-            "grpc" => Some(Protocol::Grpc),
-            "http/protobuf" => Some(Protocol::HttpProtobuf),
-            _ => None,
-        }
+        [Protocol::Grpc, Protocol::HttpProtobuf]
+            .into_iter()
+            .find(|protocol| protocol.as_str() == value.trim())
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Grpc => "grpc",
-            Protocol::HttpProtobuf => "http/protobuf",
-        }
+        keel_core::names::serde_name(&self)
     }
 }
 
