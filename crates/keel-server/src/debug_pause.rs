@@ -37,7 +37,7 @@ pub(crate) async fn debug_pause(variable: &str) {
 
 /// Waits until `chat` has no run in progress, when `variable` is set (at most a minute:
 /// a run that never ends fails the test that set it, not the daemon).
-pub(crate) async fn debug_settle(variable: &str, store: &dyn Store, chat: ChatId) {
+pub async fn debug_settle(variable: &str, store: &dyn Store, chat: ChatId) {
     if std::env::var_os(variable).is_none() {
         return;
     }

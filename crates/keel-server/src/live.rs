@@ -3,7 +3,7 @@
 //! Durable events (`part`, `stream_reset`, `tool_call_cancel`) take a number from the chat's
 //! event sequence and go to the live-part log, so a reconnecting client or a new owner after
 //! a crash sees exactly what was streamed. `retry` is ephemeral: it is sent live, and kept
-//! as the chat's retry state ([`retry_state`]) until the step commits or the run ends, for
+//! as the chat's retry state (`retry_state`) until the step commits or the run ends, for
 //! clients that connect during the wait and for the followers of other replicas.
 //!
 //! The deltas that make up nearly every event of a reply (text, reasoning, refusal, tool
@@ -193,7 +193,7 @@ pub(crate) fn from_retry_state(state: &Value) -> Option<(i64, Value)> {
 }
 
 /// Reads back a logged payload.
-pub(crate) fn from_log(value: &Value) -> Option<(&'static str, Value)> {
+pub fn from_log(value: &Value) -> Option<(&'static str, Value)> {
     let event = match value.get("event")?.as_str()? {
         "part" => "part",
         "stream_reset" => "stream_reset",

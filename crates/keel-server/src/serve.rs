@@ -8,6 +8,7 @@ use keel_core::{Cancel, CancelCause};
 use keel_store::StoreOptions;
 use tokio::task::JoinHandle;
 
+use crate::api::Doors;
 use crate::api::state::{AppState, AuthMode};
 use crate::config::{Config, LogFormat};
 use crate::hub::Hub;
@@ -100,8 +101,8 @@ fn process_clock() -> std::sync::Arc<dyn keel_core::Clock> {
     system
 }
 
-/// Starts the daemon with `config`.
-pub async fn start(config: Config) -> Result<Running, ServeError> {
+/// Starts the daemon with `config`, serving `doors` beside the API.
+pub async fn start(config: Config, doors: Doors) -> Result<Running, ServeError> {
     crate::tools::check_workspace(&config).map_err(ServeError::Tools)?;
     let config = Arc::new(config);
     let store = keel_store::open_with(&config.database, store_options(&config))
@@ -208,7 +209,7 @@ pub async fn start(config: Config) -> Result<Running, ServeError> {
     );
     state.dependencies = dependencies;
     state.shutdown = shutdown.clone();
-    let router = crate::api::router(state);
+    let router = crate::api::router(state, doors);
     let workers = tokio::spawn(pool.run(SHUTDOWN_GRACE));
     let maintenance = tokio::spawn(tools.clone().maintain(shutdown.clone()));
     let stop = shutdown.clone();

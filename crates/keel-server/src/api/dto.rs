@@ -112,7 +112,7 @@ impl From<&QueuedMessage> for QueuedView {
 /// A committed message.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Message)]
-pub(crate) struct MessageView {
+pub struct MessageView {
     pub id: i64,
     /// `user`, `assistant`, `tool` or `system`.
     pub role: &'static str,
@@ -248,7 +248,7 @@ fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<
 /// A client-side tool given at chat creation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ClientTool {
+pub struct ClientTool {
     pub name: String,
     #[serde(default)]
     pub description: String,
@@ -328,7 +328,7 @@ pub(crate) struct EventsQuery {
     dead_code,
     reason = "describes the events; the streams write them with axum's `Event`"
 )]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     /// The event type; absent means `message`.
     pub event: Option<String>,
     /// The event's data, JSON for every Keel stream.

@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 /// The contract's error codes, serialised as [`Code::as_str`] spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Code {
+pub enum Code {
     InvalidRequest,
     Unauthorized,
     NotFound,
@@ -34,7 +34,7 @@ pub(crate) enum Code {
 }
 
 impl Code {
-    pub(crate) fn status(self) -> StatusCode {
+    pub fn status(self) -> StatusCode {
         match self {
             Code::InvalidRequest => StatusCode::BAD_REQUEST,
             Code::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -49,7 +49,7 @@ impl Code {
         }
     }
 
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Code::InvalidRequest => "invalid_request",
             Code::Unauthorized => "unauthorized",
@@ -69,7 +69,7 @@ impl Code {
 /// An error answered to an API client.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {message}", code.as_str())]
-pub(crate) struct ApiError {
+pub struct ApiError {
     pub code: Code,
     pub message: String,
     /// A stable name for why a request was refused (`forbidden`, `too_many_requests`).
@@ -117,15 +117,15 @@ impl ApiError {
         }
     }
 
-    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+    pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(Code::InvalidRequest, message)
     }
 
-    pub(crate) fn not_found(what: impl Into<String>) -> Self {
+    pub fn not_found(what: impl Into<String>) -> Self {
         Self::new(Code::NotFound, what)
     }
 
-    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+    pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(Code::Conflict, message)
     }
 

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::api::error::ApiError;
 
 /// A JSON body whose every rejection is a contract error (400, 413 or 415).
-pub(super) struct ApiJson<T>(pub T);
+pub struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
@@ -27,7 +27,7 @@ where
 
 /// The authenticated caller (or the single local user).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Caller(pub String);
+pub struct Caller(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
@@ -47,10 +47,7 @@ pub(super) fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
 }
 
 /// The parts of a new user message: `text` or `parts` (text and file parts only).
-pub(super) fn user_parts(
-    text: Option<String>,
-    parts: Option<Vec<Part>>,
-) -> Result<Vec<Part>, ApiError> {
+pub fn user_parts(text: Option<String>, parts: Option<Vec<Part>>) -> Result<Vec<Part>, ApiError> {
     let parts = match (text, parts) {
         (Some(text), None) => vec![Part::text(text)],
         (None, Some(parts)) => parts,

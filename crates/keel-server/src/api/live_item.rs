@@ -1,6 +1,6 @@
 //! One event of a live event stream as it travels from a chat's follower to the socket:
-//! shared by the follower that produces it (`service::follow`) and the body that writes it
-//! (`event_stream`).
+//! shared by the follower that produces it (`service::follow`) and the bodies that write it
+//! (`event_stream`, and the compatible doors' streams).
 
 use bytes::Bytes;
 
@@ -10,7 +10,7 @@ use crate::sse;
 /// One event of a chat as the contract names it: its id (the position it carries), name and
 /// JSON data.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LiveItem {
+pub struct LiveItem {
     pub id: i64,
     pub event: &'static str,
     pub data: Bytes,

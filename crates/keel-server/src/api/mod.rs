@@ -2,29 +2,33 @@
 //! and error mapping. `chats` holds the API's transitions of a chat and its messages,
 //! `rerun` continuing a stopped reply and retrying a failed run, `transfer` a chat's export
 //! and import.
+//!
+//! [`Doors`] are routes served beside the API's own by code outside this crate (the
+//! compatible protocols). What they build on is public: [`state`], the contract's shapes
+//! ([`dto`]), errors ([`error`]) and extractors ([`extract`]), a live event on its way to a
+//! stream ([`live_item`]), and the service layer ([`crate::service`]).
 
 mod branches;
 mod chats;
-mod compat;
 mod doc;
-pub(crate) mod dto;
-pub(crate) mod error;
+pub mod dto;
+pub mod error;
 mod event_stream;
 mod events;
-mod extract;
+pub mod extract;
 mod feed;
-pub(crate) mod live_item;
+pub mod live_item;
 mod ops;
 mod rerun;
 pub mod state;
 mod transfer;
 mod usage;
 
-use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -37,10 +41,27 @@ use crate::net::guard::{self, Guard};
 use crate::net::request_id;
 use crate::net::server::{body_timeout, limit_in_flight};
 
+/// Routes served beside the API's own, described in the same OpenAPI document and behind the
+/// same layers: `api` under `/api/v1`, `v1` under `/v1` (the OpenAI SDKs' base path), both
+/// authenticated like the rest of the API.
+#[derive(Default)]
+pub struct Doors {
+    pub api: OpenApiRouter<AppState>,
+    pub v1: OpenApiRouter<AppState>,
+}
+
+impl Doors {
+    /// The API alone.
+    pub fn none() -> Self {
+        Self::default()
+    }
+}
+
 /// Every route and the OpenAPI document describing it, from the same `#[utoipa::path]`
 /// attributes. `authenticate` layers the routes that need a caller (the served router adds the
-/// bearer check; the document's test passes them through unchanged).
-pub(crate) fn routes_with(
+/// bearer check; [`routes`] passes them through unchanged).
+fn routes_with(
+    doors: Doors,
     authenticate: impl Fn(OpenApiRouter<AppState>) -> OpenApiRouter<AppState>,
 ) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let api = OpenApiRouter::new()
@@ -68,10 +89,10 @@ pub(crate) fn routes_with(
         .routes(routes!(transfer::export_chat))
         .routes(routes!(ops::models))
         .routes(routes!(usage::usage))
-        .merge(compat::api_routes())
+        .merge(doors.api)
         .merge(transfer::import_routes());
     let api = authenticate(api).routes(routes!(ops::openapi));
-    let v1 = authenticate(compat::v1_routes());
+    let v1 = authenticate(doors.v1);
     let (router, mut document) = OpenApiRouter::with_openapi(doc::ApiDoc::openapi())
         .nest("/api/v1", api)
         .nest("/v1", v1)
@@ -83,15 +104,16 @@ pub(crate) fn routes_with(
     (router, document)
 }
 
-/// The routes and their document, unlayered.
-pub(crate) fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    routes_with(|routes| routes)
+/// The routes with `doors` and their document, unlayered: what [`router`] serves and
+/// describes, for checking one against the other.
+pub fn routes(doors: Doors) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    routes_with(doors, |routes| routes)
 }
 
-/// The application's router. Layers, outermost first: a request id; the `Host`/`Origin`
-/// guard; the limit on requests in flight; the body-read timeout; the body limit; then the
-/// routes.
-pub fn router(state: AppState) -> Router {
+/// The application's router, serving `doors` beside the API. Layers, outermost first: a
+/// request id; the `Host`/`Origin` guard; the limit on requests in flight; the body-read
+/// timeout; the body limit; then the routes.
+pub fn router(state: AppState, doors: Doors) -> Router {
     let body_limit = state.config.runs.max_body_bytes;
     let guard = Guard {
         hosts: state.allowed_hosts.clone(),
@@ -100,7 +122,7 @@ pub fn router(state: AppState) -> Router {
     let in_flight = state.config.server.max_requests_in_flight;
     let metrics = state.metrics.clone();
     let auth_state = state.clone();
-    let (api, _) = routes_with(|routes| {
+    let (api, document) = routes_with(doors, |routes| {
         routes.route_layer(middleware::from_fn_with_state(
             auth_state.clone(),
             authenticate,
@@ -108,6 +130,7 @@ pub fn router(state: AppState) -> Router {
     });
     let routes = api
         .merge(crate::web::router())
+        .layer(Extension(doc::Served::of(&document)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -1,11 +1,12 @@
 //! Health, readiness, metrics, models and the API description.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::json;
 
+use crate::api::doc::Served;
 use crate::api::dto::{ModelList, ModelView};
 use crate::api::state::AppState;
 
@@ -103,9 +104,12 @@ pub(super) async fn models(State(state): State<AppState>) -> Json<ModelList> {
 /// The document as this daemon serves it: a chat's `model` must be one of the configured
 /// ids, which only the running daemon knows, so it fills them in as an enum.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", summary = "This document", responses((status = 200, description = "OpenAPI document", body = Object)))]
-pub(super) async fn openapi(State(state): State<AppState>) -> Response {
+pub(super) async fn openapi(
+    State(state): State<AppState>,
+    Extension(Served(document)): Extension<Served>,
+) -> Response {
     let ids: Vec<&str> = state.models.list().map(|m| m.id.as_str()).collect();
-    let doc = document_for(crate::api::doc::document(), &ids);
+    let doc = document_for(&document, &ids);
     ([(header::CONTENT_TYPE, "application/json")], doc).into_response()
 }
 
@@ -141,9 +145,10 @@ mod tests {
 
     #[test]
     fn the_served_document_names_the_configured_models() {
+        let (_, document) = crate::api::routes(crate::api::Doors::none());
+        let document = serde_json::to_value(&document).unwrap();
         let doc: serde_json::Value =
-            serde_json::from_str(&document_for(crate::api::doc::document(), &["demo", "gpt"]))
-                .unwrap();
+            serde_json::from_str(&document_for(&document, &["demo", "gpt"])).unwrap();
         assert_eq!(
             doc["components"]["schemas"]["CreateChat"]["properties"]["model"]["enum"],
             json!(["demo", "gpt", null])

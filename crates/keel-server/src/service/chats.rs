@@ -14,10 +14,10 @@ use crate::service::error::ServiceError;
 /// A chat read for its owner: what the operations on an existing chat take, so none runs
 /// on a chat whose ownership was not checked.
 #[derive(Debug)]
-pub(crate) struct Owned(Chat);
+pub struct Owned(Chat);
 
 impl Owned {
-    pub(crate) fn into_inner(self) -> Chat {
+    pub fn into_inner(self) -> Chat {
         self.0
     }
 }
@@ -31,11 +31,7 @@ impl Deref for Owned {
 }
 
 /// The chat, if it exists and belongs to `owner` (others' chats do not exist).
-pub(crate) async fn owned_chat(
-    state: &AppState,
-    owner: &str,
-    id: ChatId,
-) -> Result<Owned, ServiceError> {
+pub async fn owned_chat(state: &AppState, owner: &str, id: ChatId) -> Result<Owned, ServiceError> {
     match state.store.get_chat(id).await {
         Ok(chat) if chat.owner == owner => Ok(Owned(chat)),
         // Any not-found of the read, as the chat's own.
@@ -46,7 +42,7 @@ pub(crate) async fn owned_chat(
 
 /// What a client may choose about a new chat.
 #[derive(Debug, Default)]
-pub(crate) struct ChatSettings {
+pub struct ChatSettings {
     /// The model, or the default one when absent.
     pub model: Option<String>,
     pub title: Option<String>,
@@ -58,20 +54,17 @@ pub(crate) struct ChatSettings {
 /// A chat to create: `history` (turns a client brings along), then `parts` (the new user
 /// message, or nothing when `history` ends with tool results).
 #[derive(Debug)]
-pub(crate) struct NewChatInput {
+pub struct NewChatInput {
     pub owner: String,
     pub settings: ChatSettings,
     pub history: Vec<NewMessage>,
     pub parts: Vec<Part>,
-    /// Already scoped to the owner (see [`idempotency_key`]).
+    /// Already scoped to the owner (see `idempotency_key`).
     pub idempotency_key: Option<String>,
 }
 
 /// Creates a chat after the checks of its settings, in one transaction.
-pub(crate) async fn create_chat(
-    state: &AppState,
-    input: NewChatInput,
-) -> Result<Chat, ServiceError> {
+pub async fn create_chat(state: &AppState, input: NewChatInput) -> Result<Chat, ServiceError> {
     let settings = input.settings;
     let model = check_settings(state, settings.model, settings.max_steps, &settings.tools)?;
     let chat = state
@@ -94,7 +87,7 @@ pub(crate) async fn create_chat(
 /// Creates a chat under a client's own id for it (`alias`, unique per owner). When a
 /// concurrent request named another chat by the same alias first, the chat made here goes
 /// again and the answer is a conflict.
-pub(crate) async fn create_aliased_chat(
+pub async fn create_aliased_chat(
     state: &AppState,
     input: NewChatInput,
     alias: &str,

@@ -7,7 +7,7 @@ use crate::api::error::{ApiError, Code};
 
 /// A refused operation, by kind.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ServiceError {
+pub enum ServiceError {
     /// What the caller named does not exist for them (`404`).
     #[error("{0}")]
     NotFound(String),
@@ -46,7 +46,7 @@ impl ServiceError {
     }
 
     /// Whether this is a not-found (of the service or of the store).
-    pub(crate) fn is_not_found(&self) -> bool {
+    pub fn is_not_found(&self) -> bool {
         matches!(
             self,
             Self::NotFound(_) | Self::Store(StoreError::NotFound { .. })

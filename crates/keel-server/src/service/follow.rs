@@ -4,7 +4,7 @@
 //! A follower sends every committed message after the client's position, then the live
 //! parts of the step in progress after it, then live events as they happen, until the
 //! receiver is dropped, the client falls too far behind, the chat is deleted or the process
-//! stops. [`resume`] decides where it starts; [`follower`] catches it up from the store and
+//! stops. `resume` decides where it starts; `follower` catches it up from the store and
 //! then forwards the hub's frames and answers the chat's change notices.
 
 use std::future::Future;
@@ -16,7 +16,8 @@ use tokio::sync::mpsc;
 
 use crate::api::live_item::LiveItem;
 use crate::api::state::AppState;
-use crate::net::sse_slots::{SlotRefusal, SseSlot};
+use crate::net::sse_slots::SlotRefusal;
+pub use crate::net::sse_slots::SseSlot;
 use crate::service::error::ServiceError;
 
 mod follower;
@@ -28,7 +29,7 @@ pub(crate) use resume::Requested;
 const CLIENT_BUFFER: usize = 256;
 
 /// A slot for one more live event stream of `owner`, or the refusal naming the cap.
-pub(crate) fn stream_slot(state: &AppState, owner: &str) -> Result<SseSlot, ServiceError> {
+pub fn stream_slot(state: &AppState, owner: &str) -> Result<SseSlot, ServiceError> {
     let user = state.auth.requires_tokens().then_some(owner);
     state.sse_slots.take(user).map_err(|refusal| {
         state.metrics.refused(refusal.reason());
@@ -95,11 +96,7 @@ pub(crate) fn follow(state: AppState, chat: Chat, position: Requested) -> Follow
 /// Follows a chat's events after `position` (0: from the start) in a task of its own, until
 /// the receiver is dropped or the follower stops. A position the chat never reached opens
 /// with `stream_reset` and the step in progress from its start, as on the SSE route.
-pub(crate) fn follow_spawned(
-    state: AppState,
-    chat: Chat,
-    position: i64,
-) -> mpsc::Receiver<LiveItem> {
+pub fn follow_spawned(state: AppState, chat: Chat, position: i64) -> mpsc::Receiver<LiveItem> {
     let requested = if position == 0 {
         Requested::Start
     } else {

@@ -5,7 +5,7 @@
 //! * [`chats`] — `owned_chat` (the caller's chat, or not found), `create_chat` (with
 //!   history, idempotency key, model, step limit and tool checks), `create_aliased_chat`
 //!   (under a client's own id), `idempotency_key`;
-//! * [`reads`] — `list_chats`, `chat_usage`, `messages` (by page or branch), with the
+//! * `reads` — `list_chats`, `chat_usage`, `messages` (by page or branch), with the
 //!   page's checks;
 //! * [`settings`] — `update_chat` (title, model, system prompt), `set_archived`,
 //!   `delete_chat`;
@@ -16,12 +16,12 @@
 //! * [`error`] — [`ServiceError`], whose kind (not found, invalid, conflict, too many, the
 //!   store's own: budget exceeded, queue full …) becomes the API's error at the edge.
 
-pub(crate) mod chats;
-pub(crate) mod error;
-pub(crate) mod follow;
+pub mod chats;
+pub mod error;
+pub mod follow;
 pub(crate) mod reads;
-pub(crate) mod settings;
-pub(crate) mod turns;
+pub mod settings;
+pub mod turns;
 
-pub(crate) use chats::{ChatSettings, NewChatInput, Owned, create_chat, owned_chat};
-pub(crate) use error::ServiceError;
+pub use chats::{ChatSettings, NewChatInput, Owned, create_chat, owned_chat};
+pub use error::ServiceError;

@@ -30,7 +30,7 @@ pub(crate) fn checked_title(title: &str) -> Result<String, String> {
 
 /// What to change about a chat; absent fields stay as they are.
 #[derive(Debug, Default)]
-pub(crate) struct ChatChanges {
+pub struct ChatChanges {
     pub title: Option<String>,
     /// The model of the chat's next model call.
     pub model: Option<String>,
@@ -38,7 +38,7 @@ pub(crate) struct ChatChanges {
 }
 
 /// Changes a chat after checking every field, before anything is written.
-pub(crate) async fn update_chat(
+pub async fn update_chat(
     state: &AppState,
     chat: &Owned,
     changes: ChatChanges,

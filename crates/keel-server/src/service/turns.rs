@@ -12,20 +12,20 @@ use crate::service::error::ServiceError;
 
 /// A message to send to a chat.
 #[derive(Debug)]
-pub(crate) struct SendInput<'a> {
+pub struct SendInput<'a> {
     pub chat: ChatId,
     /// The caller, whose chat it must be; `None` when the caller already proved it.
     pub owner: Option<&'a str>,
     pub parts: Vec<Part>,
     /// What to do when the chat is busy.
     pub busy: Busy,
-    /// Already scoped to the owner (see [`crate::service::chats::idempotency_key`]).
+    /// Already scoped to the owner (see `chats::idempotency_key`).
     pub idempotency_key: Option<&'a str>,
 }
 
 /// Sends a message: a run starts, or the message waits in the chat's queue. Ownership is
 /// checked by the transition itself: no read of the chat before it.
-pub(crate) async fn send_message(
+pub async fn send_message(
     state: &AppState,
     input: SendInput<'_>,
 ) -> Result<SendOutcome, ServiceError> {
@@ -46,7 +46,7 @@ pub(crate) async fn send_message(
 /// What a protocol without a choice of its own does with new text for a chat in `status`:
 /// it answers client-side calls that wait with errors, else it waits in the queue while a
 /// run is busy.
-pub(crate) fn busy_for_new_text(status: ChatStatus) -> Busy {
+pub fn busy_for_new_text(status: ChatStatus) -> Busy {
     match status {
         ChatStatus::RequiresAction => Busy::Interrupt,
         _ => Busy::Queue,
@@ -60,7 +60,7 @@ pub(crate) fn message_id(raw: &str) -> Result<i64, ServiceError> {
 }
 
 /// Replaces a user message by a new version, a branch beside the old one; a run starts on it.
-pub(crate) async fn edit_message(
+pub async fn edit_message(
     state: &AppState,
     chat: &Owned,
     message: i64,
@@ -70,7 +70,7 @@ pub(crate) async fn edit_message(
 }
 
 /// Answers the chat's pending client-side tool calls; the run goes on.
-pub(crate) async fn submit_tool_results(
+pub async fn submit_tool_results(
     state: &AppState,
     chat: &Owned,
     results: Vec<ToolResultInput>,
@@ -79,12 +79,12 @@ pub(crate) async fn submit_tool_results(
 }
 
 /// Interrupts the chat's active run (idempotent).
-pub(crate) async fn interrupt(state: &AppState, chat: &Owned) -> Result<Chat, ServiceError> {
+pub async fn interrupt(state: &AppState, chat: &Owned) -> Result<Chat, ServiceError> {
     Ok(state.store.interrupt(chat.id).await?)
 }
 
 /// Makes the branch through `message` (to its newest message) the chat's current one.
-pub(crate) async fn switch_branch(
+pub async fn switch_branch(
     state: &AppState,
     chat: &Owned,
     message: i64,
@@ -93,7 +93,7 @@ pub(crate) async fn switch_branch(
 }
 
 /// Writes a new reply beside a reply (named by the reply or by the user message before it).
-pub(crate) async fn regenerate(
+pub async fn regenerate(
     state: &AppState,
     chat: &Owned,
     message: i64,

@@ -20,20 +20,19 @@ use axum::body::Body;
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use keel_server::api::dto::ClientTool;
+use keel_server::api::error::ApiError;
+use keel_server::api::extract::{ApiJson, Caller, user_parts};
+use keel_server::api::state::AppState;
+use keel_server::service::follow::{SseSlot, stream_slot};
+use keel_server::service::turns::{self, SendInput};
+use keel_server::service::{self, ChatSettings, NewChatInput, Owned};
 use keel_store::{ChatStatus, SendOutcome};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::compat::reply::Reply;
-use crate::api::compat::sse::{self, Translator};
-use crate::api::dto::ClientTool;
-use crate::api::error::ApiError;
-use crate::api::extract::{ApiJson, Caller, user_parts};
-use crate::api::state::AppState;
-use crate::net::sse_slots::SseSlot;
-use crate::service::follow::stream_slot;
-use crate::service::turns::{self, SendInput};
-use crate::service::{self, ChatSettings, NewChatInput, Owned};
+use crate::reply::Reply;
+use crate::sse::{self, Translator};
 
 use self::stream::UiStream;
 
@@ -146,7 +145,7 @@ fn ui_stream(
 }
 
 /// `POST /api/v1/ai-sdk/chat`.
-#[utoipa::path(post, path = "/ai-sdk/chat", tag = "ai-sdk", summary = "AI SDK UI: send a message (or an edit, tool results, a regeneration) and stream the reply as a UI message stream", request_body = ChatRequest, responses((status = 200, description = "UI message stream (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = crate::api::dto::SseEvent), (status = 202, description = "The chat is busy: the message was queued (a UI message stream with one transient `data-queued` part)", content_type = "text/event-stream", body = crate::api::dto::SseEvent)))]
+#[utoipa::path(post, path = "/ai-sdk/chat", tag = "ai-sdk", summary = "AI SDK UI: send a message (or an edit, tool results, a regeneration) and stream the reply as a UI message stream", request_body = ChatRequest, responses((status = 200, description = "UI message stream (`x-vercel-ai-ui-message-stream: v1`)", content_type = "text/event-stream", body = keel_server::api::dto::SseEvent), (status = 202, description = "The chat is busy: the message was queued (a UI message stream with one transient `data-queued` part)", content_type = "text/event-stream", body = keel_server::api::dto::SseEvent)))]
 pub(crate) async fn chat(
     State(state): State<AppState>,
     caller: Caller,
@@ -352,7 +351,7 @@ async fn start_chat(
 }
 
 /// `GET /api/v1/ai-sdk/chat/{id}/stream`: the reply in progress, replayed from its start.
-#[utoipa::path(get, path = "/ai-sdk/chat/{id}/stream", tag = "ai-sdk", summary = "AI SDK UI: resume the reply in progress from its start", params(("id" = String, Path, description = "The client's chat id")), responses((status = 200, description = "UI message stream", content_type = "text/event-stream", body = crate::api::dto::SseEvent), (status = 204, description = "No reply in progress")))]
+#[utoipa::path(get, path = "/ai-sdk/chat/{id}/stream", tag = "ai-sdk", summary = "AI SDK UI: resume the reply in progress from its start", params(("id" = String, Path, description = "The client's chat id")), responses((status = 200, description = "UI message stream", content_type = "text/event-stream", body = keel_server::api::dto::SseEvent), (status = 204, description = "No reply in progress")))]
 pub(crate) async fn resume(
     State(state): State<AppState>,
     caller: Caller,

@@ -26,7 +26,7 @@
 //! The ops depend on the content only, not on how events were batched between updates,
 //! except for where text deltas are split.
 
-use crate::api::compat::reply::{Block, Call, End, Outcome, Reply};
+use crate::reply::{Block, Call, End, Outcome, Reply};
 
 /// A text-like part's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use keel_core::{Part, PartKind};
 use keel_store::{StoredMessage, ToolResultInput};
 use serde_json::{Value, json};
 
-use crate::api::compat::reply::{Block, Reply};
+use crate::reply::{Block, Reply};
 
 /// The id of the assistant message answering user message `user_id`.
 pub(crate) fn reply_id(user_id: i64) -> String {

@@ -3,10 +3,10 @@
 //! reply ends, the client leaves or the process stops. The run never depends on the
 //! connection: dropping it only stops the following.
 //!
-//! Each stream holds a slot of [`crate::net::sse_slots`] (taken by the handler before it
-//! changes anything, so a refused stream is a `429` with nothing stored), like the native
-//! event streams, and says `x-accel-buffering: no` so a proxy such as nginx passes each
-//! event on at once.
+//! Each stream holds an [`SseSlot`] of the daemon's stream caps (taken by the handler
+//! before it changes anything, so a refused stream is a `429` with nothing stored), like the
+//! native event streams, and says `x-accel-buffering: no` so a proxy such as nginx passes
+//! each event on at once.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -15,15 +15,14 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use keel_server::api::live_item::LiveItem;
+use keel_server::api::state::AppState;
+use keel_server::service::follow::{SseSlot, follow_spawned};
 use keel_store::Chat;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::api::compat::reply::Reply;
-use crate::api::live_item::LiveItem;
-use crate::api::state::AppState;
-use crate::net::sse_slots::SseSlot;
-use crate::service::follow::follow_spawned;
+use crate::reply::Reply;
 
 /// A comment line at least this often keeps proxies from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);

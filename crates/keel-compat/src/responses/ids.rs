@@ -63,7 +63,7 @@ pub(crate) fn next_input<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::compat::ai_sdk::messages::tests::stored;
+    use crate::ai_sdk::messages::tests::stored;
     use keel_core::Part;
     use serde_json::json;
 

@@ -28,7 +28,7 @@
 //! after a tool call was cancelled lands in the same block (same key), a stored message
 //! keeps the keys of the live blocks it replaces (calls by id, text and reasoning by their
 //! order among blocks of their kind), and blocks republished after a `stream_reset` get new
-//! keys in a new generation of the step. [`super::project`] follows the keys.
+//! keys in a new generation of the step. `project` follows the keys.
 
 use keel_core::{Part, PartKind};
 use serde_json::Value;

@@ -34,8 +34,8 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use crate::api::compat::project::{Op, Projection, TextKind};
-use crate::api::compat::reply::{Block, Call, End, Reply};
+use crate::project::{Op, Projection, TextKind};
+use crate::reply::{Block, Call, End, Reply};
 
 /// What a response is about, besides its reply.
 #[derive(Debug, Clone)]

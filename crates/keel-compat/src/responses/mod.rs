@@ -28,23 +28,22 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use keel_core::{PartKind, Role};
+use keel_server::api::dto::{ClientTool, MessageView};
+use keel_server::api::error::ApiError;
+use keel_server::api::extract::{ApiJson, Caller, user_parts};
+use keel_server::api::state::AppState;
+use keel_server::service::follow::{SseSlot, follow_spawned, stream_slot};
+use keel_server::service::settings::{self, ChatChanges};
+use keel_server::service::turns::{self, SendInput};
+use keel_server::service::{self, ChatSettings, NewChatInput, Owned, ServiceError};
 use keel_store::{
     Chat, ChatId, ChatStatus, NewMessage, SendOutcome, StoredMessage, ToolResultInput,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::compat::reply::{End, Reply};
-use crate::api::compat::sse::{self, Translator};
-use crate::api::dto::{ClientTool, MessageView};
-use crate::api::error::ApiError;
-use crate::api::extract::{ApiJson, Caller, user_parts};
-use crate::api::state::AppState;
-use crate::net::sse_slots::SseSlot;
-use crate::service::follow::{follow_spawned, stream_slot};
-use crate::service::settings::{self, ChatChanges};
-use crate::service::turns::{self, SendInput};
-use crate::service::{self, ChatSettings, NewChatInput, Owned, ServiceError};
+use crate::reply::{End, Reply};
+use crate::sse::{self, Translator};
 
 use self::ids::{Anchor, parse_response_id, response_id};
 use self::stream::{Meta, ResponsesStream, response_object};
@@ -317,7 +316,7 @@ async fn stored_reply(state: &AppState, located: &Located) -> Result<Reply> {
         return Ok(reply);
     };
     for entry in state.store.live_parts_after(chat.id, position).await? {
-        if let Some((event, data)) = crate::live::from_log(&entry.payload) {
+        if let Some((event, data)) = keel_server::live::from_log(&entry.payload) {
             reply.apply(event, &data);
         }
     }
@@ -363,7 +362,7 @@ struct Started {
     position: i64,
 }
 
-#[utoipa::path(post, path = "/responses", tag = "responses", summary = "OpenAI Responses: create a response (a new chat from the whole conversation, or the next turn after previous_response_id, forking from an older one)", request_body = CreateResponse, responses((status = 200, description = "Response object, or its events with stream=true", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream"))), (status = 429, description = "A response of the conversation is still in progress", body = Object)))]
+#[utoipa::path(post, path = "/responses", tag = "responses", summary = "OpenAI Responses: create a response (a new chat from the whole conversation, or the next turn after previous_response_id, forking from an older one)", request_body = CreateResponse, responses((status = 200, description = "Response object, or its events with stream=true", content((Object = "application/json"), (keel_server::api::dto::SseEvent = "text/event-stream"))), (status = 429, description = "A response of the conversation is still in progress", body = Object)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -514,8 +513,12 @@ async fn start(
     };
     let chat = service::create_chat(state, input).await?;
     #[cfg(debug_assertions)]
-    crate::debug_pause::debug_settle("KEEL_DEBUG_START_SETTLE", state.store.as_ref(), chat.id)
-        .await;
+    keel_server::debug_pause::debug_settle(
+        "KEEL_DEBUG_START_SETTLE",
+        state.store.as_ref(),
+        chat.id,
+    )
+    .await;
     // The first run answers the last message the chat was created with: its leaf as
     // created. Not the chat's newest message read now, which may already be the run's reply.
     let input = input_at(state, chat.id, chat.leaf_id).await?;
@@ -711,7 +714,7 @@ fn any_unsigned() -> utoipa::openapi::schema::Object {
         .build()
 }
 
-#[utoipa::path(get, path = "/responses/{id}", tag = "responses", summary = "OpenAI Responses: retrieve a response, or stream its events after starting_after", params(("id" = String, Path, description = "The response's id"), RetrieveQuery), responses((status = 200, description = "Response object, or its events", content((Object = "application/json"), (crate::api::dto::SseEvent = "text/event-stream")))))]
+#[utoipa::path(get, path = "/responses/{id}", tag = "responses", summary = "OpenAI Responses: retrieve a response, or stream its events after starting_after", params(("id" = String, Path, description = "The response's id"), RetrieveQuery), responses((status = 200, description = "Response object, or its events", content((Object = "application/json"), (keel_server::api::dto::SseEvent = "text/event-stream")))))]
 pub(crate) async fn retrieve(
     State(state): State<AppState>,
     caller: Caller,

@@ -15,8 +15,8 @@
 
 use serde_json::{Value, json};
 
-use crate::api::compat::project::{Op, Projection, TextKind};
-use crate::api::compat::reply::{Call, End, Reply};
+use crate::project::{Op, Projection, TextKind};
+use crate::reply::{Call, End, Reply};
 
 /// The stream of one reply.
 #[derive(Debug)]
