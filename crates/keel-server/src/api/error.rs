@@ -50,19 +50,7 @@ impl Code {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Code::InvalidRequest => "invalid_request",
-            Code::Unauthorized => "unauthorized",
-            Code::NotFound => "not_found",
-            Code::Conflict => "conflict",
-            Code::PayloadTooLarge => "payload_too_large",
-            Code::UnsupportedMediaType => "unsupported_media_type",
-            Code::Forbidden => "forbidden",
-            Code::TooManyRequests => "too_many_requests",
-            Code::BudgetExceeded => "budget_exceeded",
-            Code::Internal => "internal",
-            Code::Unavailable => "unavailable",
-        }
+        keel_core::names::serde_name(&self)
     }
 }
 
