@@ -49,6 +49,29 @@ fn responses_text(events: &[Value]) -> String {
         .collect()
 }
 
+/// The rest of response `id`'s stream after the last of the events `seen`, numbered on from
+/// them.
+async fn resume_response(daemon: &Daemon, id: &str, seen: &[Value]) -> Vec<Value> {
+    let last = seen.last().unwrap()["sequence_number"].as_u64().unwrap();
+    let response = http_client()
+        .get(format!(
+            "{}/v1/responses/{id}?stream=true&starting_after={last}",
+            daemon.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = sse_data(response, |_| false).await;
+    let numbers: Vec<u64> = seen
+        .iter()
+        .chain(&rest)
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+    rest
+}
+
 fn ui_body(id: &str, text: &str) -> Value {
     json!({"id": id, "trigger": "submit-message", "messageId": null,
            "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}]})
@@ -169,31 +192,15 @@ async fn an_ai_sdk_stop_aborts_the_stream_and_a_client_tool_result_continues_it(
 async fn a_responses_stream_resumes_after_kill_9_with_nothing_missing_or_twice() {
     let (dir, database) = scratch();
     let mut daemon = Daemon::start(dir.path(), &database, "");
-    let http = http_client();
     let reply = words(80);
     let response = post_stream(&format!("{}/v1/responses", daemon.url), &json!({"model": "demo", "input": scripted(&reply, 40.0), "stream": true, "background": true})).await;
     assert_eq!(response.status(), 200);
     let seen = sse_data(response, |events| responses_text(events).len() > 20).await;
     let id = seen[0]["response"]["id"].as_str().unwrap().to_owned();
-    let last = seen.last().unwrap()["sequence_number"].as_u64().unwrap();
 
     daemon.kill();
     let daemon = Daemon::start(dir.path(), &database, "");
-    let response = http
-        .get(format!(
-            "{}/v1/responses/{id}?stream=true&starting_after={last}",
-            daemon.url
-        ))
-        .send()
-        .await
-        .unwrap();
-    let rest = sse_data(response, |_| false).await;
-    let numbers: Vec<u64> = seen
-        .iter()
-        .chain(&rest)
-        .map(|e| e["sequence_number"].as_u64().unwrap())
-        .collect();
-    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+    let rest = resume_response(&daemon, &id, &seen).await;
     assert_eq!(responses_text(&seen) + &responses_text(&rest), reply);
     assert_eq!(rest.last().unwrap()["type"], "response.completed");
 
@@ -612,28 +619,12 @@ async fn a_responses_client_back_after_a_takeover_never_sees_the_reply_twice() {
     let response = post_stream(&format!("{}/v1/responses", daemon.url), &body).await;
     let seen = sse_data(response, |events| responses_text(events).len() > 20).await;
     let id = seen[0]["response"]["id"].as_str().unwrap().to_owned();
-    let last = seen.last().unwrap()["sequence_number"].as_u64().unwrap();
     daemon.kill();
 
     // Back while the new owner streams the step again from its start: what the client
     // adds to what it holds must spell the reply once.
     let daemon = Daemon::start(dir.path(), &database, "");
-    let response = http_client()
-        .get(format!(
-            "{}/v1/responses/{id}?stream=true&starting_after={last}",
-            daemon.url
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let rest = sse_data(response, |_| false).await;
-    let numbers: Vec<u64> = seen
-        .iter()
-        .chain(&rest)
-        .map(|e| e["sequence_number"].as_u64().unwrap())
-        .collect();
-    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+    let rest = resume_response(&daemon, &id, &seen).await;
     assert_eq!(rest.last().unwrap()["type"], "response.completed");
     let completed = &rest.last().unwrap()["response"]["output"];
     let stored: String = completed
