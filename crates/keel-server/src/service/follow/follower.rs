@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use keel_store::{Chat, ChatId, ChatStatus, RECOVERY_SEQ_GAP};
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use super::resume::{Requested, locate};
 use crate::api::dto::{LastErrorView, MessageView, QueuedView};
@@ -14,7 +14,7 @@ use crate::api::live_item::LiveItem;
 use crate::api::state::AppState;
 #[cfg(debug_assertions)]
 use crate::debug_pause::debug_pause;
-use crate::hub::{Frame, Subscription};
+use crate::hub::{Changes, Frame, Subscription};
 use crate::live::{from_log, from_retry_state};
 
 /// Committed messages one catch-up query reads at most.
@@ -116,7 +116,9 @@ impl Follower {
                     self.position,
                     self.history_version,
                 ) {
-                    match self.catch_up(&[]).await {
+                    // Boxed: the read is rare, and its state would otherwise size every
+                    // idle follower.
+                    match Box::pin(self.catch_up(&[])).await {
                         Ok(Some(_)) => {}
                         Ok(None) => return false,
                         Err(error) => {
@@ -331,6 +333,27 @@ impl Follower {
         Ok(Some(chat))
     }
 
+    /// Reads what a notice may have changed (everything owed when `whole`, else the chat
+    /// row) and reports the chat's state; false when the connection ends.
+    async fn read_and_announce(&mut self, whole: bool, backlog: &[Arc<Frame>]) -> bool {
+        let read = if whole {
+            self.catch_up(backlog).await
+        } else {
+            self.refresh().await
+        };
+        match read {
+            Ok(Some(current)) => {
+                self.version = self.version.max(current.version);
+                self.announce(&current).await
+            }
+            Ok(None) | Err(keel_store::StoreError::NotFound { .. }) => false,
+            Err(error) => {
+                tracing::warn!(chat = %self.chat_id, %error, "catching up events failed");
+                false
+            }
+        }
+    }
+
     /// Sends `status` and `queue` events when they changed.
     async fn announce(&mut self, chat: &Chat) -> bool {
         let error = chat.last_error.as_ref().map(|e| e.message.clone());
@@ -375,6 +398,11 @@ async fn next_frame(
 }
 
 /// Feeds one connection from `subscription`, taken when the connection was accepted.
+///
+/// The set-up (finding the position, the first catch-up) runs boxed and is gone before the
+/// loop starts, and the loop's reads of the store are boxed too: a follower waits far more
+/// than it reads, and a future is as large as the largest state it can be in, so an idle
+/// stream holds only what waiting needs.
 pub(super) async fn feed(
     state: AppState,
     chat: Chat,
@@ -383,9 +411,31 @@ pub(super) async fn feed(
     tx: mpsc::Sender<LiveItem>,
 ) {
     let chat_key = chat.id.to_string();
+    if let Some(started) = Box::pin(start(&state, chat, subscription, requested, tx)).await {
+        follow_changes(state, chat_key, started).await;
+    }
+}
+
+/// A follower that has caught up, with the channels it waits on.
+struct Started {
+    follower: Follower,
+    live: Option<broadcast::Receiver<Arc<Frame>>>,
+    runs: u64,
+    changes: watch::Receiver<Changes>,
+}
+
+/// Finds where the client is, sends what it is owed and the chat's state; `None` when the
+/// connection ended meanwhile.
+async fn start(
+    state: &AppState,
+    chat: Chat,
+    subscription: Subscription,
+    requested: Requested,
+    tx: mpsc::Sender<LiveItem>,
+) -> Option<Started> {
     // Runs started before the subscription are the receiver it already holds.
-    let mut runs = subscription.live.runs;
-    let (mut live, backlog, mut changes) = (
+    let runs = subscription.live.runs;
+    let (live, backlog, mut changes) = (
         subscription.live.frames,
         subscription.live.backlog,
         subscription.changes,
@@ -395,18 +445,18 @@ pub(super) async fn feed(
         // Numbers only grow: a position the chat had reached when it was read is known, and
         // where its step starts does not matter.
         Requested::At(position) if position <= chat.event_seq => (position, false),
-        _ => match locate(&state, &chat, &backlog, requested, &mut changes).await {
+        _ => match locate(state, &chat, &backlog, requested, &mut changes).await {
             Ok(found) => found,
             Err(error) => {
                 tracing::warn!(chat = %chat.id, %error, "reading the chat's position failed");
-                return;
+                return None;
             }
         },
     };
     if reset {
         let event = LiveItem::new(position, "stream_reset", "{}");
         if tx.send(event).await.is_err() {
-            return;
+            return None;
         }
     }
     let mut follower = Follower {
@@ -423,15 +473,32 @@ pub(super) async fn feed(
     };
     let current = match follower.catch_up(&backlog).await {
         Ok(Some(current)) => current,
-        Ok(None) => return,
+        Ok(None) => return None,
         Err(error) => {
             tracing::warn!(chat = %chat.id, %error, "replaying events failed");
-            return;
+            return None;
         }
     };
     if !follower.announce(&current).await {
-        return;
+        return None;
     }
+    Some(Started {
+        follower,
+        live,
+        runs,
+        changes,
+    })
+}
+
+/// Forwards the hub's frames and answers the chat's change notices until the client leaves,
+/// the chat is deleted or the process stops.
+async fn follow_changes(state: AppState, chat_key: String, started: Started) {
+    let Started {
+        mut follower,
+        mut live,
+        mut runs,
+        mut changes,
+    } = started;
     // Notices that arrived while the connection was being set up are looked at first.
     let mut recheck = true;
     // Made once, and looked at only when woken: a frame costs no waiter of its own.
@@ -548,7 +615,7 @@ pub(super) async fn feed(
             && news.resyncs == follower.resyncs
             && news.version <= follower.version;
         if parts_only {
-            match follower.logged_parts().await {
+            match Box::pin(follower.logged_parts()).await {
                 LogRead::Sent => continue,
                 LogRead::Ended => return,
                 // Read everything below, as for any news numbered past the position.
@@ -556,23 +623,8 @@ pub(super) async fn feed(
             }
         }
         follower.resyncs = news.resyncs;
-        let read = if whole {
-            follower.catch_up(&backlog).await
-        } else {
-            follower.refresh().await
-        };
-        match read {
-            Ok(Some(current)) => {
-                follower.version = follower.version.max(current.version);
-                if !follower.announce(&current).await {
-                    return;
-                }
-            }
-            Ok(None) | Err(keel_store::StoreError::NotFound { .. }) => return,
-            Err(error) => {
-                tracing::warn!(chat = %chat.id, %error, "catching up events failed");
-                return;
-            }
+        if !Box::pin(follower.read_and_announce(whole, &backlog)).await {
+            return;
         }
     }
 }
