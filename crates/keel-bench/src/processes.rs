@@ -202,7 +202,7 @@ base_url = "{mock}/v1"
 [[providers]]
 name = "anthropic"
 kind = "anthropic"
-base_url = "{mock}/v1"
+base_url = "{mock}"
 
 [[models]]
 id = "mock"
