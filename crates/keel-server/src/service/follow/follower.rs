@@ -89,7 +89,15 @@ struct Follower {
 impl Follower {
     /// Sends an event; false when the client is gone or too slow.
     async fn send(&self, item: LiveItem) -> bool {
-        self.tx.send(item).await.is_ok()
+        // Most events find room at once. The wait for room (a client reading slowly) is
+        // boxed: its state would otherwise size every follower, idle ones included.
+        match self.tx.try_send(item) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(item)) => {
+                Box::pin(self.tx.send(item)).await.is_ok()
+            }
+        }
     }
 
     async fn durable(&mut self, item: LiveItem) -> bool {
@@ -102,11 +110,7 @@ impl Follower {
 
     /// Sends one frame of the hub; false when the connection ends (the client left or fell
     /// too far behind).
-    async fn forward(
-        &mut self,
-        frame: Result<Arc<Frame>, broadcast::error::RecvError>,
-        state: &AppState,
-    ) -> bool {
+    async fn forward(&mut self, frame: Result<Arc<Frame>, broadcast::error::RecvError>) -> bool {
         match frame {
             Ok(frame) if frame.durable => {
                 let seq = i64::try_from(frame.seq).unwrap_or(i64::MAX);
@@ -136,7 +140,7 @@ impl Follower {
             }
             Ok(frame) => self.ephemeral(frame.event, frame.data()).await,
             Err(broadcast::error::RecvError::Lagged(_)) => {
-                state.metrics.sse_lagged_disconnects.inc();
+                self.state.metrics.sse_lagged_disconnects.inc();
                 false
             }
             Err(broadcast::error::RecvError::Closed) => false,
@@ -403,16 +407,21 @@ async fn next_frame(
 /// loop starts, and the loop's reads of the store are boxed too: a follower waits far more
 /// than it reads, and a future is as large as the largest state it can be in, so an idle
 /// stream holds only what waiting needs.
-pub(super) async fn feed(
+pub(super) fn feed(
     state: AppState,
     chat: Chat,
     subscription: Subscription,
     requested: Requested,
     tx: mpsc::Sender<LiveItem>,
-) {
+) -> impl Future<Output = ()> + Send {
+    // Not an `async fn`: its arguments (the whole chat, the subscription with its backlog)
+    // would stay in the future for as long as the stream is open.
     let chat_key = chat.id.to_string();
-    if let Some(started) = Box::pin(start(&state, chat, subscription, requested, tx)).await {
-        follow_changes(state, chat_key, started).await;
+    let start = Box::pin(start(state, chat, subscription, requested, tx));
+    async move {
+        if let Some(started) = start.await {
+            follow_changes(chat_key, started).await;
+        }
     }
 }
 
@@ -427,7 +436,7 @@ struct Started {
 /// Finds where the client is, sends what it is owed and the chat's state; `None` when the
 /// connection ended meanwhile.
 async fn start(
-    state: &AppState,
+    state: AppState,
     chat: Chat,
     subscription: Subscription,
     requested: Requested,
@@ -445,7 +454,7 @@ async fn start(
         // Numbers only grow: a position the chat had reached when it was read is known, and
         // where its step starts does not matter.
         Requested::At(position) if position <= chat.event_seq => (position, false),
-        _ => match locate(state, &chat, &backlog, requested, &mut changes).await {
+        _ => match locate(&state, &chat, &backlog, requested, &mut changes).await {
             Ok(found) => found,
             Err(error) => {
                 tracing::warn!(chat = %chat.id, %error, "reading the chat's position failed");
@@ -460,7 +469,7 @@ async fn start(
         }
     }
     let mut follower = Follower {
-        state: state.clone(),
+        state,
         chat_id: chat.id,
         tx,
         position,
@@ -492,139 +501,146 @@ async fn start(
 
 /// Forwards the hub's frames and answers the chat's change notices until the client leaves,
 /// the chat is deleted or the process stops.
-async fn follow_changes(state: AppState, chat_key: String, started: Started) {
+fn follow_changes(chat_key: String, started: Started) -> impl Future<Output = ()> + Send {
+    // Taken apart before the future is made, which holds each part once, where it is used.
     let Started {
         mut follower,
         mut live,
         mut runs,
         mut changes,
     } = started;
-    // Notices that arrived while the connection was being set up are looked at first.
-    let mut recheck = true;
-    // Made once, and looked at only when woken: a frame costs no waiter of its own.
-    let client = follower.tx.clone();
-    let mut client_gone = std::pin::pin!(keel_core::on_wake::on_wake(client.closed()));
-    let mut shutdown = std::pin::pin!(state.shutdown.cancelled_owned());
-    loop {
-        if !recheck {
-            tokio::select! {
-                () = client_gone.as_mut() => return,
-                () = shutdown.as_mut() => return,
-                frame = next_frame(&mut live) => {
-                    if matches!(frame, Err(broadcast::error::RecvError::Closed)) {
-                        // The run ended and its frames were all sent: wait for the next.
-                        live = None;
-                    } else if !follower.forward(frame, &state).await {
+    async move {
+        // Notices that arrived while the connection was being set up are looked at first.
+        let mut recheck = true;
+        // Made once, and looked at only when woken: a frame costs no waiter of its own.
+        let client = follower.tx.clone();
+        let mut client_gone = std::pin::pin!(keel_core::on_wake::on_wake(client.closed()));
+        let mut shutdown = std::pin::pin!(follower.state.shutdown.cancelled_owned());
+        loop {
+            if !recheck {
+                tokio::select! {
+                    () = client_gone.as_mut() => return,
+                    () = shutdown.as_mut() => return,
+                    frame = next_frame(&mut live) => {
+                        if matches!(frame, Err(broadcast::error::RecvError::Closed)) {
+                            // The run ended and its frames were all sent: wait for the next.
+                            live = None;
+                        } else if !follower.forward(frame).await {
+                            return;
+                        }
+                        continue;
+                    }
+                    changed = changes.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        #[cfg(debug_assertions)]
+                        debug_pause("KEEL_DEBUG_NOTICE_PAUSE_MS").await;
+                    },
+                }
+            }
+            recheck = false;
+            // Frames published before the notice was sent are already queued: send them
+            // first, so a catch-up never jumps past parts (to the message that commits them).
+            while let Some(receiver) = live.as_mut() {
+                match receiver.try_recv() {
+                    Ok(frame) => {
+                        if !follower.forward(Ok(frame)).await {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::TryRecvError::Empty) => break,
+                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                        follower
+                            .forward(Err(broadcast::error::RecvError::Lagged(n)))
+                            .await;
                         return;
                     }
-                    continue;
+                    Err(broadcast::error::TryRecvError::Closed) => live = None,
                 }
-                changed = changes.changed() => {
-                    if changed.is_err() {
+            }
+            let news = *changes.borrow_and_update();
+            if news.deleted {
+                return;
+            }
+            // A run started: take its channel, and the frames it published before, which the
+            // catch-up below merges with the store's messages in sequence order.
+            let (backlog, incomplete, retry) = if news.runs == runs {
+                (Vec::new(), false, None)
+            } else {
+                let current = follower.state.hub.live(&chat_key);
+                runs = current.runs;
+                live = current.frames;
+                (current.backlog, current.incomplete, current.retry)
+            };
+            // A backlog that holds every frame the run published goes out as live frames do:
+            // `forward` reads the store first only when a frame does not follow the position
+            // (something numbered in between that no frame carried), so the common start of a
+            // run, right after what the follower sent, costs no read.
+            let backlog = if incomplete {
+                backlog
+            } else {
+                for frame in backlog {
+                    if !follower.forward(Ok(frame)).await {
                         return;
                     }
-                    #[cfg(debug_assertions)]
-                    debug_pause("KEEL_DEBUG_NOTICE_PAUSE_MS").await;
-                },
-            }
-        }
-        recheck = false;
-        // Frames published before the notice was sent are already queued: send them
-        // first, so a catch-up never jumps past parts (to the message that commits them).
-        while let Some(receiver) = live.as_mut() {
-            match receiver.try_recv() {
-                Ok(frame) => {
-                    if !follower.forward(Ok(frame), &state).await {
-                        return;
-                    }
                 }
-                Err(broadcast::error::TryRecvError::Empty) => break,
-                Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                    follower
-                        .forward(Err(broadcast::error::RecvError::Lagged(n)), &state)
-                        .await;
-                    return;
+                Vec::new()
+            };
+            // A retry the run published before the receiver was taken: after the frames that
+            // came before it, and before a read that may find the run already over.
+            if let Some(retry) = retry
+                && !follower.forward(Ok(retry)).await
+            {
+                return;
+            }
+            if backlog.is_empty()
+                && !incomplete
+                && !news.news_for(follower.position, follower.version, follower.resyncs)
+            {
+                // Every version since the one it knows changed only events it has sent.
+                follower.version = follower.version.max(news.version);
+                continue;
+            }
+            if live.is_some()
+                && backlog.is_empty()
+                && !incomplete
+                && news.awaits_committed_frames(
+                    follower.position,
+                    follower.version,
+                    follower.resyncs,
+                )
+            {
+                // The run's committed messages are on their way as frames; the commit's end
+                // wakes the follower to look again.
+                continue;
+            }
+            // Everything is read for frames the new channel carried before it was taken, for
+            // notices that may have been lost, and for events numbered past the position.
+            let whole = !backlog.is_empty()
+                || incomplete
+                || news.resyncs != follower.resyncs
+                || news.event_seq > follower.position;
+            follower.state.metrics.sse_catch_ups.inc();
+            // Every change but logged parts takes a new version: when the version is one the
+            // follower knows, the log alone has something new (a run of another replica).
+            let parts_only = whole
+                && backlog.is_empty()
+                && !incomplete
+                && news.resyncs == follower.resyncs
+                && news.version <= follower.version;
+            if parts_only {
+                match Box::pin(follower.logged_parts()).await {
+                    LogRead::Sent => continue,
+                    LogRead::Ended => return,
+                    // Read everything below, as for any news numbered past the position.
+                    LogRead::Gap => {}
                 }
-                Err(broadcast::error::TryRecvError::Closed) => live = None,
             }
-        }
-        let news = *changes.borrow_and_update();
-        if news.deleted {
-            return;
-        }
-        // A run started: take its channel, and the frames it published before, which the
-        // catch-up below merges with the store's messages in sequence order.
-        let (backlog, incomplete, retry) = if news.runs == runs {
-            (Vec::new(), false, None)
-        } else {
-            let current = state.hub.live(&chat_key);
-            runs = current.runs;
-            live = current.frames;
-            (current.backlog, current.incomplete, current.retry)
-        };
-        // A backlog that holds every frame the run published goes out as live frames do:
-        // `forward` reads the store first only when a frame does not follow the position
-        // (something numbered in between that no frame carried), so the common start of a
-        // run, right after what the follower sent, costs no read.
-        let backlog = if incomplete {
-            backlog
-        } else {
-            for frame in backlog {
-                if !follower.forward(Ok(frame), &state).await {
-                    return;
-                }
+            follower.resyncs = news.resyncs;
+            if !Box::pin(follower.read_and_announce(whole, &backlog)).await {
+                return;
             }
-            Vec::new()
-        };
-        // A retry the run published before the receiver was taken: after the frames that
-        // came before it, and before a read that may find the run already over.
-        if let Some(retry) = retry
-            && !follower.forward(Ok(retry), &state).await
-        {
-            return;
-        }
-        if backlog.is_empty()
-            && !incomplete
-            && !news.news_for(follower.position, follower.version, follower.resyncs)
-        {
-            // Every version since the one it knows changed only events it has sent.
-            follower.version = follower.version.max(news.version);
-            continue;
-        }
-        if live.is_some()
-            && backlog.is_empty()
-            && !incomplete
-            && news.awaits_committed_frames(follower.position, follower.version, follower.resyncs)
-        {
-            // The run's committed messages are on their way as frames; the commit's end
-            // wakes the follower to look again.
-            continue;
-        }
-        // Everything is read for frames the new channel carried before it was taken, for
-        // notices that may have been lost, and for events numbered past the position.
-        let whole = !backlog.is_empty()
-            || incomplete
-            || news.resyncs != follower.resyncs
-            || news.event_seq > follower.position;
-        state.metrics.sse_catch_ups.inc();
-        // Every change but logged parts takes a new version: when the version is one the
-        // follower knows, the log alone has something new (a run of another replica).
-        let parts_only = whole
-            && backlog.is_empty()
-            && !incomplete
-            && news.resyncs == follower.resyncs
-            && news.version <= follower.version;
-        if parts_only {
-            match Box::pin(follower.logged_parts()).await {
-                LogRead::Sent => continue,
-                LogRead::Ended => return,
-                // Read everything below, as for any news numbered past the position.
-                LogRead::Gap => {}
-            }
-        }
-        follower.resyncs = news.resyncs;
-        if !Box::pin(follower.read_and_announce(whole, &backlog)).await {
-            return;
         }
     }
 }

@@ -35,3 +35,16 @@ fn logged_parts_that_skip_a_number_wait_for_a_whole_read() {
     assert!(!follows_position(44, 40));
     assert!(follows_position(i64::MAX, i64::MAX));
 }
+
+/// The size of the future an async function of five arguments returns, without calling it.
+fn future_size<A, B, C, D, E, F: Future>(_: impl FnOnce(A, B, C, D, E) -> F) -> usize {
+    std::mem::size_of::<F>()
+}
+
+#[test]
+fn an_idle_follower_holds_only_what_waiting_needs() {
+    // Every open stream holds one of these for as long as it is open; the reads of the
+    // store, which need far more, are boxed while they run.
+    let size = future_size(feed);
+    assert!(size <= 1536, "a follower's future is {size} bytes");
+}
