@@ -1,5 +1,8 @@
 //! One connection's follower: what it has sent, how it catches up from the store, and the
 //! loop that forwards the hub's frames and answers the chat's change notices.
+//!
+//! Longer than most files: the follower's rules (what may go out before a read of the store)
+//! and the loop that applies them are one protocol, and are read and changed together.
 
 use std::sync::Arc;
 
