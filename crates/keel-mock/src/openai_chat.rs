@@ -12,6 +12,8 @@ use std::sync::Arc;
 use axum::extract::State as Extract;
 use axum::response::Response;
 use bytes::Bytes;
+use serde::Serialize;
+use serde::ser::{SerializeMap as _, Serializer};
 use serde_json::{Value, json};
 
 use crate::config::ChatServer;
@@ -52,6 +54,7 @@ pub(crate) async fn handle(Extract(state): Extract<Arc<State>>, body: Bytes) -> 
         let encoder = Chunks {
             include_usage,
             created: unix_now(),
+            id: completion_id(&reply),
         };
         driver::stream(reply, encoder, &state, "openai-chat")
     } else {
@@ -190,27 +193,68 @@ fn completion(reply: &Reply) -> Value {
 struct Chunks {
     include_usage: bool,
     created: u64,
+    /// The completion's id, the same in every chunk.
+    id: String,
+}
+
+/// One `chat.completion.chunk`, serialised without building a JSON tree: the load
+/// benchmark streams hundreds of thousands of them through this mock.
+#[derive(Serialize)]
+struct Chunk<'a, D> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    system_fingerprint: Option<()>,
+    choices: [Choice<D>; 1],
+    /// `Some(None)`: `"usage": null`, which OpenAI sends in every chunk but the last when
+    /// usage is asked for; `None`: no such field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Option<()>>,
+}
+
+#[derive(Serialize)]
+struct Choice<D> {
+    index: u32,
+    delta: D,
+    logprobs: Option<()>,
+    finish_reason: Option<&'static str>,
+}
+
+/// The delta of one token: a map of the one field its kind is sent in.
+struct TokenDelta<'a> {
+    field: &'static str,
+    text: &'a str,
+}
+
+impl Serialize for TokenDelta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(self.field, self.text)?;
+        map.end()
+    }
 }
 
 impl Chunks {
-    fn chunk(&self, reply: &Reply, delta: Value, finish: Option<Finish>) -> Bytes {
-        let mut chunk = json!({
-            "id": completion_id(reply),
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": reply.model,
-            "system_fingerprint": Value::Null,
-            "choices": [{
-                "index": 0,
-                "delta": delta,
-                "logprobs": Value::Null,
-                "finish_reason": finish.map(finish_reason),
+    fn chunk(&self, reply: &Reply, delta: impl Serialize, finish: Option<Finish>) -> Bytes {
+        sse::data(&Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &reply.model,
+            system_fingerprint: None,
+            choices: [Choice {
+                index: 0,
+                delta,
+                logprobs: None,
+                finish_reason: finish.map(finish_reason),
             }],
-        });
-        if self.include_usage {
-            chunk["usage"] = Value::Null;
-        }
-        sse::data(&chunk)
+            usage: self.include_usage.then_some(None),
+        })
+    }
+
+    fn token(&self, reply: &Reply, field: &'static str, text: &str) -> Bytes {
+        self.chunk(reply, TokenDelta { field, text }, None)
     }
 }
 
@@ -221,9 +265,11 @@ impl Encoder for Chunks {
 
     fn piece(&mut self, reply: &Reply, piece: Piece<'_>) -> Vec<Bytes> {
         let delta = match piece {
-            Piece::ReasoningDelta(text) => json!({"reasoning_content": text}),
-            Piece::TextDelta(text) => json!({"content": text}),
-            Piece::RefusalDelta(text) => json!({"refusal": text}),
+            Piece::ReasoningDelta(text) => {
+                return vec![self.token(reply, "reasoning_content", text)];
+            }
+            Piece::TextDelta(text) => return vec![self.token(reply, "content", text)],
+            Piece::RefusalDelta(text) => return vec![self.token(reply, "refusal", text)],
             Piece::ToolStart(index) => {
                 let id = reply.call_id(index, "call_");
                 let mut call = json!({
@@ -266,7 +312,7 @@ impl Encoder for Chunks {
         let mut frames = vec![self.chunk(reply, json!({}), Some(reply.finish))];
         if self.include_usage {
             frames.push(sse::data(&json!({
-                "id": completion_id(reply),
+                "id": self.id,
                 "object": "chat.completion.chunk",
                 "created": self.created,
                 "model": reply.model,

@@ -4,6 +4,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::Value;
 
 /// The terminator OpenAI Chat Completions streams end with.
@@ -14,9 +15,14 @@ pub(crate) fn event(name: &str, data: &Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
-/// An unnamed event: one `data:` line.
-pub(crate) fn data(data: &Value) -> Bytes {
-    Bytes::from(format!("data: {data}\n\n"))
+/// An unnamed event: one `data:` line, serialised straight into the frame.
+pub(crate) fn data(data: &(impl Serialize + ?Sized)) -> Bytes {
+    let mut frame = Vec::with_capacity(256);
+    frame.extend_from_slice(b"data: ");
+    // Writing into a Vec cannot fail, and the mock's values serialise without error.
+    let _ = serde_json::to_writer(&mut frame, data);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
 }
 
 /// A raw line, sent verbatim and followed by the blank line that ends an event.
