@@ -2,6 +2,8 @@
 //! protocol's [`Encoder`], which turns abstract pieces into that protocol's frames.
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Json;
@@ -9,6 +11,7 @@ use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures::Stream;
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -76,7 +79,7 @@ pub(crate) fn stream(
     // A small buffer keeps the producer close to what the client has read, so pacing and
     // stalls are visible on the wire rather than absorbed by a queue.
     let (tx, rx) = mpsc::channel::<Frame>(4);
-    tokio::spawn(async move {
+    let play = async move {
         let mut player = Player {
             tx,
             shutdown,
@@ -87,21 +90,45 @@ pub(crate) fn stream(
         };
         // `Stop` only means the stream ended early; nothing is left to report.
         let _ = player.play(&reply, encoder).await;
-    });
-    // A stream is counted when the server takes its last frame to write it: what a client
-    // reading to the end receives.
-    let state = Arc::clone(state);
-    let body = futures::stream::unfold(rx, move |mut rx| {
-        let state = Arc::clone(&state);
-        async move {
-            let (chunk, report) = rx.recv().await?;
-            if let Some(report) = report {
-                state.report(report);
-            }
-            Some((chunk, rx))
+    };
+    sse::response(Body::from_stream(Playing {
+        play: Some(Box::pin(play)),
+        rx,
+        state: Arc::clone(state),
+    }))
+}
+
+/// A reply's body: the player runs inside the response's own task, polled whenever the
+/// server asks for the next frame, so a token goes out in the poll that stamped it and no
+/// second task is woken per token.
+struct Playing {
+    /// `None` once the player has finished; what it queued is still taken.
+    play: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    rx: mpsc::Receiver<Frame>,
+    state: Arc<State>,
+}
+
+impl Stream for Playing {
+    type Item = Chunk;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Chunk>> {
+        if let Some(play) = self.play.as_mut()
+            && play.as_mut().poll(cx).is_ready()
+        {
+            // Its sender is dropped with it: the queue ends once drained.
+            self.play = None;
         }
-    });
-    sse::response(Body::from_stream(body))
+        // A stream is counted when the server takes its last frame to write it: what a
+        // client reading to the end receives.
+        self.rx.poll_recv(cx).map(|frame| {
+            frame.map(|(chunk, report)| {
+                if let Some(report) = report {
+                    self.state.report(report);
+                }
+                chunk
+            })
+        })
+    }
 }
 
 /// The stream ended before its natural finish: a scripted cut or error, a client that went
