@@ -28,8 +28,6 @@ fn main() -> anyhow::Result<()> {
     if !matches!(cli.command, cmd::Command::Serve(_)) {
         telemetry::init_text();
     }
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(cli.command.run())
+    let runtime = cli.command.runtime()?;
+    runtime.block_on(cli.command.run())
 }

@@ -44,6 +44,20 @@ pub enum Command {
 }
 
 impl Command {
+    /// The tokio runtime the command runs on. The mock provider and the benchmarks run on
+    /// one thread: they share the machine's cores with the daemon they measure, and a
+    /// single thread that waits in epoll wakes no sibling worker for each event that
+    /// arrives, which is most of what a multi-threaded runtime costs them per part.
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        let mut builder = match self {
+            Command::MockProvider(_) => tokio::runtime::Builder::new_current_thread(),
+            #[cfg(feature = "bench")]
+            Command::Bench(_) => tokio::runtime::Builder::new_current_thread(),
+            _ => tokio::runtime::Builder::new_multi_thread(),
+        };
+        builder.enable_all().build()
+    }
+
     pub async fn run(self) -> anyhow::Result<()> {
         match self {
             Command::Serve(args) => serve::run(args).await,
