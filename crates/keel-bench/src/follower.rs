@@ -153,13 +153,13 @@ pub async fn drive(
         last_id = connection.last_id;
         events_on_connection += 1;
         match event.kind.as_str() {
-            "message" | "branch" => seen.view.apply_event(&event.kind, &event.data)?,
+            "message" | "branch" => seen.view.apply_event(&event.kind, &event.data())?,
             "stream_reset" => {
                 shared.resets.fetch_add(1, Ordering::Relaxed);
-                seen.view.apply_event(&event.kind, &event.data)?;
+                seen.view.apply_event(&event.kind, &event.data())?;
             }
             "part" => {
-                seen.view.apply_event(&event.kind, &event.data)?;
+                seen.view.apply_event(&event.kind, &event.data())?;
                 deltas += 1;
                 if behaviour.interrupt_after == Some(deltas) && !seen.interrupted {
                     seen.interrupted = true;
@@ -174,7 +174,8 @@ pub async fn drive(
                 }
             }
             "status" => {
-                let status = event.data["status"].as_str().unwrap_or_default();
+                let data = event.data();
+                let status = data["status"].as_str().unwrap_or_default();
                 if matches!(status, "waiting" | "error" | "requires_action")
                     && settle(shared, &chat, scenario).await?
                 {
@@ -292,7 +293,7 @@ async fn catch_up(
             if matches!(event.kind.as_str(), "message" | "branch" | "stream_reset") {
                 last_progress = Instant::now();
             }
-            seen.view.apply_event(&event.kind, &event.data)?;
+            seen.view.apply_event(&event.kind, &event.data())?;
             if committed
                 .iter()
                 .all(|id| seen.view.messages.contains_key(id))

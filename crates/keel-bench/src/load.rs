@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail, ensure};
 use keel_mock::{Script, Step};
+use serde_json::json;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
@@ -51,6 +52,10 @@ pub struct Args {
     /// own choice. Replicas on one PostgreSQL server share its connection limit.
     #[arg(long)]
     pub database_connections: Option<usize>,
+    /// Each measured reply first calls the built-in `list_dir` in a step of its own, then
+    /// streams its text in a second: what a step with a tool costs.
+    #[arg(long)]
+    pub tool_step: bool,
     /// Relay the daemon's and mock's logs, at the level `RUST_LOG` sets (default `info`).
     #[arg(long)]
     pub verbose: bool,
@@ -273,6 +278,8 @@ async fn wait_idle(api: &Api, chat: &str) -> anyhow::Result<()> {
 struct Throughput {
     wall: Duration,
     parts: u64,
+    /// Model calls answered: one per chat, two with `--tool-step`.
+    steps: u64,
     latency: Spread,
     /// The p99 of the added latency of the parts the mock sent in each second of the phase:
     /// where in the run the tail is (the start of every stream at once, or throughout).
@@ -321,6 +328,11 @@ impl Throughput {
             per_thousand(total),
             per_thousand(self.mock_cpu),
             per_thousand(self.client_cpu)
+        );
+        println!(
+            "daemon CPU per step     {:.3} ms over {} steps (parts included)",
+            total.as_secs_f64() * 1000.0 / self.steps.max(1) as f64,
+            self.steps
         );
         let replicas = self.daemon_cpu.len();
         for (replica, cpu) in self.daemon_cpu.iter().enumerate().filter(|_| replicas > 1) {
@@ -386,8 +398,14 @@ async fn measure_throughput(
 ) -> anyhow::Result<Throughput> {
     let start = Arc::new(Barrier::new(chats.len() + 1));
     let mut tasks = JoinSet::new();
-    let text =
-        Script::new(Step::echo().tokens(args.tokens).rate(args.rate).stamped()).message("measure");
+    let answer = Step::echo().tokens(args.tokens).rate(args.rate).stamped();
+    let script = if args.tool_step {
+        Script::new(Step::tool_call("list_dir", json!({"path": "."})).rate(args.rate)).then(answer)
+    } else {
+        Script::new(answer)
+    };
+    let text = script.message("measure");
+    let steps = 1 + usize::from(args.tool_step);
     for placed in chats {
         let (api, chat) = (placed.api.clone(), placed.id.clone());
         let (start, text) = (start.clone(), text.clone());
@@ -402,6 +420,7 @@ async fn measure_throughput(
             };
             api.send_message(&chat, &text, "queue").await?;
             let mut resumes = 0;
+            let mut answered = 0;
             loop {
                 let event = match live.next(PATIENCE).await {
                     Ok(event) => event,
@@ -418,10 +437,13 @@ async fn measure_throughput(
                 };
                 if let Some(delta) = event.text_delta() {
                     let now = unix_micros();
-                    times.parts.extend(stamps(delta).map(|sent| (sent, now)));
+                    times.parts.extend(stamps(&delta).map(|sent| (sent, now)));
                 } else if event.is_assistant_message() {
-                    times.committed = unix_micros();
-                    return anyhow::Ok((times, resumes));
+                    answered += 1;
+                    if answered == steps {
+                        times.committed = unix_micros();
+                        return anyhow::Ok((times, resumes));
+                    }
                 }
             }
         });
@@ -475,6 +497,7 @@ async fn measure_throughput(
     Ok(Throughput {
         wall,
         parts,
+        steps: (chats.len() * steps) as u64,
         latency: Spread::of(&mut latencies),
         p99_by_second,
         daemon_cpu: daemons
@@ -553,7 +576,7 @@ async fn interrupt_latencies(chats: &[Placed], rate: f64) -> anyhow::Result<Vec<
                 let event = live.next(PATIENCE).await?;
                 if event.is_assistant_message() {
                     ensure!(
-                        event.data["interrupted"] == true,
+                        event.data()["interrupted"] == true,
                         "the reply was not marked interrupted"
                     );
                     return anyhow::Ok(micros(asked.elapsed()));
@@ -625,8 +648,8 @@ async fn kill_and_resume(
             let mut asked = false;
             while deltas < 3 {
                 let event = live.next(PATIENCE).await?;
-                if event.kind == "message" && event.data["role"] == "user" {
-                    asked = event.data.to_string().contains("survive");
+                if event.kind == "message" && event.data()["role"] == "user" {
+                    asked = event.data().to_string().contains("survive");
                 } else if asked && event.text_delta().is_some() {
                     deltas += 1;
                 }

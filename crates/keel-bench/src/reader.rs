@@ -100,7 +100,7 @@ async fn follow(
             read.last_event = Some((Instant::now(), replica));
             match event.kind.as_str() {
                 "message" | "branch" | "stream_reset" => {
-                    let trail = match event.data["id"].as_i64() {
+                    let trail = match event.data()["id"].as_i64() {
                         Some(message) => format!("{}@{:?}=m{message}", event.kind, live.last_id),
                         None => format!("{}@{:?}", event.kind, live.last_id),
                     };
@@ -110,20 +110,19 @@ async fn follow(
                             .resets
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
-                    if let Err(error) = read.view.apply_event(&event.kind, &event.data) {
+                    if let Err(error) = read.view.apply_event(&event.kind, &event.data()) {
                         read.error.get_or_insert(format!("{error:#}"));
                     }
                 }
                 "part" => {
                     read.parts += 1;
-                    if event.data["part"]["type"] == "tool_call"
-                        && event.data["part"]["complete"] == true
-                    {
+                    if event.is_complete_tool_call() {
                         read.tool_calls += 1;
                     }
                 }
                 "status" => {
-                    let now = event.data["status"].as_str().unwrap_or_default();
+                    let data = event.data();
+                    let now = data["status"].as_str().unwrap_or_default();
                     status.send_replace(now.to_owned());
                 }
                 _ => {}
@@ -145,7 +144,7 @@ pub async fn message_event_ids(shared: &Target, chat: &str) -> Vec<(i64, Option<
     let mut ids = Vec::new();
     while let Ok(event) = live.next(Duration::from_secs(1)).await {
         if event.kind == "message" {
-            ids.push((event.data["id"].as_i64().unwrap_or(-1), live.last_id));
+            ids.push((event.data()["id"].as_i64().unwrap_or(-1), live.last_id));
         }
     }
     ids
@@ -171,7 +170,7 @@ pub async fn resumed(
         while let Ok(event) = live.next(patience).await {
             position = live.last_id;
             if matches!(event.kind.as_str(), "message" | "branch" | "stream_reset") {
-                view.apply_event(&event.kind, &event.data)?;
+                view.apply_event(&event.kind, &event.data())?;
                 if view.matches(committed) {
                     break;
                 }
