@@ -9,6 +9,7 @@ mod aliases;
 mod api_transitions;
 mod branches;
 mod compaction;
+mod listen;
 mod migrations;
 mod model;
 mod races;
