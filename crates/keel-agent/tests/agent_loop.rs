@@ -1,4 +1,6 @@
 //! The agent loop's behaviour: prompts, tools, steps, persistence and interrupts.
+//!
+//! Longer than most files: the loop's scripted model and tools, and a test per behaviour.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -1,4 +1,6 @@
 //! Failures while streaming: retries, watchdogs, mid-stream recovery and checkpoints.
+//!
+//! Longer than most files: one test per failure and recovery plan, each with its script.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -1,5 +1,8 @@
 //! Anthropic Messages: decoder replays, chunking invariance, staged signatures, prompt
 //! caching marks and request building.
+//!
+//! Longer than most files: Anthropic's stream has the most event kinds of the four
+//! protocols, and each is replayed here.
 
 mod common;
 

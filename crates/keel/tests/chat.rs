@@ -1,5 +1,8 @@
 //! `keel chat` against a `keel serve` child process with the demo model: streaming in a
 //! pseudo-terminal, Ctrl-C interrupting a reply, and `--once` with piped standard input.
+//!
+//! Longer than most files: each test drives `keel chat` in a pseudo-terminal, keystroke by
+//! keystroke.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,6 @@
 //! Transitions a client starts through the API, allowed and disallowed, on both backends.
+//!
+//! Longer than most files: one test per named transition, allowed and disallowed.
 
 use crate::common::*;
 use keel_core::{ErrorKind, Part, PartKind, Role};

@@ -2,6 +2,9 @@
 //! concurrent (tokio tasks), checked against the store's invariants: versions only grow,
 //! at most one worker owns a chat, no acknowledged message is lost or duplicated, and
 //! every chat can be driven back to `waiting`.
+//!
+//! Longer than most files: the reference model, its action generator and both drivers
+//! are read together.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

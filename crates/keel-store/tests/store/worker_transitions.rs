@@ -1,4 +1,6 @@
 //! Transitions of the worker holding a lease (claim, renew, write, end), on both backends.
+//!
+//! Longer than most files: one test per named transition, alone and grouped.
 
 use std::sync::Arc;
 

@@ -1,6 +1,9 @@
 //! The AI SDK UI and OpenAI Responses endpoints through the running daemon: streaming,
 //! resuming after a kill -9, stopping, client-side tools and typed errors. (The real client
 //! libraries drive the same endpoints in `tests/compat/`.)
+//!
+//! Longer than most files: each door's scenario is a whole exchange with the daemon, read
+//! top to bottom.
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;

@@ -1,5 +1,7 @@
 //! Two things at once: queued messages behind client-side calls, edits while a reply
 //! streams, clients resuming from positions the chat never reached.
+//!
+//! Longer than most files: each race is staged in full through the public API.
 
 use std::path::Path;
 use std::time::Duration;

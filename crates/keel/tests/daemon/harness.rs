@@ -1,4 +1,6 @@
 //! Starting `keel serve` as a process, and talking to it like any client would.
+//!
+//! Longer than most files: the one client every daemon test shares.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -1,5 +1,7 @@
 //! Who can reach the daemon: `Host` and `Origin` checks, caps on live event streams and
 //! requests, the header-read timeout, removing users, and nothing secret in answers or logs.
+//!
+//! Longer than most files: each defence is attacked over raw TCP or HTTP, in full.
 
 use std::path::Path;
 
