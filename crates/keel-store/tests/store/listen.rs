@@ -5,7 +5,7 @@
 use crate::common::*;
 use futures::stream::BoxStream;
 use futures::{FutureExt as _, StreamExt as _};
-use keel_store::{ChatStatus, RemoteNotice};
+use keel_store::{ChatStatus, ListenRetryGate, RemoteNotice, StoreOptions};
 use sqlx::{Connection as _, PgConnection};
 use std::time::Duration;
 
@@ -125,7 +125,12 @@ async fn a_listen_connection_back_after_the_database_refused_it_tells_subscriber
     let Some(db) = OwnDatabase::create().await else {
         return;
     };
-    let replica = keel_store::open(&db.url).await.unwrap();
+    let gate = ListenRetryGate::default();
+    let options = StoreOptions {
+        listen_retry_gate: Some(gate.clone()),
+        ..StoreOptions::default()
+    };
+    let replica = keel_store::open_with(&db.url, options).await.unwrap();
     let other = keel_store::open(&db.url).await.unwrap();
     let mut remote = replica.subscribe_remote().await.unwrap();
 
@@ -135,9 +140,11 @@ async fn a_listen_connection_back_after_the_database_refused_it_tells_subscriber
     ))
     .await;
     assert!(db.terminate("").await >= 1);
-    while db.listening().await {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // The relay tried to listen again and was refused; the database comes back before its
+    // next attempt, the moment a receive could re-open the connection without a word.
+    tokio::time::timeout(WAIT, gate.failed_attempt())
+        .await
+        .expect("a refused attempt to listen again");
     assert!(
         remote.next().now_or_never().is_none(),
         "told to read again before listening again"
@@ -147,6 +154,7 @@ async fn a_listen_connection_back_after_the_database_refused_it_tells_subscriber
         db.name
     ))
     .await;
+    gate.release();
     let first = tokio::time::timeout(WAIT, remote.next()).await.unwrap();
     assert_eq!(first, Some(RemoteNotice::Missed));
     assert!(db.listening().await, "told to read again before listening");
