@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::ops::{Backend, TxOps, notice_payload, notice_payloads, parse_notices};
-use crate::types::{ChangeNotice, ListenRetryGate, RemoteNotice, StoreOptions};
+use crate::types::{ChangeNotice, RemoteNotice, StoreOptions};
 
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -150,7 +150,6 @@ pub(crate) struct PgBackend {
     /// Other replicas' notices, from one `LISTEN` connection shared by every subscriber of
     /// this process (started by the first): a connection per subscriber would drain the pool.
     remote: tokio::sync::OnceCell<broadcast::Sender<RemoteNotice>>,
-    listen_retry_gate: Option<ListenRetryGate>,
 }
 
 /// Notices a slow subscriber may fall behind by; beyond it, it misses some (every user of
@@ -164,12 +163,7 @@ impl PgBackend {
             .get_or_try_init(|| async {
                 let listener = listen(&self.pool).await?;
                 let (sender, _) = broadcast::channel(REMOTE_BUFFER);
-                tokio::spawn(relay_notices(
-                    self.pool.clone(),
-                    listener,
-                    sender.clone(),
-                    self.listen_retry_gate.clone(),
-                ));
+                tokio::spawn(relay_notices(self.pool.clone(), listener, sender.clone()));
                 Ok::<_, crate::error::StoreError>(sender)
             })
             .await?;
@@ -194,7 +188,6 @@ async fn relay_notices(
     pool: PgPool,
     mut listener: PgListener,
     sender: broadcast::Sender<RemoteNotice>,
-    gate: Option<ListenRetryGate>,
 ) {
     loop {
         // No subscriber at the moment is fine: the next one starts from now.
@@ -211,7 +204,7 @@ async fn relay_notices(
             }
             Err(error) => {
                 tracing::warn!(%error, "listening for other replicas' changes failed; listening anew");
-                listener = listen_anew(&pool, gate.as_ref()).await;
+                listener = listen_anew(&pool).await;
                 let _ = sender.send(RemoteNotice::Missed);
             }
         }
@@ -219,15 +212,12 @@ async fn relay_notices(
 }
 
 /// A new listener, retried every second until it listens.
-async fn listen_anew(pool: &PgPool, gate: Option<&ListenRetryGate>) -> PgListener {
+async fn listen_anew(pool: &PgPool) -> PgListener {
     loop {
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         match listen(pool).await {
             Ok(listener) => return listener,
             Err(error) => tracing::debug!(%error, "listening again failed; retrying"),
-        }
-        if let Some(gate) = gate {
-            gate.pass().await;
         }
     }
 }
@@ -272,7 +262,6 @@ pub(crate) async fn connect(url: &str, opts: &StoreOptions) -> Result<PgBackend>
         pool,
         live_pool,
         remote: tokio::sync::OnceCell::new(),
-        listen_retry_gate: opts.listen_retry_gate.clone(),
     })
 }
 

@@ -540,47 +540,6 @@ pub struct StoreOptions {
     /// Keep each run's trace context ([`crate::trace`]): on when the daemon exports traces
     /// or logs trace ids. Off, no transition reads or writes one.
     pub trace_runs: bool,
-    /// Tests only: holds PostgreSQL's `LISTEN` relay between a failed attempt to listen
-    /// again and its next one. `None` (the default): the relay never waits on it.
-    pub listen_retry_gate: Option<ListenRetryGate>,
-}
-
-/// A test's hold on the `LISTEN` relay: after each failed attempt to listen again, the
-/// relay says so and waits for the test's go-ahead before it tries again, so that a test
-/// can bring the database back at exactly that moment.
-#[derive(Debug, Clone)]
-pub struct ListenRetryGate {
-    failed: Arc<tokio::sync::Notify>,
-    go: Arc<tokio::sync::Semaphore>,
-}
-
-impl Default for ListenRetryGate {
-    fn default() -> Self {
-        Self {
-            failed: Arc::default(),
-            go: Arc::new(tokio::sync::Semaphore::new(0)),
-        }
-    }
-}
-
-impl ListenRetryGate {
-    /// Completes once the relay has failed an attempt and waits at the gate.
-    pub async fn failed_attempt(&self) {
-        self.failed.notified().await;
-    }
-
-    /// Lets the waiting relay try again.
-    pub fn release(&self) {
-        self.go.add_permits(1);
-    }
-
-    pub(crate) async fn pass(&self) {
-        self.failed.notify_one();
-        // The semaphore is never closed, so acquiring only waits for a permit.
-        if let Ok(permit) = self.go.acquire().await {
-            permit.forget();
-        }
-    }
 }
 
 impl Default for StoreOptions {
@@ -594,7 +553,6 @@ impl Default for StoreOptions {
             clock: Arc::new(SystemClock),
             follow_database_clock: true,
             trace_runs: false,
-            listen_retry_gate: None,
         }
     }
 }
