@@ -337,12 +337,12 @@ impl Player {
         Ok(())
     }
 
-    /// Waits for `timer` unless the server shuts down or the client goes away first.
+    /// Waits for `timer` unless the server shuts down first. A client that goes away needs
+    /// no watch: the server drops the body, and the player with it.
     async fn wait(&self, timer: impl Future<Output = ()>) -> Result<(), Stop> {
         tokio::select! {
             () = timer => Ok(()),
             () = self.shutdown.cancelled() => Err(Stop),
-            () = self.tx.closed() => Err(Stop),
         }
     }
 
@@ -362,10 +362,10 @@ impl Player {
     async fn cut(&self) {
         // Let the body drain first, so everything sent before the cut reaches the client:
         // once the server has taken every queued frame it finds the body empty and flushes,
-        // and only then does the error make it drop the connection. The short sleep (tokio time) avoids
-        // spinning while a slow client reads.
+        // and only then does the error make it drop the connection. The short sleep (tokio
+        // time) avoids spinning while a slow client reads.
         let capacity = self.tx.max_capacity();
-        while self.tx.capacity() < capacity && !self.tx.is_closed() {
+        while self.tx.capacity() < capacity {
             sleep(Duration::from_millis(1)).await;
         }
         let error = io::Error::new(io::ErrorKind::ConnectionAborted, "scripted cut");
