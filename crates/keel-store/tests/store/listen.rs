@@ -103,3 +103,64 @@ async fn a_lost_listen_connection_tells_subscribers_to_resync() {
     drop((remote, replica, other));
     db.drop_database().await;
 }
+
+/// `url` with its `host:port` swapped for `address`, and that `host:port`.
+fn through(url: &str, address: &str) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let (user, server) = match authority.rsplit_once('@') {
+        Some((user, server)) => (format!("{user}@"), server),
+        None => (String::new(), authority),
+    };
+    (
+        format!("{scheme}://{user}{address}{path}"),
+        server.to_owned(),
+    )
+}
+
+/// The hole this closes: once a re-open had failed, the next receive could re-open the
+/// connection by itself and say nothing, so a change made while it was down was never
+/// read again. Here the first attempts to connect again fail, one in one round and two in
+/// the other (the pool may first hand out a connection that died with the rest, which
+/// fails without an attempt); whichever attempt then succeeds must be followed by a resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_connection_back_after_failed_attempts_tells_subscribers_to_resync() {
+    let Some(db) = OwnDatabase::create().await else {
+        return;
+    };
+    let other = keel_store::open(&db.url).await.unwrap();
+    for turned_away in [1, 2] {
+        let (_, server) = through(&db.url, "");
+        let mut proxy = crate::common::proxy::Proxy::start(server).await;
+        let (proxied_url, _) = through(&db.url, &proxy.address);
+        let replica = keel_store::open(&proxied_url).await.unwrap();
+        let mut remote = replica.subscribe_remote().await.unwrap();
+        let chat = create(&other, "heard while listening").await;
+        hear_change(&mut remote, chat.id).await;
+
+        proxy.turn_away(turned_away);
+        proxy.cut().await;
+        // Made while nobody listens: only a resync brings it to the subscribers.
+        create(&other, "made while the connection is down").await;
+        for _ in 0..turned_away {
+            proxy.one_turned_away().await;
+        }
+
+        // The next attempt gets through; changes go on until the subscriber hears one.
+        let first = loop {
+            create(&other, "made after the connection is back").await;
+            let heard = tokio::time::timeout(Duration::from_millis(200), remote.next()).await;
+            if let Ok(notice) = heard {
+                break notice;
+            }
+        };
+        assert_eq!(
+            first,
+            Some(RemoteNotice::Missed),
+            "a resync comes first after {turned_away} failed attempts"
+        );
+    }
+    drop(other);
+    db.drop_database().await;
+}

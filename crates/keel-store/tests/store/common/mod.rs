@@ -9,6 +9,8 @@ use keel_core::{Part, Role};
 use keel_store::{Busy, Chat, ChatId, Lease, NewChat, NewMessage, Store, StoreOptions};
 use sqlx::Connection;
 
+pub mod proxy;
+
 /// A store on a fresh database, with a clock the test moves.
 pub struct TestDb {
     pub store: Arc<dyn Store>,
