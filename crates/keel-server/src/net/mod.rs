@@ -11,5 +11,6 @@
 pub(crate) mod guard;
 pub(crate) mod hosts;
 pub(crate) mod request_id;
+pub(crate) mod served;
 pub(crate) mod server;
 pub(crate) mod sse_slots;

@@ -41,6 +41,7 @@ use tower_http::timeout::TimeoutBody;
 
 use crate::api::error::{ApiError, Code};
 use crate::metrics::Metrics;
+use crate::net::served::Served;
 
 /// Bounds the wait for each piece of a request's body, and for the whole of it: a body that
 /// stalls, or trickles in (a byte now and then, each in time), fails to read once `timeout`
@@ -131,29 +132,17 @@ pub(crate) async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        let shutdown = shutdown.clone();
-        let alive = connection_alive.clone();
-        tokio::spawn(async move {
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_read_timeout);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                result = connection.as_mut() => {
-                    if let Err(error) = result {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                }
-                () = shutdown.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-            drop(alive);
-        });
+        // The builder is let go at once: an open connection's task holds only the
+        // connection.
+        let connection = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_read_timeout)
+            .serve_connection(
+                TokioIo::new(stream),
+                TowerToHyperService::new(router.clone()),
+            );
+        let shutdown = shutdown.token().clone().cancelled_owned();
+        tokio::spawn(Served::new(connection, shutdown, connection_alive.clone()));
     }
     drop(listener);
     drop(connection_alive);
