@@ -143,18 +143,21 @@ async fn a_listen_connection_back_after_failed_attempts_tells_subscribers_to_res
         proxy.cut().await;
         // Made while nobody listens: only a resync brings it to the subscribers.
         create(&other, "made while the connection is down").await;
-        for _ in 0..turned_away {
-            proxy.one_turned_away().await;
-        }
-
-        // The next attempt gets through; changes go on until the subscriber hears one.
-        let first = loop {
-            create(&other, "made after the connection is back").await;
-            let heard = tokio::time::timeout(Duration::from_millis(200), remote.next()).await;
-            if let Ok(notice) = heard {
-                break notice;
+        let first = tokio::time::timeout(WAIT, async {
+            for _ in 0..turned_away {
+                proxy.one_turned_away().await;
             }
-        };
+            // The next attempt gets through; changes go on until the subscriber hears one.
+            loop {
+                create(&other, "made after the connection is back").await;
+                let heard = tokio::time::timeout(Duration::from_millis(200), remote.next()).await;
+                if let Ok(notice) = heard {
+                    break notice;
+                }
+            }
+        })
+        .await
+        .expect("the relay listens again");
         assert_eq!(
             first,
             Some(RemoteNotice::Missed),
