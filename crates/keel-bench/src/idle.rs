@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::live::Live;
 use super::load::RUNS;
-use super::metrics::{CATCH_UPS, counter};
+use super::metrics::{ALLOCATED, CATCH_UPS, counter};
 use super::processes::{DaemonSetup, Process};
 use super::stats::mib;
 use keel_client::Api;
@@ -57,10 +57,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let chats = create_chats(&api, args.subscribers).await?;
     settle().await;
     let without = daemon.rss()?;
+    let allocated_without = counter(&daemon, ALLOCATED).await?;
     let (mut streams, opened) = subscribe(&api, &chats).await?;
     settle().await;
     let with = daemon.rss()?;
+    let allocated_with = counter(&daemon, ALLOCATED).await?;
     let per_subscriber = with.saturating_sub(without) / chats.len() as u64;
+    let allocated_per_subscriber =
+        allocated_with.saturating_sub(allocated_without) / chats.len() as u64;
     println!(
         "streams opened          {} in {:.2} s",
         streams.len(),
@@ -71,6 +75,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         mib(without),
         mib(with),
         per_subscriber as f64 / 1024.0
+    );
+    println!(
+        "daemon allocations      {:.1} KiB per subscriber (live objects, as jemalloc counts them)",
+        allocated_per_subscriber as f64 / 1024.0
     );
 
     let cpu_before = daemon.cpu()?;

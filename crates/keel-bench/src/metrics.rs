@@ -5,7 +5,10 @@ use super::processes::Process;
 /// The daemon's count of follower reads of the store.
 pub(super) const CATCH_UPS: &str = "keel_sse_catch_ups_total";
 
-/// A counter of the daemon's `/metrics` (0 before it was first counted).
+/// The bytes in the daemon's live allocations, as its allocator counts them.
+pub(super) const ALLOCATED: &str = "keel_allocated_bytes";
+
+/// A counter or gauge of the daemon's `/metrics` (0 before it was first counted).
 pub(super) async fn counter(daemon: &Process, name: &str) -> anyhow::Result<u64> {
     let metrics = reqwest::get(format!("{}/metrics", daemon.url))
         .await?

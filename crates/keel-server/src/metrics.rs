@@ -1,5 +1,7 @@
 //! Prometheus metrics of the contract, plus Keel's own operational ones.
 
+mod allocator;
+
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -8,6 +10,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use allocator::AllocatorGauges;
+pub use allocator::{AllocatorProbe, AllocatorStats, report_allocator};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RetryLabels {
@@ -84,6 +89,8 @@ pub struct Metrics {
     pub tokens: Family<TokenLabels, Counter>,
     /// The cost of committed steps in US dollars, by model (priced models only).
     pub cost_usd: Family<ModelLabels, Counter<f64, AtomicU64>>,
+    /// The allocator's statistics, when the binary named a probe ([`report_allocator`]).
+    allocator: Option<AllocatorGauges>,
 }
 
 impl Default for Metrics {
@@ -214,6 +221,7 @@ impl Metrics {
             "MCP servers that failed to start or crashed",
             mcp_server_failures.clone(),
         );
+        let allocator = AllocatorGauges::register(&mut registry);
         Self {
             registry,
             stream_retries,
@@ -236,6 +244,14 @@ impl Metrics {
             mcp_server_failures,
             tokens,
             cost_usd,
+            allocator,
+        }
+    }
+
+    /// Reads the allocator's statistics into their gauges, when it keeps any.
+    pub fn refresh_allocator(&self) {
+        if let Some(allocator) = &self.allocator {
+            allocator.refresh();
         }
     }
 

@@ -1,18 +1,11 @@
 //! `keel`: the command line of the Keel daemon. Each subcommand lives in its own module
 //! under `cmd`.
 
+mod allocator;
 mod cmd;
 mod telemetry;
 
 use clap::Parser;
-
-/// jemalloc rather than the system allocator: a streamed part allocates a few dozen small
-/// buffers on one thread and frees many of them on another, which glibc's allocator serves
-/// from shared bins under a lock and consolidates often (a tenth of the daemon's CPU at a
-/// thousand chats); jemalloc's per-thread caches do not. Its settings are in
-/// `.cargo/config.toml`.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> anyhow::Result<()> {
     // The process's one TLS crypto provider (ring), before any HTTP client is built: model

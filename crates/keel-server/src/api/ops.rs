@@ -75,6 +75,7 @@ fn public_dependencies(mut dependencies: Vec<serde_json::Value>) -> Vec<serde_js
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let channels = i64::try_from(state.hub.channel_count()).unwrap_or(i64::MAX);
     state.metrics.live_channels.set(channels);
+    state.metrics.refresh_allocator();
     (
         [(
             header::CONTENT_TYPE,

@@ -39,6 +39,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 async fn serve(mut config: Config) -> anyhow::Result<()> {
     config.command_sandbox = command_sandbox(&config)?;
+    keel_server::metrics::report_allocator(crate::allocator::stats);
     let running = keel_server::serve::start(config, keel_compat::doors())
         .await
         .context("keel could not start")?;

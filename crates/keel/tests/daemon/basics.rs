@@ -587,6 +587,14 @@ async fn operations_endpoints_answer() {
     assert_eq!(get("/readyz").await.unwrap().status().as_u16(), 200);
     let metrics = get("/metrics").await.unwrap().text().await.unwrap();
     assert!(metrics.contains("keel_active_runs"));
+    // The daemon's allocator counts its own memory: some is live, and no more than it holds.
+    let allocated = counter(&daemon, "keel_allocated_bytes").await;
+    let resident = counter(&daemon, "keel_allocator_resident_bytes").await;
+    assert!(allocated > 0, "allocated bytes exported:\n{metrics}");
+    assert!(
+        resident >= allocated,
+        "{resident} resident for {allocated} allocated"
+    );
     let models: serde_json::Value = get("/api/v1/models").await.unwrap().json().await.unwrap();
     assert_eq!(models["models"][0]["id"], "demo");
     assert_eq!(models["models"][0]["default"], true);
