@@ -14,28 +14,25 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
 type Connection = http1::Connection<TokioIo<TcpStream>, TowerToHyperService<axum::Router>>;
 
 pin_project_lite::pin_project! {
-    pub(crate) struct Served {
+    /// `S` completes when the daemon shuts down: `Cancel::cancelled_owned`, which polls the
+    /// token only once it woke the task, not on every write of the connection.
+    pub(crate) struct Served<S> {
         #[pin]
         connection: Connection,
         #[pin]
-        shutdown: WaitForCancellationFutureOwned,
+        shutdown: S,
         draining: bool,
         // Held until the connection ends: the server waits for every one at shutdown.
         _alive: watch::Receiver<()>,
     }
 }
 
-impl Served {
-    pub(crate) fn new(
-        connection: Connection,
-        shutdown: WaitForCancellationFutureOwned,
-        alive: watch::Receiver<()>,
-    ) -> Self {
+impl<S: Future<Output = ()>> Served<S> {
+    pub(crate) fn new(connection: Connection, shutdown: S, alive: watch::Receiver<()>) -> Self {
         Self {
             connection,
             shutdown,
@@ -45,7 +42,7 @@ impl Served {
     }
 }
 
-impl Future for Served {
+impl<S: Future<Output = ()>> Future for Served<S> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {

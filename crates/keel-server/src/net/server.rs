@@ -141,8 +141,11 @@ pub(crate) async fn serve(
                 TokioIo::new(stream),
                 TowerToHyperService::new(router.clone()),
             );
-        let shutdown = shutdown.token().clone().cancelled_owned();
-        tokio::spawn(Served::new(connection, shutdown, connection_alive.clone()));
+        tokio::spawn(Served::new(
+            connection,
+            shutdown.cancelled_owned(),
+            connection_alive.clone(),
+        ));
     }
     drop(listener);
     drop(connection_alive);
