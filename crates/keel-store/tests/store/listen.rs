@@ -104,19 +104,18 @@ async fn a_lost_listen_connection_tells_subscribers_to_resync() {
     db.drop_database().await;
 }
 
-/// `url` with its `host:port` swapped for `address`, and that `host:port`.
-fn through(url: &str, address: &str) -> (String, String) {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let (user, server) = match authority.rsplit_once('@') {
-        Some((user, server)) => (format!("{user}@"), server),
-        None => (String::new(), authority),
-    };
-    (
-        format!("{scheme}://{user}{address}{path}"),
-        server.to_owned(),
-    )
+/// The `host:port` of a database URL.
+fn server_of(url: &str) -> &str {
+    let (_, rest) = url.split_once("://").unwrap();
+    let authority = rest.split('/').next().unwrap_or(rest);
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, server)| server)
+}
+
+/// `url` with its `host:port` swapped for `address`.
+fn through(url: &str, address: &str) -> String {
+    url.replacen(server_of(url), address, 1)
 }
 
 /// The hole this closes: once a re-open had failed, the next receive could re-open the
@@ -131,10 +130,10 @@ async fn a_listen_connection_back_after_failed_attempts_tells_subscribers_to_res
     };
     let other = keel_store::open(&db.url).await.unwrap();
     for turned_away in [1, 2] {
-        let (_, server) = through(&db.url, "");
-        let mut proxy = crate::common::proxy::Proxy::start(server).await;
-        let (proxied_url, _) = through(&db.url, &proxy.address);
-        let replica = keel_store::open(&proxied_url).await.unwrap();
+        let mut proxy = crate::common::proxy::Proxy::start(server_of(&db.url).to_owned()).await;
+        let replica = keel_store::open(&through(&db.url, &proxy.address))
+            .await
+            .unwrap();
         let mut remote = replica.subscribe_remote().await.unwrap();
         let chat = create(&other, "heard while listening").await;
         hear_change(&mut remote, chat.id).await;
